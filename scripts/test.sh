@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Install hivemesh with its test extras, start the services the tests talk to,
+# then run lint, type checks, the test suite and the simulator seed campaign.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+"$PY" -m pip install --quiet --disable-pip-version-check '.[test]'
+bash scripts/services.sh
+
+"$PY" -m ruff check src tests
+"$PY" -m ruff format --check src tests
+"$PY" -m mypy
+"$PY" -m pytest -q -p no:cacheprovider "$@"

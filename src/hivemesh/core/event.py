@@ -1,0 +1,115 @@
+"""Events: the atoms of a feed.
+
+An event is the msgpack array ``[1, author, seq, prev, hlc, kind, body]``:
+
+* ``author`` -- 32-byte Ed25519 public key of the feed's owner;
+* ``seq``    -- 1, 2, 3, ... within the author's feed, no gaps;
+* ``prev``   -- 32-byte hash of event ``seq - 1`` (32 zero bytes for seq 1);
+* ``hlc``    -- hybrid logical clock (:mod:`hivemesh.core.hlc`);
+* ``kind``   -- short dotted name (``ctx.update``, ``name.claim``, ...);
+* ``body``   -- any msgpack value.
+
+Its id is ``blake2b-256`` of those exact bytes. Bytes are stored and forwarded
+verbatim, so no canonical re-encoding is ever needed. Events are not signed one
+by one: a signature covers a feed *head* (see :mod:`hivemesh.core.feed`), and
+the hash chain extends it to every earlier event.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from hivemesh.core.codec import MAX_EVENT_BYTES, MAX_KIND_CHARS, pack, unpack
+from hivemesh.errors import DecodeError, UnsupportedVersion
+
+__all__ = ["EVENT_VERSION", "GENESIS", "Event", "decode_event", "encode_event", "event_hash"]
+
+EVENT_VERSION = 1
+GENESIS = b"\x00" * 32
+_MAX_HLC = (1 << 63) - 1
+
+
+def event_hash(raw: bytes) -> bytes:
+    """The 32-byte id of an encoded event."""
+    return hashlib.blake2b(raw, digest_size=32).digest()
+
+
+class Event:
+    """A decoded, hashed event. Immutable by convention; compare by :attr:`id`."""
+
+    __slots__ = ("author", "body", "hlc", "id", "kind", "prev", "raw", "seq")
+
+    def __init__(
+        self,
+        author: bytes,
+        seq: int,
+        prev: bytes,
+        hlc: int,
+        kind: str,
+        body: Any,
+        raw: bytes,
+        id: bytes,
+    ) -> None:
+        self.author = author
+        self.seq = seq
+        self.prev = prev
+        self.hlc = hlc
+        self.kind = kind
+        self.body = body
+        self.raw = raw
+        self.id = id
+
+    @property
+    def order_key(self) -> tuple[int, bytes]:
+        """The swarm-wide total order: ``(hlc, author)``."""
+        return (self.hlc, self.author)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Event) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    def __repr__(self) -> str:
+        return f"Event({self.author.hex()[:8]}#{self.seq} {self.kind} hlc={self.hlc})"
+
+
+def encode_event(author: bytes, seq: int, prev: bytes, hlc: int, kind: str, body: Any) -> Event:
+    """Build and encode a new event (used by a feed's owner)."""
+    if len(author) != 32 or len(prev) != 32:
+        raise ValueError("author and prev must be 32 bytes")
+    if not (1 <= seq and 0 <= hlc <= _MAX_HLC):
+        raise ValueError("seq must be >= 1 and hlc a non-negative int64")
+    if not kind or len(kind) > MAX_KIND_CHARS:
+        raise ValueError(f"kind must be 1..{MAX_KIND_CHARS} characters")
+    raw = pack([EVENT_VERSION, author, seq, prev, hlc, kind, body])
+    if len(raw) > MAX_EVENT_BYTES:
+        raise ValueError(f"event is {len(raw)} bytes; limit {MAX_EVENT_BYTES} (use a blob)")
+    return Event(author, seq, prev, hlc, kind, body, raw, event_hash(raw))
+
+
+def decode_event(raw: bytes) -> Event:
+    """Decode and structurally validate one encoded event.
+
+    Checks shape and types only; chain and signature are checked by the feed.
+    """
+    if not isinstance(raw, bytes):
+        raise DecodeError("event must be bytes")
+    fields = unpack(raw, limit=MAX_EVENT_BYTES)
+    if type(fields) is not list or len(fields) != 7:
+        raise DecodeError("event must be a 7-element array")
+    version, author, seq, prev, hlc, kind, body = fields
+    if version != EVENT_VERSION:
+        raise UnsupportedVersion(f"event version {version!r}")
+    if type(author) is not bytes or len(author) != 32:
+        raise DecodeError("event author must be 32 bytes")
+    if type(prev) is not bytes or len(prev) != 32:
+        raise DecodeError("event prev must be 32 bytes")
+    if type(seq) is not int or seq < 1:
+        raise DecodeError("event seq must be a positive int")
+    if type(hlc) is not int or not 0 <= hlc <= _MAX_HLC:
+        raise DecodeError("event hlc must be a non-negative int64")
+    if type(kind) is not str or not kind or len(kind) > MAX_KIND_CHARS:
+        raise DecodeError("event kind must be a short string")
+    return Event(author, seq, prev, hlc, kind, body, raw, event_hash(raw))

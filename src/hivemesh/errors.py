@@ -1,0 +1,282 @@
+"""Every exception hivemesh raises, in one tree.
+
+The split follows h11: whose fault is it?
+
+* :class:`LocalProtocolError` -- *we* (or the caller) did something illegal:
+  a bug to fix or a bad argument. Never caused by a peer.
+* :class:`RemoteProtocolError` -- a *peer* sent something invalid: malformed or
+  oversize frames, bad signatures, broken hash chains, gaps, replays, forged
+  or foreign operations, untrusted authors. The receiver counts it (by
+  :attr:`HivemeshError.code`) and drops the input; it never crashes and never
+  stores it.
+* :class:`StoreError` -- the durable store is unusable (torn, tampered).
+* :class:`TransportError` -- a connection failed: handshake, identity
+  mismatch, deadline.
+* :class:`CoordinationError` -- leases, claims and fencing.
+
+Every class carries a short stable ``code`` used as the counter name in
+``hivemesh status``.
+
+::
+
+    HivemeshError
+    ├── LocalProtocolError
+    │   ├── InvalidArgument
+    │   ├── ConfigError
+    │   └── InvalidAddress
+    ├── RemoteProtocolError
+    │   ├── DecodeError
+    │   │   └── FrameTooLarge
+    │   ├── UnsupportedVersion
+    │   ├── BadSignature
+    │   ├── BrokenChain
+    │   ├── GapError
+    │   ├── ReplayError
+    │   ├── ForkError
+    │   ├── UntrustedAuthor
+    │   ├── ForeignOperations
+    │   └── BlobMismatch
+    ├── StoreError
+    │   └── StoreCorrupt
+    ├── TransportError
+    │   ├── HandshakeError
+    │   ├── PeerIdentityMismatch
+    │   ├── UnknownPeer
+    │   ├── ConnectionClosed
+    │   └── DeadlineExceeded
+    └── CoordinationError
+        ├── LeaseUnavailable
+        ├── LeaseLost
+        ├── StaleFencingToken
+        └── BackendUnavailable
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BackendUnavailable",
+    "BadSignature",
+    "BlobMismatch",
+    "BrokenChain",
+    "ConfigError",
+    "ConnectionClosed",
+    "CoordinationError",
+    "DeadlineExceeded",
+    "DecodeError",
+    "ForeignOperations",
+    "ForkError",
+    "FrameTooLarge",
+    "GapError",
+    "HandshakeError",
+    "HivemeshError",
+    "InvalidAddress",
+    "InvalidArgument",
+    "LeaseLost",
+    "LeaseUnavailable",
+    "LocalProtocolError",
+    "PeerIdentityMismatch",
+    "RemoteProtocolError",
+    "ReplayError",
+    "StaleFencingToken",
+    "StoreCorrupt",
+    "StoreError",
+    "TransportError",
+    "UnknownPeer",
+    "UnsupportedVersion",
+    "UntrustedAuthor",
+]
+
+
+class HivemeshError(Exception):
+    """Base of every hivemesh exception."""
+
+    code = "error"
+
+
+# -- our fault ---------------------------------------------------------------
+
+
+class LocalProtocolError(HivemeshError):
+    """The caller or this node did something illegal (a bug or bad argument)."""
+
+    code = "local_protocol_error"
+
+
+class InvalidArgument(LocalProtocolError, ValueError):
+    """An argument is out of range or of the wrong form."""
+
+    code = "invalid_argument"
+
+
+class ConfigError(LocalProtocolError):
+    """Configuration (file, flags, environment) is invalid."""
+
+    code = "config_error"
+
+
+class InvalidAddress(LocalProtocolError, ValueError):
+    """A string is not a valid hivemesh address (bad prefix, length or checksum)."""
+
+    code = "invalid_address"
+
+
+# -- the peer's fault: count and drop ----------------------------------------
+
+
+class RemoteProtocolError(HivemeshError):
+    """A peer sent invalid input. Count it, drop it, maybe drop the peer."""
+
+    code = "remote_protocol_error"
+
+
+class DecodeError(RemoteProtocolError):
+    """Bytes are not a well-formed frame or event of this protocol version."""
+
+    code = "malformed"
+
+
+class FrameTooLarge(DecodeError):
+    """A frame or field is over its size limit."""
+
+    code = "oversize"
+
+
+class UnsupportedVersion(RemoteProtocolError):
+    """A frame or event carries a protocol version we do not speak."""
+
+    code = "bad_version"
+
+
+class BadSignature(RemoteProtocolError):
+    """A feed head signature does not verify against its author's key."""
+
+    code = "bad_signature"
+
+
+class BrokenChain(RemoteProtocolError):
+    """An event's ``prev_hash`` does not match the hash of its predecessor."""
+
+    code = "broken_chain"
+
+
+class GapError(RemoteProtocolError):
+    """Events arrived with a gap after the last sequence number we hold."""
+
+    code = "gap"
+
+
+class ReplayError(RemoteProtocolError):
+    """Events we already hold arrived again (harmless, counted)."""
+
+    code = "replay"
+
+
+class ForkError(RemoteProtocolError):
+    """An author signed two different events at the same sequence number."""
+
+    code = "fork"
+
+
+class UntrustedAuthor(RemoteProtocolError):
+    """Events from an author that this node's trust policy does not admit."""
+
+    code = "untrusted_author"
+
+
+class ForeignOperations(RemoteProtocolError):
+    """A CRDT update inside an event carries operations of another author."""
+
+    code = "foreign_ops"
+
+
+class BlobMismatch(RemoteProtocolError):
+    """Blob bytes do not hash to the content address they were sent for."""
+
+    code = "blob_mismatch"
+
+
+# -- storage -----------------------------------------------------------------
+
+
+class StoreError(HivemeshError):
+    """The durable store failed."""
+
+    code = "store_error"
+
+
+class StoreCorrupt(StoreError):
+    """The store file is torn, tampered with, or not a hivemesh store."""
+
+    code = "store_corrupt"
+
+
+# -- transport ---------------------------------------------------------------
+
+
+class TransportError(HivemeshError):
+    """A connection failed."""
+
+    code = "transport_error"
+
+
+class HandshakeError(TransportError):
+    """The secure handshake failed (garbage, wrong protocol, bad crypto)."""
+
+    code = "handshake_failed"
+
+
+class PeerIdentityMismatch(TransportError):
+    """The peer proved a different key than the address we dialled (MITM?)."""
+
+    code = "identity_mismatch"
+
+
+class UnknownPeer(TransportError):
+    """The peer authenticated but is not trusted by this node."""
+
+    code = "unknown_peer"
+
+
+class ConnectionClosed(TransportError):
+    """The connection closed before the operation finished."""
+
+    code = "connection_closed"
+
+
+class DeadlineExceeded(TransportError, TimeoutError):
+    """A network call did not finish before its deadline."""
+
+    code = "deadline_exceeded"
+
+
+# -- coordination ------------------------------------------------------------
+
+
+class CoordinationError(HivemeshError):
+    """Leases, claims, fencing."""
+
+    code = "coordination_error"
+
+
+class LeaseUnavailable(CoordinationError):
+    """The lease is held by someone else (try_acquire) or could not be granted."""
+
+    code = "lease_unavailable"
+
+
+class LeaseLost(CoordinationError):
+    """A lease expired or was taken over before renew/release."""
+
+    code = "lease_lost"
+
+
+class StaleFencingToken(CoordinationError):
+    """A side effect was attempted with a fencing token older than one seen."""
+
+    code = "stale_fencing_token"
+
+
+class BackendUnavailable(CoordinationError):
+    """A lease backend (quorum, Redis, NATS) could not be reached in time."""
+
+    code = "backend_unavailable"

@@ -1,0 +1,1 @@
+"""User-facing surfaces: CLI, dashboard, MCP server, framework adapters."""

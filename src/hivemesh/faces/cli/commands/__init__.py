@@ -1,0 +1,1 @@
+"""One module per ``hivemesh`` subcommand (see :mod:`hivemesh.faces.cli`)."""
