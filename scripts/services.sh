@@ -1,5 +1,9 @@
 #!/usr/bin/env bash
 # Start (if not running) the local services that hivemesh's tests talk to.
-# Idempotent; loopback only. Debian packages are installed when missing.
+# Each service has its own idempotent script in scripts/services.d/; loopback only.
 set -euo pipefail
-echo "services: ok"
+cd "$(dirname "$0")"
+for s in services.d/*.sh; do
+  [ -e "$s" ] || continue
+  bash "$s"
+done
