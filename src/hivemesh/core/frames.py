@@ -1,0 +1,64 @@
+"""Wire frames exchanged between nodes.
+
+A frame is the msgpack array ``[FRAME_VERSION, type, *fields]``. The type tags
+of every subsystem live in :class:`FrameType`, in one table, so a reader can
+see the whole protocol at a glance:
+
+=====  ===========  ====================================================
+type   name         fields
+=====  ===========  ====================================================
+1      EVENTS       author, [raw events], head signature, hops
+2      HAVE         {author: last seq}, reply wanted (bool)
+3      WANT         [[author, start, end], ...]
+10-19  blobs        see :mod:`hivemesh.core.views.blobs`
+20-29  direct       direct messages (runtime)
+30-39  membership   SWIM probes (runtime)
+40-49  leases       quorum lease protocol
+=====  ===========  ====================================================
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Any
+
+from hivemesh.core.codec import MAX_FRAME_BYTES, pack, unpack
+from hivemesh.errors import DecodeError, UnsupportedVersion
+
+__all__ = ["FRAME_VERSION", "FrameType", "decode_frame", "encode_frame"]
+
+FRAME_VERSION = 1
+
+
+class FrameType(IntEnum):
+    """Frame type tags (see the module table)."""
+
+    EVENTS = 1
+    HAVE = 2
+    WANT = 3
+    BLOB_WANT = 10
+    BLOB_DATA = 11
+    BLOB_MISSING = 12
+    DIRECT = 20
+    DIRECT_ACK = 21
+    PING = 30
+    PING_REQ = 31
+    ACK = 32
+    LEASE = 40
+
+
+def encode_frame(ftype: int, *fields: Any) -> bytes:
+    """Encode a frame of ``ftype`` with ``fields``."""
+    return pack([FRAME_VERSION, int(ftype), *fields])
+
+
+def decode_frame(data: bytes) -> tuple[int, list[Any]]:
+    """Decode a frame into ``(type, fields)``; raises DecodeError/FrameTooLarge."""
+    obj = unpack(data, limit=MAX_FRAME_BYTES)
+    if type(obj) is not list or len(obj) < 2:
+        raise DecodeError("frame must be an array [version, type, ...]")
+    if obj[0] != FRAME_VERSION:
+        raise UnsupportedVersion(f"frame version {obj[0]!r}")
+    if type(obj[1]) is not int:
+        raise DecodeError("frame type must be an int")
+    return obj[1], obj[2:]

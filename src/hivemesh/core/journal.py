@@ -1,0 +1,198 @@
+"""The swarm journal: the union of every feed this node holds.
+
+Theory of operation
+-------------------
+The journal is a grow-only set of events, partitioned by author into feeds.
+Each feed is held as a contiguous prefix ``1..head.seq`` whose last event is
+covered by a stored head signature. That single invariant gives:
+
+* **replication is a CRDT by construction** -- merging is set union, and a
+  *version vector* ``author -> head.seq`` summarises exactly what we hold;
+* **exact anti-entropy** -- what a peer lacks is the range
+  ``their_seq + 1 .. our_seq`` of each feed (:meth:`Journal.missing_for`);
+* **cheap serving** -- any range can be served in chunks that end at a
+  stored signed seq (:meth:`Journal.read_chunk`).
+
+:meth:`Journal.ingest` is the one gate for remote input: it verifies (see
+:mod:`hivemesh.core.feed`), persists atomically, then applies to the views.
+It stores nothing that fails verification and raises a
+:class:`~hivemesh.errors.RemoteProtocolError` for the caller to count.
+
+Views receive each event exactly once, in per-author seq order, with an
+arbitrary interleaving across authors; they must be order-independent.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol
+
+from hivemesh.core.codec import MAX_BATCH_EVENTS, MAX_FRAME_BYTES
+from hivemesh.core.event import Event, decode_event, event_hash
+from hivemesh.core.feed import Head, head_message, verify_batch
+from hivemesh.core.identity import verify
+from hivemesh.core.store import FeedStore
+from hivemesh.errors import BadSignature, DecodeError, ForkError, ReplayError, UntrustedAuthor
+
+__all__ = ["Journal", "View"]
+
+#: Bytes of frame overhead we keep free when sizing a chunk.
+_CHUNK_SLACK = 4096
+
+
+class View(Protocol):
+    """A deterministic reducer over journal events."""
+
+    kinds: frozenset[str]
+
+    def apply(self, event: Event) -> None:
+        """Fold one event in. Must not raise on bad bodies (count them)."""
+
+
+class Journal:
+    """Feeds held by this node, with verification, persistence and views."""
+
+    def __init__(
+        self,
+        store: FeedStore,
+        *,
+        trusted: Callable[[bytes], bool] | None = None,
+    ) -> None:
+        self.store = store
+        self.trusted = trusted
+        self.heads: dict[bytes, Head] = {}
+        self._signed: dict[bytes, list[int]] = {}
+        self._views: dict[str, list[View]] = {}
+        self._all_views: list[View] = []
+        self.counters: Counter[str] = Counter()
+        self.total_events = 0
+        for author, (seq, h) in store.heads().items():
+            self.heads[author] = Head(seq, h)
+            self._signed[author] = store.signed_seqs(author)
+            self.total_events += seq
+
+    # -- views ---------------------------------------------------------------
+
+    def add_view(self, view: View) -> None:
+        """Register ``view`` for its event kinds (``"*"`` means every kind)."""
+        self._all_views.append(view)
+        for kind in sorted(view.kinds):
+            self._views.setdefault(kind, []).append(view)
+
+    def apply_to_views(self, events: Iterable[Event]) -> None:
+        """Fold events into the registered views (used by ingest and replay)."""
+        by_kind = self._views
+        star = by_kind.get("*", ())
+        for ev in events:
+            for v in by_kind.get(ev.kind, ()):
+                v.apply(ev)
+            for v in star:
+                v.apply(ev)
+
+    # -- reading -------------------------------------------------------------
+
+    def head(self, author: bytes) -> Head:
+        """The head we hold for ``author`` (seq 0 if none)."""
+        return self.heads.get(author) or Head()
+
+    def version_vector(self) -> dict[bytes, int]:
+        """``author -> last seq`` for every feed we hold."""
+        return {a: h.seq for a, h in self.heads.items()}
+
+    def missing_for(self, vv: dict[bytes, int]) -> list[tuple[bytes, int, int]]:
+        """Ranges ``(author, start, end)`` we hold and a peer with ``vv`` lacks."""
+        out = []
+        for author in sorted(self.heads):
+            ours = self.heads[author].seq
+            theirs = vv.get(author, 0)
+            if ours > theirs:
+                out.append((author, theirs + 1, ours))
+        return out
+
+    def read_chunk(
+        self, author: bytes, start: int, end: int
+    ) -> tuple[list[bytes], bytes] | None:
+        """Events ``start..k`` of ``author`` with ``k <= end`` a signed seq, and
+        the signature over ``k``; at most :data:`MAX_BATCH_EVENTS` events and
+        about one frame of bytes. None when nothing servable starts at ``start``.
+        """
+        signed = self._signed.get(author)
+        head = self.heads.get(author)
+        if not signed or head is None or start > head.seq:
+            return None
+        end = min(end, head.seq)
+        # Smallest signed seq >= end (we must end at a signed seq; go past
+        # `end` rather than stop short of it), capped by the batch limit.
+        i = bisect.bisect_left(signed, end)
+        if i == len(signed):
+            return None
+        stop = signed[i]
+        if stop - start + 1 > MAX_BATCH_EVENTS:
+            j = bisect.bisect_right(signed, start + MAX_BATCH_EVENTS - 1) - 1
+            if j < 0 or signed[j] < start:
+                return None
+            stop = signed[j]
+        raws = self.store.read_range(author, start, stop)
+        size = sum(len(r) for r in raws)
+        while size > MAX_FRAME_BYTES - _CHUNK_SLACK:
+            j = bisect.bisect_left(signed, stop) - 1
+            if j < 0 or signed[j] < start:
+                return None
+            stop = signed[j]
+            raws = raws[: stop - start + 1]
+            size = sum(len(r) for r in raws)
+        sig = self.store.signature(author, stop)
+        if sig is None:  # pragma: no cover - store invariant
+            return None
+        return raws, sig
+
+    # -- writing -------------------------------------------------------------
+
+    def ingest(self, author: bytes, raws: Sequence[bytes], sig: bytes) -> list[Event]:
+        """Verify, persist and apply a signed batch from a peer.
+
+        Returns the events that were new. Raises ReplayError when every event
+        was already held, GapError when the batch does not reach our head, and
+        the other RemoteProtocolErrors of :func:`verify_batch` for bad input.
+        """
+        if type(author) is not bytes or len(author) != 32:
+            raise DecodeError("author must be 32 bytes")
+        if type(sig) is not bytes or len(sig) != 64:
+            raise DecodeError("signature must be 64 bytes")
+        if not raws or type(raws) is not list:
+            raise DecodeError("empty or malformed batch")
+        if self.trusted is not None and not self.trusted(author):
+            raise UntrustedAuthor(f"author {author.hex()[:12]} is not trusted")
+        head = self.heads.get(author) or Head()
+        # Fast path for the common gossip duplicate: peek at the last event.
+        last_raw = raws[-1]
+        if type(last_raw) is not bytes:
+            raise DecodeError("event must be bytes")
+        last = decode_event(last_raw)
+        if last.seq <= head.seq:
+            self._check_replay(author, last, sig)
+        events = verify_batch(author, raws, sig, head)
+        self._commit(author, events, sig)
+        return events
+
+    def _check_replay(self, author: bytes, last: Event, sig: bytes) -> None:
+        held = self.store.read_range(author, last.seq, last.seq)
+        if held and event_hash(held[0]) == last.id:
+            raise ReplayError(f"#{last.seq} already held")
+        if verify(author, sig, head_message(author, last.seq, last.id)):
+            raise ForkError(f"author {author.hex()[:12]} signed two events at #{last.seq}")
+        raise BadSignature("old event with an invalid signature")
+
+    def append_own(self, events: Sequence[Event], sig: bytes) -> None:
+        """Persist and apply our own freshly sealed events (already trusted)."""
+        self._commit(events[0].author, events, sig)
+
+    def _commit(self, author: bytes, events: Sequence[Event], sig: bytes) -> None:
+        self.store.append(author, events, sig)
+        last = events[-1]
+        self.heads[author] = Head(last.seq, last.id)
+        self._signed.setdefault(author, []).append(last.seq)
+        self.total_events += len(events)
+        self.apply_to_views(events)

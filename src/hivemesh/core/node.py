@@ -1,0 +1,354 @@
+"""The sans-IO node: feeds, journal and the replication protocol.
+
+Theory of operation
+-------------------
+A :class:`Node` is a plain object. Inputs are frames from peers
+(:meth:`Node.receive`), local appends (:meth:`Node.append`) and timer ticks
+(:meth:`Node.handle_timer`), each with the current time ``now_ms``. Outputs
+are frames to send (:meth:`Node.outbox`), newly applied events
+(:meth:`Node.events`) and the next deadline (:meth:`Node.next_deadline`).
+Randomness comes from the injected ``random.Random``. Same inputs, same
+outputs: the simulator and the asyncio runtime drive the same object.
+
+Replication has two halves:
+
+**Push.** A freshly sealed batch goes straight to peers. With fewer than
+``push_all_below`` peers it goes to all of them and is not forwarded (no
+duplicates); in larger swarms it goes to ``push_fanout`` random peers with a
+hop budget and every receiver that found it new forwards it on (epidemic
+broadcast; duplicates are dropped cheaply by seq).
+
+**Pull (anti-entropy).** Every ``sync_interval_ms`` (jittered) a node sends
+its version vector (HAVE) to a random peer. The receiver asks (WANT) for
+exactly the ranges it lacks, each from one peer at a time (in-flight pulls
+are tracked, so two peers never send us the same range), and answers with
+its own HAVE when the sender lacks something, so the sender pulls too.
+Ranges are served in signed chunks. A pull that stalls past
+``want_timeout_ms`` is dropped and re-requested from our *current* head, so
+an interrupted transfer resumes where it stopped. Late joiners and healed
+partitions catch up through this path alone.
+
+Bad input from a peer raises a :class:`~hivemesh.errors.RemoteProtocolError`
+inside; :meth:`Node.receive` counts it by code in :attr:`Node.counters` and
+drops it. Nothing invalid is stored.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter, deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from hivemesh.core.event import Event, decode_event
+from hivemesh.core.feed import MAX_UNSEALED, FeedWriter
+from hivemesh.core.frames import FrameType, decode_frame, encode_frame
+from hivemesh.core.hlc import HLC
+from hivemesh.core.identity import Identity
+from hivemesh.core.journal import Journal, View
+from hivemesh.core.store import FeedStore
+from hivemesh.errors import DecodeError, GapError, RemoteProtocolError, ReplayError
+
+__all__ = ["FrameHandler", "Node", "NodeConfig"]
+
+#: ``handler(peer, fields, now_ms)`` for an extension frame type.
+FrameHandler = Callable[[str, list[Any], int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    """Replication tuning. Units are in the names."""
+
+    sync_interval_ms: int = 1000
+    push_fanout: int = 3
+    push_all_below: int = 16
+    forward_hops: int = 4
+    want_timeout_ms: int = 3000
+    max_want_events: int = 16384
+    max_pending_events: int = 100_000
+
+
+@dataclass(slots=True)
+class _Pull:
+    peer: str
+    upto: int
+    deadline_ms: int
+
+
+class Node:
+    """One replica: its own feed, the journal, and the replication protocol."""
+
+    def __init__(
+        self,
+        identity: Identity,
+        store: FeedStore,
+        rng: random.Random,
+        *,
+        now_ms: int,
+        config: NodeConfig | None = None,
+        trusted: Callable[[bytes], bool] | None = None,
+    ) -> None:
+        self.identity = identity
+        self.address = identity.address
+        self.config = config or NodeConfig()
+        self.rng = rng
+        self.journal = Journal(store, trusted=trusted)
+        self.counters: Counter[str] = self.journal.counters
+        self.clock = HLC()
+        own = self.journal.head(identity.public)
+        if own.seq:
+            last = decode_event(store.read_range(identity.public, own.seq, own.seq)[0])
+            self.clock.last = last.hlc
+        self.writer = FeedWriter(identity, own, self.clock)
+        self._peers: list[str] = []
+        self._outbox: list[tuple[str, bytes]] = []
+        self._events: deque[Event] = deque()
+        self._pulls: dict[bytes, _Pull] = {}
+        self._handlers: dict[int, FrameHandler] = {
+            FrameType.EVENTS: self._on_events,
+            FrameType.HAVE: self._on_have,
+            FrameType.WANT: self._on_want,
+        }
+        self._next_sync_ms = now_ms + self._jitter(self.config.sync_interval_ms)
+
+    # -- wiring ----------------------------------------------------------------
+
+    def add_view(self, view: View) -> None:
+        """Register a view; it sees every event applied from now on."""
+        self.journal.add_view(view)
+
+    def register_handler(self, ftype: int, handler: FrameHandler) -> None:
+        """Route frames of ``ftype`` to ``handler`` (membership, direct, ...)."""
+        if ftype in self._handlers:
+            raise ValueError(f"frame type {ftype} already has a handler")
+        self._handlers[ftype] = handler
+
+    def rehydrate(self, events: Iterable[Event]) -> int:
+        """Rebuild views from stored events (verified by the caller); returns count."""
+        n = 0
+        max_hlc = self.clock.last
+        for ev in events:
+            self.journal.apply_to_views((ev,))
+            if ev.hlc > max_hlc:
+                max_hlc = ev.hlc
+            n += 1
+        self.clock.last = max_hlc
+        return n
+
+    @property
+    def peers(self) -> list[str]:
+        """Addresses we replicate with, sorted."""
+        return list(self._peers)
+
+    def add_peer(self, address: str) -> None:
+        """Start replicating with ``address``."""
+        if address != self.address and address not in self._peers:
+            self._peers.append(address)
+            self._peers.sort()
+
+    def remove_peer(self, address: str) -> None:
+        """Stop replicating with ``address`` (down, revoked, disconnected)."""
+        if address in self._peers:
+            self._peers.remove(address)
+        for author in sorted(self._pulls):
+            if self._pulls[author].peer == address:
+                del self._pulls[author]
+
+    # -- outputs ---------------------------------------------------------------
+
+    def send(self, peer: str, frame: bytes) -> None:
+        """Queue a frame for ``peer`` (used by extension handlers too)."""
+        self._outbox.append((peer, frame))
+
+    def outbox(self) -> list[tuple[str, bytes]]:
+        """Frames to send, in order; drains the queue."""
+        out, self._outbox = self._outbox, []
+        return out
+
+    def events(self) -> list[Event]:
+        """Events applied since the last call (own and remote), in order."""
+        out = list(self._events)
+        self._events.clear()
+        return out
+
+    def next_deadline(self) -> int:
+        """When :meth:`handle_timer` should next be called (ms)."""
+        deadline = self._next_sync_ms
+        for pull in self._pulls.values():
+            deadline = min(deadline, pull.deadline_ms)
+        return deadline
+
+    # -- inputs ----------------------------------------------------------------
+
+    def append(self, kind: str, body: Any, now_ms: int) -> Event:
+        """Append, sign and publish one event of our own."""
+        return self.append_many([(kind, body)], now_ms)[0]
+
+    def append_many(self, items: Iterable[tuple[str, Any]], now_ms: int) -> list[Event]:
+        """Append several events under as few signatures as possible."""
+        out: list[Event] = []
+        for kind, body in items:
+            out.append(self.writer.append(kind, body, now_ms))
+            if self.writer.unsealed >= MAX_UNSEALED:
+                self._seal()
+        self._seal()
+        return out
+
+    def _seal(self) -> None:
+        sealed = self.writer.seal()
+        if sealed is None:
+            return
+        events, sig = sealed
+        self.journal.append_own(events, sig)
+        self._emit(events)
+        self._push(events[0].author, [e.raw for e in events], sig, exclude=None)
+
+    def receive(self, peer: str, frame: bytes, now_ms: int) -> None:
+        """Handle one frame from ``peer``. Bad input is counted, never raised."""
+        try:
+            ftype, fields = decode_frame(frame)
+            handler = self._handlers.get(ftype)
+            if handler is None:
+                raise DecodeError(f"unknown frame type {ftype}")
+            handler(peer, fields, now_ms)
+        except RemoteProtocolError as exc:
+            self.counters[exc.code] += 1
+
+    def handle_timer(self, now_ms: int) -> None:
+        """Run periodic work: anti-entropy rounds and pull timeouts."""
+        for author in sorted(self._pulls):
+            if self._pulls[author].deadline_ms <= now_ms:
+                del self._pulls[author]
+                self.counters["pull_timeout"] += 1
+        if now_ms >= self._next_sync_ms:
+            self._next_sync_ms = now_ms + self._jitter(self.config.sync_interval_ms)
+            if self._peers:
+                self.sync_with(self.rng.choice(self._peers))
+
+    def sync_with(self, peer: str) -> None:
+        """Start an anti-entropy round with ``peer`` now."""
+        self.send(peer, encode_frame(FrameType.HAVE, self.journal.version_vector(), True))
+
+    # -- push --------------------------------------------------------------------
+
+    def _push(self, author: bytes, raws: list[bytes], sig: bytes, exclude: str | None) -> None:
+        peers = [p for p in self._peers if p != exclude]
+        if not peers:
+            return
+        if len(self._peers) < self.config.push_all_below:
+            targets, hops = peers, 0
+        else:
+            k = min(self.config.push_fanout, len(peers))
+            targets, hops = self.rng.sample(peers, k), self.config.forward_hops
+        frame = encode_frame(FrameType.EVENTS, author, raws, sig, hops)
+        for p in targets:
+            self.send(p, frame)
+
+    def _forward(self, peer: str, author: bytes, raws: list[bytes], sig: bytes, hops: int) -> None:
+        peers = [p for p in self._peers if p != peer]
+        if hops <= 0 or not peers:
+            return
+        k = min(self.config.push_fanout, len(peers))
+        frame = encode_frame(FrameType.EVENTS, author, raws, sig, hops - 1)
+        for p in self.rng.sample(peers, k):
+            self.send(p, frame)
+
+    # -- handlers ----------------------------------------------------------------
+
+    def _on_events(self, peer: str, fields: list[Any], now_ms: int) -> None:
+        if len(fields) != 4:
+            raise DecodeError("EVENTS takes 4 fields")
+        author, raws, sig, hops = fields
+        if type(hops) is not int or not 0 <= hops <= 64:
+            raise DecodeError("EVENTS hops must be a small int")
+        try:
+            events = self.journal.ingest(author, raws, sig)
+        except ReplayError:
+            self.counters["duplicate"] += 1
+            return
+        except GapError:
+            self.counters["gap"] += 1
+            last = decode_event(raws[-1])
+            self._request(peer, [(author, self.journal.head(author).seq + 1, last.seq)], now_ms)
+            return
+        self.counters["events_in"] += len(events)
+        for ev in events:
+            self.clock.observe(ev.hlc, now_ms)
+        pull = self._pulls.get(author)
+        if pull is not None:
+            if self.journal.head(author).seq >= pull.upto:
+                del self._pulls[author]
+            elif pull.peer == peer:
+                pull.deadline_ms = now_ms + self.config.want_timeout_ms
+        self._emit(events)
+        self._forward(peer, author, raws, sig, hops)
+
+    def _on_have(self, peer: str, fields: list[Any], now_ms: int) -> None:
+        if len(fields) != 2 or type(fields[0]) is not dict or type(fields[1]) is not bool:
+            raise DecodeError("HAVE takes {author: seq}, reply")
+        vv, reply = fields
+        wants: list[tuple[bytes, int, int]] = []
+        for author, seq in vv.items():
+            if type(author) is not bytes or len(author) != 32 or type(seq) is not int:
+                raise DecodeError("HAVE entries are 32-byte author -> int")
+            ours = self.journal.head(author).seq
+            if seq > ours:
+                wants.append((author, ours + 1, seq))
+        wants.sort()
+        self._request(peer, wants, now_ms)
+        if reply and self.journal.missing_for(vv):
+            self.send(peer, encode_frame(FrameType.HAVE, self.journal.version_vector(), False))
+
+    def _request(self, peer: str, wants: list[tuple[bytes, int, int]], now_ms: int) -> None:
+        trusted = self.journal.trusted
+        asks = []
+        for author, start, end in wants:
+            if trusted is not None and not trusted(author):
+                continue
+            pull = self._pulls.get(author)
+            if pull is not None and pull.deadline_ms > now_ms and pull.upto >= end:
+                continue
+            end = min(end, start + self.config.max_want_events - 1)
+            self._pulls[author] = _Pull(peer, end, now_ms + self.config.want_timeout_ms)
+            asks.append([author, start, end])
+        if asks:
+            self.send(peer, encode_frame(FrameType.WANT, asks))
+
+    def _on_want(self, peer: str, fields: list[Any], now_ms: int) -> None:
+        if len(fields) != 1 or type(fields[0]) is not list:
+            raise DecodeError("WANT takes [[author, start, end], ...]")
+        for item in fields[0]:
+            if (
+                type(item) is not list
+                or len(item) != 3
+                or type(item[0]) is not bytes
+                or type(item[1]) is not int
+                or type(item[2]) is not int
+                or item[1] < 1
+            ):
+                raise DecodeError("WANT range must be [author, start>=1, end]")
+            author, start, end = item
+            end = min(end, start + self.config.max_want_events - 1)
+            while start <= end:
+                chunk = self.journal.read_chunk(author, start, end)
+                if chunk is None:
+                    break
+                raws, sig = chunk
+                self.send(peer, encode_frame(FrameType.EVENTS, author, raws, sig, 0))
+                start += len(raws)
+                self.counters["events_served"] += len(raws)
+
+    # -- helpers -------------------------------------------------------------------
+
+    def _emit(self, events: list[Event]) -> None:
+        self._events.extend(events)
+        overflow = len(self._events) - self.config.max_pending_events
+        if overflow > 0:
+            for _ in range(overflow):
+                self._events.popleft()
+            self.counters["events_undelivered"] += overflow
+
+    def _jitter(self, interval_ms: int) -> int:
+        return interval_ms // 2 + self.rng.randrange(interval_ms)
+
