@@ -79,7 +79,7 @@ def encode_event(author: bytes, seq: int, prev: bytes, hlc: int, kind: str, body
     """Build and encode a new event (used by a feed's owner)."""
     if len(author) != 32 or len(prev) != 32:
         raise ValueError("author and prev must be 32 bytes")
-    if not (1 <= seq and 0 <= hlc <= _MAX_HLC):
+    if not (seq >= 1 and 0 <= hlc <= _MAX_HLC):
         raise ValueError("seq must be >= 1 and hlc a non-negative int64")
     if not kind or len(kind) > MAX_KIND_CHARS:
         raise ValueError(f"kind must be 1..{MAX_KIND_CHARS} characters")

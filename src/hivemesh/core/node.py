@@ -351,4 +351,3 @@ class Node:
 
     def _jitter(self, interval_ms: int) -> int:
         return interval_ms // 2 + self.rng.randrange(interval_ms)
-
