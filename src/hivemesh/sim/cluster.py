@@ -1,0 +1,337 @@
+"""The simulated cluster: N real core nodes on one heap of timed events.
+
+Theory of operation
+-------------------
+Everything nondeterministic is drawn from streams derived from one seed
+string: ``{seed}/net`` (delays, loss, duplication), ``{seed}/faults``
+(partitions, crashes, skew, forgeries), ``{seed}/work`` (appends) and
+``{seed}/node/i`` (each node's own randomness). Time is a number on the heap;
+it jumps from event to event. Each node sees ``sim time + its clock skew``.
+
+A run has two phases. In the *active* phase the workload appends events
+while the network loses, duplicates and reorders frames, partitions come and
+go, nodes crash (their in-memory state is discarded; their store, like a disk,
+survives) and restart by replaying their store, and an adversary injects
+forged frames. In the *heal* phase the network is perfect, every node is up,
+and anti-entropy must bring every replica to the same journal and views.
+
+The checkers (:mod:`hivemesh.sim.checkers`) then look for violations. A
+digest of the whole trace (every delivery, drop, crash) is returned so two
+runs of a seed can be compared byte for byte.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import random
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from hivemesh.core.event import Event, decode_event, encode_event
+from hivemesh.core.feed import head_message
+from hivemesh.core.frames import FrameType, encode_frame
+from hivemesh.core.identity import Identity
+from hivemesh.core.node import Node, NodeConfig
+from hivemesh.core.store import MemoryStore
+from hivemesh.sim.options import SimOptions
+from hivemesh.sim.views import EventSetDigest
+
+__all__ = ["Cluster", "SimNode", "SimResult", "replay_store"]
+
+_DELIVER, _TIMER, _APPEND, _CRASH, _RESTART, _PARTITION, _HEAL, _FORGE, _PHASE = range(9)
+
+
+def replay_store(store: MemoryStore) -> Iterator[Event]:
+    """Stored events in per-author order (the store was verified on ingest)."""
+    for _author, raws, _sigs in store.scan():
+        for raw in raws:
+            yield decode_event(raw)
+
+
+@dataclass
+class SimNode:
+    """One replica: identity, durable store, and (when up) its core node."""
+
+    index: int
+    identity: Identity
+    store: MemoryStore
+    skew_ms: int
+    node: Node | None = None
+    digest: EventSetDigest = field(default_factory=EventSetDigest)
+    timer_at: int | None = None
+    incarnation: int = 0
+
+
+@dataclass
+class SimResult:
+    """Outcome of one seed."""
+
+    seed: str
+    violations: list[str]
+    trace_digest: str
+    stats: dict[str, Any]
+
+
+class Cluster:
+    """Drive ``opts.nodes`` core nodes through one seeded fault schedule."""
+
+    def __init__(self, seed: str, opts: SimOptions) -> None:
+        self.seed = seed
+        self.opts = opts
+        self.net_rng = random.Random(f"{seed}/net")
+        self.fault_rng = random.Random(f"{seed}/faults")
+        self.work_rng = random.Random(f"{seed}/work")
+        key_rng = random.Random(f"{seed}/keys")
+        self.now = 0
+        self._heap: list[tuple[int, int, int, Any]] = []
+        self._seq = 0
+        self.trace = hashlib.blake2b(digest_size=16)
+        self.stats: Counter[str] = Counter()
+        self.bytes_by_type: Counter[str] = Counter()
+        self.partition: dict[str, int] | None = None
+        self.healing = False
+        self.acknowledged: list[Event] = []
+        self.forged: list[bytes] = []
+        self.seen_frames: list[bytes] = []
+        skew = opts.faults.clock_skew_max_ms
+        self.nodes = [
+            SimNode(
+                i,
+                Identity.from_seed(key_rng.randbytes(32)),
+                MemoryStore(),
+                self.fault_rng.randint(-skew, skew) if skew else 0,
+            )
+            for i in range(opts.nodes)
+        ]
+        self.members = frozenset(n.identity.public for n in self.nodes)
+        self.by_addr = {n.identity.address: n for n in self.nodes}
+        for n in self.nodes:
+            self._boot(n)
+
+    # -- scheduling --------------------------------------------------------------
+
+    def _at(self, t: int, kind: int, data: Any = None) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, self._seq, kind, data))
+
+    def _note(self, *parts: object) -> None:
+        self.trace.update(repr((self.now, *parts)).encode())
+
+    # -- node life ---------------------------------------------------------------
+
+    def _config(self) -> NodeConfig:
+        return NodeConfig(
+            sync_interval_ms=self.opts.sync_interval_ms,
+            want_timeout_ms=self.opts.want_timeout_ms,
+        )
+
+    def _boot(self, sn: SimNode) -> None:
+        sn.incarnation += 1
+        rng = random.Random(f"{self.seed}/node/{sn.index}/{sn.incarnation}")
+        node = Node(
+            sn.identity,
+            sn.store,
+            rng,
+            now_ms=self.now + sn.skew_ms,
+            config=self._config(),
+            trusted=self.members.__contains__,
+        )
+        sn.digest = EventSetDigest()
+        node.add_view(sn.digest)
+        node.rehydrate(replay_store(sn.store))
+        for other in self.nodes:
+            node.add_peer(other.identity.address)
+        sn.node = node
+        sn.timer_at = None
+        self._flush(sn)
+
+    def _flush(self, sn: SimNode) -> None:
+        node = sn.node
+        if node is None:
+            return
+        node.events()
+        for peer, frame in node.outbox():
+            self._send(sn, self.by_addr[peer], frame)
+        deadline = node.next_deadline() - sn.skew_ms
+        if sn.timer_at is None or deadline < sn.timer_at:
+            sn.timer_at = max(deadline, self.now)
+            self._at(sn.timer_at, _TIMER, (sn.index, sn.incarnation))
+
+    def _send(self, src: SimNode, dst: SimNode, frame: bytes) -> None:
+        net = self.opts.network
+        self.stats["frames_sent"] += 1
+        self.bytes_by_type[str(frame[2] if len(frame) > 2 else -1)] += len(frame)
+        self.stats["bytes_sent"] += len(frame)
+        if not self.healing:
+            if (
+                self.partition
+                and self.partition[src.identity.address] != self.partition[dst.identity.address]
+            ):
+                self.stats["frames_partitioned"] += 1
+                return
+            if self.net_rng.random() < net.packet_loss_probability:
+                self.stats["frames_lost"] += 1
+                return
+            if self.net_rng.random() < net.packet_replay_probability:
+                delay = net.one_way_delay_mean_ms + self.net_rng.randrange(
+                    net.one_way_delay_jitter_ms * 4 + 1
+                )
+                self._at(self.now + delay, _DELIVER, (src.index, dst.index, frame))
+                self.stats["frames_duplicated"] += 1
+        delay = net.one_way_delay_mean_ms + self.net_rng.randrange(net.one_way_delay_jitter_ms + 1)
+        self._at(self.now + delay, _DELIVER, (src.index, dst.index, frame))
+        if len(self.seen_frames) < 64 and frame[:3] == encode_frame(FrameType.EVENTS)[:3]:
+            self.seen_frames.append(frame)
+
+    # -- the run -----------------------------------------------------------------
+
+    def _plan(self) -> None:
+        o, f = self.opts, self.opts.faults
+        active = o.active_ms
+        for _ in range(o.appends):
+            self._at(self.work_rng.randrange(active), _APPEND, self.work_rng.randrange(o.nodes))
+        t = 0
+        while t < active:
+            t += self.fault_rng.randrange(1_000, 6_000)
+            if t >= active:
+                break
+            roll = self.fault_rng.random()
+            if roll < f.partition_probability:
+                self._at(t, _PARTITION, self.fault_rng.random())
+                self._at(min(active, t + self.fault_rng.randrange(500, 5_000)), _HEAL, None)
+            elif roll < f.partition_probability + f.crash_probability:
+                victim = self.fault_rng.randrange(o.nodes)
+                self._at(t, _CRASH, victim)
+                self._at(min(active, t + self.fault_rng.randrange(200, 5_000)), _RESTART, victim)
+        for _ in range(f.forgeries):
+            self._at(self.fault_rng.randrange(active), _FORGE, self.fault_rng.randrange(o.nodes))
+        self._at(active, _PHASE, None)
+
+    def run(self) -> SimResult:
+        """Run both phases, then the checkers."""
+        from hivemesh.sim.checkers import check_cluster
+
+        self._plan()
+        end = self.opts.active_ms + self.opts.heal_ms
+        next_check = self.opts.active_ms + 1_000
+        while self._heap:
+            t, _, kind, data = heapq.heappop(self._heap)
+            if t > end:
+                break
+            self.now = t
+            self._dispatch(kind, data)
+            if self.healing and t >= next_check:
+                next_check = t + 1_000
+                if self.converged():
+                    break
+        self.stats["converged_at_ms"] = self.now
+        violations = check_cluster(self)
+        self.trace.update(repr(sorted(self.stats.items())).encode())
+        return SimResult(self.seed, violations, self.trace.hexdigest(), dict(self.stats))
+
+    def converged(self) -> bool:
+        """Every replica holds the same feeds."""
+        vvs = [n.node.journal.version_vector() for n in self.nodes if n.node]
+        return all(v == vvs[0] for v in vvs)
+
+    def _dispatch(self, kind: int, data: Any) -> None:
+        if kind == _DELIVER:
+            src, dst, frame = data
+            sn = self.nodes[dst]
+            if sn.node is None:
+                self.stats["frames_to_crashed"] += 1
+                return
+            self._note("d", src, dst, hashlib.blake2b(frame, digest_size=8).hexdigest())
+            sn.node.receive(self.nodes[src].identity.address, frame, self.now + sn.skew_ms)
+            self._flush(sn)
+        elif kind == _TIMER:
+            index, incarnation = data
+            sn = self.nodes[index]
+            if sn.node is None or sn.incarnation != incarnation or sn.timer_at != self.now:
+                return
+            sn.timer_at = None
+            sn.node.handle_timer(self.now + sn.skew_ms)
+            self._flush(sn)
+        elif kind == _APPEND:
+            sn = self.nodes[data]
+            if sn.node is None:
+                return
+            body = {"n": sn.index, "r": self.work_rng.randrange(1 << 30)}
+            ev = sn.node.append("app.note", body, self.now + sn.skew_ms)
+            self.acknowledged.append(ev)
+            self._note("a", sn.index, ev.seq)
+            self._flush(sn)
+        elif kind == _CRASH:
+            sn = self.nodes[data]
+            if sn.node is not None:
+                sn.node = None
+                sn.timer_at = None
+                self.stats["crashes"] += 1
+                self._note("crash", data)
+        elif kind == _RESTART:
+            sn = self.nodes[data]
+            if sn.node is None:
+                self._boot(sn)
+                self._note("restart", data)
+        elif kind == _PARTITION:
+            self._partition(data)
+        elif kind == _HEAL:
+            self.partition = None
+            self._note("heal")
+        elif kind == _FORGE:
+            self._forge(self.nodes[data])
+        elif kind == _PHASE:
+            self.healing = True
+            self.partition = None
+            for sn in self.nodes:
+                if sn.node is None:
+                    self._boot(sn)
+            self._note("phase-heal")
+
+    def _partition(self, roll: float) -> None:
+        addrs = sorted(self.by_addr)
+        if roll < 0.5:
+            victim = addrs[self.fault_rng.randrange(len(addrs))]
+            self.partition = {a: int(a == victim) for a in addrs}
+        else:
+            self.partition = {a: self.fault_rng.randrange(2) for a in addrs}
+        self.stats["partitions"] += 1
+        self._note("partition", sorted(self.partition.items()))
+
+    # -- the adversary ---------------------------------------------------------------
+
+    def _forge(self, target: SimNode) -> None:
+        if target.node is None:
+            return
+        rng = self.fault_rng
+        victim = self.nodes[rng.randrange(len(self.nodes))]
+        head = target.node.journal.head(victim.identity.public)
+        choice = rng.randrange(3)
+        if choice == 0:  # a real author's next event, signed by the wrong key
+            ev = encode_event(
+                victim.identity.public, head.seq + 1, head.hash, 1, "app.note", {"forged": 1}
+            )
+            sig = Identity.from_seed(rng.randbytes(32)).sign(head_message(ev.author, ev.seq, ev.id))
+            frame = encode_frame(FrameType.EVENTS, ev.author, [ev.raw], sig, 0)
+            self.forged.append(ev.id)
+        elif choice == 1:  # a well-formed feed by an author nobody trusts
+            outsider = Identity.from_seed(rng.randbytes(32))
+            ev = encode_event(outsider.public, 1, b"\x00" * 32, 1, "app.note", {"spam": 1})
+            sig = outsider.sign(head_message(ev.author, ev.seq, ev.id))
+            frame = encode_frame(FrameType.EVENTS, ev.author, [ev.raw], sig, 0)
+            self.forged.append(ev.id)
+        else:  # a real frame seen on the wire with one byte flipped
+            if not self.seen_frames:
+                return
+            original = self.seen_frames[rng.randrange(len(self.seen_frames))]
+            pos = rng.randrange(len(original))
+            frame = original[:pos] + bytes([original[pos] ^ 0x5A]) + original[pos + 1 :]
+        self.stats["forgeries"] += 1
+        before = sum(target.node.counters.values())
+        target.node.receive("hmadversary", frame, self.now + target.skew_ms)
+        if sum(target.node.counters.values()) == before:
+            self.stats["forgeries_unnoticed"] += 1
+        self._flush(target)
