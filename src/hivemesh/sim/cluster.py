@@ -215,22 +215,38 @@ class Cluster:
         from hivemesh.sim.checkers import check_cluster
 
         self._plan()
-        end = self.opts.active_ms + self.opts.heal_ms
-        next_check = self.opts.active_ms + 1_000
-        while self._heap:
-            t, _, kind, data = heapq.heappop(self._heap)
-            if t > end:
-                break
-            self.now = t
-            self._dispatch(kind, data)
-            if self.healing and t >= next_check:
-                next_check = t + 1_000
-                if self.converged():
-                    break
+        self.run_until(self.opts.active_ms + self.opts.heal_ms, stop_when_converged=True)
         self.stats["converged_at_ms"] = self.now
         violations = check_cluster(self)
         self.trace.update(repr(sorted(self.stats.items())).encode())
         return SimResult(self.seed, violations, self.trace.hexdigest(), dict(self.stats))
+
+    def run_until(self, end_ms: int, *, stop_when_converged: bool = False) -> None:
+        """Process heap events up to ``end_ms`` (or until converged, checked
+        each simulated second once healing)."""
+        next_check = self.now + 1_000
+        while self._heap and self._heap[0][0] <= end_ms:
+            t, _, kind, data = heapq.heappop(self._heap)
+            self.now = t
+            self._dispatch(kind, data)
+            if stop_when_converged and self.healing and t >= next_check:
+                next_check = t + 1_000
+                if self.converged():
+                    return
+        if not stop_when_converged or not self._heap:
+            self.now = max(self.now, end_ms)
+
+    def append(self, index: int, items: list[tuple[str, Any]]) -> None:
+        """Append events on node ``index`` now (benchmarks and tests)."""
+        sn = self.nodes[index]
+        if sn.node is None:
+            raise ValueError(f"node {index} is down")
+        self.acknowledged.extend(sn.node.append_many(items, self.now + sn.skew_ms))
+        self._flush(sn)
+
+    def set_partition(self, groups: dict[str, int] | None) -> None:
+        """Impose a partition (address -> group) or heal (None)."""
+        self.partition = groups
 
     def converged(self) -> bool:
         """Every replica holds the same feeds."""
