@@ -98,7 +98,9 @@ def run(args: argparse.Namespace) -> BenchResult:
                 goal="<= 1.2x minimum",
                 goal_met=converged and ratio <= 1.2,
             ),
-            Metric("simulated time to converge", float(heal_ms), None, "ms", higher_is_better=False),
+            Metric(
+                "simulated time to converge", float(heal_ms), None, "ms", higher_is_better=False
+            ),
             Metric("wall time to converge", wall * 1000, None, "ms", higher_is_better=False),
         ],
         {
