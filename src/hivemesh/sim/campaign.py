@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from hivemesh.sim.cluster import Cluster, SimResult
-from hivemesh.sim.options import SimOptions
+from hivemesh.sim.options import FaultOptions, NetworkOptions, SimOptions
 
 __all__ = ["parse_seeds", "run_campaign", "run_seed"]
 
@@ -62,7 +62,9 @@ def run_campaign(seeds: Iterable[int], opts: SimOptions, jobs: int = 1) -> dict[
         for k, v in res.stats.items():
             if isinstance(v, int) and k != "converged_at_ms":
                 totals[k] = totals.get(k, 0) + v
+    unique = totals.get("claim_executions", 0) - totals.get("claim_duplicates", 0)
     return {
+        "claim_duplicate_rate": (totals.get("claim_duplicates", 0) / unique) if unique else None,
         "runs": len(seeds),
         "nodes": opts.nodes,
         "violations": violations,
@@ -74,6 +76,24 @@ def run_campaign(seeds: Iterable[int], opts: SimOptions, jobs: int = 1) -> dict[
     }
 
 
-def default_options(nodes: int) -> SimOptions:
-    """The campaign's standard fault mix for ``nodes`` replicas."""
+def default_options(nodes: int, workload: str = "journal") -> SimOptions:
+    """The campaign's standard fault mix for ``nodes`` replicas.
+
+    ``workload="claims"``: nodes compete for 40 tasks with optimistic claims
+    under 10% loss and 100 ms jitter, with crashes (issue goal: <= 1%
+    duplicate executions).
+    """
+    if workload == "claims":
+        return SimOptions(
+            nodes=nodes,
+            appends=0,
+            claim_tasks=40,
+            network=NetworkOptions(
+                one_way_delay_mean_ms=20,
+                one_way_delay_jitter_ms=100,
+                packet_loss_probability=0.10,
+                packet_replay_probability=0.02,
+            ),
+            faults=FaultOptions(partition_probability=0.1, crash_probability=0.3, forgeries=0),
+        )
     return replace(SimOptions(), nodes=nodes)

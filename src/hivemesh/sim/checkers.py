@@ -75,4 +75,8 @@ def check_cluster(c: Cluster) -> list[str]:
         out.extend(f"node {n.index}: {p}" for p in verify_store(n.store))
         if n.node is not None and n.node.counters["fork"]:
             out.append(f"node {n.index} reported a fork from an honest author")
+    if c.opts.claim_tasks:
+        done = {t for t, _ in c.executions}
+        if len(done) != c.opts.claim_tasks:
+            out.append(f"claims: only {len(done)} of {c.opts.claim_tasks} tasks were executed")
     return out

@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from hivemesh.core.claims import ClaimsView
 from hivemesh.core.event import Event, decode_event, encode_event
 from hivemesh.core.feed import head_message
 from hivemesh.core.frames import FrameType, encode_frame
@@ -41,7 +42,20 @@ from hivemesh.sim.views import EventSetDigest
 
 __all__ = ["Cluster", "SimNode", "SimResult", "replay_store"]
 
-_DELIVER, _TIMER, _APPEND, _CRASH, _RESTART, _PARTITION, _HEAL, _FORGE, _PHASE = range(9)
+(
+    _DELIVER,
+    _TIMER,
+    _APPEND,
+    _CRASH,
+    _RESTART,
+    _PARTITION,
+    _HEAL,
+    _FORGE,
+    _PHASE,
+    _TRY,
+    _CHECK,
+    _DOWN,
+) = range(12)
 
 
 def replay_store(store: MemoryStore) -> Iterator[Event]:
@@ -61,6 +75,7 @@ class SimNode:
     skew_ms: int
     node: Node | None = None
     digest: EventSetDigest = field(default_factory=EventSetDigest)
+    claims: ClaimsView = field(default_factory=ClaimsView)
     timer_at: int | None = None
     incarnation: int = 0
 
@@ -96,6 +111,7 @@ class Cluster:
         self.acknowledged: list[Event] = []
         self.forged: list[bytes] = []
         self.seen_frames: list[bytes] = []
+        self.executions: list[tuple[str, int]] = []
         skew = opts.faults.clock_skew_max_ms
         self.nodes = [
             SimNode(
@@ -140,12 +156,20 @@ class Cluster:
             trusted=self.members.__contains__,
         )
         sn.digest = EventSetDigest()
+        sn.claims = ClaimsView()
         node.add_view(sn.digest)
+        node.add_view(sn.claims)
         node.rehydrate(replay_store(sn.store))
         for other in self.nodes:
             node.add_peer(other.identity.address)
         sn.node = node
         sn.timer_at = None
+        stale = sn.claims.own_live(sn.identity.public)
+        if stale:  # a restarted worker abandons the claims of its previous life
+            node.append_many(
+                [("claim.release", {"r": r, "seq": seq}) for r, seq in stale],
+                self.now + sn.skew_ms,
+            )
         self._flush(sn)
 
     def _flush(self, sn: SimNode) -> None:
@@ -209,6 +233,8 @@ class Cluster:
         for _ in range(f.forgeries):
             self._at(self.fault_rng.randrange(active), _FORGE, self.fault_rng.randrange(o.nodes))
         self._at(active, _PHASE, None)
+        for i in range(o.nodes if o.claim_tasks else 0):
+            self._at(self.work_rng.randrange(1_000), _TRY, i)
 
     def run(self) -> SimResult:
         """Run both phases, then the checkers."""
@@ -217,6 +243,11 @@ class Cluster:
         self._plan()
         self.run_until(self.opts.active_ms + self.opts.heal_ms, stop_when_converged=True)
         self.stats["converged_at_ms"] = self.now
+        if self.opts.claim_tasks:
+            self.stats["claim_executions"] = len(self.executions)
+            self.stats["claim_duplicates"] = len(self.executions) - len(
+                {t for t, _ in self.executions}
+            )
         violations = check_cluster(self)
         self.trace.update(repr(sorted(self.stats.items())).encode())
         return SimResult(self.seed, violations, self.trace.hexdigest(), dict(self.stats))
@@ -251,6 +282,8 @@ class Cluster:
     def converged(self) -> bool:
         """Every replica holds the same feeds."""
         vvs = [n.node.journal.version_vector() for n in self.nodes if n.node]
+        if self.opts.claim_tasks and len({t for t, _ in self.executions}) < self.opts.claim_tasks:
+            return False
         return all(v == vvs[0] for v in vvs)
 
     def _dispatch(self, kind: int, data: Any) -> None:
@@ -287,6 +320,9 @@ class Cluster:
                 sn.timer_at = None
                 self.stats["crashes"] += 1
                 self._note("crash", data)
+                self._at(self.now + self.opts.failure_detect_ms, _DOWN, data)
+        elif kind in (_TRY, _CHECK, _DOWN):
+            self._claims_step(kind, data)
         elif kind == _RESTART:
             sn = self.nodes[data]
             if sn.node is None:
@@ -306,6 +342,51 @@ class Cluster:
                 if sn.node is None:
                     self._boot(sn)
             self._note("phase-heal")
+
+    # -- the claims workload -------------------------------------------------------
+
+    def _claims_step(self, kind: int, data: Any) -> None:
+        o = self.opts
+        if kind == _DOWN:  # a live observer reports the failure (the SWIM detector's job)
+            live = [n for n in self.nodes if n.node is not None and n.index != data]
+            if live:
+                who = live[self.work_rng.randrange(len(live))]
+                victim = self.nodes[data].identity.public
+                assert who.node is not None
+                upto = who.node.journal.head(victim).seq
+                self.append(who.index, [("member.down", {"a": victim, "upto": upto})])
+            return
+        if kind == _TRY:
+            index = data
+            sn = self.nodes[index]
+            if o.claim_tasks and sn.node is not None:
+                # An executor's loop: first run anything we have won, then claim more.
+                me = sn.identity.public
+                for task, _seq in sn.claims.own_live(me):
+                    if sn.claims.decided(task, self.now + sn.skew_ms, o.claim_settle_ms) == me:
+                        self._execute(sn, task)
+                free = [f"t{k}" for k in range(o.claim_tasks) if not sn.claims.is_claimed(f"t{k}")]
+                if free:
+                    task = free[self.work_rng.randrange(len(free))]
+                    self.append(index, [("claim.intent", {"r": task})])
+                    self._at(self.now + o.claim_settle_ms, _CHECK, (index, task, sn.incarnation))
+            if o.claim_tasks:
+                self._at(self.now + 200 + self.work_rng.randrange(800), _TRY, index)
+            return
+        index, task, incarnation = data
+        sn = self.nodes[index]
+        if sn.node is None or sn.incarnation != incarnation or sn.claims.is_done(task):
+            return
+        winner = sn.claims.decided(task, self.now + sn.skew_ms, o.claim_settle_ms)
+        if winner == sn.identity.public:
+            self._execute(sn, task)
+        elif winner is None and sn.claims.winner(task) is not None:
+            self._at(self.now + 200, _CHECK, data)
+
+    def _execute(self, sn: SimNode, task: str) -> None:
+        self.executions.append((task, sn.index))
+        self._note("exec", task, sn.index)
+        self.append(sn.index, [("claim.done", {"r": task})])
 
     def _partition(self, roll: float) -> None:
         addrs = sorted(self.by_addr)

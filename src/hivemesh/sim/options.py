@@ -30,12 +30,20 @@ class FaultOptions:
 
 @dataclass(frozen=True, slots=True)
 class SimOptions:
-    """One run: ``nodes`` replicas, ``appends`` events, faults, then heal."""
+    """One run: ``nodes`` replicas, ``appends`` events, faults, then heal.
+
+    With ``claim_tasks`` > 0 the nodes also compete for that many tasks with
+    optimistic claims (:mod:`hivemesh.core.claims`); a crash is reported as
+    ``member.down`` by a live node after ``failure_detect_ms``.
+    """
 
     nodes: int = 5
     appends: int = 60
     active_ms: int = 20_000
     heal_ms: int = 30_000
+    claim_tasks: int = 0
+    claim_settle_ms: int = 1_500
+    failure_detect_ms: int = 1_500
     sync_interval_ms: int = 500
     want_timeout_ms: int = 1_500
     network: NetworkOptions = field(default_factory=NetworkOptions)

@@ -15,6 +15,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("sim", help="run the deterministic simulator over many seeds")
     p.add_argument("--seeds", default="1..100", help="A..B inclusive, or a list A,B,C")
     p.add_argument("--nodes", type=int, default=5)
+    p.add_argument("--workload", choices=["journal", "claims"], default="journal")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_run)
@@ -22,7 +23,7 @@ def register(sub: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     seeds = parse_seeds(args.seeds)
-    summary = run_campaign(seeds, default_options(args.nodes), jobs=args.jobs)
+    summary = run_campaign(seeds, default_options(args.nodes, args.workload), jobs=args.jobs)
     if args.json:
         print(json.dumps(summary, sort_keys=True))
     else:
@@ -34,6 +35,12 @@ def _run(args: argparse.Namespace) -> int:
             f"{t.get('crashes', 0)} crashes, {t.get('forgeries', 0)} forgeries"
         )
         print(f"violations: {summary['violations']}  trace digest: {summary['trace_digest']}")
+        if summary["claim_duplicate_rate"] is not None:
+            print(
+                f"claims: {t.get('claim_executions', 0)} executions, "
+                f"{t.get('claim_duplicates', 0)} duplicates "
+                f"({summary['claim_duplicate_rate']:.2%} duplicate-execution rate)"
+            )
         for seed, problems in summary["examples"].items():
             print(f"  seed {seed}: {'; '.join(problems)}")
         for cmd in summary["replay"]:
