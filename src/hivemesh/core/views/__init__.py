@@ -12,9 +12,19 @@ Every view satisfies :class:`View`: see :mod:`hivemesh.core.views.base`.
 """
 
 from hivemesh.core.views.base import View as View
+from hivemesh.core.views.blobs import BlobFetcher as BlobFetcher
+from hivemesh.core.views.blobs import BlobIndex as BlobIndex
 from hivemesh.core.views.context import Context as Context
 from hivemesh.core.views.context import ContextView as ContextView
 from hivemesh.core.views.names import NamesView as NamesView
 from hivemesh.core.views.registers import MaxRegisterView as MaxRegisterView
 
-__all__ = ["Context", "ContextView", "MaxRegisterView", "NamesView", "View"]
+__all__ = [
+    "BlobFetcher",
+    "BlobIndex",
+    "Context",
+    "ContextView",
+    "MaxRegisterView",
+    "NamesView",
+    "View",
+]

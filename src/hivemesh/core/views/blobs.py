@@ -38,8 +38,11 @@ answers ``want``/``get`` from local storage.
 Fetching one blob: pick a random holder not yet marked bad (announcers from
 the index, or peers that answered ``have`` to a broadcast ``want``); pipeline
 up to ``window`` chunk requests to it (at most ``max_inflight`` over all
-blobs); a request unanswered by its deadline, or a ``none``, marks the holder
-bad and moves on to another, keeping the chunks already received. When every
+blobs). A request unanswered by its deadline gives the holder a strike and
+the fetcher re-picks among the holders with the fewest strikes (so a lost
+frame costs one timeout, and a slow holder is retried only when no better one
+exists; ``max_strikes`` retires it). A ``none`` or a malformed chunk retires
+the holder at once. Chunks already received are kept across holders. When every
 chunk is in, the whole blob is hashed: a mismatch is a
 :class:`~hivemesh.errors.BlobMismatch`, every holder that contributed a chunk
 is marked bad and the chunks are dropped. With no usable holder left the
@@ -270,6 +273,7 @@ class _Want:
     size: int | None = None
     sources: set[str] = field(default_factory=set)
     bad: set[str] = field(default_factory=set)
+    strikes: Counter[str] = field(default_factory=Counter)  # timeouts per holder
     peer: str | None = None
     chunks: dict[int, bytes] = field(default_factory=dict)
     from_peer: dict[int, str] = field(default_factory=dict)
@@ -290,6 +294,7 @@ class BlobFetcher:
         max_wants: int = 256,
         request_timeout_ms: int = 10_000,
         search_ms: int = 5_000,
+        max_strikes: int = 3,
     ) -> None:
         if not (chunk_bytes > 0 and window > 0 and max_inflight > 0 and max_wants > 0):
             raise InvalidArgument("fetcher limits must be positive")
@@ -300,6 +305,7 @@ class BlobFetcher:
         self.max_wants = max_wants
         self.request_timeout_ms = request_timeout_ms
         self.search_ms = search_ms
+        self.max_strikes = max_strikes
         self._wants: dict[bytes, _Want] = {}
         self._out: list[tuple[str | None, list[Any]]] = []
         self._done: list[tuple[bytes, bytes]] = []
@@ -421,7 +427,7 @@ class BlobFetcher:
             w = self._wants[digest]
             if w.requested and min(w.requested.values()) <= now_ms:
                 assert w.peer is not None
-                w.bad.add(w.peer)
+                w.strikes[w.peer] += 1
                 self._drop_peer(w)
             elif (
                 w.peer is None
@@ -463,7 +469,10 @@ class BlobFetcher:
     # -- internals -------------------------------------------------------------------
 
     def _usable(self, w: _Want) -> list[str]:
-        return sorted(w.sources - w.bad)
+        """Holders worth asking: not proven bad, fewest timeouts first."""
+        ok = [p for p in w.sources - w.bad if w.strikes[p] < self.max_strikes]
+        fewest = min((w.strikes[p] for p in ok), default=0)
+        return sorted(p for p in ok if w.strikes[p] == fewest)
 
     def _drop_peer(self, w: _Want) -> None:
         w.peer = None
