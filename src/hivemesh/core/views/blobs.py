@@ -22,14 +22,16 @@ never touches the network or the clock: frames come in through
 called at :meth:`BlobFetcher.next_deadline`. Randomness (which holder to ask)
 comes from an injected :class:`random.Random`.
 
-Wire messages (msgpack lists; the first element is the type tag, all tags
-start with ``"blob."`` so the node can route them as one family)::
+Wire messages are msgpack-able lists ``[type, *fields]`` whose integer type
+lies in the blob range 10-19 of :mod:`hivemesh.core.frames`, so the node sends
+one as ``encode_frame(frame[0], *frame[1:])`` and routes received types
+:data:`BLOB_TAGS` back here as ``[type, *fields]``::
 
-    ["blob.want", h]                      do you hold h?        (fetcher -> any)
-    ["blob.have", h, size]                I hold h              (server -> fetcher)
-    ["blob.none", h]                      I do not hold h       (server -> fetcher)
-    ["blob.get",  h, index]               send chunk index      (fetcher -> holder)
-    ["blob.data", h, index, size, chunk]  chunk index of h      (server -> fetcher)
+    [10 WANT, h]                        do you hold h?     (fetcher -> any)
+    [13 HAVE, h, size]                  I hold h           (server -> fetcher)
+    [12 NONE, h]                        I do not hold h    (server -> fetcher)
+    [14 GET,  h, index]                 send chunk index   (fetcher -> holder)
+    [11 DATA, h, index, size, chunk]    chunk index of h   (server -> fetcher)
 
 Chunks are :data:`CHUNK_BYTES` long except the last; blobs are at most
 :data:`MAX_BLOB_BYTES`. An empty blob is one empty chunk. :func:`serve`
@@ -73,6 +75,7 @@ from hivemesh.errors import (
 )
 
 __all__ = [
+    "BLOB_TAGS",
     "CHUNK_BYTES",
     "KIND_PUT",
     "MAX_BLOB_BYTES",
@@ -92,13 +95,14 @@ __all__ = [
 KIND_PUT = "blob.put"
 CHUNK_BYTES = 1024 * 1024
 MAX_BLOB_BYTES = 64 * 1024 * 1024
-TAG_WANT, TAG_HAVE, TAG_NONE, TAG_GET, TAG_DATA = (
-    "blob.want",
-    "blob.have",
-    "blob.none",
-    "blob.get",
-    "blob.data",
-)
+#: Frame type tags, in the range 10-19 that :mod:`hivemesh.core.frames` reserves
+#: for blobs (10-12 match ``FrameType.BLOB_WANT/BLOB_DATA/BLOB_MISSING``).
+TAG_WANT = 10
+TAG_DATA = 11
+TAG_NONE = 12
+TAG_HAVE = 13
+TAG_GET = 14
+BLOB_TAGS = (TAG_WANT, TAG_DATA, TAG_NONE, TAG_HAVE, TAG_GET)
 _MIME = re.compile(r"[a-z0-9][a-z0-9.+-]{0,63}/[a-z0-9][a-z0-9.+-]{0,63}\Z")
 _NAME = re.compile(r"[A-Za-z0-9._:/-]{1,128}\Z")
 
@@ -224,12 +228,12 @@ class BlobIndex(ViewBase):
 
 def parse_frame(frame: Any, chunk_bytes: int = CHUNK_BYTES) -> tuple[Any, ...]:
     """Validate a ``blob.*`` frame; return it as a tuple or raise DecodeError."""
-    if type(frame) is not list or not frame or type(frame[0]) is not str:
-        raise DecodeError("blob frame must be a list starting with its tag")
+    if type(frame) is not list or not frame or type(frame[0]) is not int:
+        raise DecodeError("blob frame must be a list starting with its type")
     tag, args = frame[0], frame[1:]
     want = {TAG_WANT: 1, TAG_NONE: 1, TAG_HAVE: 2, TAG_GET: 2, TAG_DATA: 4}.get(tag)
     if want is None or len(args) != want:
-        raise DecodeError(f"bad blob frame {tag!r:.40} with {len(args)} fields")
+        raise DecodeError(f"bad blob frame type {tag} with {len(args)} fields")
     if type(args[0]) is not bytes or len(args[0]) != 32:
         raise DecodeError("blob digest must be 32 bytes")
     for x in args[1:3]:
