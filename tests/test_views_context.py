@@ -397,3 +397,47 @@ def test_corrupted_updates_never_crash(data: st.DataObject) -> None:
     assert view.applied + sum(view.rejected.values()) == 1
     if view.rejected:
         assert view.snapshot() == {}
+
+
+def test_update_waits_for_its_dependencies() -> None:
+    a, b = Author(SEEDS[0]), Author(SEEDS[1])
+    a.view.context()["k"] = "from a"
+    a.flush()
+    b.journal.deliver(a.events[0])
+    b.view.context()["k"] = "b saw a"  # causally after a's write
+    b.flush()
+    replica = ContextView()
+    replica.apply(b.events[0])  # arrives first: held by loro, not visible
+    assert not replica.rejected and replica.snapshot() == {}
+    replica.apply(a.events[0])
+    assert replica.context()["k"] == "b saw a"
+    assert replica.digest() == b.view.digest()
+
+
+def test_remote_import_between_local_write_and_export() -> None:
+    a, b = Author(SEEDS[0]), Author(SEEDS[1])
+    b.view.context()["from-b"] = 1
+    b.flush()
+    a.view.context()["from-a"] = 2  # not yet exported
+    a.journal.deliver(b.events[0])
+    a.flush()
+    assert len(a.events) == 1
+    replica = ContextView()
+    for ev in (a.events[0], b.events[0]):
+        replica.apply(ev)
+    assert not replica.rejected
+    assert replica.context().to_dict() == {"from-a": 2, "from-b": 1}
+
+
+def test_other_container_types_converge() -> None:
+    a = Author(SEEDS[0])
+    doc = a.view._docs.setdefault("default", a.view._doc("default"))
+    doc.get_movable_list("m").push(1)
+    doc.get_map("extra").insert("x", 1)
+    a.flush()
+    replica = ContextView()
+    replica.apply(a.events[0])
+    assert not replica.rejected
+    snap = replica.snapshot()["default"]
+    assert snap["other"] == {"m:MovableList": [1], "extra:Map": {"x": 1}}
+    assert replica.digest() == a.view.digest()
