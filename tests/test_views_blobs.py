@@ -304,3 +304,19 @@ def test_index_garbage_never_crashes(body: Any) -> None:
     idx.apply(FeedWriter(IDS[0], Head(), HLC()).append(KIND_PUT, body, 1_000))
     if idx.rejected:
         assert idx.digest() == before
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32), loss=st.sampled_from([0.1, 0.3, 0.5]))
+def test_lossy_link_still_completes(seed: int, loss: float) -> None:
+    data = random.Random(seed).randbytes(5 * CHUNK + 3)
+    h = blob_digest(data)
+    net = random.Random(f"{seed}/net")
+
+    def lossy(inner: Server) -> Server:
+        return lambda frame: None if net.random() < loss else inner(frame)
+
+    f = BlobFetcher(random.Random(seed), chunk_bytes=CHUNK, max_strikes=1_000)
+    f.want(h, 0, sources=["a", "b"])
+    run(f, {"a": lossy(honest({h: data})), "b": lossy(honest({h: data}))})
+    assert f.completed() == [(h, data)]

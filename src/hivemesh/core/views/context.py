@@ -243,7 +243,7 @@ class ListHandle:
         self._list.delete(index, count)
 
     def __len__(self) -> int:
-        return len(_deep(self._list))
+        return len(self._list)
 
     def __getitem__(self, index: int) -> Any:
         return self.to_list()[index]
