@@ -98,6 +98,8 @@ MAX_VALUE_BYTES = 64 * 1024
 MAX_UPDATE_BYTES = MAX_BODY_BYTES - 1024
 
 _KV_ROOT = "kv"
+_UPDATES = EncodedBlobMode.Updates
+_decode_meta = LoroDoc.decode_import_blob_meta
 _MAX_DEPTH = 32
 _INT_MIN, _INT_MAX = -(1 << 63), (1 << 63) - 1
 
@@ -144,16 +146,19 @@ def _check_update(blob: bytes, peer: int) -> tuple[int, int]:
     verifies the checksum over the same bytes, so a corrupted blob is still
     rejected (as malformed) before it changes anything.
     """
-    meta = _loro_call(LoroDoc.decode_import_blob_meta, blob, False)
-    if meta.mode != EncodedBlobMode.Updates:
+    meta = _loro_call(_decode_meta, blob, False)
+    if meta.mode != _UPDATES:
         raise DecodeError(f"context updates must be loro Updates, not {meta.mode}")
     ends = _vv_ends(meta.partial_end_vv)
-    starts = _vv_ends(meta.partial_start_vv)
-    if len(ends) != 1 or peer not in ends:  # slow path: who else is in there?
+    if len(ends) == 1 and peer in ends:  # the common case: only the author's ops
+        last = meta.partial_start_vv.get_last(peer)
+        start, end = (0 if last is None else last + 1), ends[peer]
+    else:
+        starts = _vv_ends(meta.partial_start_vv)
         for p in sorted(ends):
             if p != peer and ends[p] > starts.get(p, 0):
                 raise ForeignOperations(f"update carries operations of peer {p}, not {peer}")
-    start, end = starts.get(peer, 0), ends.get(peer, 0)
+        start, end = starts.get(peer, 0), ends.get(peer, 0)
     if end <= start:
         raise DecodeError("empty context update")
     return start, end
