@@ -320,3 +320,17 @@ def test_lossy_link_still_completes(seed: int, loss: float) -> None:
     f.want(h, 0, sources=["a", "b"])
     run(f, {"a": lossy(honest({h: data})), "b": lossy(honest({h: data}))})
     assert f.completed() == [(h, data)]
+
+
+def test_size_poisoning_holder_cannot_block_an_honest_one() -> None:
+    data = random.Random(9).randbytes(3 * CHUNK)
+    h = blob_digest(data)
+    f = BlobFetcher(random.Random(0), chunk_bytes=CHUNK, window=1, max_inflight=1)
+    f.want(h, 0, sources=["poison"])
+    ((peer, get0),) = f.outbox()
+    assert peer == "poison" and get0 == [TAG_GET, h, 0]
+    # Claims the blob is 5 chunks long, sends a plausible chunk 0, then goes silent.
+    f.receive("poison", [11, h, 0, 5 * CHUNK, b"\x00" * CHUNK], 1)
+    f.add_source(h, "good", 2)
+    run(f, {"poison": silent, "good": honest({h: data})}, now=2)
+    assert f.completed() == [(h, data)]

@@ -44,7 +44,8 @@ blobs). A request unanswered by its deadline gives the holder a strike and
 the fetcher re-picks among the holders with the fewest strikes (so a lost
 frame costs one timeout, and a slow holder is retried only when no better one
 exists; ``max_strikes`` retires it). A ``none`` or a malformed chunk retires
-the holder at once. Chunks already received are kept across holders. When every
+the holder at once. Chunks already received are kept across holders, unless
+the new holder reports a different size: then the download restarts from it. When every
 chunk is in, the whole blob is hashed: a mismatch is a
 :class:`~hivemesh.errors.BlobMismatch`, every holder that contributed a chunk
 is marked bad and the chunks are dropped. With no usable holder left the
@@ -404,10 +405,16 @@ class BlobFetcher:
         try:
             if size > MAX_BLOB_BYTES:
                 raise FrameTooLarge(f"blob over {MAX_BLOB_BYTES} bytes")
+            if w.size is not None and size != w.size:
+                if set(w.from_peer.values()) <= {peer}:
+                    raise BlobMismatch(f"holder said {w.size} bytes, now says {size}")
+                # Earlier holders disagree with this one: we cannot tell who
+                # lies, so restart from this holder; the hash settles it.
+                w.chunks.clear()
+                w.from_peer.clear()
+                w.size = None
             if w.size is None:
                 w.size = size
-            if size != w.size:
-                raise BlobMismatch(f"holder says {size} bytes, others said {w.size}")
             n = _chunks(size, self.chunk_bytes)
             expect = min(self.chunk_bytes, size - index * self.chunk_bytes)
             if index >= n or len(chunk) != expect:
