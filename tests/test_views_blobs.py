@@ -334,3 +334,17 @@ def test_size_poisoning_holder_cannot_block_an_honest_one() -> None:
     f.add_source(h, "good", 2)
     run(f, {"poison": silent, "good": honest({h: data})}, now=2)
     assert f.completed() == [(h, data)]
+
+
+def test_mixed_holders_mismatch_restarts_instead_of_blaming_all() -> None:
+    data = random.Random(10).randbytes(3 * CHUNK)
+    h = blob_digest(data)
+    f = BlobFetcher(random.Random(0), chunk_bytes=CHUNK, window=1, max_inflight=1)
+    f.want(h, 0, sources=["liar"])
+    f.outbox()
+    # Right size, wrong bytes for chunk 0; then the liar goes silent.
+    f.receive("liar", [11, h, 0, len(data), b"\xff" * CHUNK], 1)
+    f.add_source(h, "good", 2)
+    run(f, {"liar": silent, "good": honest({h: data})}, now=2)
+    assert f.completed() == [(h, data)]
+    assert f.rejected["blob_mismatch"] == 1

@@ -41,16 +41,26 @@ Fetching one blob: pick a random holder not yet marked bad (announcers from
 the index, or peers that answered ``have`` to a broadcast ``want``); pipeline
 up to ``window`` chunk requests to it (at most ``max_inflight`` over all
 blobs). A request unanswered by its deadline gives the holder a strike and
-the fetcher re-picks among the holders with the fewest strikes (so a lost
-frame costs one timeout, and a slow holder is retried only when no better one
-exists; ``max_strikes`` retires it). A ``none`` or a malformed chunk retires
-the holder at once. Chunks already received are kept across holders, unless
-the new holder reports a different size: then the download restarts from it. When every
-chunk is in, the whole blob is hashed: a mismatch is a
-:class:`~hivemesh.errors.BlobMismatch`, every holder that contributed a chunk
-is marked bad and the chunks are dropped. With no usable holder left the
-fetcher broadcasts ``want`` once and gives up (:meth:`BlobFetcher.failed`)
-after ``search_ms`` without an answer.
+the fetcher re-picks among the holders with the fewest strikes (a lost frame
+costs one timeout; a slow holder is retried only when no better one exists;
+``max_strikes`` retires it). A ``none`` or a malformed chunk retires the
+holder at once. Chunks already received are kept across holders, unless the
+new holder reports a different size: then the download restarts from it.
+
+When every chunk is in, the whole blob is hashed. A mismatch is a
+:class:`~hivemesh.errors.BlobMismatch` and the chunks are dropped: if one
+holder sent them all it is retired; if several did, nobody can be blamed, so
+the download restarts from the current holder alone and the next mismatch
+convicts it. With no usable holder left the fetcher broadcasts ``want`` once
+and gives up (:meth:`BlobFetcher.failed`) after ``search_ms`` without an
+answer. The fetcher never accepts bytes that do not hash to the digest.
+
+Wiring (node side): route received types ``WANT`` and ``GET`` to
+:func:`serve` and send its reply back; route ``HAVE``, ``NONE`` and ``DATA``
+to :meth:`BlobFetcher.receive`; send :meth:`BlobFetcher.outbox`; call
+:meth:`BlobFetcher.handle_timer` at :meth:`BlobFetcher.next_deadline`; store
+what :meth:`BlobFetcher.completed` yields and, if it should be served to
+others, announce it with :meth:`BlobIndex.encode_put`.
 """
 
 from __future__ import annotations
@@ -496,11 +506,15 @@ class BlobFetcher:
             self._done.append((w.digest, data))
             return
         self.rejected[BlobMismatch.code] += 1
-        w.bad.update(w.from_peer.values())
+        contributors = set(w.from_peer.values())
         w.chunks.clear()
         w.from_peer.clear()
         w.size = None
-        self._drop_peer(w)
+        if len(contributors) == 1:
+            w.bad.update(contributors)  # it alone sent bytes that do not hash
+            self._drop_peer(w)
+        # else: chunks from several holders; we cannot tell who lied. Start
+        # over from the current holder alone, so the next mismatch convicts it.
 
     def _pump(self, now_ms: int) -> None:
         budget = self.max_inflight - self.inflight()
