@@ -348,3 +348,30 @@ def test_mixed_holders_mismatch_restarts_instead_of_blaming_all() -> None:
     run(f, {"liar": silent, "good": honest({h: data})}, now=2)
     assert f.completed() == [(h, data)]
     assert f.rejected["blob_mismatch"] == 1
+
+
+def test_downloads_are_bounded_and_queued() -> None:
+    blobs = [random.Random(i).randbytes(2 * CHUNK) for i in range(6)]
+    store = {blob_digest(b): b for b in blobs}
+    f = BlobFetcher(random.Random(0), chunk_bytes=CHUNK, max_downloads=2)
+    for h in store:
+        assert f.want(h, 0, sources=["a"])
+    asked = {fr[1] for _, fr in f.outbox()}
+    assert len(asked) == 2  # two downloads at a time, four queued
+    f2 = BlobFetcher(random.Random(0), chunk_bytes=CHUNK, max_downloads=2)
+    for h in store:
+        f2.want(h, 0, sources=["a"])
+    run(f2, {"a": honest(store)})
+    assert sorted(f2.completed()) == sorted(store.items())
+
+
+def test_oversize_blob_claims_are_rejected() -> None:
+    h = blob_digest(b"x")
+    f = BlobFetcher(random.Random(0), chunk_bytes=CHUNK)
+    f.want(h, 0, sources=["a"])
+    f.outbox()
+    f.receive("a", [11, h, 0, 64 * 1024 * 1024 + 1, b"x"], 1)
+    assert f.rejected == {"oversize": 1}
+    f.add_source(h, "b", 2)
+    run(f, {"a": silent, "b": honest({h: b"x"})}, now=2)
+    assert f.completed() == [(h, b"x")]

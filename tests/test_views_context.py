@@ -134,7 +134,7 @@ def delivery(rng: random.Random, events: list[Event]) -> list[Event]:
     return out
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(n=st.integers(2, 4), script=steps, seed=st.integers(0, 2**32))
 def test_any_delivery_order_gives_identical_view(n: int, script: list[Any], seed: int) -> None:
     authors = run_script(n, script)

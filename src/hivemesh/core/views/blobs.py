@@ -310,8 +310,10 @@ class BlobFetcher:
         request_timeout_ms: int = 10_000,
         search_ms: int = 5_000,
         max_strikes: int = 3,
+        max_downloads: int = 4,
     ) -> None:
-        if not (chunk_bytes > 0 and window > 0 and max_inflight > 0 and max_wants > 0):
+        limits = (chunk_bytes, window, max_inflight, max_wants, max_strikes, max_downloads)
+        if min(limits) <= 0:
             raise InvalidArgument("fetcher limits must be positive")
         self._rng = rng
         self.chunk_bytes = chunk_bytes
@@ -321,6 +323,9 @@ class BlobFetcher:
         self.request_timeout_ms = request_timeout_ms
         self.search_ms = search_ms
         self.max_strikes = max_strikes
+        #: Blobs downloading at once; buffered bytes stay below
+        #: ``max_downloads * MAX_BLOB_BYTES``. Other wants queue.
+        self.max_downloads = max_downloads
         self._wants: dict[bytes, _Want] = {}
         self._out: list[tuple[str | None, list[Any]]] = []
         self._done: list[tuple[bytes, bytes]] = []
@@ -518,13 +523,17 @@ class BlobFetcher:
 
     def _pump(self, now_ms: int) -> None:
         budget = self.max_inflight - self.inflight()
+        downloading = sum(1 for w in self._wants.values() if w.peer is not None or w.chunks)
         for digest in sorted(self._wants):
             w = self._wants[digest]
             if w.peer is None:
+                if not w.chunks and downloading >= self.max_downloads:
+                    continue  # queued until a download finishes or fails
                 usable = self._usable(w)
                 if usable:
                     w.peer = self._rng.choice(usable)
                     w.search_until = None
+                    downloading += not w.chunks
                 elif w.search_until is None:
                     w.search_until = now_ms + self.search_ms
                     self._out.append((None, [TAG_WANT, digest]))
