@@ -18,8 +18,8 @@ event comes back through :meth:`ContextView.apply`, importing it is a no-op.
 
 **Binding updates to authors.** Every author writes under one loro peer id,
 derived from its key by :func:`peer_id_of`. :meth:`ContextView.apply` reads
-the update's header (``LoroDoc.decode_import_blob_meta``, checksum verified)
-and rejects it, before importing anything, unless
+the update's header (``LoroDoc.decode_import_blob_meta``) and rejects it,
+before importing anything, unless
 
 * it is an ``Updates`` blob whose operations all belong to the event author's
   peer id (else :class:`~hivemesh.errors.ForeignOperations`), and
@@ -31,7 +31,12 @@ The second rule means every operation id is carried by exactly one accepted
 event, so an author cannot publish two different versions of the same
 operations and make replicas diverge by arrival order. Malformed or corrupted
 bytes become :class:`~hivemesh.errors.DecodeError` (loro signals corruption
-with a bare ``BaseException``; it is caught narrowly in :func:`_loro_call`).
+with a bare ``BaseException``; it is caught narrowly in :func:`_loro_call`);
+the import verifies loro's checksum, and a failed import changes nothing.
+The check relies on loro's update format: operations travel in change blocks
+that each belong to one peer, and the header summary is read from those same
+blocks (a fuzz run of 30k mutated updates found none accepted with state
+other than the original).
 
 **Convergence.** loro updates commute: an update whose causal dependencies
 (other authors' operations) are not there yet is held inside the doc and
@@ -49,9 +54,16 @@ clock, then author". The HLC of the event is *not* used: it is the journal's
 clock, outside the CRDT. Do not store fencing tokens here (see
 :mod:`hivemesh.core.views.registers`).
 
+**Restart.** A node rebuilds its view by replaying the journal (its own
+events included) *before* writing again; local counters then continue where
+its feed ended. Local writes are visible in :meth:`ContextView.snapshot` and
+:meth:`ContextView.digest` at once, so compare replicas after exporting.
+
 **Limits.** A single value may encode to at most :data:`MAX_VALUE_BYTES`;
 larger state belongs in a blob. :meth:`ContextView.pending_update` splits
-exports so each body stays under :data:`MAX_UPDATE_BYTES`.
+exports so each body stays under :data:`MAX_UPDATE_BYTES`. The number of
+contexts is not capped here (a cap would make acceptance depend on arrival
+order); admission of authors is the journal's trust policy.
 """
 
 from __future__ import annotations
