@@ -60,7 +60,14 @@ def check_cluster(c: Cluster) -> list[str]:
             out.append(f"node {i} did not converge: {sum(vv.values())} vs {sum(first.values())}")
     digests = {n.digest.digest() for n in live}
     if len(digests) > 1:
-        out.append("views differ between replicas")
+        out.append("journals differ between replicas")
+    for k in range(len(live[0].views) if live else 0):
+        view_digests = {n.views[k].digest() for n in live}
+        if len(view_digests) > 1:
+            out.append(f"view {type(live[0].views[k]).__name__} differs between replicas")
+        rejected = sum(sum(n.views[k].rejected.values()) for n in live)
+        if rejected:
+            out.append(f"view {type(live[0].views[k]).__name__} rejected {rejected} honest events")
     for n in c.nodes:
         for ev in c.acknowledged:
             held = n.store.read_range(ev.author, ev.seq, ev.seq)

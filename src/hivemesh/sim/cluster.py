@@ -37,6 +37,7 @@ from hivemesh.core.frames import FrameType, encode_frame
 from hivemesh.core.identity import Identity
 from hivemesh.core.node import Node, NodeConfig
 from hivemesh.core.store import MemoryStore
+from hivemesh.core.views import ContextView, MaxRegisterView, NamesView, View, standard_views
 from hivemesh.sim.options import SimOptions
 from hivemesh.sim.views import EventSetDigest
 
@@ -76,6 +77,7 @@ class SimNode:
     node: Node | None = None
     digest: EventSetDigest = field(default_factory=EventSetDigest)
     claims: ClaimsView = field(default_factory=ClaimsView)
+    views: list[View] = field(default_factory=list)
     timer_at: int | None = None
     incarnation: int = 0
 
@@ -159,6 +161,9 @@ class Cluster:
         sn.claims = ClaimsView()
         node.add_view(sn.digest)
         node.add_view(sn.claims)
+        sn.views = standard_views(sn.identity.public)
+        for view in sn.views:
+            node.add_view(view)
         node.rehydrate(replay_store(sn.store))
         for other in self.nodes:
             node.add_peer(other.identity.address)
@@ -308,11 +313,7 @@ class Cluster:
             sn = self.nodes[data]
             if sn.node is None:
                 return
-            body = {"n": sn.index, "r": self.work_rng.randrange(1 << 30)}
-            ev = sn.node.append("app.note", body, self.now + sn.skew_ms)
-            self.acknowledged.append(ev)
-            self._note("a", sn.index, ev.seq)
-            self._flush(sn)
+            self._workload_append(sn)
         elif kind == _CRASH:
             sn = self.nodes[data]
             if sn.node is not None:
@@ -342,6 +343,41 @@ class Cluster:
                 if sn.node is None:
                     self._boot(sn)
             self._note("phase-heal")
+
+    def _workload_append(self, sn: SimNode) -> None:
+        """One step of the journal workload: a note, a context write, a name
+        claim or a max-register bump, through the real view APIs."""
+        assert sn.node is not None
+        now = self.now + sn.skew_ms
+        r = self.work_rng.randrange(1 << 30)
+        roll = r % 10
+        items: list[tuple[str, Any]]
+        if roll < 4:
+            ctx_view = next(v for v in sn.views if isinstance(v, ContextView))
+            ctx = ctx_view.context("shared")
+            if roll == 0:
+                ctx[f"k{r % 7}"] = r
+            elif roll == 1:
+                ctx.list("chat").append(f"{sn.index}:{r}")
+            elif roll == 2:
+                ctx.counter("n").add(1)
+            else:
+                ctx.text("notes").append(f"[{sn.index}]")
+            items = []
+            while (upd := ctx_view.pending_update()) is not None:
+                items.append(upd)
+        elif roll == 4:
+            items = [NamesView.claim(f"role-{r % 3}")]
+        elif roll == 5:
+            items = [MaxRegisterView.encode(f"fence-{r % 2}", r % 1000)]
+        else:
+            items = [("app.note", {"n": sn.index, "r": r})]
+        if not items:
+            return
+        events = sn.node.append_many(items, now)
+        self.acknowledged.extend(events)
+        self._note("a", sn.index, events[-1].seq)
+        self._flush(sn)
 
     # -- the claims workload -------------------------------------------------------
 
