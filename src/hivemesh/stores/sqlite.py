@@ -345,6 +345,37 @@ class SQLiteStore:
             finally:
                 cur.close()
 
+    def event_authors(self) -> list[bytes]:
+        """Every author with at least one stored event, ascending.
+
+        One index seek per author (cheap even for a large journal).
+        """
+        out: list[bytes] = []
+        with self._guard("listing authors"):
+            db = self.db
+            row = db.execute("SELECT author FROM events ORDER BY author LIMIT 1").fetchone()
+            while row is not None:
+                out.append(row[0])
+                row = db.execute(
+                    "SELECT author FROM events WHERE author > ? ORDER BY author LIMIT 1", row
+                ).fetchone()
+        return out
+
+    def iter_feed_rows(
+        self, author: bytes, chunk: int = _SCAN_ROWS
+    ) -> Iterator[list[tuple[int, bytes]]]:
+        """Stream ``author``'s stored events as chunks of ``(seq, raw)`` rows in
+        seq order, holding at most ``chunk`` rows at a time."""
+        with self._guard("scanning events"):
+            cur = self.db.execute(
+                "SELECT seq, raw FROM events WHERE author = ? ORDER BY seq", (author,)
+            )
+            try:
+                while rows := cur.fetchmany(chunk):
+                    yield rows
+            finally:
+                cur.close()
+
     def scan(self) -> Iterator[tuple[bytes, list[bytes], list[tuple[int, bytes]]]]:
         """Every author's full feed for rehydration (see ``FeedStore.scan``).
 
