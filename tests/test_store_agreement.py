@@ -17,13 +17,13 @@ import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from test_store_support import make_batch, writer
 
 from hivemesh.core.event import Event
 from hivemesh.core.feed import FeedWriter, Head
 from hivemesh.core.store import FeedStore, MemoryStore
 from hivemesh.stores.replay import rehydrate, verify_feeds
 from hivemesh.stores.sqlite import SQLiteStore
+from test_store_support import make_batch, writer
 
 AUTHORS = 3
 
@@ -122,7 +122,5 @@ class StoreAgreement(RuleBasedStateMachine):
         assert self.sql.get_blob(b"\x00" * 32) is None
 
 
-StoreAgreement.TestCase.settings = settings(
-    max_examples=50, stateful_step_count=20, deadline=None
-)
+StoreAgreement.TestCase.settings = settings(max_examples=50, stateful_step_count=20, deadline=None)
 TestStoreAgreement = StoreAgreement.TestCase
