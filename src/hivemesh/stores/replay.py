@@ -28,7 +28,7 @@ is amortised per batch. ``hivemesh bench rehydrate`` measures it.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import msgpack
@@ -60,7 +60,7 @@ class ReplayStats:
 
 
 def rehydrate(
-    store: FeedStore, apply: Callable[[Sequence[Event]], None] | None = None
+    store: FeedStore, apply: Callable[[list[Event]], object] | None = None
 ) -> ReplayStats:
     """Replay ``store`` through :func:`verify_batches`, calling ``apply`` on
     each verified batch (events of one author, ascending seq).
@@ -110,7 +110,11 @@ def verify_batches(store: FeedStore) -> Iterator[list[Event]]:
         heads = store.heads()
         counts = None
         corrupt = _Corrupt("")
-        feeds = ((a, [list(enumerate(raws, 1))], sigs) for a, raws, sigs in store.scan())
+        feeds = (
+            (a, [list(enumerate(raws, 1))], sigs)
+            for a, raws, sigs in store.scan()
+            if raws or sigs  # an empty feed holds nothing to verify
+        )
     seen: set[bytes] = set()
     for author, chunks, sigs in feeds:
         if type(author) is not bytes or len(author) != 32:
