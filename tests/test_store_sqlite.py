@@ -139,7 +139,11 @@ def test_store_created_by_hivemesh_is_plain_sqlite(tmp_path: Path) -> None:
 def test_bench_rehydrate_runs_small() -> None:
     args = argparse.Namespace(events=3000, authors=3, repeat=1, seed=5)
     result = bench_rehydrate.run(args)
-    (metric,) = result.metrics
-    assert metric.ours > 0 and metric.baseline is not None and metric.baseline > 0
+    assert [m.name for m in result.metrics] == [
+        "verified replay (wall clock)",
+        "verified replay (CPU time)",
+    ]
+    for metric in result.metrics:
+        assert metric.ours > 0 and metric.baseline is not None and metric.baseline > 0
+        assert metric.goal_met is (metric.ours >= bench_rehydrate.GOAL_EVENTS_PER_S)
     assert result.details["events"] == 3000
-    assert metric.goal_met is (metric.ours >= bench_rehydrate.GOAL_EVENTS_PER_S)

@@ -8,12 +8,17 @@ updates, chat lines, tool results), then times, in the same run:
 * ours: :func:`hivemesh.stores.replay.rehydrate`, i.e. decode, hash chain and
   signature checks of every event (view application is not included).
 
+Both are reported in wall-clock time and in this process's CPU time: on a
+shared machine the wall-clock figure drops with the load average (printed),
+the CPU-time figure much less.
+
 Goal: >= 200k verified events/s.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sqlite3
 import tempfile
@@ -120,32 +125,45 @@ def run(args: argparse.Namespace) -> BenchResult:
         batches = build_journal(path, n, int(args.authors), int(args.seed))
         build_s = time.perf_counter() - t0
         _raw_scan(path)  # warm the page cache for both contenders
-        raw_s: list[float] = []
-        ours_s: list[float] = []
+        raw_wall: list[float] = []
+        raw_cpu: list[float] = []
+        ours_wall: list[float] = []
+        ours_cpu: list[float] = []
         for _ in range(max(1, int(args.repeat))):
-            t = time.perf_counter()
+            w, c = time.perf_counter(), time.process_time()
             _raw_scan(path)
-            raw_s.append(time.perf_counter() - t)
-            t = time.perf_counter()
+            raw_wall.append(time.perf_counter() - w)
+            raw_cpu.append(time.process_time() - c)
+            w, c = time.perf_counter(), time.process_time()
             replayed = _replay(path)
-            ours_s.append(time.perf_counter() - t)
+            ours_wall.append(time.perf_counter() - w)
+            ours_cpu.append(time.process_time() - c)
             if replayed != n:
                 raise RuntimeError(f"replayed {replayed} events, built {n}")
         size = path.stat().st_size
-    ours = n / min(ours_s)
-    base = n / min(raw_s)
+    goal = f">= {GOAL_EVENTS_PER_S:,} events/s"
+    wall, cpu = n / min(ours_wall), n / min(ours_cpu)
     return BenchResult(
         name="rehydrate",
         metrics=[
             Metric(
-                name="verified replay",
-                ours=ours,
-                baseline=base,
+                name="verified replay (wall clock)",
+                ours=wall,
+                baseline=n / min(raw_wall),
                 unit="events/s",
                 baseline_name="raw SQLite scan",
-                goal=f">= {GOAL_EVENTS_PER_S:,} events/s",
-                goal_met=ours >= GOAL_EVENTS_PER_S,
-            )
+                goal=goal,
+                goal_met=wall >= GOAL_EVENTS_PER_S,
+            ),
+            Metric(
+                name="verified replay (CPU time)",
+                ours=cpu,
+                baseline=n / min(raw_cpu),
+                unit="events/s",
+                baseline_name="raw SQLite scan",
+                goal=goal,
+                goal_met=cpu >= GOAL_EVENTS_PER_S,
+            ),
         ],
         details={
             "events": n,
@@ -153,7 +171,9 @@ def run(args: argparse.Namespace) -> BenchResult:
             "signed_batches": batches,
             "db_bytes": size,
             "build_s": round(build_s, 2),
-            "replay_s_best": round(min(ours_s), 3),
-            "raw_scan_s_best": round(min(raw_s), 3),
+            "replay_s_best": round(min(ours_wall), 3),
+            "raw_scan_s_best": round(min(raw_wall), 3),
+            "load_average_1m": round(os.getloadavg()[0], 2),
+            "cpus": os.cpu_count(),
         },
     )
