@@ -38,6 +38,12 @@ Guarantees
   :class:`StoreError`. Misuse (a batch that does not continue the stored
   feed) is :class:`~hivemesh.errors.InvalidArgument`.
 
+Limits: a damaged ``-wal`` file (torn by power loss, or edited) is cut by
+SQLite at the first frame whose checksum fails: the store opens at the last
+intact commit, consistent and verifiable, and later commits in that WAL are
+gone without an error (nothing distinguishes that from a crash). A clean
+:meth:`SQLiteStore.close` checkpoints the WAL into the main file.
+
 What this module does *not* check is cryptography: a byte flipped inside a
 stored event still reads back. :func:`hivemesh.stores.replay.verify_feeds`
 re-derives every hash chain and checks every signature at rehydration.
