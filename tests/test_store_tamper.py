@@ -215,6 +215,19 @@ def test_one_flipped_signature_bit_is_detected(pristine: Path, tmp_path: Path) -
     assert "signature" in str(expect_corrupt(mutated(pristine, tmp_path, alter)))
 
 
+@pytest.mark.parametrize("value", ["'text'", "42", "x'00'", "zeroblob(63)", "3.5"])
+def test_signature_of_wrong_type_or_size_is_detected(
+    pristine: Path, tmp_path: Path, value: str
+) -> None:
+    def alter(p: Path) -> None:
+        db = sqlite3.connect(p)
+        author, seq = db.execute("SELECT author, seq FROM sigs LIMIT 1 OFFSET 2").fetchone()
+        db.close()
+        sql(p, (f"UPDATE sigs SET sig = {value} WHERE author = ? AND seq = ?", (author, seq)))
+
+    expect_corrupt(mutated(pristine, tmp_path, alter))
+
+
 def test_deleted_signature_is_detected(pristine: Path, tmp_path: Path) -> None:
     def delete(p: Path) -> None:
         db = sqlite3.connect(p)
