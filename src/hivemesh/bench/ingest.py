@@ -69,7 +69,8 @@ def _open_store(kind: str, tmp: Path) -> FeedStore:
         return MemoryStore()
     from hivemesh.stores.sqlite import SQLiteStore
 
-    return SQLiteStore(tmp / "ingest.db")
+    store: FeedStore = SQLiteStore(tmp / "ingest.db")
+    return store
 
 
 def _standard_views(node: Node) -> None:
