@@ -35,7 +35,8 @@ Every class carries a short stable ``code`` used as the counter name in
     │   ├── ForkError
     │   ├── UntrustedAuthor
     │   ├── ForeignOperations
-    │   └── BlobMismatch
+    │   ├── BlobMismatch
+    │   └── BadRecord              (transport area)
     ├── StoreError
     │   └── StoreCorrupt
     ├── TransportError
@@ -43,7 +44,9 @@ Every class carries a short stable ``code`` used as the counter name in
     │   ├── PeerIdentityMismatch
     │   ├── UnknownPeer
     │   ├── ConnectionClosed
-    │   └── DeadlineExceeded
+    │   ├── DeadlineExceeded
+    │   ├── PeerUnreachable        (transport area)
+    │   └── WouldBlock             (transport area)
     └── CoordinationError
         ├── LeaseUnavailable
         ├── LeaseLost
@@ -55,6 +58,7 @@ from __future__ import annotations
 
 __all__ = [
     "BackendUnavailable",
+    "BadRecord",
     "BadSignature",
     "BlobMismatch",
     "BrokenChain",
@@ -75,6 +79,7 @@ __all__ = [
     "LeaseUnavailable",
     "LocalProtocolError",
     "PeerIdentityMismatch",
+    "PeerUnreachable",
     "RemoteProtocolError",
     "ReplayError",
     "StaleFencingToken",
@@ -84,6 +89,7 @@ __all__ = [
     "UnknownPeer",
     "UnsupportedVersion",
     "UntrustedAuthor",
+    "WouldBlock",
 ]
 
 
@@ -280,3 +286,28 @@ class BackendUnavailable(CoordinationError):
     """A lease backend (quorum, Redis, NATS) could not be reached in time."""
 
     code = "backend_unavailable"
+
+
+# -- transports --------------------------------------------------------------
+
+
+class BadRecord(RemoteProtocolError):
+    """An encrypted transport record failed authentication.
+
+    It was tampered with, replayed, reordered, truncated or forged: the
+    receiving nonce no longer matches. The connection is closed.
+    """
+
+    code = "bad_record"
+
+
+class PeerUnreachable(TransportError):
+    """A dial failed before any byte was exchanged (refused, no route)."""
+
+    code = "unreachable"
+
+
+class WouldBlock(TransportError):
+    """A ``*_nowait`` call found its bounded queue full (or empty); nothing changed."""
+
+    code = "would_block"
