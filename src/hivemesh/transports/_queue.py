@@ -42,9 +42,7 @@ class FrameQueue:
 
     def _has_room(self, size: int) -> bool:
         items = self._items
-        return not items or (
-            len(items) < self.max_frames and self.nbytes + size <= self.max_bytes
-        )
+        return not items or (len(items) < self.max_frames and self.nbytes + size <= self.max_bytes)
 
     @staticmethod
     def _wake(waiters: deque[asyncio.Future[None]]) -> None:

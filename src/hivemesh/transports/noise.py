@@ -471,7 +471,8 @@ class SecureHandshake:
     def _check_policy(self, address: str) -> None:
         if self._expect is not None and address != self._expect:
             raise PeerIdentityMismatch(
-                f"dialled {self._expect[:12]} but the peer proved {address[:12]} (man in the middle?)"
+                f"dialled {self._expect[:12]} but the peer proved {address[:12]} "
+                "(man in the middle?)"
             )
         if not self._authorize(address):
             raise UnknownPeer(f"peer {address[:12]} is not trusted by this node")
