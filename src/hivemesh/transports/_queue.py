@@ -59,14 +59,40 @@ class FrameQueue:
             if not fut.done():
                 fut.set_result(None)
 
+    def put_many_nowait(self, frames: list[bytes]) -> int:
+        """Append frames from the front while there is room; return how many."""
+        if self._closed is not None:
+            raise self._closed()
+        if self._putters:
+            return 0
+        items = self._items
+        room = self.max_frames - len(items)
+        budget = self.max_bytes - self.nbytes
+        taken = 0
+        for frame in frames:
+            size = len(frame)
+            if items and (taken >= room or size > budget):
+                break
+            items.append(frame)
+            budget -= size
+            taken += 1
+        self.nbytes = self.max_bytes - budget
+        if taken and self._getters:
+            self._wake(self._getters)
+        return taken
+
     def put_nowait(self, frame: bytes) -> bool:
         """Append ``frame`` if there is room (and no earlier putter waits); else False."""
         if self._closed is not None:
             raise self._closed()
-        if self._putters or not self._has_room(len(frame)):
+        items = self._items
+        size = len(frame)
+        if self._putters or (
+            items and (len(items) >= self.max_frames or self.nbytes + size > self.max_bytes)
+        ):
             return False
-        self._items.append(frame)
-        self.nbytes += len(frame)
+        items.append(frame)
+        self.nbytes += size
         if self._getters:
             self._wake(self._getters)
         return True

@@ -106,7 +106,7 @@ class SecureChannel:
         self._errors: dict[str, int] = {}
         self._closed = asyncio.Event()
         self._writer_idle = asyncio.Event()
-        self._writer_idle.set()
+        self._writer_busy = False
         self.frames_in = self.bytes_in = self.frames_out = self.bytes_out = 0
         self.frames_dropped = self.send_waits = self.send_would_block = 0
         self._initial_frames = initial_frames  # arrived with the ACCEPT
@@ -144,11 +144,13 @@ class SecureChannel:
 
     def send_nowait(self, frame: bytes) -> None:
         """Queue ``frame`` or raise :class:`WouldBlock` if the send queue is full."""
-        self._check_frame(frame)
-        if not self._sendq.put_nowait(bytes(frame)):
+        if type(frame) is not bytes:
+            frame = bytes(frame)
+        if self._close_reason is not None or len(frame) > self._opts.max_frame_bytes:
+            self._check_frame(frame)
+        if not self._sendq.put_nowait(frame):
             self.send_would_block += 1
             raise WouldBlock(f"send queue to {self.peer_address[:12]} is full")
-        self._writer_idle.clear()
 
     async def send(self, frame: bytes, *, timeout_s: float | None = None) -> None:
         """Queue ``frame``, waiting while the send queue is full (backpressure).
@@ -165,7 +167,6 @@ class SecureChannel:
                     await self._sendq.put(frame)
             except TimeoutError:
                 raise DeadlineExceeded(f"send queue stayed full for {timeout_s}s") from None
-        self._writer_idle.clear()
 
     def recv_nowait(self) -> bytes:
         """The next frame, or :class:`WouldBlock` if none is queued."""
@@ -198,8 +199,9 @@ class SecureChannel:
         """Wait until every queued frame was handed to the kernel."""
         try:
             async with asyncio.timeout(timeout_s):
-                while not self._writer_idle.is_set():
-                    await self._writer_idle.wait()
+                while (len(self._sendq) or self._writer_busy) and self._close_reason is None:
+                    self._writer_idle.clear()
+                    await self._writer_idle.wait()  # set by the writer when it runs dry
                 if self._close_reason is not None:
                     raise self._closed_error()
                 await self._writer.drain()
@@ -300,9 +302,10 @@ class SecureChannel:
         try:
             while True:
                 if not len(sendq):
+                    self._writer_busy = False
                     self._writer_idle.set()
                     await sendq.wait_nonempty()
-                self._writer_idle.clear()
+                self._writer_busy = True
                 frames, nbytes = sendq.take_batch(batch_bytes)
                 writer.write(session.encode_frames(frames))
                 self.frames_out += len(frames)
@@ -322,6 +325,7 @@ class SecureChannel:
         except (ConnectionError, OSError) as exc:
             self._end(ConnectionClosed(f"write failed: {exc}"), notify=None, count=True)
         finally:
+            self._writer_busy = False
             self._writer_idle.set()
 
     async def _read_loop(self) -> None:
@@ -343,10 +347,11 @@ class SecureChannel:
                     )
                     return
                 frames = session.receive_data(data)
-                for frame in frames:
-                    self.frames_in += 1
-                    self.bytes_in += len(frame)
-                    if not recvq.put_nowait(frame):
+                if frames:
+                    self.frames_in += len(frames)
+                    self.bytes_in += sum(map(len, frames))
+                    taken = recvq.put_many_nowait(frames)
+                    for frame in frames[taken:]:
                         await recvq.put(frame)  # backpressure: stop reading the socket
                 if session.failure is not None:
                     failure = session.failure
