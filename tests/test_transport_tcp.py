@@ -17,6 +17,7 @@ from hivemesh.errors import (
     ConnectionClosed,
     DeadlineExceeded,
     FrameTooLarge,
+    InvalidAddress,
     InvalidArgument,
     PeerIdentityMismatch,
     PeerUnreachable,
@@ -461,5 +462,82 @@ def test_frames_unsent_at_close_are_counted_as_dropped() -> None:
             stats = ch.statistics()
             assert stats.frames_dropped == pending and stats.closed
             release.set()
+
+    run(main())
+
+
+def test_peer_that_never_reads_hits_the_write_stall_deadline() -> None:
+    async def main() -> None:
+        release = asyncio.Event()
+
+        async def never_read(ch: SecureChannel) -> None:
+            await release.wait()
+
+        small = ChannelOptions(recv_queue_frames=2, recv_queue_bytes=65536)
+        async with await start(on_channel=never_read, options=small) as listener:
+            opts = ChannelOptions(write_stall_timeout_s=0.3)
+            ch = await connect(HOST, listener.port, A, authorize=trust_all, options=opts)
+            with pytest.raises(ConnectionClosed) as info:
+                for _ in range(4000):  # bounded: far beyond loopback socket buffers
+                    await ch.send(b"\0" * 65536)
+            assert isinstance(info.value.__cause__, DeadlineExceeded)
+            assert ch.statistics().errors == {"deadline_exceeded": 1}
+            assert ch.statistics().frames_dropped > 0  # queued frames were counted, not hidden
+            release.set()
+
+    run(main())
+
+
+def test_a_raising_trust_policy_fails_closed() -> None:
+    def broken(address: str) -> bool:
+        raise RuntimeError("policy store offline")
+
+    async def main() -> None:
+        async with await start(authorize=broken) as listener:
+            with pytest.raises(UnknownPeer):
+                await connect(HOST, listener.port, A, authorize=trust_all)
+            with pytest.raises(UnknownPeer, match="raised"):
+                await connect(HOST, listener.port, A, authorize=broken)
+            with pytest.raises(InvalidAddress):
+                await connect(HOST, listener.port, A, authorize=trust_all, expect_address="hm123")
+
+    run(main())
+
+
+def test_many_concurrent_peers() -> None:
+    peers = [Identity.from_seed(bytes([i]) * 32) for i in range(10, 30)]
+
+    async def main() -> None:
+        async with await start() as listener:
+
+            async def one(identity: Identity) -> None:
+                ch = await connect(HOST, listener.port, identity, authorize=trust_all)
+                frames = [identity.public + b"%d" % i for i in range(300)]
+                for f in frames:
+                    await ch.send(f)
+                for f in frames:
+                    assert await ch.recv() == f[::-1]
+                await ch.aclose()
+
+            await asyncio.gather(*(one(p) for p in peers))
+            await eventually(lambda: listener.channels() == [], "all channels closed")
+            snap = listener.counters.snapshot()
+            assert snap["handshakes_ok"] == len(peers)
+            assert snap["frames_in"] == snap["frames_out"] == 300 * len(peers)
+            assert snap["frames_dropped"] == 0
+
+    run(main())
+
+
+def test_closing_the_listener_closes_pending_handshakes() -> None:
+    async def main() -> None:
+        listener = await start()
+        reader, writer = await asyncio.open_connection(HOST, listener.port)
+        await eventually(lambda: listener.counters.get("connections_accepted") == 1, "accepted")
+        listener.close()
+        await listener.wait_closed()
+        async with asyncio.timeout(5):
+            assert await reader.read() == b""
+        writer.close()
 
     run(main())

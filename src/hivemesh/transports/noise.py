@@ -54,7 +54,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from hivemesh.core.identity import Identity, address_of, verify
+from hivemesh.core.identity import Identity, address_of, public_key_of, verify
 from hivemesh.errors import (
     BadRecord,
     HandshakeError,
@@ -404,6 +404,8 @@ class SecureHandshake:
     ) -> None:
         if expect_address is not None and not initiator:
             raise InvalidArgument("only the dialling side can expect an address")
+        if expect_address is not None:
+            public_key_of(expect_address)  # InvalidAddress unless well-formed
         self._creds = credentials
         self._hs = HandshakeState(
             initiator=initiator,
@@ -474,7 +476,11 @@ class SecureHandshake:
                 f"dialled {self._expect[:12]} but the peer proved {address[:12]} "
                 "(man in the middle?)"
             )
-        if not self._authorize(address):
+        try:
+            trusted = self._authorize(address)
+        except Exception as exc:  # a broken policy fails closed
+            raise UnknownPeer(f"trust check for {address[:12]} raised {exc!r}; refusing") from exc
+        if not trusted:
             raise UnknownPeer(f"peer {address[:12]} is not trusted by this node")
 
     def _finish(self) -> None:

@@ -256,6 +256,9 @@ class Listener:
             _log.debug("handshake from %s failed: %r", writer.get_extra_info("peername"), exc)
             writer.close()
             return
+        except BaseException:  # cancelled (listener closing) or a bug: never leak the socket
+            writer.close()
+            raise
         finally:
             self._pending -= 1
         self.counters.incr("handshakes_ok")
