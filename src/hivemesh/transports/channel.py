@@ -217,9 +217,9 @@ class SecureChannel:
         """
         if self._close_reason is not None:
             return
+        self.frames_dropped += self._recvq.close(self._closed_error, discard=True)
         local = ConnectionClosed("closed by this node")
         self._end(reason or local, notify=(reason.code if reason else "normal"), count=False)
-        self.frames_dropped += self._recvq.close(self._closed_error, discard=True)
 
     async def aclose(self, timeout_s: float = 5.0) -> None:
         """Flush queued frames (up to ``timeout_s``), then :meth:`close`."""
@@ -238,10 +238,14 @@ class SecureChannel:
         """Re-check trust; close with :class:`UnknownPeer` if revoked. True if kept."""
         if self._close_reason is not None:
             return False
-        if authorize(self.peer_address):
+        try:
+            trusted = authorize(self.peer_address)
+        except Exception:  # a broken policy fails closed
+            trusted = False
+        if trusted:
             return True
-        self.close(UnknownPeer(f"trust in {self.peer_address[:12]} was revoked"))
         self._count_error(UnknownPeer.code)
+        self.close(UnknownPeer(f"trust in {self.peer_address[:12]} was revoked"))
         return False
 
     def statistics(self) -> ChannelStatistics:
