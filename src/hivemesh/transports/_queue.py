@@ -165,12 +165,17 @@ class FrameQueue:
     def take_batch(self, max_bytes: int) -> tuple[list[bytes], int]:
         """Up to ``max_bytes`` of frames (at least one if any): ``(frames, nbytes)``."""
         items = self._items
-        batch: list[bytes] = []
-        total = 0
-        while items and (not batch or total + len(items[0]) <= max_bytes):
-            frame = items.popleft()
-            batch.append(frame)
-            total += len(frame)
+        if self.nbytes <= max_bytes:  # common case: take everything
+            batch = list(items)
+            total = self.nbytes
+            items.clear()
+        else:
+            batch = []
+            total = 0
+            while items and (not batch or total + len(items[0]) <= max_bytes):
+                frame = items.popleft()
+                batch.append(frame)
+                total += len(frame)
         self.nbytes -= total
         if self._putters:
             self._wake(self._putters)
