@@ -247,6 +247,12 @@ def test_tampered_or_resized_handshake_messages_fail_typed(step: int) -> None:
             sides[step].receive(bytes(msg))
 
 
+def test_low_order_ephemeral_key_is_rejected() -> None:
+    _, s = _pair()
+    with pytest.raises(HandshakeError, match="X25519"):
+        s.receive(bytes(32))  # the all-zero point: a DH with it yields no secret
+
+
 def test_credentials_reject_short_randomness() -> None:
     with pytest.raises(InvalidArgument):
         StaticCredentials.generate(A, lambda n: b"\0" * (n - 1))
@@ -288,8 +294,13 @@ def test_frames_of_all_sizes_round_trip_and_share_or_span_records() -> None:
     assert client.records_out == before + 1  # 1000 small frames, one record
 
 
-@settings(max_examples=50, deadline=None)
-@given(st.lists(st.binary(max_size=300), max_size=40), st.data())
+_FRAME = st.one_of(
+    st.binary(max_size=300), st.integers(60_000, 140_000).map(lambda n: bytes([n % 251]) * n)
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_FRAME, max_size=30), st.data())
 def test_any_split_of_the_wire_gives_the_same_frames(
     frames: list[bytes], data: st.DataObject
 ) -> None:
