@@ -17,6 +17,7 @@ from hivemesh.errors import (
     ConnectionClosed,
     DeadlineExceeded,
     FrameTooLarge,
+    HandshakeError,
     InvalidAddress,
     InvalidArgument,
     PeerIdentityMismatch,
@@ -567,5 +568,20 @@ def test_unread_frames_at_local_close_are_counted_in_the_listener() -> None:
             assert listener.counters.get("frames_dropped") == 5
             await eventually(lambda: ch.is_closed, "client sees the close")
             ch.close()
+
+    run(main())
+
+
+def test_channel_cap_refuses_extra_connections() -> None:
+    async def main() -> None:
+        async with await start(max_channels=1) as listener:
+            first = await connect(HOST, listener.port, A, authorize=trust_all)
+            with pytest.raises(HandshakeError, match="handshake"):  # closed or reset
+                await connect(HOST, listener.port, C, authorize=trust_all)
+            assert listener.counters.get("refused_busy") == 1
+            first.close()
+            await eventually(lambda: listener.channels() == [], "slot freed")
+            again = await connect(HOST, listener.port, C, authorize=trust_all)
+            again.close()
 
     run(main())
