@@ -17,7 +17,8 @@ import struct
 from collections.abc import Coroutine
 from typing import Any
 
-import pytest
+# A hard import: the independent implementation is a test dependency, never skipped.
+import noise.connection as noise_connection
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
@@ -25,8 +26,6 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from hivemesh.core.identity import Identity, address_of
 from hivemesh.errors import ConnectionClosed
 from hivemesh.transports import SecureChannel, connect, serve
-
-noise_connection = pytest.importorskip("noise.connection")
 
 HOST = "127.0.0.1"
 PROTOCOL = b"Noise_XX_25519_AESGCM_SHA256"

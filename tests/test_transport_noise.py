@@ -9,6 +9,8 @@ from __future__ import annotations
 import random
 import warnings
 
+# A hard import: the independent implementation is a test dependency, never skipped.
+import noise.connection as noise_connection
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -35,8 +37,6 @@ from hivemesh.transports.noise import (
     StaticCredentials,
 )
 from hivemesh.transports.session import MAX_RECORD_PLAINTEXT, FrameSession
-
-noise_connection = pytest.importorskip("noise.connection")
 
 
 def _rng_bytes(seed: str):  # type: ignore[no-untyped-def]
