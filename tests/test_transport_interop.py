@@ -187,3 +187,32 @@ def test_our_dialler_talks_to_a_noiseprotocol_server() -> None:
             ch.close()
 
     run(main())
+
+
+def test_frames_sent_together_with_accept_are_delivered() -> None:
+    """The responder may send data right behind ACCEPT, even in the same TCP segment."""
+
+    async def main() -> None:
+        frames = _frames(3)
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            peer = NoisePeer(THEIRS, initiator=False)
+            assert peer.conn.read_message(await peer.read_record(reader)) == b""
+            writer.write(peer.record(peer.conn.write_message(peer.payload)))
+            hs = peer.conn.noise_protocol.handshake_state
+            peer._check_peer(hs, bytes(peer.conn.read_message(await peer.read_record(reader))))
+            accept = struct.pack(">I", (1 << 24) | 1) + b"\x01"
+            stream = accept + b"".join(struct.pack(">I", len(f)) + f for f in frames[:50])
+            writer.write(peer.record(peer.conn.encrypt(stream)) + peer.seal_frames(frames[50:]))
+            await writer.drain()
+            await reader.read()  # until the client hangs up
+
+        server = await asyncio.start_server(handle, HOST, 0)
+        async with server:
+            port = server.sockets[0].getsockname()[1]
+            ch = await connect(HOST, port, OURS, authorize=lambda a: True)
+            for f in frames:
+                assert await ch.recv() == f
+            ch.close()
+
+    run(main())
