@@ -490,6 +490,7 @@ def test_peer_that_never_reads_hits_the_write_stall_deadline() -> None:
             assert isinstance(info.value.__cause__, DeadlineExceeded)
             assert ch.statistics().errors == {"deadline_exceeded": 1}
             assert ch.statistics().frames_dropped > 0  # queued frames were counted, not hidden
+            await asyncio.wait_for(ch.wait_closed(), 5)  # aborted, not stuck flushing
             release.set()
 
     run(main())
@@ -585,3 +586,10 @@ def test_channel_cap_refuses_extra_connections() -> None:
             again.close()
 
     run(main())
+
+
+def test_channel_options_are_validated() -> None:
+    with pytest.raises(InvalidArgument):
+        ChannelOptions(send_queue_frames=0)
+    with pytest.raises(InvalidArgument):
+        ChannelOptions(handshake_timeout_s=-1.0)

@@ -43,7 +43,10 @@ from hivemesh.transports._queue import FrameQueue
 from hivemesh.transports.session import FrameSession
 from hivemesh.transports.stats import ChannelStatistics, TransportCounters
 
-__all__ = ["Authorize", "ChannelOptions", "SecureChannel", "peer_close_error"]
+__all__ = ["CLOSE_GRACE_S", "Authorize", "ChannelOptions", "SecureChannel", "peer_close_error"]
+
+#: How long a closing channel may take to flush its last bytes before it is aborted.
+CLOSE_GRACE_S = 2.0
 
 #: The trust policy: ``authorize(address) -> bool``.
 Authorize = Callable[[str], bool]
@@ -62,6 +65,11 @@ class ChannelOptions:
     read_chunk_bytes: int = 256 * 1024
     write_stall_timeout_s: float = 30.0
     handshake_timeout_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        for name, value in sorted(vars(self).items()):
+            if not value > 0:
+                raise InvalidArgument(f"ChannelOptions.{name} must be positive, got {value!r}")
 
 
 def peer_close_error(code: str) -> HivemeshError:
@@ -296,7 +304,12 @@ class SecureChannel:
         for task in self._tasks:
             if task is not current:
                 task.cancel()
-        self._writer.close()
+        transport = self._writer.transport
+        self._writer.close()  # flushes what is buffered, CLOSE included ...
+        if isinstance(reason, DeadlineExceeded):
+            transport.abort()  # ... unless the peer stopped reading: then drop now
+        else:  # ... and a peer that never reads cannot pin the socket open
+            asyncio.get_running_loop().call_later(CLOSE_GRACE_S, transport.abort)
         self._closed.set()
         self._counters.detach(self)
 
