@@ -420,18 +420,21 @@ def test_slow_reader_applies_backpressure_and_nothing_is_lost() -> None:
             ch = await connect(HOST, listener.port, A, authorize=trust_all, options=client_opts)
             frame_bytes = 64 * 1024
             sent = 0
-            blocked = False
+            stuck = False
             for _ in range(4000):  # bounded: loopback buffers hold far less than 256 MiB
+                frame = sent.to_bytes(4, "big") + b"\0" * (frame_bytes - 4)
                 try:
-                    ch.send_nowait(sent.to_bytes(4, "big") + b"\0" * (frame_bytes - 4))
+                    ch.send_nowait(frame)
                 except WouldBlock:
-                    blocked = True
-                    break
+                    # Full right now; truly stuck only if it stays full while nobody reads.
+                    try:
+                        await ch.send(frame, timeout_s=0.2)
+                    except DeadlineExceeded:
+                        stuck = True  # that frame was not queued
+                        break
                 sent += 1
                 await asyncio.sleep(0)  # let the writer move frames to the kernel
-            assert blocked, "send_nowait never reported a full queue"
-            with pytest.raises(DeadlineExceeded):
-                await ch.send(b"x", timeout_s=0.2)
+            assert stuck, "the sender never felt backpressure"
             waiting = asyncio.create_task(ch.send(sent.to_bytes(4, "big") + b"tail"))
             sent += 1
             release.set()
@@ -440,7 +443,7 @@ def test_slow_reader_applies_backpressure_and_nothing_is_lost() -> None:
             await eventually(lambda: len(delivered) == sent, f"all {sent} frames delivered", 10)
             assert [int.from_bytes(f[:4], "big") for f in delivered] == list(range(sent))
             stats = ch.statistics()
-            assert stats.send_would_block == 1 and stats.send_waits == 2
+            assert stats.send_would_block >= 1 and stats.send_waits >= 2
             assert stats.frames_dropped == 0
             await ch.aclose()
 
