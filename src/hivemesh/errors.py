@@ -23,7 +23,13 @@ Every class carries a short stable ``code`` used as the counter name in
     ├── LocalProtocolError
     │   ├── InvalidArgument
     │   ├── ConfigError
-    │   └── InvalidAddress
+    │   ├── InvalidAddress
+    │   ├── QueueFull
+    │   └── InviteError
+    │       ├── InviteMalformed
+    │       ├── InviteBadSignature
+    │       ├── InviteExpired
+    │       └── InviteUsed
     ├── RemoteProtocolError
     │   ├── DecodeError
     │   │   └── FrameTooLarge
@@ -35,7 +41,8 @@ Every class carries a short stable ``code`` used as the counter name in
     │   ├── ForkError
     │   ├── UntrustedAuthor
     │   ├── ForeignOperations
-    │   └── BlobMismatch
+    │   ├── BlobMismatch
+    │   └── ForgedSender
     ├── StoreError
     │   └── StoreCorrupt
     ├── TransportError
@@ -64,6 +71,7 @@ __all__ = [
     "DeadlineExceeded",
     "DecodeError",
     "ForeignOperations",
+    "ForgedSender",
     "ForkError",
     "FrameTooLarge",
     "GapError",
@@ -71,10 +79,16 @@ __all__ = [
     "HivemeshError",
     "InvalidAddress",
     "InvalidArgument",
+    "InviteBadSignature",
+    "InviteError",
+    "InviteExpired",
+    "InviteMalformed",
+    "InviteUsed",
     "LeaseLost",
     "LeaseUnavailable",
     "LocalProtocolError",
     "PeerIdentityMismatch",
+    "QueueFull",
     "RemoteProtocolError",
     "ReplayError",
     "StaleFencingToken",
@@ -280,3 +294,48 @@ class BackendUnavailable(CoordinationError):
     """A lease backend (quorum, Redis, NATS) could not be reached in time."""
 
     code = "backend_unavailable"
+
+
+# -- membership, direct messages, trust --------------------------------------
+
+
+class QueueFull(LocalProtocolError):
+    """A bounded queue is full; retry later (the ``_nowait`` style of trio)."""
+
+    code = "queue_full"
+
+
+class ForgedSender(RemoteProtocolError):
+    """A peer sent a direct message claiming another sender without relaying."""
+
+    code = "forged_sender"
+
+
+class InviteError(LocalProtocolError, ValueError):
+    """An invite token or join proof cannot be used."""
+
+    code = "invite_error"
+
+
+class InviteMalformed(InviteError):
+    """The invite token is not a well-formed hivemesh invite."""
+
+    code = "invite_malformed"
+
+
+class InviteBadSignature(InviteError):
+    """The invite's signature does not verify against the inviter's key."""
+
+    code = "invite_bad_signature"
+
+
+class InviteExpired(InviteError):
+    """The invite's expiry time has passed."""
+
+    code = "invite_expired"
+
+
+class InviteUsed(InviteError):
+    """No unexpired, unused invite matches this join proof."""
+
+    code = "invite_used"
