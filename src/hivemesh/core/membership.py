@@ -44,7 +44,9 @@ each is retransmitted ``retransmit_mult * ceil(log10(n + 1))`` times (see
 endpoints, so membership is also the peer exchange. Every
 ``push_pull_interval_ms`` a full-state ``SYNC`` with a random member repairs
 whatever gossip missed (dead entries in a full state are downgraded to
-suspect, so a live node can still refute them).
+suspect, so a live node can still refute them), and a second ``SYNC`` goes
+to a random *down* member, kept for ``down_retention_ms``: if it was only
+cut off, it refutes its death and a healed partition merges by itself.
 
 Defaults are hashicorp/memberlist's ``DefaultLANConfig`` (probe interval 1 s,
 probe timeout 500 ms, 3 indirect checks, suspicion multiplier 4, max timeout
@@ -305,6 +307,10 @@ class Membership:
             live = self._live(exclude=None)
             if live and not self._left:
                 self._send_sync(self.rng.choice(live), reply=True)
+            down = [a for a in sorted(self._members) if self._members[a].state is MemberState.DOWN]
+            if down and not self._left:
+                # Reconnect attempt (as serf does): heals partitions by itself.
+                self._send_sync(self.rng.choice(down), reply=True)
         if self._joins and now_ms >= self._next_join_ms:
             self._next_join_ms = now_ms + cfg.probe_interval_ms
             for addr in sorted(self._joins):
