@@ -388,11 +388,12 @@ class Membership:
         r = self._members.get(p.target)
         if r is None:
             return
-        if r.state is MemberState.UP:
+        fresh = r.state is MemberState.UP
+        if fresh or (r.state is MemberState.SUSPECT and self.address not in r.confirmers):
+            # A new suspicion, or our independent confirmation of one.
             self._suspect(r, r.incarnation, self.address, now_ms)
-            self._broadcast(
-                Update(UpdateState.SUSPECT, r.address, r.incarnation, r.endpoints, self.address)
-            )
+            news = Update(UpdateState.SUSPECT, r.address, r.incarnation, r.endpoints, self.address)
+            self._broadcast(news)
 
     # -- frame handlers -------------------------------------------------------------
 
