@@ -64,7 +64,8 @@ the member's endpoints and ``node.add_peer``; on ``down``/``left``
 ``node.remove_peer``, and append a journal event ``member.down`` /
 ``member.left`` with body ``{"address", "incarnation", "observed_ms"}`` so
 that views (claims, leases, health) can release a down member's work
-deterministically from the journal; ``member.up`` likewise on recovery.
+deterministically from the journal (every observer appends its own; views
+key them by ``(address, incarnation)``); ``member.up`` likewise on recovery.
 
 Wire frames (fields after the frame type; ``updates`` is a list of
 :class:`~hivemesh.core.pex.Update` records):
