@@ -49,6 +49,15 @@ Every class carries a short stable ``code`` used as the counter name in
         ├── LeaseLost
         ├── StaleFencingToken
         └── BackendUnavailable
+
+    planner and LLM providers (multiple inheritance keeps the categories):
+    InvalidPlanEvent(RemoteProtocolError)     a plan.* body that fails validation
+    LLMNotConfigured(ConfigError)             no endpoint/model configured
+    LLMError(TransportError)                  any LLM call failure
+    ├── LLMTimeout(LLMError, DeadlineExceeded)
+    ├── LLMUnavailable                        connection refused/reset
+    ├── LLMHTTPError                          non-2xx answer (has .status)
+    └── LLMBadOutput(LLMError, RemoteProtocolError)  malformed or off-schema reply
 """
 
 from __future__ import annotations
@@ -71,6 +80,13 @@ __all__ = [
     "HivemeshError",
     "InvalidAddress",
     "InvalidArgument",
+    "InvalidPlanEvent",
+    "LLMBadOutput",
+    "LLMError",
+    "LLMHTTPError",
+    "LLMNotConfigured",
+    "LLMTimeout",
+    "LLMUnavailable",
     "LeaseLost",
     "LeaseUnavailable",
     "LocalProtocolError",
@@ -280,3 +296,52 @@ class BackendUnavailable(CoordinationError):
     """A lease backend (quorum, Redis, NATS) could not be reached in time."""
 
     code = "backend_unavailable"
+
+
+# -- planner (issue 6) ---------------------------------------------------------
+
+
+class InvalidPlanEvent(RemoteProtocolError):
+    """A ``plan.*`` event body fails validation; the plan view ignores and counts it."""
+
+    code = "plan_invalid"
+
+
+class LLMNotConfigured(ConfigError):
+    """No LLM endpoint or model is configured (flags, config or environment)."""
+
+    code = "llm_not_configured"
+
+
+class LLMError(TransportError):
+    """A call to a language model failed (after any retries)."""
+
+    code = "llm_error"
+
+
+class LLMTimeout(LLMError, DeadlineExceeded):
+    """A language-model call did not finish before its deadline."""
+
+    code = "llm_timeout"
+
+
+class LLMUnavailable(LLMError):
+    """The language-model endpoint could not be reached (refused, reset, DNS)."""
+
+    code = "llm_unavailable"
+
+
+class LLMHTTPError(LLMError):
+    """The endpoint answered with a non-2xx status (see :attr:`status`)."""
+
+    code = "llm_http_error"
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class LLMBadOutput(LLMError, RemoteProtocolError):
+    """The model's reply is malformed or does not match the requested JSON schema."""
+
+    code = "llm_bad_output"
