@@ -392,39 +392,41 @@ class PlanView:
             cur = t.get(cur.parent) if cur.parent else None
         return tuple(reversed(out))
 
+    def task_info(self, task: str) -> TaskInfo | None:
+        """What an executor needs to run ``task`` (None if it has no runnable task)."""
+        t = self._tree()
+        n = t.get(task)
+        if n is None:
+            return None
+        if n.leaf is True:
+            deps = list(n.deps)
+            anc = t.get(n.parent) if n.parent else None
+            while anc is not None:
+                deps += anc.deps
+                anc = t.get(anc.parent) if anc.parent else None
+            inputs = tuple((t[d].title, _text(t[d])) for d in deps)
+            kind = "execute"
+        elif n.leaf is False and n.children:
+            inputs = tuple((t[c].title, _text(t[c])) for c in n.children)
+            kind = "synthesise"
+        else:
+            return None
+        return TaskInfo(
+            n.id, n.root, kind, n.title, n.detail, n.caps, n.ready_hlc, self.path(n.id), inputs
+        )
+
     def claimable(self, now_ms: int) -> list[TaskInfo]:
         """Tasks anyone may claim now, earliest ``ready_hlc`` first."""
-        t = self._tree()
         out: list[TaskInfo] = []
         for n in self.nodes():
             if n.winner is not None or n.result is not None or not self._active(n, now_ms):
                 continue
-            if n.leaf is True and n.status == "ready":
-                deps = list(n.deps)
-                anc = t.get(n.parent) if n.parent else None
-                while anc is not None:
-                    deps += anc.deps
-                    anc = t.get(anc.parent) if anc.parent else None
-                inputs = tuple((t[d].title, _text(t[d])) for d in deps)
-                kind = "execute"
-            elif n.leaf is False and n.status == "synthesis":
-                inputs = tuple((t[c].title, _text(t[c])) for c in n.children)
-                kind = "synthesise"
-            else:
-                continue
-            out.append(
-                TaskInfo(
-                    n.id,
-                    n.root,
-                    kind,
-                    n.title,
-                    n.detail,
-                    n.caps,
-                    n.ready_hlc,
-                    self.path(n.id),
-                    inputs,
-                )
-            )
+            if (n.leaf is True and n.status == "ready") or (
+                n.leaf is False and n.status == "synthesis"
+            ):
+                info = self.task_info(n.id)
+                if info is not None:
+                    out.append(info)
         out.sort(key=lambda ti: (ti.ready_hlc, ti.task))
         return out
 
@@ -447,6 +449,22 @@ class PlanView:
                 if a == author and not rel:
                     out.append((n.id, cid))
         return out
+
+    def next_deadline(self, now_ms: int) -> int | None:
+        """Earliest time after ``now_ms`` at which a settle window closes (a
+        decision, a winning claim or a proposal's gathering window), or None.
+        Drivers re-poll roles then even if no event arrives."""
+        best: int | None = None
+        for n in self.nodes():
+            settle = self._goals[n.root][2].settle_ms
+            stamps = [n.decided_hlc or 0, n.winner[0] if n.winner else 0]
+            if n.accepted is None:
+                stamps += [h for h, _a, _p in self._proposals.get(n.id, {}).values()]
+            for h in stamps:
+                t = hlc_ms(h) + settle
+                if h and t > now_ms and (best is None or t < best):
+                    best = t
+        return best
 
     def capabilities(self, author: bytes) -> tuple[str, ...]:
         """Capabilities ``author`` last advertised."""

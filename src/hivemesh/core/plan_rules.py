@@ -12,8 +12,8 @@ ignored (nobody can score what they have not seen). Walking the proposal's
 votes and the ``plan.down`` marks in ``(hlc, author)`` order, the proposal is
 *decided* at the first point ``t`` where its accept votes up to ``t`` reach
 ``quorum.required(live(t))``; ``live(t)`` is the number of scorers whose last
-``plan.hello``/``plan.down`` at or before ``t`` is a hello (the configured
-``scorers`` when none has said hello). Proposals decided within ``settle_ms``
+``plan.hello``/``plan.down`` at or before ``t`` is a hello, and at least the
+configured ``scorers`` minus those marked down. Proposals decided within ``settle_ms``
 of the earliest decision are *competing* and evaluated together: the winner
 is the one with the best mean score, then the smallest proposal id.
 
@@ -66,7 +66,9 @@ class Liveness:
         self.down_points = sorted((h, a) for h, k, a in self._marks if k == 1)
 
     def live(self, hlc: int) -> int:
-        """Live scorers at ``hlc`` (the fallback if no scorer has said hello)."""
+        """Live scorers at ``hlc``: those whose last mark is a hello, but never
+        fewer than the configured count minus the scorers marked down (so a
+        scorer that has not said hello yet still counts)."""
         state: dict[bytes, bool] = {}
         for h, k, a in self._marks:
             if h > hlc:
@@ -75,23 +77,8 @@ class Liveness:
                 state[a] = True
             elif a in state:
                 state[a] = False
-        if not state:
-            return self._fallback
-        return sum(1 for v in state.values() if v)
-
-    def is_scorer_live(self, author: bytes, hlc: int | None = None) -> bool:
-        """True if ``author`` is counted live at ``hlc`` (latest if None)."""
-        alive = False
-        seen = False
-        for h, k, a in self._marks:
-            if hlc is not None and h > hlc:
-                break
-            if a == author:
-                if k == 0:
-                    alive, seen = True, True
-                elif seen:
-                    alive = False
-        return alive
+        alive = sum(1 for v in state.values() if v)
+        return max(alive, self._fallback - (len(state) - alive))
 
 
 @dataclass(frozen=True, slots=True)

@@ -144,6 +144,24 @@ def extract_json(text: str) -> Any:
     raise ValueError("no JSON value in reply")
 
 
+_VALIDATORS: dict[str, jsonschema.protocols.Validator] = {}
+_MAX_VALIDATORS = 256
+
+
+def _validator(schema: dict[str, Any]) -> jsonschema.protocols.Validator:
+    """A checked validator for ``schema``, cached (checking the schema is slow)."""
+    key = json.dumps(schema, sort_keys=True)
+    v = _VALIDATORS.get(key)
+    if v is None:
+        cls = jsonschema.validators.validator_for(schema)
+        cls.check_schema(schema)
+        v = cls(schema)
+        if len(_VALIDATORS) >= _MAX_VALIDATORS:
+            _VALIDATORS.pop(next(iter(_VALIDATORS)))
+        _VALIDATORS[key] = v
+    return v
+
+
 def _check(text: str, validator: jsonschema.protocols.Validator) -> Any:
     try:
         value = extract_json(text)
@@ -169,11 +187,7 @@ async def complete_with_retries(
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> LLMResult:
     """Run ``send`` under the shared deadline/retry/validation policy."""
-    validator = None
-    if schema is not None:
-        cls = jsonschema.validators.validator_for(schema)
-        cls.check_schema(schema)
-        validator = cls(schema)
+    validator = _validator(schema) if schema is not None else None
     convo: list[Message] = [Message(role=m["role"], content=m["content"]) for m in messages]
     last: LLMError | None = None
     for attempt in range(1, policy.max_attempts + 1):
