@@ -131,6 +131,8 @@ class PlanView:
         self._cancels: dict[str, tuple[int, bytes, Cancel]] = {}
         self._marks: set[tuple[int, int, bytes]] = set()
         self._caps: dict[bytes, tuple[int, tuple[str, ...]]] = {}
+        self._roles: dict[bytes, tuple[int, tuple[str, ...]]] = {}
+        self._down: dict[bytes, int] = {}
         self.invalid: Counter[str] = Counter()
         self.duplicates_applied = 0
         self._nodes: dict[str, NodeState] | None = None
@@ -176,8 +178,10 @@ class PlanView:
             cur_h = self._caps.get(event.author)
             if cur_h is None or event.hlc > cur_h[0]:
                 self._caps[event.author] = (event.hlc, rec.caps)
+                self._roles[event.author] = (event.hlc, rec.roles)
         elif isinstance(rec, Down):
             self._marks.add((event.hlc, 1, rec.node))
+            self._down[rec.node] = max(event.hlc, self._down.get(rec.node, 0))
         self._nodes = None
 
     # -- derived tree --------------------------------------------------------------
@@ -359,16 +363,30 @@ class PlanView:
             return False
         return n.parent is None or self.settled(n.parent, now_ms)
 
-    def open_goals(self, now_ms: int) -> list[NodeState]:
-        """Nodes that need a (new) proposal or votes: undecided, not terminal."""
+    def open_goals(self, now_ms: int, *, speculative: bool = True) -> list[NodeState]:
+        """Nodes that need a (new) proposal or votes: undecided, not terminal.
+
+        With ``speculative`` (the default) children of a decision that has not
+        settled yet are included: planning them early has no side effects and
+        is merely wasted if the decision flips. Execution never speculates."""
         return [
             n
             for n in self.nodes()
             if n.leaf is None
             and n.accepted is None
             and n.status not in _TERMINAL
-            and self._active(n, now_ms)
+            and n.cancelled is None
+            and (speculative or self._active(n, now_ms))
         ]
+
+    def live_with_role(self, role: str) -> int:
+        """Nodes whose latest ``plan.hello`` names ``role`` and that are not
+        marked down since."""
+        return sum(
+            1
+            for a, (h, roles) in self._roles.items()
+            if role in roles and h > self._down.get(a, -1)
+        )
 
     def next_round(self, node_id: str) -> int | None:
         """Round number a decomposer should propose for, or None (wait)."""

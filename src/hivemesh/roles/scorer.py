@@ -1,7 +1,8 @@
 """Scorer: votes on every proposal of an open goal, competing ones together.
 
 Once a proposal is ``settle_ms`` old (so its competitors from other
-decomposers have had time to arrive), the scorer sends *all* proposals of
+decomposers have had time to arrive), or as soon as every live decomposer
+has proposed in the round, the scorer sends *all* proposals of
 that goal it has not voted on to the LLM in one call and emits one
 ``plan.vote`` per proposal: three 0..10 scores, notes, and ``accept`` when
 every score reaches ``threshold``. Proposals the model skipped are retried on
@@ -57,9 +58,17 @@ class Scorer(RoleBase):
         self._scoring: set[str] = set()
 
     def _pending(self, view: PlanView, n: NodeState, now_ms: int, settle_ms: int) -> list[Proposal]:
+        props = view.proposals_for(n.id)
+        last = max((p.round for _h, _a, p in props), default=0)
+        # Competitors still expected? Skip the gathering wait once every live
+        # decomposer has proposed in the latest round.
+        authors = {a for _h, a, p in props if p.round == last}
+        everyone = len(authors) >= max(1, view.live_with_role("decomposer"))
         out = []
-        for hlc, _a, p in view.proposals_for(n.id):
-            if p.id in self._voted or p.id in self._scoring or now_ms < hlc_ms(hlc) + settle_ms:
+        for hlc, _a, p in props:
+            if p.id in self._voted or p.id in self._scoring:
+                continue
+            if not everyone and now_ms < hlc_ms(hlc) + settle_ms:
                 continue
             if any(v.author == self.me for v in view.votes_for(p.id)):
                 self._voted.add(p.id)
