@@ -189,3 +189,42 @@ def test_server_in_thread_serves_sync_clients() -> None:
     with ScriptedServer.in_thread(lambda req: {"echo": req["model"]}) as srv:
         r = httpx.post(f"{srv.base_url}/chat/completions", json={"model": "zz", "messages": []})
         assert r.json()["choices"][0]["message"]["content"] == '{"echo": "zz"}'
+
+
+def test_gguf_provider_with_a_stand_in_llama_module(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The llama-cpp-python extra is not installed here: a stand-in module
+    checks what the provider sends and how it reads the reply."""
+    import sys
+    import types
+
+    seen: list[dict[str, Any]] = []
+
+    class Llama:
+        def __init__(self, model_path: str, n_ctx: int, verbose: bool) -> None:
+            self.path = model_path
+
+        def create_chat_completion(self, **kw: Any) -> dict[str, Any]:
+            seen.append(kw)
+            text = "oops" if len(seen) == 1 else '{"answer": "local", "n": 1}'
+            return {
+                "choices": [{"message": {"content": text}}],
+                "usage": {"prompt_tokens": 5, "completion_tokens": 3},
+            }
+
+    monkeypatch.setitem(sys.modules, "llama_cpp", types.SimpleNamespace(Llama=Llama))
+    cfg = LLMConfig.resolve(None, {"HIVEMESH_LLM_GGUF": "/models/tiny.gguf"})
+    prov = provider_from_config(cfg)
+    res = asyncio.run(prov.complete(MSGS, schema=SCHEMA))
+    assert res.parsed == {"answer": "local", "n": 1} and res.attempts == 2
+    assert seen[0]["response_format"] == {"type": "json_object", "schema": SCHEMA}
+    assert prov.model == "tiny.gguf"
+
+
+def test_gguf_provider_without_the_extra_explains() -> None:
+    import sys
+
+    if "llama_cpp" in sys.modules or __import__("importlib").util.find_spec("llama_cpp"):
+        pytest.skip("llama-cpp-python is installed")
+    cfg = LLMConfig(gguf_path="/models/tiny.gguf")
+    with pytest.raises(ConfigError, match="llama-cpp-python"):
+        asyncio.run(provider_from_config(cfg).complete(MSGS))

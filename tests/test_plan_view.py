@@ -222,6 +222,7 @@ def test_bad_input_is_counted_never_raises() -> None:
         w.emit("evil", 1010 + i, kind, body)
     v = w.view()
     assert sum(v.invalid.values()) == len(bad) - 1
+    assert v.stats()["orphan_votes"] == 1
     assert v.node(gid).status == "open" and v.next_round(gid) == 0
     assert v.snapshot()["goals"][0]["proposals"] == []
 

@@ -555,9 +555,14 @@ class PlanView:
     def stats(self) -> dict[str, Any]:
         """Counters: invalid events by reason, duplicates applied, tasks by status."""
         by_status = Counter(n.status for n in self.nodes())
+        known = {pid for props in self._proposals.values() for pid in props}
+        tree = self._tree()
         return {
             "invalid": dict(sorted(self.invalid.items())),
             "duplicates_applied": self.duplicates_applied,
             "events": len(self._seen),
             "nodes": dict(sorted(by_status.items())),
+            "orphan_votes": sum(len(v) for p, v in self._votes.items() if p not in known),
+            "orphan_claims": sum(len(c) for t, c in self._claims.items() if t not in tree),
+            "duplicate_results": sum(n.duplicates for n in tree.values()),
         }
