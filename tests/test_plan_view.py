@@ -12,6 +12,7 @@ from hivemesh.core.event import Event
 from hivemesh.core.hlc import make_hlc
 from hivemesh.core.plan import PlanView
 from hivemesh.core.plan_events import (
+    ALL_KINDS,
     KIND_CANCEL,
     KIND_CLAIM,
     KIND_DOWN,
@@ -313,3 +314,63 @@ def test_any_permutation_and_duplication_gives_same_snapshot(
     assert other.snapshot() == ref.snapshot()
     assert other.invalid == ref.invalid
     assert [t.task for t in other.claimable(10**9)] == [t.task for t in ref.claimable(10**9)]
+
+
+def test_quorum_modes() -> None:
+    from hivemesh.core.plan_events import Quorum
+
+    assert Quorum("count", 2, 3).required(1) == 2
+    assert [Quorum("majority", 0, 3).required(n) for n in (1, 2, 3, 4)] == [1, 2, 2, 3]
+    assert [Quorum("fraction", 670, 3).required(n) for n in (1, 3, 10)] == [1, 3, 7]
+    assert Quorum("fraction", 500, 3).required(4) == 2
+
+
+_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats()
+    | st.text(max_size=40)
+    | st.binary(max_size=40)
+    | st.sampled_from(["a" * 32, "0" * 32]),
+    lambda inner: (
+        st.lists(inner, max_size=5)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "goal",
+                    "task",
+                    "title",
+                    "subgoals",
+                    "round",
+                    "claim",
+                    "node",
+                    "nonce",
+                    "quorum",
+                    "proposal",
+                    "accept",
+                    "roles",
+                    "text",
+                    "x",
+                ]
+            ),
+            inner,
+            max_size=8,
+        )
+    ),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(sorted(ALL_KINDS)), _values)
+def test_garbage_bodies_never_crash(kind: str, body: Any) -> None:
+    w = World()
+    gid = start(w)
+    w.emit("evil", 1001, kind, body)
+    v = w.view()
+    snap = v.snapshot()
+    assert gid in [g["id"] for g in snap["goals"]]
+    v.claimable(10**6)
+    v.open_goals(10**6)
+    v.stats()
