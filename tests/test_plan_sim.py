@@ -3,7 +3,8 @@
 A small deterministic simulation (until the cluster simulator grows a plan
 workload): every node holds its own event set and :class:`PlanView` and runs
 a decomposer, a scorer and an executor against an instant stand-in model
-whose replies "arrive" ``LATENCY_MS`` of virtual time later. Events are
+whose replies "arrive" ``LATENCY_MS`` of virtual time later; node clocks are
+skewed by up to 400 ms. Events are
 pushed to peers with random delay, loss and duplication, and pulled by
 periodic anti-entropy; partitions split the cluster; crashed nodes lose
 their memory and in-flight work but keep their events (their disk), and a
@@ -47,6 +48,7 @@ class Node:
     roles: list[Any] = field(default_factory=list)
     up: bool = True
     incarnation: int = 0
+    skew_ms: int = 0
 
 
 class PlanSim:
@@ -67,6 +69,7 @@ class PlanSim:
     def _node(self, i: int) -> Node:
         me = author_key(f"sim-node-{i}")
         n = Node(i, me, FeedWriter(me))
+        n.skew_ms = self.frng.randint(-400, 400) if self.faults else 0
         self._roles(n)
         return n
 
@@ -89,11 +92,11 @@ class PlanSim:
     def hold(self, n: Node, ev: Event) -> None:
         if ev.id not in n.held:
             n.held[ev.id] = ev
-            n.writer.observe(ev.hlc, self.now)
+            n.writer.observe(ev.hlc, self.now + n.skew_ms)
             n.view.apply(ev)
 
     def append(self, n: Node, emit: Emit) -> None:
-        ev = n.writer.make(emit.kind, emit.body, self.now)
+        ev = n.writer.make(emit.kind, emit.body, self.now + n.skew_ms)
         self.hold(n, ev)
         for peer in self.nodes:
             if peer is n:
@@ -106,7 +109,7 @@ class PlanSim:
 
     def poll(self, n: Node) -> None:
         for role in n.roles:
-            for a in role.poll(n.view, self.now):
+            for a in role.poll(n.view, self.now + n.skew_ms):
                 if isinstance(a, Emit):
                     self.append(n, a)
                 else:

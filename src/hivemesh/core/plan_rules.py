@@ -7,8 +7,8 @@ holding the same events decide the same thing whatever order the events
 arrived in. Time enters only through event HLCs; no wall clock is read.
 
 **Acceptance.** For each proposal, a scorer's vote is its earliest vote
-``(hlc, event id)`` on that proposal; votes older than the proposal itself are
-ignored (nobody can score what they have not seen). Walking the proposal's
+``(hlc, event id)`` on that proposal; a vote stamped before the proposal (a
+badly skewed clock) counts as cast at the proposal's own HLC. Walking the proposal's
 votes and the ``plan.down`` marks in ``(hlc, author)`` order, the proposal is
 *decided* at the first point ``t`` where its accept votes up to ``t`` reach
 ``quorum.required(live(t))``; ``live(t)`` is the number of scorers whose last
@@ -108,8 +108,10 @@ def evaluate(
     """Decision point and rejection status of one proposal."""
     best: dict[bytes, VoteRec] = {}
     for v in votes:
-        if v.vote.goal != proposal.goal or v.hlc < proposal_hlc:
+        if v.vote.goal != proposal.goal:
             continue
+        if v.hlc < proposal_hlc:  # a skewed clock; the vote cannot predate what it scores
+            v = VoteRec(proposal_hlc, v.author, v.eid, v.vote)
         cur = best.get(v.author)
         if cur is None or (v.hlc, v.eid) < (cur.hlc, cur.eid):
             best[v.author] = v
