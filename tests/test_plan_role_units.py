@@ -180,3 +180,14 @@ def test_executor_only_claims_what_it_can_do() -> None:
     browser = Executor(author_key("b"), ScriptedLLM([]), caps=["browser"])
     assert [e.kind for e in drive(browser, j, view, clock)] == ["plan.hello", KIND_CLAIM]
     assert view.capabilities(author_key("b")) == ("browser",)
+
+
+def test_huge_results_are_clipped_to_fit_an_event() -> None:
+    j, view, clock, gid = setup(max_depth=0)
+    ex = Executor(ME, ScriptedLLM([{"result": "€" * 100_000}]))
+    drive(ex, j, view, clock)
+    clock.ms += 50
+    drive(ex, j, view, clock)
+    answer = view.final_answer(gid)
+    assert answer is not None and answer.endswith("[...]")
+    assert len(answer.encode()) <= 48 * 1024 + 10

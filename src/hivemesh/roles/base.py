@@ -37,7 +37,7 @@ from hivemesh.core.plan_events import (
     release_body,
 )
 
-__all__ = ["Action", "Emit", "Job", "Role", "RoleBase", "failure_events"]
+__all__ = ["Action", "Emit", "Job", "Role", "RoleBase", "clip", "failure_events"]
 
 log = logging.getLogger("hivemesh.roles")
 
@@ -128,6 +128,14 @@ class RoleBase:
                 self.inflight.discard(key)
 
         return Job(key, run)
+
+
+def clip(text: str, max_bytes: int) -> str:
+    """``text`` cut to at most ``max_bytes`` of UTF-8 (events have a size limit)."""
+    raw = text.encode()
+    if len(raw) <= max_bytes:
+        return text
+    return raw[:max_bytes].decode(errors="ignore") + " [...]"
 
 
 def failure_events(view: PlanView, node: bytes) -> list[Emit]:

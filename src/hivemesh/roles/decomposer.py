@@ -17,7 +17,7 @@ from typing import Any
 from hivemesh.core.plan import NodeState, PlanView
 from hivemesh.core.plan_events import KIND_PROPOSE, propose_body
 from hivemesh.llm.base import LLMProvider
-from hivemesh.roles.base import Action, Emit, RoleBase
+from hivemesh.roles.base import Action, Emit, RoleBase, clip
 from hivemesh.roles.prompts import decompose_messages, decompose_schema
 
 __all__ = ["Decomposer"]
@@ -31,8 +31,8 @@ def clean_subgoals(raw: list[dict[str, Any]], limit: int, last_level: bool) -> l
         caps = sorted({str(c)[:40] for c in s.get("capabilities", []) if str(c).strip()})[:16]
         out.append(
             {
-                "title": str(s["title"]).strip()[:300] or f"step {i + 1}",
-                "detail": str(s.get("detail", ""))[:4000],
+                "title": clip(str(s["title"]).strip()[:300], 600) or f"step {i + 1}",
+                "detail": clip(str(s.get("detail", ""))[:4000], 1500),
                 "deps": deps,
                 "atomic": bool(s.get("atomic", False)) or last_level,
                 "caps": caps,

@@ -33,12 +33,14 @@ from hivemesh.core.plan_events import (
 )
 from hivemesh.errors import LLMBadOutput
 from hivemesh.llm.base import LLMProvider, Message
-from hivemesh.roles.base import Action, Emit, RoleBase
+from hivemesh.roles.base import Action, Emit, RoleBase, clip
 from hivemesh.roles.prompts import execute_messages, execute_schema, synth_messages
 
 __all__ = ["Executor", "ToolBox"]
 
 _RECLAIM_GUARD_MS = 1000
+#: Results are cut to this many UTF-8 bytes (an event is at most 256 KiB).
+MAX_RESULT_BYTES = 48 * 1024
 
 
 class ToolBox(Protocol):
@@ -158,7 +160,7 @@ class Executor(RoleBase):
                 )
             text = await self._run(msgs, use_tools)
             self.counters["results"] += 1
-            return [Emit(KIND_RESULT, result_body(info.task, text[:60000]))]
+            return [Emit(KIND_RESULT, result_body(info.task, clip(text, MAX_RESULT_BYTES)))]
 
         return work
 

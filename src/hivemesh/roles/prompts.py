@@ -37,6 +37,8 @@ SYNTH_TAG = "[hivemesh:synthesise]"
 _TITLE = {"type": "string", "minLength": 1, "maxLength": 300}
 _TEXT = {"type": "string", "maxLength": 4000}
 _SCORE = {"type": "integer", "minimum": 0, "maximum": 10}
+#: Each input result quoted in a prompt is cut to this many characters.
+_MAX_INPUT_CHARS = 4000
 
 
 def tag_of(messages: Sequence[Message]) -> str:
@@ -198,7 +200,7 @@ def execute_messages(
     lines = [f"Task: {title}", f"Detail: {detail or '-'}", f"Plan: {' > '.join(path)}"]
     if inputs:
         lines.append("Results of prerequisite tasks:")
-        lines += [f"- {t}: {r}" for t, r in inputs]
+        lines += [f"- {t}: {r[:_MAX_INPUT_CHARS]}" for t, r in inputs]
     return [Message(role="system", content=system), Message(role="user", content="\n".join(lines))]
 
 
@@ -212,5 +214,5 @@ def synth_messages(
         'concise; mention any subtask that failed. Reply with JSON only: {"result": "..."}'
     )
     lines = [f"Goal: {title}", f"Plan: {' > '.join(path)}", "Subtask results:"]
-    lines += [f"- {t}: {r}" for t, r in inputs]
+    lines += [f"- {t}: {r[:_MAX_INPUT_CHARS]}" for t, r in inputs]
     return [Message(role="system", content=system), Message(role="user", content="\n".join(lines))]

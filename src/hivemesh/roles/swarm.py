@@ -44,6 +44,7 @@ class LocalSwarm:
         self.members: list[_Member] = []
         self._changed = asyncio.Event()
         self.polls = 0
+        self.append_errors = 0
 
     def add(self, role: Role, *, own_view: bool = False) -> PlanView:
         """Add a role; returns the view it reads."""
@@ -56,8 +57,14 @@ class LocalSwarm:
         return view
 
     def append(self, author: bytes, emit: Emit) -> None:
-        """Append one event on behalf of ``author`` and wake the pump."""
-        self.journal.append(author, emit.kind, emit.body)
+        """Append one event on behalf of ``author`` and wake the pump. An event
+        that cannot be encoded (over the size limit) is logged and counted."""
+        try:
+            self.journal.append(author, emit.kind, emit.body)
+        except ValueError as exc:
+            self.append_errors += 1
+            log.warning("dropped %s event: %s", emit.kind, exc)
+            return
         self._changed.set()
 
     def crash(self, me: bytes) -> None:
