@@ -184,7 +184,7 @@ def test_executor_only_claims_what_it_can_do() -> None:
 
 def test_huge_results_are_clipped_to_fit_an_event() -> None:
     j, view, clock, gid = setup(max_depth=0)
-    ex = Executor(ME, ScriptedLLM([{"result": "€" * 100_000}]))
+    ex = Executor(ME, ScriptedLLM([{"result": "€" * 50_000}]))
     drive(ex, j, view, clock)
     clock.ms += 50
     drive(ex, j, view, clock)
