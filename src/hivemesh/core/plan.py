@@ -191,10 +191,10 @@ class PlanView:
             self._live = None
             nodes: dict[str, NodeState] = {}
             for gid in sorted(self._goals):
-                g = self._goals[gid][2]
+                hlc, _eid, g = self._goals[gid]
                 root = NodeState(gid, gid, None, 0, g.title, g.detail, ())
-                root.ready_hlc = self._goals[gid][0]
-                self._build(root, g, nodes, None)
+                root.ready_hlc = hlc
+                self._build(root, g, nodes, blocked=False, failed=False, cancelled=None)
             self._nodes = nodes
         return self._nodes
 
@@ -205,20 +205,25 @@ class PlanView:
         return self._live
 
     def _build(
-        self, n: NodeState, g: GoalCreate, nodes: dict[str, NodeState], parent: NodeState | None
+        self,
+        n: NodeState,
+        g: GoalCreate,
+        nodes: dict[str, NodeState],
+        *,
+        blocked: bool,
+        failed: bool,
+        cancelled: str | None,
     ) -> None:
+        """Derive ``n`` and its subtree. ``blocked``/``failed``/``cancelled``
+        come down from ancestors (an ancestor's unfinished or failed
+        dependency holds back or dooms everything below it)."""
         nodes[n.id] = n
-        cancel = self._cancels.get(n.id)
-        if cancel is not None:
-            n.cancelled = cancel[2].reason or "cancelled"
-        elif parent is not None and parent.cancelled is not None:
-            n.cancelled = parent.cancelled
-        deps = [nodes[d] for d in n.deps]
-        dep_failed = any(d.status in ("failed", "cancelled") for d in deps)
-        dep_pending = any(d.status != "done" for d in deps) or (
-            parent is not None and parent.status == "blocked"
-        )
-        n.ready_hlc = max([n.ready_hlc] + [d.done_hlc for d in deps])
+        own_cancel = self._cancels.get(n.id)
+        n.cancelled = (own_cancel[2].reason or "cancelled") if own_cancel else cancelled
+        deps = [nodes[d] for d in n.deps]  # earlier siblings: already built
+        n.ready_hlc = max([n.ready_hlc, *(d.done_hlc for d in deps)])
+        failed = failed or any(d.status in ("failed", "cancelled") for d in deps)
+        blocked = blocked or any(d.status != "done" for d in deps)
         if n.depth >= g.max_depth:
             n.leaf = True
         if n.leaf is not True:
@@ -240,26 +245,43 @@ class PlanView:
                 )
                 c.ready_hlc = max(n.decided_hlc or 0, n.ready_hlc)
                 kids.append(c)
-                # A blocked parent blocks its subtree; pass it down via status.
-                n.status = "blocked" if dep_pending else "split"
-                self._build(c, g, nodes, n)
+                self._build(c, g, nodes, blocked=blocked, failed=failed, cancelled=n.cancelled)
             n.children = [c.id for c in kids]
-        self._task_state(n, g)
-        if n.cancelled is not None and n.status != "done":
-            n.status = "cancelled"
-        elif dep_failed and n.status != "done":
-            n.status = "failed"
-        elif n.leaf is True and dep_pending and n.status not in _TERMINAL:
-            n.status = "blocked"
-        elif n.leaf is None:
-            n.status = "blocked" if dep_pending and n.accepted is None else n.status
-        if n.leaf is False:
-            kids_s = [nodes[c] for c in n.children]
-            if n.status not in _TERMINAL:
-                finished = all(k.status in _TERMINAL for k in kids_s)
-                n.status = "synthesis" if finished else "split"
-                if finished:
-                    n.ready_hlc = max([n.ready_hlc] + [k.done_hlc for k in kids_s])
+        self._task_state(n)
+        n.status = self._status(n, g, nodes, blocked=blocked, failed=failed)
+
+    def _status(
+        self,
+        n: NodeState,
+        g: GoalCreate,
+        nodes: dict[str, NodeState],
+        *,
+        blocked: bool,
+        failed: bool,
+    ) -> str:
+        """The life-cycle state, by precedence: done, cancelled, failed, then
+        open (undecided) / blocked, claimed, ready (leaf) / synthesis, split."""
+        if n.result is not None:
+            return "done"
+        if n.cancelled is not None:
+            return "cancelled"
+        if failed:
+            return "failed"
+        if n.leaf is None:
+            return "open"
+        if n.leaf is True:
+            if n.attempts >= g.max_attempts:
+                return "failed"
+            if blocked:
+                return "blocked"
+            return "claimed" if n.winner is not None else "ready"
+        kids = [nodes[c] for c in n.children]
+        if not all(k.status in _TERMINAL for k in kids):
+            return "split"
+        if n.attempts >= g.max_attempts:
+            return "failed"
+        n.ready_hlc = max([n.ready_hlc, *(k.done_hlc for k in kids)])
+        return "synthesis"
 
     def _decide(self, n: NodeState, g: GoalCreate) -> None:
         props = self._proposals.get(n.id, {})
@@ -270,26 +292,23 @@ class PlanView:
         ]
         n.proposals = outs
         win = decide(outs, g.settle_ms)
-        if win is None:
-            n.status = "open"
+        if win is None or win.decided is None:
             return
-        assert win.decided is not None
         n.accepted = win.proposal
         n.decided_hlc = win.decided[0]
         n.leaf = props[win.proposal][2].atomic
-        n.status = "split"
 
-    def _task_state(self, n: NodeState, g: GoalCreate) -> None:
+    def _task_state(self, n: NodeState) -> None:
+        """Claims (winner, releases, failed attempts) and the accepted result."""
         claims = self._claims.get(n.id, {})
         rows: list[tuple[int, bytes, str, bool]] = []
         attempts = 0
         for cid in sorted(claims):
             hlc, author = claims[cid]
             rels = [r for r in self._releases.get(cid, ()) if r[2].task == n.id]
-            released = bool(rels)
             if any(r[2].failed for r in rels):
                 attempts += 1
-            rows.append((hlc, author, cid, released))
+            rows.append((hlc, author, cid, bool(rels)))
         rows.sort()
         n.claims = rows
         n.attempts = attempts
@@ -299,19 +318,6 @@ class PlanView:
         n.duplicates = dups
         if acc is not None:
             n.result = (acc[0], acc[1], acc[3].text)
-        if n.leaf is True:
-            if n.result is not None:
-                n.status = "done"
-            elif attempts >= g.max_attempts:
-                n.status = "failed"
-            elif n.winner is not None:
-                n.status = "claimed"
-            else:
-                n.status = "ready"
-        elif n.leaf is False and n.result is not None:
-            n.status = "done"
-        elif n.leaf is False and attempts >= g.max_attempts:
-            n.status = "failed"
 
     # -- queries -------------------------------------------------------------------
 
