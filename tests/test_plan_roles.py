@@ -67,6 +67,7 @@ async def swarm_run(
     timeout_s: float = 30.0,
     llm_timeout_s: float = 5.0,
     exec_caps: list[list[str]] | None = None,
+    retry_ms: int = 1000,
 ) -> tuple[LocalSwarm, str, ScriptedServer, list[PlanView]]:
     async with ScriptedServer(responder) as srv:
         cfg = LLMConfig(base_url=srv.base_url, model="scripted", timeout_s=llm_timeout_s)
@@ -77,13 +78,18 @@ async def swarm_run(
             views = []
             strategies = ["by place", "by activity", "by day"]
             for i in range(decomposers):
-                d = Decomposer(author_key(f"d{i}"), llm, strategy=strategies[i % 3])
+                d = Decomposer(
+                    author_key(f"d{i}"), llm, strategy=strategies[i % 3], retry_after_ms=retry_ms
+                )
                 views.append(sw.add(d, own_view=True))
             for i in range(scorers):
-                views.append(sw.add(Scorer(author_key(f"s{i}"), llm), own_view=True))
+                sc = Scorer(author_key(f"s{i}"), llm, retry_after_ms=retry_ms)
+                views.append(sw.add(sc, own_view=True))
             for i in range(executors):
                 caps = exec_caps[i] if exec_caps else []
-                e = Executor(author_key(f"e{i}"), llm, caps=caps, max_concurrent=3)
+                e = Executor(
+                    author_key(f"e{i}"), llm, caps=caps, max_concurrent=3, reclaim_after_ms=retry_ms
+                )
                 views.append(sw.add(e, own_view=True))
             body = goal_body("weekend in Lisbon", NONCE, settle_ms=20, scorers=scorers)
             body.update(goal or {})
@@ -287,3 +293,21 @@ def test_cancel_stops_the_plan() -> None:
     assert any(k is not None and not k.claims for k in kids)  # never claimed after cancel
     assert all(k is not None and k.status in ("cancelled", "done") for k in kids)
     assert sw.view.claimable(now_ms() + 10_000) == [] and sw.view.open_goals(now_ms()) == []
+
+
+def test_dead_llm_ends_the_plan_as_failed_not_stuck() -> None:
+    def dead(req: dict[str, Any]) -> Any:
+        return Step(status=503, raw=b"model unavailable")
+
+    sw, gid, srv, views = asyncio.run(
+        swarm_run(
+            dead,
+            retry_ms=20,
+            until=lambda s, g: s.view.node(g) is not None and s.view.node(g).status == "failed",  # type: ignore[union-attr]
+        )
+    )
+    root = sw.view.tree(gid)
+    assert root is not None and root["status"] == "failed" and root["kind"] == "leaf"
+    assert root["attempts"] == 3 and sw.view.final_answer(gid) is None
+    assert len(srv.requests) > 3
+    check_consistent(sw, gid, views)

@@ -37,9 +37,13 @@ from hivemesh.core.plan_events import (
     release_body,
 )
 
-__all__ = ["Action", "Emit", "Job", "Role", "RoleBase", "clip", "failure_events"]
+__all__ = ["FALLBACK", "Action", "Emit", "Job", "Role", "RoleBase", "clip", "failure_events"]
 
 log = logging.getLogger("hivemesh.roles")
+
+#: Strategy name of the "do the goal directly" proposal a decomposer makes
+#: after failed rounds or failed LLM calls.
+FALLBACK = "fallback"
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +87,7 @@ class RoleBase:
         self.max_failures = max_failures
         self.inflight: set[str] = set()
         self.failures: Counter[str] = Counter()
+        self.last_error: dict[str, str] = {}
         self._retry_at: dict[str, int] = {}
         self.counters: Counter[str] = Counter()
         self._greeted = False
@@ -121,6 +126,7 @@ class RoleBase:
                 code = getattr(exc, "code", type(exc).__name__)
                 self.counters[f"error.{code}"] += 1
                 self.failures[key] += 1
+                self.last_error[key] = f"{code}: {exc}"[:300]
                 self._retry_at[key] = now_ms + self.retry_after_ms * self.failures[key]
                 log.warning("%s %s failed (%s): %s", self.name, key[:12], code, exc)
                 return on_error(exc) if on_error is not None else []

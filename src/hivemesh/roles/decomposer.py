@@ -17,7 +17,7 @@ from typing import Any
 from hivemesh.core.plan import NodeState, PlanView
 from hivemesh.core.plan_events import KIND_PROPOSE, propose_body
 from hivemesh.llm.base import LLMProvider
-from hivemesh.roles.base import Action, Emit, RoleBase, clip
+from hivemesh.roles.base import FALLBACK, Action, Emit, RoleBase, clip
 from hivemesh.roles.prompts import decompose_messages, decompose_schema
 
 __all__ = ["Decomposer"]
@@ -84,9 +84,7 @@ class Decomposer(RoleBase):
                 self._proposed.add((n.id, rnd))
                 self.counters["atomic_fallback"] += 1
                 out.append(
-                    Emit(
-                        KIND_PROPOSE, propose_body(n.id, rnd, [], strategy="fallback", atomic=True)
-                    )
+                    Emit(KIND_PROPOSE, propose_body(n.id, rnd, [], strategy=FALLBACK, atomic=True))
                 )
                 continue
             out.append(self.job(key, now_ms, self._work(view, n, rnd, g.max_depth, g.max_subgoals)))

@@ -38,7 +38,6 @@ from hivemesh.roles.prompts import execute_messages, execute_schema, synth_messa
 
 __all__ = ["Executor", "ToolBox"]
 
-_RECLAIM_GUARD_MS = 1000
 #: Results are cut to this many UTF-8 bytes (an event is at most 256 KiB).
 MAX_RESULT_BYTES = 48 * 1024
 
@@ -73,8 +72,10 @@ class Executor(RoleBase):
         tool_timeout_s: float = 30.0,
         timeout_s: float | None = None,
         retry_after_ms: int = 0,
+        reclaim_after_ms: int = 1000,
     ) -> None:
         super().__init__(me, retry_after_ms=retry_after_ms)
+        self.reclaim_after_ms = reclaim_after_ms
         self.llm = llm
         self.caps = frozenset(caps)
         self.max_concurrent = max_concurrent
@@ -118,7 +119,8 @@ class Executor(RoleBase):
                 continue
             if not set(t.caps) <= self.caps:
                 continue
-            if now_ms < self._claimed_at.get(t.task, -_RECLAIM_GUARD_MS) + _RECLAIM_GUARD_MS:
+            last = self._claimed_at.get(t.task)
+            if last is not None and now_ms < last + self.reclaim_after_ms:
                 continue
             self._claimed_at[t.task] = now_ms
             self.counters["claims"] += 1

@@ -6,8 +6,10 @@ has proposed in the round, the scorer sends *all* proposals of
 that goal it has not voted on to the LLM in one call and emits one
 ``plan.vote`` per proposal: three 0..10 scores, notes, and ``accept`` when
 every score reaches ``threshold``. Proposals the model skipped are retried on
-a later poll. After ``max_failures`` failed calls on a goal the scorer
-abstains from that batch; the quorum is sized so other scorers carry it.
+a later poll. After ``max_failures`` failed calls on a batch the scorer
+*rejects* it with a note saying why, so the round can end rather than wait
+forever; decomposers then propose again and finally fall back to "do it
+directly", which scorers accept without asking the model.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from hivemesh.core.hlc import hlc_ms
 from hivemesh.core.plan import NodeState, PlanView
 from hivemesh.core.plan_events import KIND_VOTE, Proposal, vote_body
 from hivemesh.llm.base import LLMProvider
-from hivemesh.roles.base import Action, Emit, RoleBase
+from hivemesh.roles.base import FALLBACK, Action, Emit, RoleBase
 from hivemesh.roles.prompts import score_messages, score_schema
 
 __all__ = ["Scorer", "describe_proposal"]
@@ -83,18 +85,39 @@ class Scorer(RoleBase):
             g = view.goal(n.root)
             assert g is not None
             props = self._pending(view, n, now_ms, g.settle_ms)
+            for p in [p for p in props if p.atomic and p.strategy == FALLBACK]:
+                props.remove(p)  # "do it directly" after failed rounds: no LLM needed
+                out.append(self._verdict(p, n.id, True, 5, "fallback: do the goal directly"))
             if not props:
                 continue
             key = f"{n.id}/" + ",".join(p.id[:8] for p in props)
             if self.busy(key, now_ms):
                 continue
             if self.failures[key] >= self.max_failures:
-                self._voted.update(p.id for p in props)
-                self.counters["abstained"] += len(props)
+                # Reject rather than abstain, so the round ends and the
+                # decomposers move on (eventually to the fallback) instead of
+                # waiting for votes that will never come.
+                reason = f"scorer could not evaluate ({self.last_error.get(key, 'LLM error')})"
+                out += [self._verdict(p, n.id, False, 0, reason) for p in props]
+                self.counters["rejected_unscored"] += len(props)
                 continue
             self._scoring.update(p.id for p in props)
             out.append(self.job(key, now_ms, self._work(view, n, props)))
         return out
+
+    def _verdict(self, p: Proposal, goal: str, accept: bool, score: int, notes: str) -> Emit:
+        self._voted.add(p.id)
+        self.counters["votes"] += 1
+        body = vote_body(
+            p.id,
+            goal,
+            accept=accept,
+            concreteness=score,
+            non_overlap=score,
+            completeness=score,
+            notes=notes[:4000],
+        )
+        return Emit(KIND_VOTE, body)
 
     def _work(self, view: PlanView, n: NodeState, props: list[Proposal]) -> Any:
         messages = score_messages(
@@ -115,13 +138,12 @@ class Scorer(RoleBase):
                     continue
                 seen.add(i)
                 c, o, m = s["concreteness"], s["non_overlap"], s["completeness"]
-                accept = min(c, o, m) >= self.threshold
                 self._voted.add(props[i].id)
                 self.counters["votes"] += 1
                 body = vote_body(
                     props[i].id,
                     n.id,
-                    accept=accept,
+                    accept=min(c, o, m) >= self.threshold,
                     concreteness=c,
                     non_overlap=o,
                     completeness=m,
