@@ -32,6 +32,7 @@ from hivemesh.llm.config import LLMConfig
 __all__ = ["OpenAICompatProvider"]
 
 _MAX_REPLY_BYTES = 4 * 1024 * 1024
+_LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
 class OpenAICompatProvider:
@@ -60,7 +61,9 @@ class OpenAICompatProvider:
             headers=headers,
             timeout=httpx.Timeout(config.timeout_s),
             limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
-            trust_env=False,
+            # Proxy settings from the environment apply to remote endpoints only;
+            # a local server (Ollama, llama.cpp, tests) is always reached directly.
+            trust_env=httpx.URL(config.base_url).host not in _LOOPBACK,
         )
 
     async def aclose(self) -> None:
