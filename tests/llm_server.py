@@ -10,7 +10,8 @@ parsed request. A scripted step is one of:
 * ``Step(...)`` -- full control: HTTP status, raw body bytes, a delay before
   answering, ``hang`` (never answer), ``close`` (drop the connection).
 
-Every request body is recorded in :attr:`ScriptedServer.requests`.
+Every completion request body is recorded in :attr:`ScriptedServer.requests`
+and every request's (lower-cased) headers in :attr:`ScriptedServer.headers`.
 
 Use inside a running loop (``async with ScriptedServer(...) as srv``), or from
 synchronous code and other processes with :meth:`ScriptedServer.in_thread`.
@@ -53,6 +54,7 @@ class ScriptedServer:
         self._responder = script if callable(script) else None
         self._script: list[Any] = [] if callable(script) or script is None else list(script)
         self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
         self.connections = 0
         self._server: asyncio.base_events.Server | None = None
         self._hung: list[asyncio.Event] = []
@@ -137,6 +139,7 @@ class ScriptedServer:
                         k, v = line.split(":", 1)
                         headers[k.strip().lower()] = v.strip()
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
+                self.headers.append(headers)
                 if not await self._handle(method, path, body, writer):
                     break
         except (asyncio.IncompleteReadError, ConnectionError, ValueError):

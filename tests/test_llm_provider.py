@@ -73,6 +73,7 @@ def test_structured_reply_parsed_and_usage_recorded() -> None:
     assert usage == [("m1", 11, 7, usage[0][3], True)] and usage[0][3] > 0
     req = srv.requests[0]
     assert req["model"] == "m1" and req["response_format"] == {"type": "json_object"}
+    assert srv.headers[0]["authorization"] == "Bearer k"
 
 
 def test_malformed_then_off_schema_then_valid_feeds_errors_back() -> None:
