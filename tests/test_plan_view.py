@@ -18,6 +18,7 @@ from hivemesh.core.plan_events import (
     KIND_DOWN,
     KIND_GOAL,
     KIND_HELLO,
+    KIND_MEMBER_DOWN,
     KIND_PROPOSE,
     KIND_RELEASE,
     KIND_RESULT,
@@ -175,6 +176,20 @@ def test_crashed_claimer_released_and_reclaimed_exactly_one_result() -> None:
     assert v.claimable(5000) == []
 
 
+def test_member_down_voids_claims_up_to_its_seq() -> None:
+    w = World()
+    gid = start(w, max_depth=0)
+    c1 = event_ref(w.emit("e1", 1010, KIND_CLAIM, claim_body(gid)))
+    upto = w.writers["e1"].seq
+    w.emit("e2", 1011, KIND_CLAIM, claim_body(gid))
+    w.emit("fd", 1500, KIND_MEMBER_DOWN, {"a": author_key("e1"), "upto": upto, "extra": 1})
+    v = w.view()
+    assert not v.claim_won(gid, c1, 9999) and v.node(gid).winner[1] == author_key("e2")
+    c3 = event_ref(w.emit("e1", 1600, KIND_CLAIM, claim_body(gid)))  # after restart: counts
+    assert c3 in [c for _h, _a, c, rel in w.view().node(gid).claims if not rel]
+    assert w.view().invalid.total() == 0
+
+
 def test_failed_attempts_fail_task_and_dependants() -> None:
     w = World()
     gid = start(w, max_depth=1, max_attempts=2, quorum="count", quorum_value=1)
@@ -286,6 +301,9 @@ def scenario(seed: int) -> list[Event]:
             r = rng.random()
             if r < 0.2:
                 w.emit("fd", t + 5, KIND_RELEASE, release_body(task, cid, failed=r < 0.1))
+            elif r < 0.25:
+                upto = w.writers[e].seq
+                w.emit("fd", t + 5, KIND_MEMBER_DOWN, {"a": author_key(e), "upto": upto})
             elif r < 0.9:
                 t += rng.randint(1, 50)
                 w.emit(e, t, KIND_RESULT, result_body(task, f"{e} did {task[:6]}"))

@@ -16,7 +16,8 @@ proposal turns the node itself into a leaf. Every node has one *task*: a
 leaf's task is to execute it, an inner node's task is to synthesise its
 children's results (claimable once all children are finished). A task is
 blocked until the sibling tasks it depends on are done; a failed dependency
-fails it. Life of a node, as data::
+fails it. A claim is void once released (``plan.task.release``) or covered
+by the membership layer's ``member.down {a, upto}`` (claim seq <= upto). Life of a node, as data::
 
     inner: open -> split -> synthesis -> done | failed      (any -> cancelled)
     leaf:  blocked -> ready -> claimed -> done | failed      (any -> cancelled)
@@ -125,7 +126,7 @@ class PlanView:
         self._goals: dict[str, tuple[int, bytes, GoalCreate]] = {}
         self._proposals: dict[str, dict[str, tuple[int, bytes, Proposal]]] = {}
         self._votes: dict[str, list[VoteRec]] = {}
-        self._claims: dict[str, dict[str, tuple[int, bytes]]] = {}
+        self._claims: dict[str, dict[str, tuple[int, bytes, int]]] = {}
         self._results: dict[str, list[tuple[int, bytes, bytes, Result]]] = {}
         self._releases: dict[str, list[tuple[int, bytes, Release]]] = {}
         self._cancels: dict[str, tuple[int, bytes, Cancel]] = {}
@@ -133,6 +134,7 @@ class PlanView:
         self._caps: dict[bytes, tuple[int, tuple[str, ...]]] = {}
         self._roles: dict[bytes, tuple[int, tuple[str, ...]]] = {}
         self._down: dict[bytes, int] = {}
+        self._down_upto: dict[bytes, int] = {}
         self.invalid: Counter[str] = Counter()
         self.duplicates_applied = 0
         self._nodes: dict[str, NodeState] | None = None
@@ -163,7 +165,7 @@ class PlanView:
                 VoteRec(event.hlc, event.author, event.id, rec)
             )
         elif isinstance(rec, Claim):
-            self._claims.setdefault(rec.task, {})[rec.id] = (event.hlc, event.author)
+            self._claims.setdefault(rec.task, {})[rec.id] = (event.hlc, event.author, event.seq)
         elif isinstance(rec, Result):
             self._results.setdefault(rec.task, []).append((event.hlc, event.author, event.id, rec))
         elif isinstance(rec, Release):
@@ -182,6 +184,8 @@ class PlanView:
         elif isinstance(rec, Down):
             self._marks.add((event.hlc, 1, rec.node))
             self._down[rec.node] = max(event.hlc, self._down.get(rec.node, 0))
+            if rec.upto is not None:
+                self._down_upto[rec.node] = max(rec.upto, self._down_upto.get(rec.node, 0))
         self._nodes = None
 
     # -- derived tree --------------------------------------------------------------
@@ -304,11 +308,12 @@ class PlanView:
         rows: list[tuple[int, bytes, str, bool]] = []
         attempts = 0
         for cid in sorted(claims):
-            hlc, author = claims[cid]
+            hlc, author, seq = claims[cid]
             rels = [r for r in self._releases.get(cid, ()) if r[2].task == n.id]
             if any(r[2].failed for r in rels):
                 attempts += 1
-            rows.append((hlc, author, cid, bool(rels)))
+            down = seq <= self._down_upto.get(author, 0)  # covered by member.down
+            rows.append((hlc, author, cid, bool(rels) or down))
         rows.sort()
         n.claims = rows
         n.attempts = attempts

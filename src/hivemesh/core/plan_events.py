@@ -36,6 +36,7 @@ __all__ = [
     "KIND_DOWN",
     "KIND_GOAL",
     "KIND_HELLO",
+    "KIND_MEMBER_DOWN",
     "KIND_PROPOSE",
     "KIND_RELEASE",
     "KIND_RESULT",
@@ -80,6 +81,8 @@ KIND_RELEASE = "plan.task.release"
 KIND_CANCEL = "plan.goal.cancel"
 KIND_HELLO = "plan.hello"
 KIND_DOWN = "plan.down"
+#: The membership layer's failure report, honoured by the plan view too.
+KIND_MEMBER_DOWN = "member.down"
 ALL_KINDS = frozenset(
     {
         KIND_GOAL,
@@ -91,6 +94,7 @@ ALL_KINDS = frozenset(
         KIND_CANCEL,
         KIND_HELLO,
         KIND_DOWN,
+        KIND_MEMBER_DOWN,
     }
 )
 
@@ -253,9 +257,15 @@ class Hello:
 
 @dataclass(frozen=True, slots=True)
 class Down:
-    """Failure detection marked ``node`` down (it may say hello again later)."""
+    """Failure detection marked ``node`` down (it may say hello again later).
+
+    From the membership layer's ``member.down {a, upto}``, ``upto`` is the
+    last seq of ``node``'s feed the reporter had seen: claims by ``node`` up
+    to it are void (as in :mod:`hivemesh.core.claims`). ``plan.down`` has no
+    ``upto`` and only shrinks scorer quorums."""
 
     node: bytes
+    upto: int | None = None
 
 
 # -- field checks ----------------------------------------------------------------
@@ -432,6 +442,16 @@ def _down(ev: Event) -> Down:
     return Down(node=node)
 
 
+def _member_down(ev: Event) -> Down:
+    body = ev.body
+    if type(body) is not dict:  # the membership layer's kind: extra keys tolerated
+        raise _bad("body_not_map")
+    node, upto = body.get("a"), body.get("upto")
+    if type(node) is not bytes or len(node) != 32:
+        raise _bad("bad_node")
+    return Down(node=node, upto=_int(upto, 0, (1 << 63) - 1))
+
+
 PlanRecord = GoalCreate | Proposal | Vote | Claim | Result | Release | Cancel | Hello | Down
 
 _PARSERS: dict[str, Callable[[Event], PlanRecord]] = {
@@ -444,6 +464,7 @@ _PARSERS: dict[str, Callable[[Event], PlanRecord]] = {
     KIND_CANCEL: _cancel,
     KIND_HELLO: _hello,
     KIND_DOWN: _down,
+    KIND_MEMBER_DOWN: _member_down,
 }
 
 

@@ -147,7 +147,11 @@ def clip(text: str, max_bytes: int) -> str:
 def failure_events(view: PlanView, node: bytes) -> list[Emit]:
     """What a node that saw ``node`` fail writes: a ``plan.down`` mark (shrinks
     scorer quorums) and a release of each claim ``node`` holds on unfinished
-    tasks (so they are re-claimed)."""
+    tasks (so they are re-claimed).
+
+    Where the membership layer already writes ``member.down {a, upto}``, the
+    plan view honours that directly (claims up to ``upto`` are void, the
+    scorer no longer counts) and this helper is not needed."""
     out = [Emit(KIND_DOWN, down_body(node))]
     for task, claim in view.claims_by(node):
         out.append(Emit(KIND_RELEASE, release_body(task, claim, reason="claimer down")))
