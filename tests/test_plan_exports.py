@@ -31,6 +31,7 @@ EXPECTED = {
         "Job",
         "LocalJournal",
         "LocalSwarm",
+        "MCPToolBox",
         "Observer",
         "Role",
         "Scorer",

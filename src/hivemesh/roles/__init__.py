@@ -5,6 +5,8 @@
 * :class:`Executor` -- claims tasks it can do, runs them, publishes results;
 * :class:`Observer` -- never writes; renders the tree from the journal.
 
+:class:`MCPToolBox` gives executors the tools of an MCP server.
+
 Roles do no networking: a driver polls them (:class:`LocalSwarm` in-process,
 the node runtime across processes) and appends what they emit. See
 :mod:`hivemesh.roles.base` for the contract and :func:`failure_events` for
@@ -22,6 +24,7 @@ from hivemesh.roles.decomposer import Decomposer as Decomposer
 from hivemesh.roles.executor import Executor as Executor
 from hivemesh.roles.executor import ToolBox as ToolBox
 from hivemesh.roles.local import LocalJournal as LocalJournal
+from hivemesh.roles.mcp_tools import MCPToolBox as MCPToolBox
 from hivemesh.roles.observer import Observer as Observer
 from hivemesh.roles.scorer import Scorer as Scorer
 from hivemesh.roles.swarm import LocalSwarm as LocalSwarm
@@ -34,6 +37,7 @@ __all__ = [
     "Job",
     "LocalJournal",
     "LocalSwarm",
+    "MCPToolBox",
     "Observer",
     "Role",
     "Scorer",

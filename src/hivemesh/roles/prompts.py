@@ -9,6 +9,7 @@ the retry loop in :mod:`hivemesh.llm.base` feeds validation errors back.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -195,7 +196,11 @@ def execute_messages(
         system += (
             ' You may instead call one tool per reply: {"tool": "<name>", "arguments": {...}}; '
             "its output is sent back to you. Tools: "
-            + "; ".join(f"{t['name']}: {t.get('description', '')}" for t in tools)
+            + "; ".join(
+                f"{t['name']}: {t.get('description', '')} "
+                f"(arguments: {json.dumps(t.get('input_schema', {}).get('properties', {}))})"
+                for t in tools
+            )
         )
     lines = [f"Task: {title}", f"Detail: {detail or '-'}", f"Plan: {' > '.join(path)}"]
     if inputs:
