@@ -444,11 +444,18 @@ class PlanView:
             n.id, n.root, kind, n.title, n.detail, n.caps, n.ready_hlc, self.path(n.id), inputs
         )
 
-    def claimable(self, now_ms: int) -> list[TaskInfo]:
-        """Tasks anyone may claim now, earliest ``ready_hlc`` first."""
+    def claimable(self, now_ms: int, *, speculative: bool = False) -> list[TaskInfo]:
+        """Tasks anyone may claim now, earliest ``ready_hlc`` first.
+
+        With ``speculative``, tasks under a decision that has not settled yet
+        are included: *claiming* them early has no side effect, and
+        :meth:`claim_won` still holds execution back until both the decision
+        and the claim have settled (the two windows overlap)."""
         out: list[TaskInfo] = []
         for n in self.nodes():
-            if n.winner is not None or n.result is not None or not self._active(n, now_ms):
+            if n.winner is not None or n.result is not None:
+                continue
+            if n.cancelled is not None or not (speculative or self._active(n, now_ms)):
                 continue
             if (n.leaf is True and n.status == "ready") or (
                 n.leaf is False and n.status == "synthesis"
@@ -460,11 +467,12 @@ class PlanView:
         return out
 
     def claim_won(self, task: str, claim: str, now_ms: int) -> bool:
-        """True if ``claim`` is the winning live claim on ``task`` and settled."""
+        """True if ``claim`` is the winning live claim on ``task``, settled, and
+        the decision that created the task has settled too."""
         n = self.node(task)
         if n is None or n.winner is None or n.winner[2] != claim or n.result is not None:
             return False
-        if n.status in ("cancelled", "failed"):
+        if n.status in ("cancelled", "failed") or not self._active(n, now_ms):
             return False
         return now_ms >= hlc_ms(n.winner[0]) + self._goals[n.root][2].settle_ms
 

@@ -1,10 +1,13 @@
 """Executor: claims tasks it can do, runs them with the LLM (and tools), publishes.
 
 Claim policy: on each poll, first run every task whose claim this node *won*
-(``view.claim_won``: the earliest live claim, settled); then, with any spare
-capacity (``max_concurrent`` minus running and still-settling claims), claim
-claimable tasks in order of their ``ready_hlc`` (the logical time they became
-ready), skipping tasks that need capabilities this node did not advertise.
+(``view.claim_won``: the earliest live claim, settled, under a settled
+decision); then, with any spare capacity (``max_concurrent`` minus running
+and still-settling claims), claim claimable tasks in order of their
+``ready_hlc`` (the logical time they became ready), skipping tasks that need
+capabilities this node did not advertise. Claims are made speculatively,
+before the decision that created the task has settled, so the two settle
+windows overlap; execution still waits for both.
 A lost claim is kept as a standby: if the winner is later released (it
 crashed), this node's claim becomes the winner and it runs the task.
 
@@ -112,7 +115,7 @@ class Executor(RoleBase):
                 if n is not None and n.winner is not None and n.winner[1] == self.me:
                     settling += 1
         capacity = self.max_concurrent - len(self.inflight) - settling
-        for t in view.claimable(now_ms):
+        for t in view.claimable(now_ms, speculative=True):
             if capacity <= 0:
                 break
             if t.kind == "synthesise" and not self.synthesise:
