@@ -392,3 +392,22 @@ def test_garbage_bodies_never_crash(kind: str, body: Any) -> None:
     v.claimable(10**6)
     v.open_goals(10**6)
     v.stats()
+
+
+def test_deadlines_and_speculative_claims() -> None:
+    w = World()
+    gid = start(w, max_depth=1, settle_ms=50, quorum="count", quorum_value=1)
+    p = event_ref(w.emit("d1", 1010, KIND_PROPOSE, propose_body(gid, 0, [sub("a")])))
+    v = w.view()
+    assert v.next_deadline(1010) == 1060  # the proposal's gathering window
+    w.emit("s1", 1020, KIND_VOTE, yes(p, gid))
+    v = w.view()
+    a = child_id(gid, p, 0)
+    assert v.next_deadline(1020) == 1070  # the decision settles
+    assert v.claimable(1030) == [] and [t.task for t in v.claimable(1030, speculative=True)] == [a]
+    c = event_ref(w.emit("e1", 1030, KIND_CLAIM, claim_body(a)))
+    v = w.view()
+    assert v.next_deadline(1030) == 1070
+    assert not v.claim_won(a, c, 1075)  # decision settled, claim not yet (1030 + 50)
+    assert v.claim_won(a, c, 1080)
+    assert v.next_deadline(1080) is None
