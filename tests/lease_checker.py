@@ -143,9 +143,11 @@ def _check_resource(resource: str, ops: list[Op], slack_ms: float) -> list[Viola
         if o.valid_until_ms is not None and o.valid_until_ms > o.invoke_ms + o.ttl_ms:
             out.append(Violation("belief_too_long", f"{resource}: {o}"))
     for o in ops:
-        if o.kind == "renew" and o.outcome == "ok" and o.token not in {
-            a.token for a in oks if a.client == o.client
-        }:
+        if (
+            o.kind == "renew"
+            and o.outcome == "ok"
+            and o.token not in {a.token for a in oks if a.client == o.client}
+        ):
             out.append(Violation("renew_unknown_grant", f"{resource}: {o}"))
     # 2. real-time token order
     with_tok = sorted((o for o in oks if o.token is not None), key=lambda o: o.complete_ms)

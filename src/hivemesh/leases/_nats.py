@@ -91,6 +91,8 @@ class NatsLeaseBackend:
         self._kv: Any = None
         self._lock = asyncio.Lock()
         self._closed = False
+        #: Connection errors reported by nats-py (it reconnects by itself).
+        self.connection_errors = 0
 
     @property
     def url(self) -> str:
@@ -113,6 +115,7 @@ class NatsLeaseBackend:
                 allow_reconnect=True,
                 max_reconnect_attempts=-1,
                 reconnect_time_wait=0.05,
+                error_cb=self._on_error,
             )
             try:
                 js = nc.jetstream(timeout=5.0)
@@ -127,6 +130,9 @@ class NatsLeaseBackend:
                 raise
             self._nc, self._kv = nc, kv
             return kv
+
+    async def _on_error(self, err: Exception) -> None:
+        self.connection_errors += 1
 
     async def _run(self, what: str, timeout_s: float, op: Callable[[Any], Any]) -> Any:
         try:
