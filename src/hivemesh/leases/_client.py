@@ -126,11 +126,10 @@ class LeaseClient:
         deadline = time.monotonic() + wait_s
         backoff = 0.005
         while True:
-            left = deadline - time.monotonic()
+            # Each attempt gets the full per-call deadline: wait_s bounds the
+            # waiting between attempts, never one round trip.
             try:
-                return await self.try_acquire(
-                    resource, ttl_ms, timeout_s=min(self._timeout(timeout_s), max(left, 0.001))
-                )
+                return await self.try_acquire(resource, ttl_ms, timeout_s=timeout_s)
             except LeaseUnavailable:
                 left = deadline - time.monotonic()
                 if left <= 0:

@@ -18,6 +18,11 @@ purged, so its history (and the stream sequence) keeps growing.
 * ``renew`` / ``release``: read, check holder and token and that it has not
   expired, then CAS with the revision read. A concurrent write makes the CAS
   fail, so two writers can never both succeed from the same revision.
+* Each backend object caches the revision and value of its own last read or
+  write per key and tries the CAS straight from the cache (one round trip for
+  the common acquire-after-own-release and release-after-own-grant); a stale
+  cache only makes the CAS fail, and then it reads. Decisions are identical to
+  read-then-CAS because CAS pins the revision the decision was made on.
 
 nats-server 2.9 has no per-key TTL, so the expiry lives in the value and is
 judged on the *clients'* wall clocks: a lease written at wall time ``w`` with
@@ -47,12 +52,17 @@ from hivemesh.leases._api import LeaseInfo
 
 __all__ = ["NatsLeaseBackend"]
 
+_CACHE_MAX = 4096
 _KEY_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 
 
 def nats_key(resource: str) -> str:
     """Map a resource name onto the NATS key alphabet (``=XX`` escapes, reversible)."""
     return "".join(c if c in _KEY_SAFE else f"={ord(c):02X}" for c in resource)
+
+
+def _encode(value: dict[str, Any]) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
 
 
 def _wall_ms() -> int:
@@ -91,6 +101,7 @@ class NatsLeaseBackend:
         self._kv: Any = None
         self._lock = asyncio.Lock()
         self._closed = False
+        self._cache: dict[str, tuple[int, dict[str, Any]]] = {}
         #: Connection errors reported by nats-py (it reconnects by itself).
         self.connection_errors = 0
 
@@ -144,11 +155,11 @@ class NatsLeaseBackend:
         except (nats.errors.Error, OSError) as e:
             raise BackendUnavailable(f"nats {what}: {type(e).__name__}: {e}") from e
 
-    @staticmethod
-    async def _read(kv: Any, key: str) -> tuple[int, dict[str, Any]] | None:
+    async def _read(self, kv: Any, key: str) -> tuple[int, dict[str, Any]] | None:
         try:
             entry = await kv.get(key)
         except nats.js.errors.KeyNotFoundError:
+            self._cache.pop(key, None)
             return None
         try:
             value = json.loads(entry.value)
@@ -156,36 +167,75 @@ class NatsLeaseBackend:
                 raise ValueError("not an object")
         except ValueError as e:
             raise BackendUnavailable(f"nats: unreadable lease value under {key!r}: {e}") from e
+        self._remember(key, int(entry.revision), value)
         return int(entry.revision), value
 
-    @staticmethod
-    def _encode(holder: str, expiry_ms: int, token: int) -> bytes:
-        return json.dumps({"h": holder, "x": expiry_ms, "t": token}, separators=(",", ":")).encode()
+    def _remember(self, key: str, rev: int, value: dict[str, Any]) -> None:
+        self._cache.pop(key, None)
+        self._cache[key] = (rev, value)
+        if len(self._cache) > _CACHE_MAX:
+            del self._cache[next(iter(self._cache))]
+
+    async def _cas(self, kv: Any, key: str, value: dict[str, Any], last: int) -> int | None:
+        """Write ``value`` if the key is still at revision ``last``; its new revision or None."""
+        try:
+            rev = int(await kv.update(key, _encode(value), last=last))
+        except nats.js.errors.KeyWrongLastSequenceError:
+            self._cache.pop(key, None)
+            return None
+        except BaseException:
+            self._cache.pop(key, None)  # unknown outcome: the cache may be wrong now
+            raise
+        self._remember(key, rev, value)
+        return rev
+
+    def _free(self, value: dict[str, Any], now: int) -> bool:
+        return not value.get("h") or now > int(value.get("x", 0)) + self._skew_ms
 
     @staticmethod
     def _token(rev: int, value: dict[str, Any]) -> int:
         t = int(value.get("t", 0))
         return t if t else rev
 
+    @staticmethod
+    def _mine(rev: int, value: dict[str, Any], holder: str, token: int, now: int) -> bool:
+        return (
+            value.get("h") == holder
+            and NatsLeaseBackend._token(rev, value) == token
+            and now <= int(value.get("x", 0))
+        )
+
     async def acquire(
         self, resource: str, holder: str, ttl_ms: int, *, timeout_s: float
     ) -> int | None:
-        """Grant if free or expired (create / CAS); the write's revision is the token."""
+        """Grant if free or expired (create / CAS); the write's revision is the token.
+
+        The revision and value of this client's last read or write of the key
+        are cached: when they say "free", the CAS is tried straight away (one
+        round trip); a stale cache only makes the CAS fail, then we read.
+        """
         key = nats_key(resource)
 
         async def op(kv: Any) -> int | None:
+            cached = self._cache.get(key)
+            now = self._wall_ms()
+            if cached is not None and self._free(cached[1], now):
+                rev = await self._cas(kv, key, {"h": holder, "x": now + ttl_ms, "t": 0}, cached[0])
+                if rev is not None:
+                    return rev
             cur = await self._read(kv, key)
             now = self._wall_ms()
-            value = self._encode(holder, now + ttl_ms, 0)
-            try:
-                if cur is None:
-                    return int(await kv.create(key, value))
-                rev, v = cur
-                if v.get("h") and now <= int(v.get("x", 0)) + self._skew_ms:
+            value = {"h": holder, "x": now + ttl_ms, "t": 0}
+            if cur is None:
+                try:
+                    rev = int(await kv.create(key, _encode(value)))
+                except nats.js.errors.KeyWrongLastSequenceError:
                     return None
-                return int(await kv.update(key, value, last=rev))
-            except nats.js.errors.KeyWrongLastSequenceError:
+                self._remember(key, rev, value)
+                return rev
+            if not self._free(cur[1], now):
                 return None
+            return await self._cas(kv, key, value, cur[0])
 
         result: int | None = await self._run("acquire", timeout_s, op)
         return result
@@ -196,24 +246,25 @@ class NatsLeaseBackend:
         resource: str,
         holder: str,
         token: int,
-        new: Callable[[int], bytes],
+        new: Callable[[int], dict[str, Any]],
         timeout_s: float,
     ) -> bool:
         key = nats_key(resource)
 
         async def op(kv: Any) -> bool:
-            cur = await self._read(kv, key)
-            if cur is None:
-                return False
-            rev, v = cur
+            cached = self._cache.get(key)
             now = self._wall_ms()
-            if v.get("h") != holder or self._token(rev, v) != token or now > int(v.get("x", 0)):
+            if (
+                cached is not None
+                and self._mine(*cached, holder, token, now)
+                and await self._cas(kv, key, new(now), cached[0]) is not None
+            ):
+                return True
+            cur = await self._read(kv, key)
+            now = self._wall_ms()
+            if cur is None or not self._mine(*cur, holder, token, now):
                 return False
-            try:
-                await kv.update(key, new(now), last=rev)
-            except nats.js.errors.KeyWrongLastSequenceError:
-                return False
-            return True
+            return await self._cas(kv, key, new(now), cur[0]) is not None
 
         ok: bool = await self._run(what, timeout_s, op)
         return ok
@@ -227,14 +278,14 @@ class NatsLeaseBackend:
             resource,
             holder,
             token,
-            lambda now: self._encode(holder, now + ttl_ms, token),
+            lambda now: {"h": holder, "x": now + ttl_ms, "t": token},
             timeout_s,
         )
 
     async def release(self, resource: str, holder: str, token: int, *, timeout_s: float) -> bool:
         """CAS a tombstone in if still ours and unexpired."""
         return await self._cas_if_mine(
-            "release", resource, holder, token, lambda now: self._encode("", 0, 0), timeout_s
+            "release", resource, holder, token, lambda now: {"h": "", "x": 0, "t": 0}, timeout_s
         )
 
     async def show(self, resource: str, *, timeout_s: float) -> LeaseInfo | None:
