@@ -1,0 +1,189 @@
+"""The sans-IO quorum lease protocol: unit behaviour and seeded simulation campaigns."""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hivemesh.core import lease_quorum
+from hivemesh.core.lease_quorum import Acquire, Outcome, Proposer, Release, Renew, Voter
+from hivemesh.errors import DecodeError, InvalidArgument
+from lease_checker import check_history
+from lease_quorum_sim import SimOptions, run_sim
+
+VOTERS = ["v0", "v1", "v2", "v3", "v4"]
+
+
+def drive(
+    p: Proposer, voters: dict[str, Voter], now_ms: int, down: frozenset[str] = frozenset()
+) -> list[Outcome]:
+    """Deliver everything in order (a perfect link) until the proposer is quiet."""
+    out: list[Outcome] = []
+    for _ in range(100):
+        msgs = p.outbox()
+        if not msgs:
+            break
+        for v, m in msgs:
+            if v not in down:
+                p.receive(v, voters[v].receive(m, now_ms), now_ms)
+        out.extend(p.events())
+    return out + p.events()
+
+
+def one(p: Proposer, voters: dict[str, Voter], op: object, now_ms: int, **kw: object) -> Outcome:
+    p.start(op, now_ms)  # type: ignore[arg-type]
+    (ev,) = drive(p, voters, now_ms, **kw)  # type: ignore[arg-type]
+    return ev
+
+
+@pytest.fixture
+def cluster() -> tuple[dict[str, Voter], Proposer, Proposer]:
+    return {v: Voter(v) for v in VOTERS}, Proposer(VOTERS), Proposer(VOTERS)
+
+
+def test_grant_exclusion_release_and_increasing_tokens(
+    cluster: tuple[dict[str, Voter], Proposer, Proposer],
+) -> None:
+    vs, a, b = cluster
+    ga = one(a, vs, Acquire("r", "alice", 1000), 0)
+    assert (ga.status, ga.token) == ("ok", 1)
+    assert one(b, vs, Acquire("r", "bob", 1000), 10).status == "fail"
+    assert one(a, vs, Acquire("r", "alice", 1000), 10).status == "fail"  # not re-entrant
+    assert one(b, vs, Release("r", "bob", 1), 20).status == "fail"  # non-holder
+    assert one(a, vs, Renew("r", "alice", 1, 1000), 500).status == "ok"
+    assert one(b, vs, Acquire("r", "bob", 1000), 1200).status == "fail"  # renewed: still held
+    assert one(a, vs, Release("r", "alice", 1), 1300).status == "ok"
+    gb = one(b, vs, Acquire("r", "bob", 1000), 1301)
+    assert gb.status == "ok" and gb.token == 2
+    # expiry on the voters' clocks frees it; the old holder can neither renew nor release
+    gc = one(a, vs, Acquire("r", "alice", 1000), 2302)
+    assert gc.status == "ok" and gc.token == 3
+    assert one(b, vs, Renew("r", "bob", 2, 1000), 2303).status == "fail"
+
+
+def test_minority_down_still_works_majority_down_is_unknown(
+    cluster: tuple[dict[str, Voter], Proposer, Proposer],
+) -> None:
+    vs, a, _ = cluster
+    assert one(a, vs, Acquire("r", "alice", 1000), 0, down=frozenset({"v0", "v1"})).status == "ok"
+    a.start(Acquire("s", "alice", 1000), 0)
+    assert drive(a, vs, 0, down=frozenset({"v0", "v1", "v2"})) == []
+    assert a.next_deadline() is not None
+    a.handle_timer(10_000)
+    (ev,) = a.events()
+    assert ev.status == "unknown" and ev.token is None
+
+
+def test_tokens_survive_voter_restart_and_quarantine_refuses(
+    cluster: tuple[dict[str, Voter], Proposer, Proposer],
+) -> None:
+    vs, a, b = cluster
+    assert one(a, vs, Acquire("r", "alice", 500), 0).token == 1
+    # every voter restarts: the lease is invisible, so they refuse until the max TTL passes
+    vs = {v: Voter(v, state=vs[v].snapshot(), now_ms=100) for v in VOTERS}
+    assert one(b, vs, Acquire("r", "bob", 500), 200).status == "fail"
+    assert one(a, vs, Renew("r", "alice", 1, 500), 200).status == "fail"
+    gb = one(b, vs, Acquire("r", "bob", 500), 601)
+    assert gb.status == "ok" and gb.token == 2
+    with pytest.raises(InvalidArgument):
+        Voter("v0", state={"max_tokens": {"r": "x"}, "max_ttl_ms": 5})
+
+
+def test_racing_acquires_with_the_same_token_cannot_both_win() -> None:
+    vs = {v: Voter(v) for v in VOTERS}
+    a, b = Proposer(VOTERS), Proposer(VOTERS)
+    a.start(Acquire("r", "alice", 1000), 0)
+    b.start(Acquire("r", "bob", 1000), 0)
+    # both prepares see the resource free; both propose token 1
+    for p in (a, b):
+        for v, m in p.outbox():
+            p.receive(v, vs[v].receive(m, 0), 0)
+    acc_a, acc_b = dict(a.outbox()), dict(b.outbox())
+    assert acc_a["v0"][3] == acc_b["v0"][3] == 1
+    for i, v in enumerate(VOTERS):  # interleave: a wins v0..v2, b wins v3, v4
+        first, second = ((a, acc_a), (b, acc_b)) if i < 3 else ((b, acc_b), (a, acc_a))
+        for p, acc in (first, second):
+            p.receive(v, vs[v].receive(acc[v], 1), 1)
+    (ea,), (eb,) = a.events(), b.events()
+    assert (ea.status, ea.token) == ("ok", 1)
+    assert eb.status == "fail" and eb.partial  # v3, v4 accepted bob: aborted below
+    drive(b, vs, 2)
+    assert one(b, vs, Acquire("r", "bob", 1000), 3).status == "fail"  # alice holds
+
+
+@given(st.lists(st.one_of(st.none(), st.integers(), st.text(max_size=5), st.binary(max_size=5))))
+@settings(max_examples=200)
+def test_garbage_never_crashes_either_side(msg: list[object]) -> None:
+    v, p = Voter("v0"), Proposer(["v0"])
+    for m in (msg, ["prep", *msg], ["acc", 1, "r", *msg], ["rel", 1, *msg]):
+        with contextlib.suppress(DecodeError):
+            v.receive(m, 0)
+        with contextlib.suppress(DecodeError):
+            p.receive("v0", m, 0)
+
+
+def test_proposer_rejects_bad_configuration() -> None:
+    for bad in ([], ["a", "a"]):
+        with pytest.raises(InvalidArgument):
+            Proposer(bad)
+    with pytest.raises(InvalidArgument):
+        Proposer(["a"], timeout_ms=0)
+
+
+def _campaign(seeds: range, opts: SimOptions, spurious: bool) -> Counter[str]:
+    totals: Counter[str] = Counter()
+    for seed in seeds:
+        res = run_sim(seed, opts)
+        violations = check_history(res.ops, slack_ms=60, spurious=spurious)
+        assert violations == [], (
+            f"seed {seed}: replay with run_sim({seed}, {opts}): {violations[:3]}"
+        )
+        assert res.stale_tokens == 0
+        totals.update(f"{o.kind}:{o.outcome}" for o in res.ops)
+        totals["effects"] += res.effects
+        totals["crashes"] += res.crashes
+    return totals
+
+
+def test_simulated_lossy_reordering_network_has_no_violations() -> None:
+    t = _campaign(range(80), SimOptions(), spurious=True)
+    assert t["acquire:ok"] > 500 and t["renew:ok"] > 500 and t["release:ok"] > 300, t
+    assert t["acquire:unknown"] > 0 and t["acquire:fail"] > 0 and t["effects"] > 1000, t
+
+
+def test_simulated_voter_crashes_and_heavy_loss_have_no_violations() -> None:
+    opts = SimOptions(voter_crash_per_s=2.0, packet_loss_probability=0.25, clients=4)
+    t = _campaign(range(60), opts, spurious=False)
+    assert t["crashes"] > 100 and t["acquire:ok"] > 300, t
+
+
+def test_simulation_replays_exactly_from_its_seed() -> None:
+    assert run_sim(7).ops == run_sim(7).ops
+    assert run_sim(7).ops != run_sim(8).ops
+
+
+@pytest.mark.parametrize("mutant", ["ignore_live_leases", "minority_quorum"])
+def test_campaign_catches_a_broken_protocol(mutant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The simulation + checker must be able to fail: break the protocol, see it caught."""
+    if mutant == "ignore_live_leases":
+        original = lease_quorum._Slot.live
+        monkeypatch.setattr(
+            lease_quorum._Slot, "live", lambda self, now: original(self, now) and now % 2 == 0
+        )
+    else:
+        init = Proposer.__init__
+
+        def weak(self: Proposer, *a: object, **kw: object) -> None:
+            init(self, *a, **kw)  # type: ignore[arg-type]
+            self.majority = 2
+
+        monkeypatch.setattr(Proposer, "__init__", weak)
+    rules: Counter[str] = Counter()
+    for seed in range(40):
+        for v in check_history(run_sim(seed).ops, slack_ms=60):
+            rules[v.rule] += 1
+    assert rules["overlap"] > 0 or rules["token_reused"] > 0, rules
