@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hivemesh.core import lease_quorum
-from hivemesh.core.lease_quorum import Acquire, Outcome, Proposer, Release, Renew, Voter
+from hivemesh.core.lease_quorum import Acquire, Outcome, Proposer, Release, Renew, Show, Voter
 from hivemesh.errors import DecodeError, InvalidArgument
 from lease_checker import check_history
 from lease_quorum_sim import SimOptions, run_sim
@@ -187,3 +187,14 @@ def test_campaign_catches_a_broken_protocol(mutant: str, monkeypatch: pytest.Mon
         for v in check_history(run_sim(seed).ops, slack_ms=60):
             rules[v.rule] += 1
     assert rules["overlap"] > 0 or rules["token_reused"] > 0, rules
+
+
+def test_show_is_a_majority_read(cluster: tuple[dict[str, Voter], Proposer, Proposer]) -> None:
+    vs, a, b = cluster
+    free = one(b, vs, Show("r"), 0)
+    assert (free.status, free.holder, free.token) == ("ok", "", None)
+    g = one(a, vs, Acquire("r", "alice", 1000), 0)
+    seen = one(b, vs, Show("r"), 100, down=frozenset({"v0", "v1"}))
+    assert (seen.holder, seen.token, seen.remaining_ms) == ("alice", g.token, 900)
+    one(a, vs, Release("r", "alice", 1), 200)
+    assert one(b, vs, Show("r"), 300).holder == ""

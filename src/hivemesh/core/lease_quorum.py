@@ -20,6 +20,8 @@ on a majority ``M = N // 2 + 1``:
 
 ``renew`` extends the expiry at voters still holding exactly ``(token,
 holder)`` unexpired; ``release`` clears it there. Both need ``M`` acks.
+``show`` is a majority read: the highest-token unexpired lease any of ``M``
+replies reports (a majority-granted lease is always seen; a partial one may be).
 
 Why tokens never go backwards: a grant's token was accepted by a majority;
 any later prepare reads a majority, which intersects it, so it sees at least
@@ -67,6 +69,7 @@ __all__ = [
     "Proposer",
     "Release",
     "Renew",
+    "Show",
     "Voter",
 ]
 
@@ -164,10 +167,18 @@ class Voter:
                     slot.max_token,
                     "?",
                     self._quarantine_until_ms - now_ms,
+                    0,
                 ]
             if slot.live(now_ms):
-                return [_REPLY[PREPARE], rid, slot.max_token, slot.holder, slot.expiry_ms - now_ms]
-            return [_REPLY[PREPARE], rid, slot.max_token, "", 0]
+                return [
+                    _REPLY[PREPARE],
+                    rid,
+                    slot.max_token,
+                    slot.holder,
+                    slot.expiry_ms - now_ms,
+                    slot.token,
+                ]
+            return [_REPLY[PREPARE], rid, slot.max_token, "", 0, 0]
         if kind not in (ACCEPT, RENEW, RELEASE):
             raise DecodeError(f"unknown lease request kind {kind!r:.40}")
         token, holder = (
@@ -236,7 +247,14 @@ class Release:
     token: int
 
 
-Op = Acquire | Renew | Release
+@dataclass(frozen=True, slots=True)
+class Show:
+    """Read who holds ``resource`` (a majority read; changes nothing)."""
+
+    resource: str
+
+
+Op = Acquire | Renew | Release | Show
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,6 +268,17 @@ class Outcome:
     started_ms: int
     finished_ms: int
     partial: bool = False
+    holder: str = ""  # Show: the holder seen ("" if free)
+    remaining_ms: int = 0  # Show: its smallest remaining time among the replies
+
+
+@dataclass(frozen=True, slots=True)
+class _Reply:
+    ok: bool = False  # accept/renew/release verdict
+    max_token: int = 0  # prepare: the voter's highest token
+    holder: str = ""  # prepare: live holder ("" free, "?" quarantined)
+    remaining_ms: int = 0  # prepare: the live lease's remaining time
+    token: int = 0  # prepare: the live lease's token
 
 
 @dataclass
@@ -260,7 +289,7 @@ class _Pending:
     started_ms: int
     deadline_ms: int
     retransmit_at_ms: int
-    replies: dict[str, list[object]] = field(default_factory=dict)
+    replies: dict[str, _Reply] = field(default_factory=dict)
     token: int | None = None
     internal: bool = False
 
@@ -300,7 +329,7 @@ class Proposer:
         """Begin ``op``; returns its request id (echoed in its Outcome)."""
         rid = self._next_rid
         self._next_rid += 1
-        phase = {Acquire: PREPARE, Renew: RENEW, Release: RELEASE}[type(op)]
+        phase = {Acquire: PREPARE, Show: PREPARE, Renew: RENEW, Release: RELEASE}[type(op)]
         p = _Pending(rid, op, phase, now_ms, now_ms + self.timeout_ms, now_ms)
         if isinstance(op, Renew | Release):
             p.token = op.token
@@ -321,13 +350,13 @@ class Proposer:
             self._count("stale_reply")
             return
         if kind == _REPLY[PREPARE]:
-            if len(msg) < 5:
+            if len(msg) < 6:
                 raise DecodeError("prepare reply too short")
-            reply: list[object] = [_int(msg[2]), _str(msg[3]), _int(msg[4])]
+            reply = _Reply(False, _int(msg[2]), _str(msg[3]), _int(msg[4]), _int(msg[5]))
         else:
             if not isinstance(msg[2], bool):
                 raise DecodeError("reply verdict must be a bool")
-            reply = [msg[2]]
+            reply = _Reply(ok=msg[2])
         if voter in p.replies:
             self._count("duplicate_reply")
             return
@@ -379,7 +408,7 @@ class Proposer:
         if p.phase == RENEW:
             assert isinstance(op, Renew)
             return [RENEW, p.rid, op.resource, op.token, op.holder, op.ttl_ms]
-        assert p.token is not None
+        assert isinstance(op, Release) and p.token is not None
         return [RELEASE, p.rid, op.resource, p.token, op.holder]
 
     def _send_phase(self, p: _Pending, now_ms: int, only_silent: bool = False) -> None:
@@ -389,11 +418,23 @@ class Proposer:
                 self._outbox.append((v, list(msg)))
         p.retransmit_at_ms = now_ms + self.retransmit_ms
 
-    def _finish(self, p: _Pending, status: Status, now_ms: int, partial: bool = False) -> None:
+    def _finish(
+        self,
+        p: _Pending,
+        status: Status,
+        now_ms: int,
+        partial: bool = False,
+        holder: str = "",
+        remaining_ms: int = 0,
+    ) -> None:
         del self._pending[p.rid]
         if not p.internal:
             token = p.token if status == "ok" or isinstance(p.op, Renew | Release) else None
-            self._events.append(Outcome(p.rid, p.op, status, token, p.started_ms, now_ms, partial))
+            self._events.append(
+                Outcome(
+                    p.rid, p.op, status, token, p.started_ms, now_ms, partial, holder, remaining_ms
+                )
+            )
 
     def _abort(self, p: _Pending, now_ms: int) -> None:
         """Best effort: clear a failed acquire's partial acceptances."""
@@ -415,18 +456,31 @@ class Proposer:
 
     def _advance(self, p: _Pending, now_ms: int) -> None:
         n, m = len(self.voters), self.majority
+        if isinstance(p.op, Show):
+            if len(p.replies) >= m:
+                seen = [r for r in p.replies.values() if r.holder not in ("", "?")]
+                if not seen:
+                    self._finish(p, "ok", now_ms)
+                    return
+                top = max(seen, key=lambda r: r.token)
+                left = min(
+                    r.remaining_ms for r in seen if (r.token, r.holder) == (top.token, top.holder)
+                )
+                p.token = top.token
+                self._finish(p, "ok", now_ms, holder=top.holder, remaining_ms=left)
+            return
         if p.phase == PREPARE:
-            free = [r for r in p.replies.values() if r[1] == ""]
+            free = [r for r in p.replies.values() if r.holder == ""]
             held = len(p.replies) - len(free)
             if held > n - m:
                 self._finish(p, "fail", now_ms)
             elif len(free) >= m:
-                p.token = max(int(r[0]) for r in p.replies.values()) + 1  # type: ignore[call-overload]
+                p.token = max(r.max_token for r in p.replies.values()) + 1
                 p.phase = ACCEPT
                 p.replies = {}
                 self._send_phase(p, now_ms)
             return
-        yes = sum(1 for r in p.replies.values() if r[0] is True)
+        yes = sum(1 for r in p.replies.values() if r.ok)
         no = len(p.replies) - yes
         if p.internal:
             if len(p.replies) == n:
