@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
 import pytest
@@ -18,14 +19,27 @@ from hivemesh.errors import (
     LeaseUnavailable,
     StaleFencingToken,
 )
-from hivemesh.leases import FencingGuard, LeaseClient, open_backend
+from hivemesh.leases import FencingGuard, LeaseClient, LocalQuorum, open_backend
 from lease_checker import check_history
-from lease_workload import ChaosProxy, run_workload
+from lease_workload import ChaosProxy, WorkloadResult, run_workload
 
 T = TypeVar("T")
 REDIS = "redis://127.0.0.1:6379/0"
 NATS = "nats://127.0.0.1:4222/hivemesh_test_leases"
-BACKENDS = [REDIS, NATS]
+BACKENDS = [REDIS, NATS, "quorum"]
+
+
+@contextlib.asynccontextmanager
+async def served(url: str, **kw: object) -> AsyncIterator[str]:
+    """``url`` itself, or for "quorum" the URL of 5 fresh loopback voters."""
+    if url != "quorum":
+        yield url
+        return
+    q = LocalQuorum(5, **kw)  # type: ignore[arg-type]
+    try:
+        yield await q.start()
+    finally:
+        q.close()
 
 
 def run(coro: Awaitable[T]) -> T:
@@ -42,13 +56,14 @@ def fresh(tag: str = "r") -> str:
 
 def with_clients(url: str, body: Callable[[LeaseClient, LeaseClient], Awaitable[None]]) -> None:
     async def main() -> None:
-        a = LeaseClient(open_backend(url), "alice")
-        b = LeaseClient(open_backend(url), "bob")
-        try:
-            await body(a, b)
-        finally:
-            await a.aclose()
-            await b.aclose()
+        async with served(url) as real:
+            a = LeaseClient(open_backend(real), "alice")
+            b = LeaseClient(open_backend(real), "bob")
+            try:
+                await body(a, b)
+            finally:
+                await a.aclose()
+                await b.aclose()
 
     run(main())
 
@@ -194,12 +209,21 @@ def test_odd_but_valid_names_round_trip_on_nats() -> None:
 
 
 def test_unknown_scheme_and_bad_urls() -> None:
-    for url in ("http://x", "etcd://127.0.0.1", "quorum://local", "redis://h/notadb", 5):
+    for url in (
+        "http://x",
+        "etcd://1.2.3.4",
+        "quorum://local",
+        "quorum://1.2.3.4:1,1.2.3.4:1",
+        "redis://h/notadb",
+        5,
+    ):
         with pytest.raises(InvalidArgument):
             open_backend(url)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("url", ["redis://127.0.0.1:1/0", "nats://127.0.0.1:1/b"])
+@pytest.mark.parametrize(
+    "url", ["redis://127.0.0.1:1/0", "nats://127.0.0.1:1/b", "quorum://127.0.0.1:1,127.0.0.1:2"]
+)
 def test_unreachable_backend_raises_within_deadline(url: str) -> None:
     async def main() -> None:
         c = LeaseClient(open_backend(url), "a", call_timeout_s=0.5)
@@ -244,13 +268,37 @@ def via(port: int, proxy_port: int) -> str:
     return f"nats://127.0.0.1:{proxy_port}/hivemesh_test_leases"
 
 
+def test_quorum_black_holed_and_lossy_voters() -> None:
+    async def main() -> None:
+        async with served("quorum", drop_probability=1.0) as url:
+            c = LeaseClient(open_backend(url), "a", call_timeout_s=0.3)
+            t = time.monotonic()
+            with pytest.raises(BackendUnavailable):
+                await c.try_acquire(fresh(), 1000)
+            assert time.monotonic() - t < 1.0
+            await c.aclose()
+        # 20 % of datagrams lost at every voter: histories with unknown outcomes stay safe
+        async with served("quorum", drop_probability=0.2, seed=3) as url:
+            res = await run_workload(lambda: open_backend(url), seed=5, duration_s=2.5)
+        violations = check_history(res.ops, slack_ms=150)
+        assert violations == [], violations[:5]
+        s = _summary(res.ops)
+        assert s["acquire:ok"] >= 20 and res.stale_tokens == 0, s
+
+    run(main())
+
+
 def _summary(ops: list[object]) -> Counter[str]:
     return Counter(f"{o.kind}:{o.outcome}" for o in ops)  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("url", BACKENDS)
 def test_checked_history_concurrent_clients(url: str) -> None:
-    res = run(run_workload(lambda: open_backend(url), seed=hash(url) % 1000, duration_s=2.5))
+    async def main() -> WorkloadResult:
+        async with served(url) as real:
+            return await run_workload(lambda: open_backend(real), seed=len(url), duration_s=2.5)
+
+    res = run(main())
     violations = check_history(res.ops, slack_ms=150)
     assert violations == [], violations[:5]
     s = _summary(res.ops)

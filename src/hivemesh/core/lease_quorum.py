@@ -102,7 +102,7 @@ class _Slot:
     token: int = 0
     holder: str = ""
     expiry_ms: int = 0
-    released_by: str = ""  # holder of ``token`` once released (idempotent retransmits)
+    released_by: tuple[str, int] = ("", 0)  # (holder, rid) of the release: retransmits match
 
     def live(self, now_ms: int) -> bool:
         return bool(self.holder) and now_ms <= self.expiry_ms
@@ -186,9 +186,13 @@ class Voter:
             _str(msg[4] if len(msg) > 4 else None),
         )
         if kind == RELEASE:
-            ok = slot.token == token and holder != "" and holder in (slot.holder, slot.released_by)
+            ok = (
+                slot.token == token
+                and holder != ""
+                and (holder == slot.holder or (holder, rid) == slot.released_by)
+            )
             if ok:
-                slot.holder, slot.expiry_ms, slot.released_by = "", 0, holder
+                slot.holder, slot.expiry_ms, slot.released_by = "", 0, (holder, rid)
                 self._slots[resource] = slot
             self._count("release_ok" if ok else "release_refused")
             return [_REPLY[RELEASE], rid, ok]
@@ -203,7 +207,7 @@ class Voter:
                 ok = token > slot.max_token and not slot.live(now_ms) and holder != ""
                 if ok:
                     slot.max_token = slot.token = token
-                    slot.holder, slot.expiry_ms, slot.released_by = holder, now_ms + ttl_ms, ""
+                    slot.holder, slot.expiry_ms, slot.released_by = holder, now_ms + ttl_ms, ("", 0)
                     self._slots[resource] = slot
                     self._max_ttl_ms = max(self._max_ttl_ms, ttl_ms)
             self._count("accept_ok" if ok else "accept_refused")

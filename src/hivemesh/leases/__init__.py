@@ -25,6 +25,9 @@ from hivemesh.leases._api import validate_ttl_ms as validate_ttl_ms
 from hivemesh.leases._client import HeldLease as HeldLease
 from hivemesh.leases._client import LeaseClient as LeaseClient
 from hivemesh.leases._open import open_backend as open_backend
+from hivemesh.leases._quorum import LocalQuorum as LocalQuorum
+from hivemesh.leases._quorum import QuorumLeaseBackend as QuorumLeaseBackend
+from hivemesh.leases._quorum import VoterServer as VoterServer
 
 __all__ = [
     "DRIFT_MS",
@@ -37,6 +40,9 @@ __all__ = [
     "LeaseBackend",
     "LeaseClient",
     "LeaseInfo",
+    "LocalQuorum",
+    "QuorumLeaseBackend",
+    "VoterServer",
     "open_backend",
     "validate_resource",
     "validate_ttl_ms",

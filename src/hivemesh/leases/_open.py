@@ -10,7 +10,7 @@ from hivemesh.leases._api import LeaseBackend
 __all__ = ["SCHEMES", "open_backend"]
 
 #: URL schemes open_backend understands.
-SCHEMES = ("nats", "redis", "rediss")
+SCHEMES = ("nats", "quorum", "redis", "rediss")
 
 
 def open_backend(url: str) -> LeaseBackend:
@@ -19,8 +19,10 @@ def open_backend(url: str) -> LeaseBackend:
     * ``redis://host:port/db?prefix=...`` -- :class:`RedisLeaseBackend`
     * ``nats://host:port/BUCKET?skew_ms=100`` -- :class:`NatsLeaseBackend`
 
-    ``quorum://`` (the embedded leaderless backend) needs a running node and is
-    opened by the runtime, not here. Unknown schemes raise InvalidArgument.
+    * ``quorum://IP:PORT,IP:PORT,...`` -- :class:`QuorumLeaseBackend` (UDP voters,
+      see :class:`VoterServer` / :class:`LocalQuorum`; no external service)
+
+    Unknown schemes raise InvalidArgument.
     """
     if not isinstance(url, str):
         raise InvalidArgument(f"backend URL must be a string, got {type(url).__name__}")
@@ -34,5 +36,7 @@ def open_backend(url: str) -> LeaseBackend:
 
         return NatsLeaseBackend(url)
     if scheme == "quorum":
-        raise InvalidArgument("quorum:// leases are served by a running hivemesh node")
+        from hivemesh.leases._quorum import QuorumLeaseBackend
+
+        return QuorumLeaseBackend(url)
     raise InvalidArgument(f"unknown lease backend scheme {scheme!r} in {url!r}; use {SCHEMES}")
