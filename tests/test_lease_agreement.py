@@ -1,7 +1,7 @@
 """Backend agreement: one hypothesis state machine drives every lease backend.
 
 Every step runs the same operation against each backend (real Redis, real
-NATS, and any extra factories registered in ``FACTORIES``) and asserts they
+NATS, five quorum voters on loopback UDP) and asserts they
 all show the same observable behaviour, and the behaviour of a tiny reference
 model kept by the machine itself: who holds, acquire fails while held,
 release/renew by a non-holder is rejected, tokens increase, expiry frees.
@@ -19,13 +19,15 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from hivemesh.errors import LeaseLost, LeaseUnavailable
-from hivemesh.leases import Lease, LeaseBackend, LeaseClient, open_backend
+from hivemesh.leases import Lease, LeaseClient, LocalQuorum, open_backend
 
-#: name -> factory of a fresh backend; extra backends (quorum) register here.
-FACTORIES: dict[str, Callable[[], LeaseBackend]] = {
-    "redis": lambda: open_backend("redis://127.0.0.1:6379/0"),
-    "nats": lambda: open_backend("nats://127.0.0.1:4222/hivemesh_test_leases?skew_ms=10"),
+#: name -> backend URL; None means 5 fresh quorum voters on loopback per example.
+URLS: dict[str, str | None] = {
+    "redis": "redis://127.0.0.1:6379/0",
+    "nats": "nats://127.0.0.1:4222/hivemesh_test_leases?skew_ms=10",
+    "quorum": None,
 }
+FACTORIES = URLS  # the names every step runs against
 CLIENTS = ("alice", "bob", "carol")
 RESOURCES = ("r0", "r1")
 LONG_TTL_MS = 60_000
@@ -39,8 +41,14 @@ class LeaseAgreement(RuleBasedStateMachine):
         super().__init__()
         self.loop = asyncio.new_event_loop()
         self.prefix = uuid.uuid4().hex[:10]
+        self.quorum = LocalQuorum(5)
+        urls = {
+            name: url or self.loop.run_until_complete(self.quorum.start())
+            for name, url in URLS.items()
+        }
         self.clients = {
-            name: {c: LeaseClient(f(), c) for c in CLIENTS} for name, f in FACTORIES.items()
+            name: {c: LeaseClient(open_backend(url), c) for c in CLIENTS}
+            for name, url in urls.items()
         }
         # reference model: resource -> holder; per backend: (client, resource) -> Lease
         self.holder: dict[str, str | None] = dict.fromkeys(RESOURCES)
@@ -148,6 +156,7 @@ class LeaseAgreement(RuleBasedStateMachine):
                     await cl.aclose()
 
         self.loop.run_until_complete(close())
+        self.quorum.close()
         self.loop.close()
 
 
