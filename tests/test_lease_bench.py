@@ -23,7 +23,11 @@ def test_bench_lease_json_reports_every_backend_beside_its_baseline() -> None:
     )
     d = json.loads(out.stdout)
     names = {m["name"] for m in d["metrics"]}
-    assert {"redis acquire+release p50", "nats acquire+release p50"} <= names, d
+    assert {
+        "redis acquire+release p50",
+        "nats acquire+release p50",
+        "quorum(5 procs) acquire+release p50",
+    } <= names, d
     for m in d["metrics"]:
         assert m["ours"] > 0 and m["baseline"] > 0 and m["ratio"] is not None
-    assert d["details"]["redis rounds"] == 30
+    assert d["details"]["redis rounds"] == d["details"]["quorum rounds"] == 30

@@ -3,16 +3,23 @@
 For each round we time one acquire+release pair through :class:`LeaseClient`
 on each backend, and in the same round the baseline: raw redis-py ``SET NX PX``
 plus a Lua compare-and-delete release (for Redis), raw JetStream KV
-``create`` plus ``update`` (for NATS). Rounds interleave ours and the baseline,
-so machine noise hits both alike. Backends that are not reachable are
-reported as skipped, not as failures.
+``create`` plus ``update`` (for NATS). The quorum backend runs ``--voters``
+UDP voters on loopback, one process each (``hivemesh lease voter``), and is
+held to an absolute goal (p50 <= 2 ms), shown beside raw Redis for scale.
+Rounds interleave ours and the baseline, so machine noise hits both alike.
+Backends that are not reachable are reported as skipped, not as failures.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
+import select
 import statistics
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -20,7 +27,7 @@ from typing import Any
 
 from hivemesh.bench import BenchResult, Metric
 from hivemesh.errors import BackendUnavailable
-from hivemesh.leases import LeaseClient, open_backend
+from hivemesh.leases import LeaseClient, LocalQuorum, open_backend
 
 DESCRIPTION = "lease acquire+release p50/p99 per backend vs raw redis-py / nats-py"
 
@@ -37,6 +44,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=int, default=2000, help="acquire+release pairs")
     parser.add_argument("--max-seconds", type=float, default=20.0, help="time bound per backend")
     parser.add_argument("--ttl-ms", type=int, default=5000)
+    parser.add_argument("--voters", type=int, default=5, help="quorum voters on loopback")
+    parser.add_argument(
+        "--voters-in-process",
+        action="store_true",
+        help="run the voters in this process (default: one process per voter)",
+    )
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -93,6 +106,69 @@ async def _redis(args: argparse.Namespace) -> tuple[list[float], list[float]]:
         await raw.aclose()
 
 
+def _spawn_voters(n: int) -> tuple[str, list[subprocess.Popen[str]]]:
+    """Start ``n`` ``hivemesh lease voter`` processes on loopback; their URL."""
+    procs: list[subprocess.Popen[str]] = []
+    addrs: list[str] = []
+    try:
+        for _ in range(n):
+            p = subprocess.Popen(
+                [sys.executable, "-m", "hivemesh", "lease", "voter", "--listen", "127.0.0.1:0"],
+                stdout=subprocess.PIPE,
+                text=True,
+                env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+            )
+            procs.append(p)
+        for p in procs:
+            assert p.stdout is not None
+            ready, _, _ = select.select([p.stdout], [], [], 10.0)
+            if not ready:
+                raise TimeoutError("a voter process did not start within 10 s")
+            addrs.append(json.loads(p.stdout.readline())["voter"])
+    except BaseException:
+        for p in procs:
+            p.kill()
+        raise
+    return "quorum://" + ",".join(addrs), procs
+
+
+async def _quorum(args: argparse.Namespace) -> tuple[list[float], list[float]]:
+    """Quorum of ``--voters`` UDP voters on loopback vs raw redis-py in the same loop."""
+    import redis.asyncio as aioredis
+
+    cluster = LocalQuorum(args.voters)
+    procs: list[subprocess.Popen[str]] = []
+    if args.voters_in_process:
+        url = await cluster.start()
+    else:
+        url, procs = _spawn_voters(args.voters)
+    client = LeaseClient(open_backend(url), "bench")
+    raw = aioredis.Redis.from_url(args.redis, socket_timeout=5.0)
+    release = raw.register_script(_RAW_RELEASE)
+    tag = uuid.uuid4().hex[:8]
+
+    async def ours(i: int) -> None:
+        lease = await client.try_acquire(f"bench-{tag}", args.ttl_ms)
+        await client.release(lease)
+
+    async def base(i: int) -> None:
+        key, val = f"rawbench:q:{tag}", f"{i}:bench"
+        if not await raw.set(key, val, nx=True, px=args.ttl_ms):
+            raise RuntimeError("raw SET NX failed")
+        await release(keys=[key], args=[val])
+
+    try:
+        return await _interleaved(ours, base, args.rounds, args.max_seconds)  # type: ignore[return-value]
+    finally:
+        await client.aclose()
+        await raw.aclose()
+        cluster.close()
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=5)
+
+
 async def _nats(args: argparse.Namespace) -> tuple[list[float], list[float]]:
     import nats
 
@@ -142,6 +218,7 @@ def run(args: argparse.Namespace) -> BenchResult:
     runs: list[tuple[str, Callable[[argparse.Namespace], Any], str, float | None]] = [
         ("redis", _redis, "raw redis-py SET NX PX + Lua DEL", 1.2),
         ("nats", _nats, "raw nats-py KV create/update", None),
+        ("quorum", _quorum, "raw redis-py SET NX PX + Lua DEL", None),
     ]
     for label, fn, base_name, goal in runs:
         try:
@@ -152,7 +229,14 @@ def run(args: argparse.Namespace) -> BenchResult:
         except Exception as e:  # nats/redis client errors: report, do not crash the CLI
             result.details[f"{label} skipped"] = f"{type(e).__name__}: {e}"
             continue
-        result.metrics.extend(_metrics(label, ours, base, base_name, goal))
+        metrics = _metrics(label, ours, base, base_name, goal)
+        if label == "quorum":  # an absolute goal: 5 voters on loopback, p50 <= 2 ms
+            where = "in-proc" if args.voters_in_process else "procs"
+            metrics[0].name = f"quorum({args.voters} {where}) acquire+release p50"
+            metrics[1].name = f"quorum({args.voters} {where}) acquire+release p99"
+            metrics[0].goal = "p50 <= 2 ms"
+            metrics[0].goal_met = metrics[0].ours <= 2.0
+        result.metrics.extend(metrics)
         result.details[f"{label} rounds"] = len(ours)
         result.details[f"{label} mean ms ours/base"] = (
             f"{statistics.fmean(ours):.3f}/{statistics.fmean(base):.3f}"

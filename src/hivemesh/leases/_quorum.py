@@ -48,7 +48,7 @@ def _now_ms() -> int:
     return int(asyncio.get_running_loop().time() * 1000)
 
 
-def parse_voters(spec: str) -> list[tuple[str, int]]:
+def parse_voters(spec: str, *, allow_port_zero: bool = False) -> list[tuple[str, int]]:
     """``"127.0.0.1:7001,[::1]:7002"`` -> addresses; raises InvalidArgument."""
     out: list[tuple[str, int]] = []
     for part in spec.split(","):
@@ -59,7 +59,7 @@ def parse_voters(spec: str) -> list[tuple[str, int]]:
             p = int(port)
         except ValueError as e:
             raise InvalidArgument(f"voter address must be IP:PORT, got {part!r}") from e
-        if not sep or not 0 < p < 65536:
+        if not sep or not (0 if allow_port_zero else 1) <= p < 65536:
             raise InvalidArgument(f"voter address must be IP:PORT, got {part!r}")
         out.append((host, p))
     if len(set(out)) != len(out) or not out:

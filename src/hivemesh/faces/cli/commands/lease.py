@@ -1,8 +1,10 @@
 """``hivemesh lease acquire|release|show RESOURCE``: leases from the shell.
 
 The backend comes from ``--backend URL`` or ``$HIVEMESH_LEASE_URL``
-(``redis://...`` or ``nats://...``). A lease acquired here outlives the
-command until its TTL; release it with the printed holder and token::
+(``redis://...``, ``nats://...`` or ``quorum://IP:PORT,...``; run each
+quorum voter with ``hivemesh lease voter --listen IP:PORT --state FILE``).
+A lease acquired here outlives the command until its TTL; release it with the
+printed holder and token::
 
     hivemesh lease acquire deploy-prod --ttl-ms 60000 --holder ci-42
     hivemesh lease release deploy-prod --holder ci-42 --token 17
@@ -28,7 +30,8 @@ from hivemesh.errors import (
     LeaseLost,
     LeaseUnavailable,
 )
-from hivemesh.leases import Lease, LeaseClient, open_backend
+from hivemesh.leases import Lease, LeaseClient, VoterServer, open_backend
+from hivemesh.leases._quorum import parse_voters
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 _EXIT = {InvalidArgument: 2, LeaseUnavailable: 3, LeaseLost: 3, BackendUnavailable: 4}
@@ -61,6 +64,11 @@ def register(sub: Any) -> None:
     s = lsub.add_parser("show", help="show the current lease on RESOURCE")
     s.add_argument("resource")
     s.set_defaults(func=_run)
+
+    v = lsub.add_parser("voter", help="run one quorum:// voter on UDP until interrupted")
+    v.add_argument("--listen", default="127.0.0.1:7001", help="IP:PORT (port 0: any)")
+    v.add_argument("--state", default=None, help="file for durable voter state (fsynced)")
+    v.set_defaults(func=_voter)
 
 
 async def _act(args: argparse.Namespace) -> dict[str, Any]:
@@ -95,6 +103,29 @@ async def _act(args: argparse.Namespace) -> dict[str, Any]:
         }
     finally:
         await client.aclose()
+
+
+async def _serve_voter(args: argparse.Namespace) -> None:
+    ((host, port),) = parse_voters(args.listen, allow_port_zero=True)
+    server = VoterServer(host, port, state_path=args.state)
+    address = await server.start()
+    print(json.dumps({"voter": address}), flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        server.close()
+
+
+def _voter(args: argparse.Namespace) -> int:
+    try:
+        asyncio.run(_serve_voter(args))
+    except HivemeshError as e:
+        print(json.dumps({"error": e.code, "message": str(e)}), file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(json.dumps({"error": "os_error", "message": str(e)}), file=sys.stderr)
+        return 4
+    return 0
 
 
 def _run(args: argparse.Namespace) -> int:
