@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from hivemesh.core import lease_quorum
 from hivemesh.core.lease_quorum import Acquire, Outcome, Proposer, Release, Renew, Show, Voter
-from hivemesh.errors import DecodeError, InvalidArgument
+from hivemesh.errors import BackendUnavailable, DecodeError, InvalidArgument
 from lease_checker import check_history
 from lease_quorum_sim import SimOptions, run_sim
 
@@ -124,6 +124,18 @@ def test_garbage_never_crashes_either_side(msg: list[object]) -> None:
             v.receive(m, 0)
         with contextlib.suppress(DecodeError):
             p.receive("v0", m, 0)
+
+
+def test_proposer_applies_backpressure() -> None:
+    p = Proposer(VOTERS, max_pending=2)
+    p.start(Show("a"), 0)
+    p.start(Show("b"), 0)
+    with pytest.raises(BackendUnavailable):
+        p.start(Show("c"), 0)
+    assert p.counters["overloaded"] == 1
+    p.handle_timer(10_000)  # both time out: room again
+    assert [e.status for e in p.events()] == ["unknown", "unknown"]
+    p.start(Show("c"), 10_000)
 
 
 def test_proposer_rejects_bad_configuration() -> None:

@@ -61,7 +61,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from hivemesh.errors import DecodeError, InvalidArgument
+from hivemesh.errors import BackendUnavailable, DecodeError, InvalidArgument
 
 __all__ = [
     "Acquire",
@@ -307,6 +307,7 @@ class Proposer:
         *,
         timeout_ms: int = 1000,
         retransmit_ms: int = 50,
+        max_pending: int = 10_000,
     ) -> None:
         ids = sorted(set(voters))
         if not ids or len(ids) != len(voters):
@@ -317,6 +318,7 @@ class Proposer:
         self.majority = len(ids) // 2 + 1
         self.timeout_ms = timeout_ms
         self.retransmit_ms = retransmit_ms
+        self.max_pending = max_pending
         self._next_rid = 1
         self._pending: dict[int, _Pending] = {}
         self._outbox: list[tuple[str, list[object]]] = []
@@ -330,7 +332,14 @@ class Proposer:
     # -- inputs -----------------------------------------------------------------
 
     def start(self, op: Op, now_ms: int) -> int:
-        """Begin ``op``; returns its request id (echoed in its Outcome)."""
+        """Begin ``op``; returns its request id (echoed in its Outcome).
+
+        Raises BackendUnavailable when ``max_pending`` operations are already
+        in flight (backpressure: the queue of operations is bounded).
+        """
+        if len(self._pending) >= self.max_pending:
+            self._count("overloaded")
+            raise BackendUnavailable(f"{len(self._pending)} lease operations already in flight")
         rid = self._next_rid
         self._next_rid += 1
         phase = {Acquire: PREPARE, Show: PREPARE, Renew: RENEW, Release: RELEASE}[type(op)]
