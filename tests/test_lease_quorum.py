@@ -210,3 +210,13 @@ def test_show_is_a_majority_read(cluster: tuple[dict[str, Voter], Proposer, Prop
     assert (seen.holder, seen.token, seen.remaining_ms) == ("alice", g.token, 900)
     one(a, vs, Release("r", "alice", 1), 200)
     assert one(b, vs, Show("r"), 300).holder == ""
+
+
+def test_clock_rates_beyond_the_drift_bound_are_flagged() -> None:
+    """The drift assumption is visible: a holder clock 10 % slow over-believes its lease."""
+    rules: Counter[str] = Counter()
+    for seed in range(20):
+        opts = SimOptions(max_rate_skew=0.1)
+        for v in check_history(run_sim(seed, opts).ops, slack_ms=60, spurious=False):
+            rules[v.rule] += 1
+    assert rules["belief_too_long"] > 0, rules
