@@ -118,3 +118,25 @@ def test_nats_tokens_survive_an_operator_deleting_the_key(how: str) -> None:
         await client.aclose()
 
     asyncio.run(main())
+
+
+def test_voter_server_counts_garbage_and_keeps_serving() -> None:
+    async def main() -> None:
+        q = LocalQuorum(3)
+        url = await q.start()
+        loop = asyncio.get_running_loop()
+        transport, _ = await loop.create_datagram_endpoint(
+            asyncio.DatagramProtocol, remote_addr=("127.0.0.1", int(url.rsplit(":", 1)[1]))
+        )
+        for junk in (b"", b"\xc1", b"\x93\xa4prep\x01", b"\x95" + b"\xff" * 40, b"x" * 9000):
+            transport.sendto(junk)
+        transport.close()
+        client = LeaseClient(open_backend(url), "a")
+        lease = await client.try_acquire("r", 1000)  # still serving
+        await client.release(lease)
+        last = q.servers[-1]
+        assert last.counters["malformed"] >= 4, last.counters
+        await client.aclose()
+        q.close()
+
+    asyncio.run(main())

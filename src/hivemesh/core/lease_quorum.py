@@ -48,6 +48,19 @@ Durability: voter state must survive restarts (``snapshot()`` /
 restart), so a restored voter reports every resource as held, and accepts
 nothing, for ``quarantine_ms`` (the longest TTL it ever granted).
 
+A voter's slot, as a table (``live`` = holder set and ``now <= expiry``)::
+
+    request             slot state                         -> new state / reply
+    prep                any                                -> unchanged / (max, holder?, left, token)
+    acc(t, h, ttl)      (t, h) already live                -> unchanged / yes (duplicate)
+    acc(t, h, ttl)      not live and t > max_token         -> (t, h, now+ttl), max=t / yes
+    acc(t, h, ttl)      otherwise                          -> unchanged / no
+    ren(t, h, ttl)      (t, h) live                        -> expiry=max(expiry, now+ttl) / yes
+    ren(t, h, ttl)      otherwise                          -> unchanged / no
+    rel(t, h) rid       (t, h) live, or released by (h, rid) -> free, remember (h, rid) / yes
+    rel(t, h) rid       otherwise                          -> unchanged / no
+    any write           quarantined (restored < max TTL ago) -> unchanged / no
+
 Shape (aioquic-style): ``Voter.receive(msg, now_ms) -> reply``;
 ``Proposer.start(op, now_ms) -> rid``, ``Proposer.receive(voter, msg,
 now_ms)``, ``Proposer.outbox()``, ``Proposer.events()``,
