@@ -130,10 +130,12 @@ class LeaseAgreement(RuleBasedStateMachine):
             assert isinstance(result, Lease), (name, result)
             self.grant(name, c, r, result)
         self.loop.run_until_complete(asyncio.sleep((SHORT_TTL_MS + 40) / 1000))
-        # Expired: the old holder can no longer renew, someone else may take it.
-        out = self.each(lambda n, cl: cl[c].renew(self.leases[n][(c, r)]))
-        for name, result in out.items():
-            assert isinstance(result, LeaseLost), (name, result)
+        # Expired: the old holder can no longer renew or release; someone else may take it.
+        for method in ("renew", "release"):
+            out = self.each(lambda n, cl, m=method: getattr(cl[c], m)(self.leases[n][(c, r)]))
+            for name, result in out.items():
+                assert isinstance(result, LeaseLost), (name, method, result)
+        for name in FACTORIES:
             del self.leases[name][(c, r)]
         self.acquire(other, r)
 

@@ -51,7 +51,7 @@ nothing, for ``quarantine_ms`` (the longest TTL it ever granted).
 A voter's slot, as a table (``live`` = holder set and ``now <= expiry``)::
 
     request             slot state                         -> new state / reply
-    prep                any                                -> unchanged / (max, holder?, left, token)
+    prep                any                                -> unchanged / max, holder, left, token
     acc(t, h, ttl)      (t, h) already live                -> unchanged / yes (duplicate)
     acc(t, h, ttl)      not live and t > max_token         -> (t, h, now+ttl), max=t / yes
     acc(t, h, ttl)      otherwise                          -> unchanged / no
@@ -202,7 +202,10 @@ class Voter:
             ok = (
                 slot.token == token
                 and holder != ""
-                and (holder == slot.holder or (holder, rid) == slot.released_by)
+                and (
+                    (holder == slot.holder and slot.live(now_ms))
+                    or (holder, rid) == slot.released_by
+                )
             )
             if ok:
                 slot.holder, slot.expiry_ms, slot.released_by = "", 0, (holder, rid)
