@@ -77,7 +77,7 @@ class _Grant:
     raw_beliefs: tuple[tuple[float, float], ...] = ()
 
 
-def _grants(ops: list[Op], slack_ms: float) -> list[_Grant]:
+def _grants(ops: list[Op], slack_ms: float, replicated: bool) -> list[_Grant]:
     by_key: dict[tuple[str, int], _Grant] = {}
     grants: list[_Grant] = []
     for op in sorted(ops, key=lambda o: o.invoke_ms):
@@ -100,11 +100,11 @@ def _grants(ops: list[Op], slack_ms: float) -> list[_Grant]:
         g2 = by_key.get((op.client, op.token))
         if g2 is None:
             continue
-        if op.kind == "renew" and op.outcome != "fail":
+        if op.kind == "renew" and (op.outcome != "fail" or replicated):
             g2.live_until_ms = max(g2.live_until_ms, op.complete_ms + op.ttl_ms + slack_ms)
             if op.outcome == "ok" and op.valid_until_ms is not None:
                 g2.beliefs.append((op.complete_ms, op.valid_until_ms))
-        elif op.kind == "release" and op.outcome == "ok":
+        elif op.kind == "release" and op.outcome == "ok" and not replicated:
             g2.live_until_ms = min(g2.live_until_ms, op.complete_ms)
     for g in grants:
         g.raw_beliefs = tuple(g.beliefs)
@@ -118,24 +118,30 @@ def _grants(ops: list[Op], slack_ms: float) -> list[_Grant]:
 
 
 def check_history(
-    ops: list[Op], *, slack_ms: float = 200.0, spurious: bool = True
+    ops: list[Op], *, slack_ms: float = 200.0, spurious: bool = True, replicated: bool = False
 ) -> list[Violation]:
     """All violations in ``ops`` (empty list: the history is safe).
 
     ``spurious=False`` skips rule 5 (for fault schedules, such as voters
     restarting into quarantine, that legitimately refuse without a witness).
+    ``replicated=True`` is for the quorum backend, whose writes may linger on
+    a minority of voters: for rule 5 a failed renew may still have extended a
+    grant, and an ok release does not end it (a minority may miss the release).
+    Rules 1-4 (safety) are the same either way.
     """
     out: list[Violation] = []
     per_resource: dict[str, list[Op]] = defaultdict(list)
     for op in ops:
         per_resource[op.resource].append(op)
     for resource in sorted(per_resource):
-        out.extend(_check_resource(resource, per_resource[resource], slack_ms, spurious))
+        out.extend(
+            _check_resource(resource, per_resource[resource], slack_ms, spurious, replicated)
+        )
     return out
 
 
 def _check_resource(
-    resource: str, ops: list[Op], slack_ms: float, spurious: bool
+    resource: str, ops: list[Op], slack_ms: float, spurious: bool, replicated: bool
 ) -> list[Violation]:
     out: list[Violation] = []
     oks = [o for o in ops if o.kind == "acquire" and o.outcome == "ok"]
@@ -168,7 +174,7 @@ def _check_resource(
             i += 1
         if best is not None and (best.token or 0) >= (b.token or 0):
             out.append(Violation("token_backwards", f"{resource}: {best} then {b}"))
-    grants = _grants(ops, slack_ms)
+    grants = _grants(ops, slack_ms, replicated)
     # 3. exclusion and 4. fencing order
     intervals = sorted(
         (s, e, g.token or 0, g.client) for g in grants for s, e in g.beliefs if g.token is not None

@@ -14,7 +14,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from hivemesh.errors import BackendUnavailable, LeaseLost, LeaseUnavailable, StaleFencingToken
+from hivemesh.errors import (
+    BackendUnavailable,
+    LeaseContended,
+    LeaseLost,
+    LeaseUnavailable,
+    StaleFencingToken,
+)
 from hivemesh.leases import FencingGuard, Lease, LeaseBackend, LeaseClient
 from lease_checker import Op
 
@@ -92,6 +98,11 @@ class Recorder:
         t0 = self.now_ms()
         try:
             lease = await c.try_acquire(resource, ttl_ms)
+        except LeaseContended:  # not granted, but may linger on some voters: maybe applied
+            self.ops.append(
+                Op(c.holder, "acquire", resource, t0, self.now_ms(), "unknown", None, ttl_ms)
+            )
+            return None
         except LeaseUnavailable:
             self.ops.append(
                 Op(c.holder, "acquire", resource, t0, self.now_ms(), "fail", None, ttl_ms)

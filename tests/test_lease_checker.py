@@ -106,3 +106,16 @@ def test_spurious_release_and_renew_failures_detected() -> None:
 
 def test_renew_of_a_token_never_granted_detected() -> None:
     assert "renew_unknown_grant" in rules([ren("a", 0, 1, 9)])
+
+
+def test_replicated_mode_lets_minority_leftovers_witness_failures() -> None:
+    h = [acq("a", 0, 1, 1), rel("a", 2, 3, 1), acq("b", 10, 11, None, "fail")]
+    assert rules(h) == ["spurious_acquire_fail"]
+    assert check_history(h, slack_ms=10, replicated=True) == []
+    h = [acq("a", 0, 1, 1), ren("a", 92, 93, 1, "fail"), acq("b", 150, 151, None, "fail")]
+    assert rules(h) == ["spurious_acquire_fail"]
+    assert check_history(h, slack_ms=10, replicated=True) == []
+    # safety rules are unchanged
+    assert [
+        v.rule for v in check_history([acq("a", 0, 1, 1), acq("b", 5, 6, 2)], replicated=True)
+    ] == ["overlap"]

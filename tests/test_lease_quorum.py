@@ -138,6 +138,34 @@ def test_proposer_applies_backpressure() -> None:
     p.start(Show("c"), 10_000)
 
 
+def test_cancel_stops_an_operation_and_aborts_a_half_done_acquire() -> None:
+    vs = {v: Voter(v) for v in VOTERS}
+    p = Proposer(VOTERS)
+    rid = p.start(Acquire("r", "alice", 1000), 0, timeout_ms=50)
+    for v, m in p.outbox():
+        p.receive(v, vs[v].receive(m, 0), 0)
+    accepts = p.outbox()
+    v0, m0 = accepts[0]
+    vs[v0].receive(m0, 1)  # one voter accepted; its reply is lost
+    p.cancel(rid, 2)
+    assert p.events() == []
+    aborts = p.outbox()
+    assert {m[0] for _, m in aborts} == {"rel"}
+    for v, m in aborts:
+        p.receive(v, vs[v].receive(m, 3), 3)
+    assert p.pending() == 0 and p.events() == []
+    assert one(Proposer(VOTERS), vs, Show("r"), 4).holder == ""
+
+
+def test_per_operation_deadline() -> None:
+    p = Proposer(VOTERS, timeout_ms=10_000)
+    p.start(Show("r"), 0, timeout_ms=30)
+    assert p.next_deadline() == 30  # before the 50 ms retransmission
+    p.outbox()
+    p.handle_timer(30)
+    assert [e.status for e in p.events()] == ["unknown"]
+
+
 def test_proposer_rejects_bad_configuration() -> None:
     for bad in ([], ["a", "a"]):
         with pytest.raises(InvalidArgument):
@@ -150,7 +178,7 @@ def _campaign(seeds: range, opts: SimOptions, spurious: bool) -> Counter[str]:
     totals: Counter[str] = Counter()
     for seed in seeds:
         res = run_sim(seed, opts)
-        violations = check_history(res.ops, slack_ms=60, spurious=spurious)
+        violations = check_history(res.ops, slack_ms=60, spurious=spurious, replicated=True)
         assert violations == [], (
             f"seed {seed}: replay with run_sim({seed}, {opts}): {violations[:3]}"
         )

@@ -46,6 +46,7 @@ Every class carries a short stable ``code`` used as the counter name in
     │   └── DeadlineExceeded
     └── CoordinationError
         ├── LeaseUnavailable
+        │   └── LeaseContended
         ├── LeaseLost
         ├── StaleFencingToken
         └── BackendUnavailable
@@ -71,6 +72,7 @@ __all__ = [
     "HivemeshError",
     "InvalidAddress",
     "InvalidArgument",
+    "LeaseContended",
     "LeaseLost",
     "LeaseUnavailable",
     "LocalProtocolError",
@@ -280,3 +282,16 @@ class BackendUnavailable(CoordinationError):
     """A lease backend (quorum, Redis, NATS) could not be reached in time."""
 
     code = "backend_unavailable"
+
+
+# -- leases --------------------------------------------------------------------
+
+
+class LeaseContended(LeaseUnavailable):
+    """Not granted, but the attempt reached some quorum voters before losing a race.
+
+    Those voters may refuse other acquirers until the attempt's abort lands or
+    its TTL passes: for a history checker the outcome is "maybe applied".
+    """
+
+    code = "lease_contended"

@@ -347,9 +347,12 @@ class Proposer:
 
     # -- inputs -----------------------------------------------------------------
 
-    def start(self, op: Op, now_ms: int) -> int:
+    def start(self, op: Op, now_ms: int, *, timeout_ms: int | None = None) -> int:
         """Begin ``op``; returns its request id (echoed in its Outcome).
 
+        ``timeout_ms`` (default: the proposer's) is this operation's deadline:
+        pass the caller's own deadline so the protocol gives up when the caller
+        does, and nothing it does lands after the caller saw "unknown".
         Raises BackendUnavailable when ``max_pending`` operations are already
         in flight (backpressure: the queue of operations is bounded).
         """
@@ -359,12 +362,26 @@ class Proposer:
         rid = self._next_rid
         self._next_rid += 1
         phase = {Acquire: PREPARE, Show: PREPARE, Renew: RENEW, Release: RELEASE}[type(op)]
-        p = _Pending(rid, op, phase, now_ms, now_ms + self.timeout_ms, now_ms)
+        deadline = now_ms + (self.timeout_ms if timeout_ms is None else max(1, timeout_ms))
+        p = _Pending(rid, op, phase, now_ms, deadline, now_ms)
         if isinstance(op, Renew | Release):
             p.token = op.token
         self._pending[rid] = p
         self._send_phase(p, now_ms)
         return rid
+
+    def cancel(self, rid: int, now_ms: int) -> None:
+        """Give up on ``rid`` now (its caller stopped waiting): no Outcome is emitted.
+
+        A cancelled acquire that had reached its accept phase is aborted (a
+        best-effort release of its token), like one that timed out.
+        """
+        p = self._pending.get(rid)
+        if p is None or p.internal:
+            return
+        del self._pending[rid]
+        if p.phase == ACCEPT:
+            self._abort(p, now_ms)
 
     def receive(self, voter: str, msg: Sequence[object], now_ms: int) -> None:
         """Handle a voter's reply. Raises DecodeError on garbage; ignores stale replies."""

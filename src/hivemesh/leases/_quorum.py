@@ -36,7 +36,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from hivemesh.core import codec
 from hivemesh.core.lease_quorum import Acquire, Outcome, Proposer, Release, Renew, Show, Voter
-from hivemesh.errors import BackendUnavailable, DecodeError, InvalidArgument
+from hivemesh.errors import BackendUnavailable, DecodeError, InvalidArgument, LeaseContended
 from hivemesh.leases._api import LeaseInfo
 
 __all__ = ["LocalQuorum", "QuorumLeaseBackend", "VoterServer", "parse_voters"]
@@ -241,14 +241,21 @@ class QuorumLeaseBackend:
 
     async def _run(self, op: Acquire | Renew | Release | Show, timeout_s: float) -> Outcome:
         what = type(op).__name__.lower()
+        rid = None
         try:
             async with asyncio.timeout(timeout_s):
                 await self._ensure()
                 fut: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
-                self._futures[self._proposer.start(op, _now_ms())] = fut
+                # The protocol's deadline is the caller's: it gives up when we do.
+                rid = self._proposer.start(op, _now_ms(), timeout_ms=int(timeout_s * 1000))
+                self._futures[rid] = fut
                 self._pump()
                 ev = await fut
         except TimeoutError as e:
+            if rid is not None:
+                self._futures.pop(rid, None)
+                self._proposer.cancel(rid, _now_ms())
+                self._pump()
             raise BackendUnavailable(f"quorum {what}: no decision within {timeout_s:.3f}s") from e
         except OSError as e:
             raise BackendUnavailable(f"quorum {what}: {e}") from e
@@ -261,6 +268,8 @@ class QuorumLeaseBackend:
     ) -> int | None:
         """Two-phase majority acquire; the token or None if held."""
         ev = await self._run(Acquire(resource, holder, ttl_ms), timeout_s)
+        if ev.status == "fail" and ev.partial:
+            raise LeaseContended(f"{resource!r}: lost a race after reaching some voters")
         return ev.token if ev.status == "ok" else None
 
     async def renew(
