@@ -107,7 +107,12 @@ def run_sim(seed: int | str, opts: SimOptions = SimOptions()) -> SimResult:
         name = f"c{i}"
         clients[name] = _Client(
             name,
-            Proposer(voter_ids, timeout_ms=opts.timeout_ms, retransmit_ms=opts.retransmit_ms),
+            Proposer(
+                voter_ids,
+                timeout_ms=opts.timeout_ms,
+                retransmit_ms=opts.retransmit_ms,
+                proposer_id=name,
+            ),
             clock(),
             random.Random(f"{seed}/client/{i}"),
             opts.ops_per_client,

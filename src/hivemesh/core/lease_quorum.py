@@ -57,7 +57,7 @@ A voter's slot, as a table (``live`` = holder set and ``now <= expiry``)::
     acc(t, h, ttl)      otherwise                          -> unchanged / no
     ren(t, h, ttl)      (t, h) live                        -> expiry=max(expiry, now+ttl) / yes
     ren(t, h, ttl)      otherwise                          -> unchanged / no
-    rel(t, h) rid       (t, h) live, or released by (h, rid) -> free, remember (h, rid) / yes
+    rel(t, h) req [a]   (t, h) live [from attempt a], or released by (h, req) -> free / yes
     rel(t, h) rid       otherwise                          -> unchanged / no
     any write           quarantined (restored < max TTL ago) -> unchanged / no
 
@@ -115,7 +115,10 @@ class _Slot:
     token: int = 0
     holder: str = ""
     expiry_ms: int = 0
-    released_by: tuple[str, int] = ("", 0)  # (holder, rid) of the release: retransmits match
+    attempt: str = ""  # the acquire attempt that installed (token, holder)
+    # (token, holder, request id) of the last applied release: its retransmits still
+    # get "yes" after the slot moved on, so a release that worked is reported as such
+    released_by: tuple[int, str, str] = (0, "", "")
 
     def live(self, now_ms: int) -> bool:
         return bool(self.holder) and now_ms <= self.expiry_ms
@@ -199,16 +202,17 @@ class Voter:
             _str(msg[4] if len(msg) > 4 else None),
         )
         if kind == RELEASE:
-            ok = (
-                slot.token == token
-                and holder != ""
-                and (
-                    (holder == slot.holder and slot.live(now_ms))
-                    or (holder, rid) == slot.released_by
-                )
+            req = _str(msg[5] if len(msg) > 5 else "")
+            attempt = _str(msg[6] if len(msg) > 6 else "")  # set: an abort of that attempt only
+            mine = (
+                holder != ""
+                and (slot.token, slot.holder) == (token, holder)
+                and slot.live(now_ms)
+                and attempt in ("", slot.attempt)
             )
-            if ok:
-                slot.holder, slot.expiry_ms, slot.released_by = "", 0, (holder, rid)
+            ok = mine or (req != "" and (token, holder, req) == slot.released_by)
+            if mine:
+                slot.holder, slot.expiry_ms, slot.released_by = "", 0, (token, holder, req)
                 self._slots[resource] = slot
             self._count("release_ok" if ok else "release_refused")
             return [_REPLY[RELEASE], rid, ok]
@@ -217,13 +221,15 @@ class Voter:
             self._count("quarantined")
             return [_REPLY[str(kind)], rid, False]
         if kind == ACCEPT:
-            if slot.token == token and slot.holder == holder and holder:
+            attempt = _str(msg[6] if len(msg) > 6 else "")
+            if (slot.token, slot.holder, slot.attempt) == (token, holder, attempt) and holder:
                 ok = True  # duplicate of an accept already applied: idempotent, no extension
             else:
                 ok = token > slot.max_token and not slot.live(now_ms) and holder != ""
                 if ok:
                     slot.max_token = slot.token = token
-                    slot.holder, slot.expiry_ms, slot.released_by = holder, now_ms + ttl_ms, ("", 0)
+                    slot.holder, slot.expiry_ms = holder, now_ms + ttl_ms
+                    slot.attempt = attempt
                     self._slots[resource] = slot
                     self._max_ttl_ms = max(self._max_ttl_ms, ttl_ms)
             self._count("accept_ok" if ok else "accept_refused")
@@ -312,6 +318,7 @@ class _Pending:
     replies: dict[str, _Reply] = field(default_factory=dict)
     token: int | None = None
     internal: bool = False
+    attempt: str = ""  # an abort: release only this acquire attempt's grant
 
 
 class Proposer:
@@ -324,6 +331,7 @@ class Proposer:
         timeout_ms: int = 1000,
         retransmit_ms: int = 50,
         max_pending: int = 10_000,
+        proposer_id: str = "",
     ) -> None:
         ids = sorted(set(voters))
         if not ids or len(ids) != len(voters):
@@ -335,6 +343,9 @@ class Proposer:
         self.timeout_ms = timeout_ms
         self.retransmit_ms = retransmit_ms
         self.max_pending = max_pending
+        #: unique per proposer (a node id, or random): names acquire attempts and
+        #: requests so an abort can never release another attempt's grant
+        self.proposer_id = _str(proposer_id, 128)
         self._next_rid = 1
         self._pending: dict[int, _Pending] = {}
         self._outbox: list[tuple[str, list[object]]] = []
@@ -450,12 +461,14 @@ class Proposer:
             return [PREPARE, p.rid, op.resource]
         if p.phase == ACCEPT:
             assert isinstance(op, Acquire) and p.token is not None
-            return [ACCEPT, p.rid, op.resource, p.token, op.holder, op.ttl_ms]
+            attempt = f"{self.proposer_id}/{p.rid}"
+            return [ACCEPT, p.rid, op.resource, p.token, op.holder, op.ttl_ms, attempt]
         if p.phase == RENEW:
             assert isinstance(op, Renew)
             return [RENEW, p.rid, op.resource, op.token, op.holder, op.ttl_ms]
         assert isinstance(op, Release) and p.token is not None
-        return [RELEASE, p.rid, op.resource, p.token, op.holder]
+        req = f"{self.proposer_id}/{p.rid}"
+        return [RELEASE, p.rid, op.resource, p.token, op.holder, req, p.attempt]
 
     def _send_phase(self, p: _Pending, now_ms: int, only_silent: bool = False) -> None:
         msg = self._message(p)
@@ -496,6 +509,7 @@ class Proposer:
             now_ms,
             token=p.token,
             internal=True,
+            attempt=f"{self.proposer_id}/{p.rid}",
         )
         self._pending[rid] = a
         self._send_phase(a, now_ms)

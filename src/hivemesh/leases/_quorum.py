@@ -29,6 +29,7 @@ import contextlib
 import ipaddress
 import os
 import random
+import secrets
 import socket
 from pathlib import Path
 from typing import Any
@@ -181,7 +182,10 @@ class QuorumLeaseBackend:
         self._ids = {a: _vid(a) for a in self._addrs}
         self._by_id = {v: a for a, v in self._ids.items()}
         self._proposer = Proposer(
-            sorted(self._by_id), timeout_ms=self._timeout_ms, retransmit_ms=self._retransmit_ms
+            sorted(self._by_id),
+            timeout_ms=self._timeout_ms,
+            retransmit_ms=self._retransmit_ms,
+            proposer_id=secrets.token_hex(8),
         )
         self._url = f"quorum://{','.join(sorted(self._by_id))}"
         self._transport: asyncio.DatagramTransport | None = None
