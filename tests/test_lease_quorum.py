@@ -259,3 +259,19 @@ def test_clock_rates_beyond_the_drift_bound_are_flagged() -> None:
         for v in check_history(run_sim(seed, opts).ops, slack_ms=60, spurious=False):
             rules[v.rule] += 1
     assert rules["belief_too_long"] > 0, rules
+
+
+def test_abort_of_one_attempt_never_releases_another_attempt_with_the_same_token() -> None:
+    """Regression (found by a 1000-seed campaign): a failed attempt and a later
+    successful one by the same holder can carry the same token."""
+    w = Voter("w")
+    assert w.receive(["acc", 2, "r", 8, "c3", 1000, "p/2"], 0) == ["acc_r", 2, True]
+    assert w.receive(["rel", 3, "r", 8, "c3", "p/3", "p/1"], 1) == ["rel_r", 3, False]
+    assert w.receive(["prep", 4, "r"], 2)[3] == "c3"  # still held
+    # a late duplicate accept of the failed attempt is not mistaken for the live one
+    assert w.receive(["acc", 1, "r", 8, "c3", 1000, "p/1"], 3) == ["acc_r", 1, False]
+    # the holder's own release (no attempt) works, and its retransmission keeps its yes
+    assert w.receive(["rel", 5, "r", 8, "c3", "p/5", ""], 4) == ["rel_r", 5, True]
+    assert w.receive(["acc", 6, "r", 9, "c1", 1000, "q/6"], 5) == ["acc_r", 6, True]
+    assert w.receive(["rel", 5, "r", 8, "c3", "p/5", ""], 6) == ["rel_r", 5, True]
+    assert w.receive(["prep", 7, "r"], 7)[3] == "c1"  # and did not touch the new grant
