@@ -58,6 +58,7 @@ Every class carries a short stable ``code`` used as the counter name in
     │   └── WouldBlock
     └── CoordinationError
         ├── LeaseUnavailable
+        │   └── LeaseContended
         ├── LeaseLost
         ├── StaleFencingToken
         └── BackendUnavailable
@@ -107,6 +108,7 @@ __all__ = [
     "LLMNotConfigured",
     "LLMTimeout",
     "LLMUnavailable",
+    "LeaseContended",
     "LeaseLost",
     "LeaseUnavailable",
     "LocalProtocolError",
@@ -454,3 +456,16 @@ class LLMBadOutput(LLMError, RemoteProtocolError):
     """The model's reply is malformed or does not match the requested JSON schema."""
 
     code = "llm_bad_output"
+
+
+# -- leases --------------------------------------------------------------------
+
+
+class LeaseContended(LeaseUnavailable):
+    """Not granted, but the attempt reached some quorum voters before losing a race.
+
+    Those voters may refuse other acquirers until the attempt's abort lands or
+    its TTL passes: for a history checker the outcome is "maybe applied".
+    """
+
+    code = "lease_contended"

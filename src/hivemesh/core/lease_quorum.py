@@ -1,0 +1,558 @@
+"""Sans-IO quorum leases: leaderless, majority-acknowledged, fencing-token monotonic.
+
+Theory of operation
+-------------------
+N *voters* each keep, per resource, a slot ``(max_token, token, holder,
+expiry_ms)``; ``expiry_ms`` is on the voter's own clock. A *proposer* (any
+node acting for a client) runs each operation against all voters and decides
+on a majority ``M = N // 2 + 1``:
+
+``acquire(resource, holder, ttl_ms)``
+    1. *prepare*: ask every voter for ``max_token`` and whether it sees an
+       unexpired lease. As soon as ``M`` voters report "free", pick
+       ``token = max(max_token of every reply) + 1``; if more than ``N - M``
+       report "held", fail (no voter was changed).
+    2. *accept*: send ``(token, holder, ttl_ms)``. A voter accepts only if its
+       slot is free or expired *on its own clock* and ``token > max_token``;
+       it then stores ``expiry = now + ttl_ms``. ``M`` acks grant the lease.
+       If a majority becomes impossible the acquire fails and the proposer
+       sends a best-effort abort (a release of that token) to every voter.
+
+``renew`` extends the expiry at voters still holding exactly ``(token,
+holder)`` unexpired; ``release`` clears it there. Both need ``M`` acks.
+``show`` is a majority read: the highest-token unexpired lease any of ``M``
+replies reports (a majority-granted lease is always seen; a partial one may be).
+
+Why tokens never go backwards: a grant's token was accepted by a majority;
+any later prepare reads a majority, which intersects it, so it sees at least
+that token and proposes a larger one. Two proposers racing with the same
+token cannot both win: a voter accepts a given token at most once, and two
+majorities intersect. Why two holders never overlap: a new grant needs a
+voter in the previous grant's (or last renewal's) majority to see that lease
+expired on its clock, i.e. ``ttl_ms`` after it accepted, which is after the
+holder sent its request; the holder believes the lease only until
+``invoke + ttl_ms * (1 - drift) - margin`` on *its* clock. So clocks need not
+be synchronised: safety assumes only that clock *rates* differ by less than
+the drift ratio (1 % in :mod:`hivemesh.leases`), and that process pauses are
+caught by fencing tokens.
+
+Outcomes: ``ok``; ``fail`` (not done; ``partial`` marks a failed acquire or
+renew that some voter may have applied -- it is not granted, but those voters
+may refuse others until it expires or the abort sent for it lands -- and a
+release that some voters applied);
+``unknown`` when the deadline passes first (a lossy network, a partition,
+crashed voters).
+
+Durability: voter state must survive restarts (``snapshot()`` /
+``Voter(state=...)``). Expiry times do not survive a restart (clocks
+restart), so a restored voter reports every resource as held, and accepts
+nothing, for ``quarantine_ms`` (the longest TTL it ever granted).
+
+A voter's slot, as a table (``live`` = holder set and ``now <= expiry``)::
+
+    request             slot state                         -> new state / reply
+    prep                any                                -> unchanged / max, holder, left, token
+    acc(t, h, ttl)      (t, h) already live                -> unchanged / yes (duplicate)
+    acc(t, h, ttl)      not live and t > max_token         -> (t, h, now+ttl), max=t / yes
+    acc(t, h, ttl)      otherwise                          -> unchanged / no
+    ren(t, h, ttl)      (t, h) live                        -> expiry=max(expiry, now+ttl) / yes
+    ren(t, h, ttl)      otherwise                          -> unchanged / no
+    rel(t, h) req [a]   (t, h) live [from attempt a], or released by (h, req) -> free / yes
+    rel(t, h) rid       otherwise                          -> unchanged / no
+    any write           quarantined (restored < max TTL ago) -> unchanged / no
+
+Shape (aioquic-style): ``Voter.receive(msg, now_ms) -> reply``;
+``Proposer.start(op, now_ms) -> rid``, ``Proposer.receive(voter, msg,
+now_ms)``, ``Proposer.outbox()``, ``Proposer.events()``,
+``Proposer.next_deadline()``, ``Proposer.handle_timer(now_ms)``. Messages are
+plain lists of ints and strs (msgpack-able). No I/O, clock or randomness here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from hivemesh.errors import BackendUnavailable, DecodeError, InvalidArgument
+
+__all__ = [
+    "Acquire",
+    "Outcome",
+    "Proposer",
+    "Release",
+    "Renew",
+    "Show",
+    "Voter",
+]
+
+Status = Literal["ok", "fail", "unknown"]
+
+# Message kinds (first element of every message).
+PREPARE, ACCEPT, RENEW, RELEASE = "prep", "acc", "ren", "rel"
+_REPLY = {PREPARE: "prep_r", ACCEPT: "acc_r", RENEW: "ren_r", RELEASE: "rel_r"}
+_MAX_INT = 2**63 - 1
+
+
+def _int(x: object, lo: int = 0, hi: int = _MAX_INT) -> int:
+    if isinstance(x, bool) or not isinstance(x, int) or not lo <= x <= hi:
+        raise DecodeError(f"expected an int in [{lo}, {hi}], got {x!r}")
+    return x
+
+
+def _str(x: object, max_len: int = 256) -> str:
+    if not isinstance(x, str) or len(x) > max_len:
+        raise DecodeError(f"expected a str of at most {max_len} chars, got {x!r:.80}")
+    return x
+
+
+# -- voter ----------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Slot:
+    max_token: int = 0
+    token: int = 0
+    holder: str = ""
+    expiry_ms: int = 0
+    attempt: str = ""  # the acquire attempt that installed (token, holder)
+    # (token, holder, request id) of the last applied release: its retransmits still
+    # get "yes" after the slot moved on, so a release that worked is reported as such
+    released_by: tuple[int, str, str] = (0, "", "")
+
+    def live(self, now_ms: int) -> bool:
+        return bool(self.holder) and now_ms <= self.expiry_ms
+
+
+class Voter:
+    """One voter's lease table. Feed it requests; it returns the reply to send back."""
+
+    def __init__(
+        self,
+        voter_id: str,
+        *,
+        state: dict[str, Any] | None = None,
+        now_ms: int = 0,
+    ) -> None:
+        self.voter_id = voter_id
+        self._slots: dict[str, _Slot] = {}
+        self._max_ttl_ms = 0
+        self._quarantine_until_ms = -1
+        #: counts of handled requests and refusals, by name
+        self.counters: dict[str, int] = {}
+        if state is not None:
+            self._restore(state, now_ms)
+
+    def _count(self, name: str) -> None:
+        self.counters[name] = self.counters.get(name, 0) + 1
+
+    def _restore(self, state: dict[str, Any], now_ms: int) -> None:
+        try:
+            self._max_ttl_ms = _int(state["max_ttl_ms"])
+            for resource, max_token in sorted(state["max_tokens"].items()):
+                self._slots[_str(resource)] = _Slot(max_token=_int(max_token))
+        except (KeyError, AttributeError, TypeError) as e:
+            raise InvalidArgument(f"bad voter state: {e!r}") from e
+        except DecodeError as e:
+            raise InvalidArgument(f"bad voter state: {e}") from e
+        # Leases granted before the restart are invisible now: refuse for their TTL.
+        self._quarantine_until_ms = now_ms + self._max_ttl_ms
+
+    def snapshot(self) -> dict[str, Any]:
+        """Durable state to persist after every accepted write (msgpack-able)."""
+        return {
+            "max_ttl_ms": self._max_ttl_ms,
+            "max_tokens": {r: s.max_token for r, s in sorted(self._slots.items())},
+        }
+
+    def receive(self, msg: Sequence[object], now_ms: int) -> list[object]:
+        """Handle one request; return the reply. Raises DecodeError on garbage."""
+        if not isinstance(msg, list | tuple) or len(msg) < 3:
+            raise DecodeError("lease request must be a list [kind, rid, resource, ...]")
+        kind, rid, resource = msg[0], _int(msg[1]), _str(msg[2])
+        slot = self._slots.get(resource)
+        if slot is None:
+            slot = _Slot()
+        quarantined = now_ms < self._quarantine_until_ms
+        if kind == PREPARE:
+            self._count("prepare")
+            if quarantined:
+                return [
+                    _REPLY[PREPARE],
+                    rid,
+                    slot.max_token,
+                    "?",
+                    self._quarantine_until_ms - now_ms,
+                    0,
+                ]
+            if slot.live(now_ms):
+                return [
+                    _REPLY[PREPARE],
+                    rid,
+                    slot.max_token,
+                    slot.holder,
+                    slot.expiry_ms - now_ms,
+                    slot.token,
+                ]
+            return [_REPLY[PREPARE], rid, slot.max_token, "", 0, 0]
+        if kind not in (ACCEPT, RENEW, RELEASE):
+            raise DecodeError(f"unknown lease request kind {kind!r:.40}")
+        token, holder = (
+            _int(msg[3] if len(msg) > 3 else None, 1),
+            _str(msg[4] if len(msg) > 4 else None),
+        )
+        if kind == RELEASE:
+            req = _str(msg[5] if len(msg) > 5 else "")
+            attempt = _str(msg[6] if len(msg) > 6 else "")  # set: an abort of that attempt only
+            mine = (
+                holder != ""
+                and (slot.token, slot.holder) == (token, holder)
+                and slot.live(now_ms)
+                and attempt in ("", slot.attempt)
+            )
+            ok = mine or (req != "" and (token, holder, req) == slot.released_by)
+            if mine:
+                slot.holder, slot.expiry_ms, slot.released_by = "", 0, (token, holder, req)
+                self._slots[resource] = slot
+            self._count("release_ok" if ok else "release_refused")
+            return [_REPLY[RELEASE], rid, ok]
+        ttl_ms = _int(msg[5] if len(msg) > 5 else None, 1, 2**40)
+        if quarantined:
+            self._count("quarantined")
+            return [_REPLY[str(kind)], rid, False]
+        if kind == ACCEPT:
+            attempt = _str(msg[6] if len(msg) > 6 else "")
+            if (slot.token, slot.holder, slot.attempt) == (token, holder, attempt) and holder:
+                ok = True  # duplicate of an accept already applied: idempotent, no extension
+            else:
+                ok = token > slot.max_token and not slot.live(now_ms) and holder != ""
+                if ok:
+                    slot.max_token = slot.token = token
+                    slot.holder, slot.expiry_ms = holder, now_ms + ttl_ms
+                    slot.attempt = attempt
+                    self._slots[resource] = slot
+                    self._max_ttl_ms = max(self._max_ttl_ms, ttl_ms)
+            self._count("accept_ok" if ok else "accept_refused")
+            return [_REPLY[ACCEPT], rid, ok]
+        ok = slot.live(now_ms) and slot.token == token and slot.holder == holder
+        if ok:
+            slot.expiry_ms = max(slot.expiry_ms, now_ms + ttl_ms)
+            self._max_ttl_ms = max(self._max_ttl_ms, ttl_ms)
+        self._count("renew_ok" if ok else "renew_refused")
+        return [_REPLY[RENEW], rid, ok]
+
+
+# -- proposer -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Acquire:
+    """Acquire ``resource`` for ``holder`` for ``ttl_ms``."""
+
+    resource: str
+    holder: str
+    ttl_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Renew:
+    """Extend the lease ``(resource, holder, token)`` to ``ttl_ms`` from now."""
+
+    resource: str
+    holder: str
+    token: int
+    ttl_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Release the lease ``(resource, holder, token)``."""
+
+    resource: str
+    holder: str
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
+class Show:
+    """Read who holds ``resource`` (a majority read; changes nothing)."""
+
+    resource: str
+
+
+Op = Acquire | Renew | Release | Show
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The end of one operation started with :meth:`Proposer.start`."""
+
+    rid: int
+    op: Op
+    status: Status
+    token: int | None
+    started_ms: int
+    finished_ms: int
+    partial: bool = False
+    holder: str = ""  # Show: the holder seen ("" if free)
+    remaining_ms: int = 0  # Show: its smallest remaining time among the replies
+
+
+@dataclass(frozen=True, slots=True)
+class _Reply:
+    ok: bool = False  # accept/renew/release verdict
+    max_token: int = 0  # prepare: the voter's highest token
+    holder: str = ""  # prepare: live holder ("" free, "?" quarantined)
+    remaining_ms: int = 0  # prepare: the live lease's remaining time
+    token: int = 0  # prepare: the live lease's token
+
+
+@dataclass
+class _Pending:
+    rid: int
+    op: Op
+    phase: str
+    started_ms: int
+    deadline_ms: int
+    retransmit_at_ms: int
+    replies: dict[str, _Reply] = field(default_factory=dict)
+    token: int | None = None
+    internal: bool = False
+    attempt: str = ""  # an abort: release only this acquire attempt's grant
+
+
+class Proposer:
+    """Runs lease operations against a fixed set of voters. One per node is enough."""
+
+    def __init__(
+        self,
+        voters: Sequence[str],
+        *,
+        timeout_ms: int = 1000,
+        retransmit_ms: int = 50,
+        max_pending: int = 10_000,
+        proposer_id: str = "",
+    ) -> None:
+        ids = sorted(set(voters))
+        if not ids or len(ids) != len(voters):
+            raise InvalidArgument("voters must be a non-empty list of distinct ids")
+        if timeout_ms <= 0 or retransmit_ms <= 0:
+            raise InvalidArgument("timeout_ms and retransmit_ms must be positive")
+        self.voters = ids
+        self.majority = len(ids) // 2 + 1
+        self.timeout_ms = timeout_ms
+        self.retransmit_ms = retransmit_ms
+        self.max_pending = max_pending
+        #: unique per proposer (a node id, or random): names acquire attempts and
+        #: requests so an abort can never release another attempt's grant
+        self.proposer_id = _str(proposer_id, 128)
+        self._next_rid = 1
+        self._pending: dict[int, _Pending] = {}
+        self._outbox: list[tuple[str, list[object]]] = []
+        self._events: list[Outcome] = []
+        #: counts of stale/duplicate/malformed replies, by name
+        self.counters: dict[str, int] = {}
+
+    def _count(self, name: str) -> None:
+        self.counters[name] = self.counters.get(name, 0) + 1
+
+    # -- inputs -----------------------------------------------------------------
+
+    def start(self, op: Op, now_ms: int, *, timeout_ms: int | None = None) -> int:
+        """Begin ``op``; returns its request id (echoed in its Outcome).
+
+        ``timeout_ms`` (default: the proposer's) is this operation's deadline:
+        pass the caller's own deadline so the protocol gives up when the caller
+        does, and nothing it does lands after the caller saw "unknown".
+        Raises BackendUnavailable when ``max_pending`` operations are already
+        in flight (backpressure: the queue of operations is bounded).
+        """
+        if len(self._pending) >= self.max_pending:
+            self._count("overloaded")
+            raise BackendUnavailable(f"{len(self._pending)} lease operations already in flight")
+        rid = self._next_rid
+        self._next_rid += 1
+        phase = {Acquire: PREPARE, Show: PREPARE, Renew: RENEW, Release: RELEASE}[type(op)]
+        deadline = now_ms + (self.timeout_ms if timeout_ms is None else max(1, timeout_ms))
+        p = _Pending(rid, op, phase, now_ms, deadline, now_ms)
+        if isinstance(op, Renew | Release):
+            p.token = op.token
+        self._pending[rid] = p
+        self._send_phase(p, now_ms)
+        return rid
+
+    def cancel(self, rid: int, now_ms: int) -> None:
+        """Give up on ``rid`` now (its caller stopped waiting): no Outcome is emitted.
+
+        A cancelled acquire that had reached its accept phase is aborted (a
+        best-effort release of its token), like one that timed out.
+        """
+        p = self._pending.get(rid)
+        if p is None or p.internal:
+            return
+        del self._pending[rid]
+        if p.phase == ACCEPT:
+            self._abort(p, now_ms)
+
+    def receive(self, voter: str, msg: Sequence[object], now_ms: int) -> None:
+        """Handle a voter's reply. Raises DecodeError on garbage; ignores stale replies."""
+        if not isinstance(msg, list | tuple) or len(msg) < 3:
+            raise DecodeError("lease reply must be a list [kind, rid, ...]")
+        kind, rid = msg[0], _int(msg[1])
+        if voter not in self.voters:
+            self._count("unknown_voter")
+            return
+        p = self._pending.get(rid)
+        if p is None or kind != _REPLY[p.phase]:
+            self._count("stale_reply")
+            return
+        if kind == _REPLY[PREPARE]:
+            if len(msg) < 6:
+                raise DecodeError("prepare reply too short")
+            reply = _Reply(False, _int(msg[2]), _str(msg[3]), _int(msg[4]), _int(msg[5]))
+        else:
+            if not isinstance(msg[2], bool):
+                raise DecodeError("reply verdict must be a bool")
+            reply = _Reply(ok=msg[2])
+        if voter in p.replies:
+            self._count("duplicate_reply")
+            return
+        p.replies[voter] = reply
+        self._advance(p, now_ms)
+
+    def handle_timer(self, now_ms: int) -> None:
+        """Retransmit to silent voters; end operations whose deadline passed."""
+        for rid in sorted(self._pending):
+            p = self._pending[rid]
+            if now_ms >= p.deadline_ms:
+                self._finish(p, "unknown", now_ms)
+                if p.phase == ACCEPT:
+                    self._abort(p, now_ms)
+            elif now_ms >= p.retransmit_at_ms:
+                self._send_phase(p, now_ms, only_silent=True)
+
+    # -- outputs ----------------------------------------------------------------
+
+    def outbox(self) -> list[tuple[str, list[object]]]:
+        """Messages to send, as ``(voter_id, message)``; clears the outbox."""
+        out, self._outbox = self._outbox, []
+        return out
+
+    def events(self) -> list[Outcome]:
+        """Finished operations since the last call; clears them."""
+        out, self._events = self._events, []
+        return out
+
+    def next_deadline(self) -> int | None:
+        """When to call :meth:`handle_timer` next (None: nothing pending)."""
+        if not self._pending:
+            return None
+        return min(min(p.retransmit_at_ms, p.deadline_ms) for p in self._pending.values())
+
+    def pending(self) -> int:
+        """Operations in flight (including internal aborts)."""
+        return len(self._pending)
+
+    # -- internals --------------------------------------------------------------
+
+    def _message(self, p: _Pending) -> list[object]:
+        op = p.op
+        if p.phase == PREPARE:
+            return [PREPARE, p.rid, op.resource]
+        if p.phase == ACCEPT:
+            assert isinstance(op, Acquire) and p.token is not None
+            attempt = f"{self.proposer_id}/{p.rid}"
+            return [ACCEPT, p.rid, op.resource, p.token, op.holder, op.ttl_ms, attempt]
+        if p.phase == RENEW:
+            assert isinstance(op, Renew)
+            return [RENEW, p.rid, op.resource, op.token, op.holder, op.ttl_ms]
+        assert isinstance(op, Release) and p.token is not None
+        req = f"{self.proposer_id}/{p.rid}"
+        return [RELEASE, p.rid, op.resource, p.token, op.holder, req, p.attempt]
+
+    def _send_phase(self, p: _Pending, now_ms: int, only_silent: bool = False) -> None:
+        msg = self._message(p)
+        for v in self.voters:
+            if not (only_silent and v in p.replies):
+                self._outbox.append((v, list(msg)))
+        p.retransmit_at_ms = now_ms + self.retransmit_ms
+
+    def _finish(
+        self,
+        p: _Pending,
+        status: Status,
+        now_ms: int,
+        partial: bool = False,
+        holder: str = "",
+        remaining_ms: int = 0,
+    ) -> None:
+        del self._pending[p.rid]
+        if not p.internal:
+            token = p.token if status == "ok" or isinstance(p.op, Renew | Release) else None
+            self._events.append(
+                Outcome(
+                    p.rid, p.op, status, token, p.started_ms, now_ms, partial, holder, remaining_ms
+                )
+            )
+
+    def _abort(self, p: _Pending, now_ms: int) -> None:
+        """Best effort: clear a failed acquire's partial acceptances."""
+        assert isinstance(p.op, Acquire) and p.token is not None
+        rid = self._next_rid
+        self._next_rid += 1
+        a = _Pending(
+            rid,
+            Release(p.op.resource, p.op.holder, p.token),
+            RELEASE,
+            now_ms,
+            now_ms + self.timeout_ms,
+            now_ms,
+            token=p.token,
+            internal=True,
+            attempt=f"{self.proposer_id}/{p.rid}",
+        )
+        self._pending[rid] = a
+        self._send_phase(a, now_ms)
+
+    def _advance(self, p: _Pending, now_ms: int) -> None:
+        n, m = len(self.voters), self.majority
+        if isinstance(p.op, Show):
+            if len(p.replies) >= m:
+                seen = [r for r in p.replies.values() if r.holder not in ("", "?")]
+                if not seen:
+                    self._finish(p, "ok", now_ms)
+                    return
+                top = max(seen, key=lambda r: r.token)
+                left = min(
+                    r.remaining_ms for r in seen if (r.token, r.holder) == (top.token, top.holder)
+                )
+                p.token = top.token
+                self._finish(p, "ok", now_ms, holder=top.holder, remaining_ms=left)
+            return
+        if p.phase == PREPARE:
+            free = [r for r in p.replies.values() if r.holder == ""]
+            held = len(p.replies) - len(free)
+            if held > n - m:
+                self._finish(p, "fail", now_ms)
+            elif len(free) >= m:
+                p.token = max(r.max_token for r in p.replies.values()) + 1
+                p.phase = ACCEPT
+                p.replies = {}
+                self._send_phase(p, now_ms)
+            return
+        yes = sum(1 for r in p.replies.values() if r.ok)
+        no = len(p.replies) - yes
+        if p.internal:
+            if len(p.replies) == n:
+                self._finish(p, "ok", now_ms)
+        elif yes >= m:
+            self._finish(p, "ok", now_ms)
+        elif no > n - m:
+            # A write some voter may have applied (it acked, or has not answered
+            # yet) is a *partial* failure: it may hold the resource until expiry.
+            # A release that some voters applied is partial too (a takeover can
+            # race the release's retransmissions to the others).
+            partial = yes > 0 or (p.phase in (ACCEPT, RENEW) and len(p.replies) < n)
+            self._finish(p, "fail", now_ms, partial=partial)
+            if p.phase == ACCEPT and partial:
+                self._abort(p, now_ms)

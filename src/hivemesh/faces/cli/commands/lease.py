@@ -1,0 +1,139 @@
+"""``hivemesh lease acquire|release|show RESOURCE``: leases from the shell.
+
+The backend comes from ``--backend URL`` or ``$HIVEMESH_LEASE_URL``
+(``redis://...``, ``nats://...`` or ``quorum://IP:PORT,...``; run each
+quorum voter with ``hivemesh lease voter --listen IP:PORT --state FILE``).
+A lease acquired here outlives the command until its TTL; release it with the
+printed holder and token::
+
+    hivemesh lease acquire deploy-prod --ttl-ms 60000 --holder ci-42
+    hivemesh lease release deploy-prod --holder ci-42 --token 17
+
+Output is one JSON object per command. Exit codes: 0 ok, 2 bad input,
+3 held by someone else / not held, 4 backend unavailable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from hivemesh.errors import (
+    BackendUnavailable,
+    HivemeshError,
+    InvalidArgument,
+    LeaseLost,
+    LeaseUnavailable,
+)
+from hivemesh.leases import Lease, LeaseClient, VoterServer, open_backend
+from hivemesh.leases._quorum import parse_voters
+
+DEFAULT_URL = "redis://127.0.0.1:6379/0"
+_EXIT = {InvalidArgument: 2, LeaseUnavailable: 3, LeaseLost: 3, BackendUnavailable: 4}
+
+
+def register(sub: Any) -> None:
+    """Add the ``lease`` subcommand."""
+    p = sub.add_parser("lease", help="acquire, release or show a lease with a fencing token")
+    p.add_argument(
+        "--backend",
+        default=os.environ.get("HIVEMESH_LEASE_URL", DEFAULT_URL),
+        help="backend URL (default $HIVEMESH_LEASE_URL or %(default)s)",
+    )
+    p.add_argument("--timeout-s", type=float, default=2.0, help="deadline of each backend call")
+    lsub = p.add_subparsers(dest="lease_cmd", metavar="ACTION", required=True)
+
+    a = lsub.add_parser("acquire", help="acquire RESOURCE (waits up to --wait-s)")
+    a.add_argument("resource")
+    a.add_argument("--ttl-ms", type=int, default=5000)
+    a.add_argument("--holder", default=None, help="holder id (default: unique per process)")
+    a.add_argument("--wait-s", type=float, default=0.0, help="wait for the holder (0: try once)")
+    a.set_defaults(func=_run)
+
+    r = lsub.add_parser("release", help="release RESOURCE held by --holder with --token")
+    r.add_argument("resource")
+    r.add_argument("--holder", required=True)
+    r.add_argument("--token", type=int, required=True)
+    r.set_defaults(func=_run)
+
+    s = lsub.add_parser("show", help="show the current lease on RESOURCE")
+    s.add_argument("resource")
+    s.set_defaults(func=_run)
+
+    v = lsub.add_parser("voter", help="run one quorum:// voter on UDP until interrupted")
+    v.add_argument("--listen", default="127.0.0.1:7001", help="IP:PORT (port 0: any)")
+    v.add_argument("--state", default=None, help="file for durable voter state (fsynced)")
+    v.set_defaults(func=_voter)
+
+
+async def _act(args: argparse.Namespace) -> dict[str, Any]:
+    client = LeaseClient(
+        open_backend(args.backend), getattr(args, "holder", None), call_timeout_s=args.timeout_s
+    )
+    try:
+        if args.lease_cmd == "acquire":
+            if args.wait_s > 0:
+                lease = await client.acquire(args.resource, args.ttl_ms, wait_s=args.wait_s)
+            else:
+                lease = await client.try_acquire(args.resource, args.ttl_ms)
+            return {
+                "resource": lease.resource,
+                "holder": lease.holder,
+                "fencing_token": lease.fencing_token,
+                "ttl_ms": lease.ttl_ms,
+            }
+        if args.lease_cmd == "release":
+            lease = Lease(args.resource, args.holder, args.token, 5000, time.monotonic())
+            await client.release(lease)
+            return {"resource": args.resource, "released": True}
+        info = await client.show(args.resource)
+        if info is None:
+            return {"resource": args.resource, "held": False}
+        return {
+            "resource": info.resource,
+            "held": True,
+            "holder": info.holder,
+            "fencing_token": info.fencing_token,
+            "remaining_ms": info.remaining_ms,
+        }
+    finally:
+        await client.aclose()
+
+
+async def _serve_voter(args: argparse.Namespace) -> None:
+    ((host, port),) = parse_voters(args.listen, allow_port_zero=True)
+    server = VoterServer(host, port, state_path=args.state)
+    address = await server.start()
+    print(json.dumps({"voter": address}), flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        server.close()
+
+
+def _voter(args: argparse.Namespace) -> int:
+    try:
+        asyncio.run(_serve_voter(args))
+    except HivemeshError as e:
+        print(json.dumps({"error": e.code, "message": str(e)}), file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(json.dumps({"error": "os_error", "message": str(e)}), file=sys.stderr)
+        return 4
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        out = asyncio.run(_act(args))
+    except HivemeshError as e:
+        code = next((c for t, c in _EXIT.items() if isinstance(e, t)), 1)
+        print(json.dumps({"error": e.code, "message": str(e)}), file=sys.stderr)
+        return code
+    print(json.dumps(out, sort_keys=True))
+    return 0

@@ -1,0 +1,42 @@
+"""``open_backend(url)``: pick a lease backend by URL scheme."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from hivemesh.errors import InvalidArgument
+from hivemesh.leases._api import LeaseBackend
+
+__all__ = ["SCHEMES", "open_backend"]
+
+#: URL schemes open_backend understands.
+SCHEMES = ("nats", "quorum", "redis", "rediss")
+
+
+def open_backend(url: str) -> LeaseBackend:
+    """A lease backend for ``url``; connections are made lazily on first use.
+
+    * ``redis://host:port/db?prefix=...`` -- :class:`RedisLeaseBackend`
+    * ``nats://host:port/BUCKET?skew_ms=100`` -- :class:`NatsLeaseBackend`
+
+    * ``quorum://IP:PORT,IP:PORT,...`` -- :class:`QuorumLeaseBackend` (UDP voters,
+      see :class:`VoterServer` / :class:`LocalQuorum`; no external service)
+
+    Unknown schemes raise InvalidArgument.
+    """
+    if not isinstance(url, str):
+        raise InvalidArgument(f"backend URL must be a string, got {type(url).__name__}")
+    scheme = urlsplit(url).scheme
+    if scheme in ("redis", "rediss"):
+        from hivemesh.leases._redis import RedisLeaseBackend
+
+        return RedisLeaseBackend(url)
+    if scheme in ("nats", "tls"):
+        from hivemesh.leases._nats import NatsLeaseBackend
+
+        return NatsLeaseBackend(url)
+    if scheme == "quorum":
+        from hivemesh.leases._quorum import QuorumLeaseBackend
+
+        return QuorumLeaseBackend(url)
+    raise InvalidArgument(f"unknown lease backend scheme {scheme!r} in {url!r}; use {SCHEMES}")
