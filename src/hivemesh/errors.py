@@ -49,6 +49,14 @@ Every class carries a short stable ``code`` used as the counter name in
         ├── LeaseLost
         ├── StaleFencingToken
         └── BackendUnavailable
+
+    -- telemetry --
+    RemoteProtocolError
+    └── DecodeError
+        └── InvalidRecord
+            └── UnknownField
+    LocalProtocolError
+    └── SpoolFull
 """
 
 from __future__ import annotations
@@ -71,16 +79,19 @@ __all__ = [
     "HivemeshError",
     "InvalidAddress",
     "InvalidArgument",
+    "InvalidRecord",
     "LeaseLost",
     "LeaseUnavailable",
     "LocalProtocolError",
     "PeerIdentityMismatch",
     "RemoteProtocolError",
     "ReplayError",
+    "SpoolFull",
     "StaleFencingToken",
     "StoreCorrupt",
     "StoreError",
     "TransportError",
+    "UnknownField",
     "UnknownPeer",
     "UnsupportedVersion",
     "UntrustedAuthor",
@@ -280,3 +291,24 @@ class BackendUnavailable(CoordinationError):
     """A lease backend (quorum, Redis, NATS) could not be reached in time."""
 
     code = "backend_unavailable"
+
+
+# -- telemetry ---------------------------------------------------------------
+
+
+class InvalidRecord(DecodeError):
+    """A metric record or batch is well-formed bytes but breaks the record schema."""
+
+    code = "invalid_record"
+
+
+class UnknownField(InvalidRecord):
+    """A metric record or batch carries a field the schema does not define."""
+
+    code = "unknown_field"
+
+
+class SpoolFull(LocalProtocolError):
+    """The sender's telemetry spool is at its bound; the record was dropped (counted)."""
+
+    code = "spool_full"

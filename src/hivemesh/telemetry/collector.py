@@ -1,0 +1,355 @@
+"""The ``metrics-collector`` role: validate, de-duplicate, store, acknowledge.
+
+Theory of operation
+-------------------
+:meth:`Collector.ingest` takes one batch from one sender (the mesh passes the
+authenticated sender address and whether the node's trust policy admits it)
+and returns the ack dict that travels back to the sender::
+
+    {"ok": True, "acked_through": 1500, "accepted": 998, "duplicates": 2,
+     "rejected": 0}
+
+or ``{"ok": False, "error": "<code>", "detail": "..."}`` when the whole batch
+is refused (untrusted sender, malformed or oversize bytes, bad envelope).
+
+Steps, all on the event-loop thread except the database write:
+
+1. **Validate** strictly (:mod:`.schema`). A bad record is dropped and
+   counted by error code; the rest of its batch goes on. Its seq still counts
+   as accounted for, so a rejection is never mistaken for a gap.
+2. **De-duplicate** by ``(sender, seq)`` with a :class:`~.seqtrack.SeqTracker`
+   per sender, or by ``id`` for hand-sent records that carry no seq.
+3. **Buffer** rows in columns. Many concurrent ingests share one flush (group
+   commit): a flush runs when ``flush_max_rows`` rows wait or after
+   ``flush_interval_s``, in a worker thread, as one Arrow insert plus the
+   sender states, in one DuckDB transaction.
+4. **Acknowledge** only after that flush commits, so an acked record is
+   durable. If the write fails every waiter gets ``ok: False``, the trackers
+   are reloaded from the store, and the senders simply resend.
+
+Gaps: :meth:`Collector.gaps` lists, per sender, holes below its highest
+stored seq (true losses) and :meth:`Collector.senders` the pending ranges.
+Sinks (Prometheus, InfluxDB, ClickHouse, OTLP) receive each committed flush.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import pyarrow as pa
+
+from hivemesh.errors import HivemeshError, StoreError, UntrustedAuthor
+from hivemesh.telemetry.schema import decode_batch, validate_record
+from hivemesh.telemetry.seqtrack import SeqTracker
+from hivemesh.telemetry.store import COLUMNS, MetricsStore
+
+__all__ = ["Collector", "SenderReport", "Sink"]
+
+_NCOLS = len(COLUMNS)
+_MAX_SENDER_CHARS = 128
+
+
+class Sink(Protocol):
+    """Receives every committed flush (must not block: queue and return)."""
+
+    def submit(self, table: pa.Table) -> None:
+        """Take one committed Arrow table of rows."""
+
+
+@dataclass(frozen=True, slots=True)
+class SenderReport:
+    """What the collector knows about one sender."""
+
+    sender: str
+    stored: int
+    max_seq: int
+    gaps: list[tuple[int, int]]
+    pending: tuple[int, int] | None
+    backlog: int
+    last_seen_ms: int
+
+
+@dataclass
+class _SenderState:
+    tracker: SeqTracker
+    backlog: int = 0
+    last_seen_ms: int = 0
+
+
+@dataclass
+class _Generation:
+    cols: list[list[Any]] = field(default_factory=lambda: [[] for _ in range(_NCOLS)])
+    ids: set[str] = field(default_factory=set)
+    dirty: set[str] = field(default_factory=set)
+    waiters: list[asyncio.Future[None]] = field(default_factory=list)
+
+    @property
+    def rows(self) -> int:
+        return len(self.cols[0])
+
+
+class Collector:
+    """Validates, de-duplicates and stores metric batches; see the module docstring."""
+
+    def __init__(
+        self,
+        store: MetricsStore,
+        *,
+        flush_max_rows: int = 50_000,
+        flush_interval_s: float = 0.005,
+        sinks: Sequence[Sink] = (),
+        clock_ms: Callable[[], int] | None = None,
+    ) -> None:
+        self.store = store
+        self.flush_max_rows = flush_max_rows
+        self.flush_interval_s = flush_interval_s
+        self.sinks = list(sinks)
+        self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self.counters: Counter[str] = Counter(store.load_counters())
+        self._senders: dict[str, _SenderState] = {}
+        self._load_senders()
+        self._gen = _Generation()
+        self._flush_lock = threading.Lock()
+        self._flush_task: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+
+    def _load_senders(self) -> None:
+        self._senders = {
+            s: _SenderState(SeqTracker.from_state(state), backlog, seen)
+            for s, state, backlog, seen in self.store.load_senders()
+        }
+
+    # -- ingest ----------------------------------------------------------------
+
+    async def ingest(
+        self, sender_address: str, payload: bytes | dict[str, Any], trusted: bool
+    ) -> dict[str, Any]:
+        """Validate and store one batch; return the ack once it is durable."""
+        ack, gen = self._stage(sender_address, payload, trusted)
+        if gen is None:
+            return ack
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        gen.waiters.append(fut)
+        self._schedule_flush()
+        try:
+            await fut
+        except StoreError as exc:
+            return {"ok": False, "error": exc.code, "detail": str(exc)[:200]}
+        return ack
+
+    def ingest_now(
+        self, sender_address: str, payload: bytes | dict[str, Any], trusted: bool
+    ) -> dict[str, Any]:
+        """Synchronous :meth:`ingest` (flushes at once); do not mix with a running loop."""
+        ack, gen = self._stage(sender_address, payload, trusted)
+        if gen is not None:
+            try:
+                self._flush_generation(self._swap())
+            except StoreError as exc:
+                return {"ok": False, "error": exc.code, "detail": str(exc)[:200]}
+        return ack
+
+    def _refuse(self, exc: HivemeshError) -> dict[str, Any]:
+        self.counters[exc.code] += 1
+        self.counters["batches_refused"] += 1
+        return {"ok": False, "error": exc.code, "detail": str(exc)[:200]}
+
+    def _stage(
+        self, sender: str, payload: bytes | dict[str, Any], trusted: bool
+    ) -> tuple[dict[str, Any], _Generation | None]:
+        if not trusted:
+            return self._refuse(UntrustedAuthor(f"sender {str(sender)[:64]} is not trusted")), None
+        if type(sender) is not str or not 0 < len(sender) <= _MAX_SENDER_CHARS:
+            return self._refuse(UntrustedAuthor("bad sender address")), None
+        try:
+            batch = decode_batch(payload)
+        except HivemeshError as exc:
+            return self._refuse(exc), None
+        now = self._clock_ms()
+        st = self._senders.get(sender)
+        if st is None:
+            st = self._senders[sender] = _SenderState(SeqTracker())
+        tracker = st.tracker
+        gen = self._gen
+        cols = gen.cols
+        accepted = dups = rejected = 0
+        top = 0
+        no_seq_ids: list[str] = []
+        counters = self.counters
+        for raw in batch.records:
+            try:
+                row = validate_record(raw)
+            except HivemeshError as exc:
+                counters[exc.code] += 1
+                rejected += 1
+                seq = raw.get("seq") if type(raw) is dict else None
+                if type(seq) is int and seq > 0:
+                    tracker.add(seq)
+                    top = max(top, seq)
+                continue
+            seq, rid = row[0], row[1]
+            if seq is not None:
+                top = max(top, seq)
+                if not tracker.add(seq):
+                    dups += 1
+                    continue
+                if rid is None:
+                    rid = f"{sender}:{seq}"
+            elif rid is None:
+                rid = uuid.uuid4().hex
+            else:
+                if rid in gen.ids:
+                    dups += 1
+                    continue
+                no_seq_ids.append(rid)
+            ts = row[2] if row[2] is not None else now
+            values = (sender, seq, rid, ts, now, *row[3:])
+            for c, v in zip(cols, values, strict=True):
+                c.append(v)
+            if seq is None:
+                gen.ids.add(rid)
+            accepted += 1
+        if no_seq_ids:
+            accepted, dups = self._drop_stored_ids(gen, no_seq_ids, accepted, dups)
+        if batch.hi is not None:
+            tracker.announce(batch.hi)
+        tracker.announce(top)
+        if batch.backlog is not None:
+            st.backlog = batch.backlog
+        st.last_seen_ms = now
+        gen.dirty.add(sender)
+        counters["accepted"] += accepted
+        counters["duplicates"] += dups
+        counters["rejected"] += rejected
+        counters["batches"] += 1
+        ack = {
+            "ok": True,
+            "acked_through": top,
+            "accepted": accepted,
+            "duplicates": dups,
+            "rejected": rejected,
+        }
+        return ack, gen
+
+    def _drop_stored_ids(
+        self, gen: _Generation, ids: list[str], accepted: int, dups: int
+    ) -> tuple[int, int]:
+        """Remove buffered rows whose (seq-less) id is already in the store."""
+        stored = self.store.existing_ids(ids)
+        if not stored:
+            return accepted, dups
+        id_col = gen.cols[2]
+        keep = [i for i, rid in enumerate(id_col) if rid not in stored or gen.cols[1][i]]
+        for ci, c in enumerate(gen.cols):
+            gen.cols[ci] = [c[i] for i in keep]
+        removed = len(id_col) - len(keep)
+        gen.ids -= stored
+        return accepted - removed, dups + removed
+
+    # -- flushing --------------------------------------------------------------
+
+    def _swap(self) -> tuple[_Generation, list[tuple[str, dict[str, Any], int, int]], dict[str, int]]:
+        gen = self._gen
+        self._gen = _Generation()
+        senders = [
+            (s, self._senders[s].tracker.to_state(), self._senders[s].backlog,
+             self._senders[s].last_seen_ms)
+            for s in sorted(gen.dirty)
+        ]  # fmt: skip
+        return gen, senders, dict(self.counters)
+
+    def _flush_generation(
+        self, snap: tuple[_Generation, list[tuple[str, dict[str, Any], int, int]], dict[str, int]]
+    ) -> pa.Table | None:
+        gen, senders, counters = snap
+        table = None
+        if gen.rows:
+            table = MetricsStore.table_from_columns(
+                {name: col for (name, _), col in zip(COLUMNS, gen.cols, strict=True)}
+            )
+        with self._flush_lock:
+            try:
+                self.store.write(table, senders, counters)
+            except StoreError:
+                self._load_senders()
+                raise
+        if table is not None:
+            for sink in self.sinks:
+                sink.submit(table)
+        return table
+
+    def _schedule_flush(self) -> None:
+        if self._flush_task is not None and not self._flush_task.done():
+            return  # the running flush re-checks the buffer when it ends
+        loop = asyncio.get_running_loop()
+        if self._gen.rows >= self.flush_max_rows:
+            self._start_flush()
+        elif self._timer is None:
+            self._timer = loop.call_later(self.flush_interval_s, self._start_flush)
+
+    def _start_flush(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._flush_task is not None and not self._flush_task.done():
+            return
+        self._flush_task = asyncio.get_running_loop().create_task(self._flush_loop())
+
+    async def _flush_loop(self) -> None:
+        while self._gen.waiters:
+            snap = self._swap()
+            waiters = snap[0].waiters
+            try:
+                await asyncio.to_thread(self._flush_generation, snap)
+            except StoreError as exc:
+                for w in waiters:
+                    if not w.done():
+                        w.set_exception(exc)
+                continue
+            for w in waiters:
+                if not w.done():
+                    w.set_result(None)
+
+    async def drain(self) -> None:
+        """Wait until every staged batch is flushed."""
+        while self._gen.waiters or (self._flush_task is not None and not self._flush_task.done()):
+            if self._flush_task is None or self._flush_task.done():
+                self._start_flush()
+            assert self._flush_task is not None
+            await asyncio.shield(self._flush_task)
+
+    # -- reports ---------------------------------------------------------------
+
+    def senders(self) -> list[SenderReport]:
+        """Per-sender stored count, gaps (true losses), pending range and backlog."""
+        out = []
+        for s in sorted(self._senders):
+            st = self._senders[s]
+            t = st.tracker
+            out.append(
+                SenderReport(
+                    sender=s,
+                    stored=t.stored_count(),
+                    max_seq=t.max_seq,
+                    gaps=t.gaps(),
+                    pending=t.pending(),
+                    backlog=st.backlog,
+                    last_seen_ms=st.last_seen_ms,
+                )
+            )
+        return out
+
+    def gaps(self) -> dict[str, list[tuple[int, int]]]:
+        """``sender -> missing ranges`` for every sender with a true loss."""
+        return {r.sender: r.gaps for r in self.senders() if r.gaps}
+
+    def statistics(self) -> dict[str, int]:
+        """A copy of the counters (accepted, duplicates, rejected, and per error code)."""
+        return dict(sorted(self.counters.items()))

@@ -1,0 +1,299 @@
+"""The metric record and batch schema, and its strict validator.
+
+Theory of operation
+-------------------
+A **record** is one measurement: a small flat map. A **batch** is what a
+sender delivers to the ``metrics-collector`` node in one acknowledged direct
+message::
+
+    {"type": "metrics", "v": 1, "hi": 1500, "backlog": 480,
+     "records": [{"seq": 1021, "ts_ms": 1764405000123, "kind": "llm_call",
+                  "name": "gen_ai.client.operation.duration", "value": 812.5,
+                  "unit": "ms", "agent": "planner",
+                  "attrs": {"gen_ai.request.model": "gpt-4o-mini",
+                            "gen_ai.usage.input_tokens": 1200,
+                            "gen_ai.usage.output_tokens": 85}}, ...]}
+
+Batches arrive as msgpack bytes (our senders), JSON bytes (a human with
+``hivemesh send-message``) or an already-decoded dict (the mesh). Only
+``records`` is required, and in a record only ``name`` and ``value``, so a
+hand-written batch is short.
+
+Names follow the OpenTelemetry GenAI semantic conventions where one exists
+(``gen_ai.usage.input_tokens``, ``gen_ai.request.model``, ``gen_ai.tool.name``,
+``error.type``...). Durations are stored in milliseconds (``unit`` ``"ms"``),
+not the seconds of the OTel histogram, so queries read naturally; the OTLP
+sink converts.
+
+Validation is strict and total: an unknown field, a wrong type, a non-finite
+number, an over-long string or too many attributes raises a
+:class:`~hivemesh.errors.InvalidRecord` (or :class:`~hivemesh.errors.UnknownField`,
+:class:`~hivemesh.errors.FrameTooLarge`) naming the problem; the collector
+counts it by ``code`` and drops only that record (or the whole batch when the
+envelope itself is bad). Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from hivemesh.core.codec import unpack
+from hivemesh.errors import DecodeError, FrameTooLarge, InvalidRecord, UnknownField
+
+__all__ = [
+    "ATTR_ERROR_TYPE",
+    "ATTR_INPUT_TOKENS",
+    "ATTR_MODEL",
+    "ATTR_OPERATION",
+    "ATTR_OUTPUT_TOKENS",
+    "ATTR_PROVIDER",
+    "ATTR_TASK_ID",
+    "ATTR_TOOL",
+    "BATCH_TYPE",
+    "KINDS",
+    "MAX_ATTRS",
+    "MAX_BATCH_BYTES",
+    "MAX_BATCH_RECORDS",
+    "MAX_STR_CHARS",
+    "NAME_LLM_DURATION",
+    "NAME_TASK_DURATION",
+    "NAME_TOOL_DURATION",
+    "ROW_FIELDS",
+    "Batch",
+    "Row",
+    "decode_batch",
+    "validate_record",
+]
+
+#: Value of a batch's ``type`` field.
+BATCH_TYPE = "metrics"
+#: Largest encoded batch accepted (one direct message).
+MAX_BATCH_BYTES = 1024 * 1024
+#: Most records in one batch.
+MAX_BATCH_RECORDS = 5000
+#: Longest string anywhere in a record (name, unit, agent, id, attribute key or value).
+MAX_STR_CHARS = 256
+#: Most attributes on one record.
+MAX_ATTRS = 32
+
+#: Record kinds.
+KINDS = ("counter", "gauge", "timer", "llm_call", "tool_call", "task")
+
+# OpenTelemetry GenAI semantic-convention names (plus ``hivemesh.*`` where none exists).
+NAME_LLM_DURATION = "gen_ai.client.operation.duration"
+NAME_TOOL_DURATION = "gen_ai.tool.duration"
+NAME_TASK_DURATION = "hivemesh.task.duration"
+ATTR_MODEL = "gen_ai.request.model"
+ATTR_PROVIDER = "gen_ai.provider.name"
+ATTR_OPERATION = "gen_ai.operation.name"
+ATTR_INPUT_TOKENS = "gen_ai.usage.input_tokens"
+ATTR_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+ATTR_TOOL = "gen_ai.tool.name"
+ATTR_ERROR_TYPE = "error.type"
+ATTR_TASK_ID = "hivemesh.task.id"
+
+_BATCH_FIELDS = frozenset({"type", "v", "hi", "backlog", "records"})
+_RECORD_FIELDS = frozenset({"seq", "id", "ts_ms", "kind", "name", "value", "unit", "agent", "attrs"})
+_KINDS = frozenset(KINDS)
+_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.:/-]*\Z")
+_MAX_SEQ = 2**62
+_MAX_TS_MS = 2**53
+
+
+#: Column order of the tuple :func:`validate_record` returns.
+ROW_FIELDS = (
+    "seq",
+    "id",
+    "ts_ms",
+    "kind",
+    "name",
+    "value",
+    "unit",
+    "agent",
+    "model",
+    "tool",
+    "ok",
+    "error_type",
+    "input_tokens",
+    "output_tokens",
+    "attrs",
+)
+
+#: One validated record flattened into store columns, in :data:`ROW_FIELDS` order.
+Row = tuple[
+    int | None,
+    str | None,
+    int | None,
+    str,
+    str,
+    float,
+    str,
+    str,
+    str | None,
+    str | None,
+    bool,
+    str | None,
+    int | None,
+    int | None,
+    str,
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """A decoded batch envelope: its records are still raw (validated one by one)."""
+
+    records: list[Any]
+    hi: int | None
+    backlog: int | None
+
+
+def decode_batch(payload: bytes | bytearray | memoryview | dict[str, Any]) -> Batch:
+    """Decode and check a batch envelope (not its records).
+
+    Raises :class:`FrameTooLarge`, :class:`DecodeError`, :class:`InvalidRecord`
+    or :class:`UnknownField` for a bad envelope.
+    """
+    if isinstance(payload, dict):
+        obj: Any = payload
+    elif isinstance(payload, (bytes, bytearray, memoryview)):
+        data = bytes(payload)
+        if len(data) > MAX_BATCH_BYTES:
+            raise FrameTooLarge(f"batch of {len(data)} bytes exceeds {MAX_BATCH_BYTES}")
+        if data[:1] == b"{":
+            try:
+                obj = json.loads(data)
+            except (ValueError, RecursionError) as exc:
+                raise DecodeError(f"malformed JSON batch: {exc}") from None
+        else:
+            obj = unpack(data, limit=MAX_BATCH_BYTES)
+    else:
+        raise DecodeError(f"batch must be bytes or a map, got {type(payload).__name__}")
+    if not isinstance(obj, dict):
+        raise InvalidRecord(f"batch must be a map, got {type(obj).__name__}")
+    extra = set(obj) - _BATCH_FIELDS
+    if extra:
+        raise UnknownField(f"unknown batch fields: {sorted(map(str, extra))}")
+    if obj.get("type", BATCH_TYPE) != BATCH_TYPE:
+        raise InvalidRecord(f"batch type must be {BATCH_TYPE!r}")
+    if obj.get("v", 1) != 1:
+        raise InvalidRecord(f"unsupported batch version {obj.get('v')!r}")
+    records = obj.get("records")
+    if not isinstance(records, list):
+        raise InvalidRecord("batch needs a list of records")
+    if len(records) > MAX_BATCH_RECORDS:
+        raise FrameTooLarge(f"{len(records)} records exceeds {MAX_BATCH_RECORDS}")
+    hi = _opt_int(obj.get("hi"), "hi", 0, _MAX_SEQ)
+    backlog = _opt_int(obj.get("backlog"), "backlog", 0, _MAX_SEQ)
+    return Batch(records=records, hi=hi, backlog=backlog)
+
+
+def _opt_int(v: Any, field: str, lo: int, hi: int) -> int | None:
+    if v is None:
+        return None
+    if type(v) is not int or not lo <= v <= hi:
+        raise InvalidRecord(f"{field} must be an integer in [{lo}, {hi}]")
+    return v
+
+
+def _str(v: Any, field: str) -> str:
+    if type(v) is not str:
+        raise InvalidRecord(f"{field} must be a string")
+    if len(v) > MAX_STR_CHARS:
+        raise FrameTooLarge(f"{field} longer than {MAX_STR_CHARS} characters")
+    return v
+
+
+def validate_record(rec: Any) -> Row:
+    """Check one raw record against the schema and flatten it into a :data:`Row`."""
+    if type(rec) is not dict:
+        raise InvalidRecord(f"record must be a map, got {type(rec).__name__}")
+    if not rec.keys() <= _RECORD_FIELDS:
+        extra = sorted(map(str, set(rec) - _RECORD_FIELDS))
+        raise UnknownField(f"unknown record fields: {extra}")
+    name = _str(rec.get("name"), "name")
+    if not _NAME_RE.match(name):
+        raise InvalidRecord(f"bad metric name {name[:40]!r}")
+    value = rec.get("value")
+    if type(value) is int:
+        if abs(value) > _MAX_TS_MS:
+            raise InvalidRecord("value out of range")
+        value = float(value)
+    elif type(value) is not float or not math.isfinite(value):
+        raise InvalidRecord("value must be a finite number")
+    kind = rec.get("kind", "gauge")
+    if kind not in _KINDS:
+        raise InvalidRecord(f"unknown kind {str(kind)[:20]!r}")
+    seq = _opt_int(rec.get("seq"), "seq", 1, _MAX_SEQ)
+    ts_ms = _opt_int(rec.get("ts_ms"), "ts_ms", 0, _MAX_TS_MS)
+    rid = rec.get("id")
+    if rid is not None:
+        rid = _str(rid, "id")
+    unit = _str(rec.get("unit", ""), "unit")
+    agent = _str(rec.get("agent", ""), "agent")
+    attrs = rec.get("attrs")
+    model = tool = error_type = None
+    in_tok = out_tok = None
+    attrs_json = ""
+    if attrs is not None:
+        if type(attrs) is not dict:
+            raise InvalidRecord("attrs must be a map")
+        if len(attrs) > MAX_ATTRS:
+            raise FrameTooLarge(f"more than {MAX_ATTRS} attributes")
+        for k, v in attrs.items():
+            _str(k, "attribute key")
+            tv = type(v)
+            if tv is str:
+                if len(v) > MAX_STR_CHARS:
+                    raise FrameTooLarge(f"attribute {k[:40]!r} longer than {MAX_STR_CHARS}")
+            elif tv is float:
+                if not math.isfinite(v):
+                    raise InvalidRecord(f"attribute {k[:40]!r} is not finite")
+            elif tv is not int and tv is not bool:
+                raise InvalidRecord(f"attribute {k[:40]!r} must be a scalar")
+        model = _attr_str(attrs, ATTR_MODEL)
+        tool = _attr_str(attrs, ATTR_TOOL)
+        error_type = _attr_str(attrs, ATTR_ERROR_TYPE)
+        in_tok = _attr_int(attrs, ATTR_INPUT_TOKENS)
+        out_tok = _attr_int(attrs, ATTR_OUTPUT_TOKENS)
+        if attrs:
+            attrs_json = json.dumps(attrs, sort_keys=True, separators=(",", ":"))
+    return (
+        seq,
+        rid,
+        ts_ms,
+        kind,
+        name,
+        value,
+        unit,
+        agent,
+        model,
+        tool,
+        error_type is None,
+        error_type,
+        in_tok,
+        out_tok,
+        attrs_json,
+    )
+
+
+def _attr_str(attrs: dict[str, Any], key: str) -> str | None:
+    v = attrs.get(key)
+    if v is None:
+        return None
+    if type(v) is not str:
+        raise InvalidRecord(f"{key} must be a string")
+    return v
+
+
+def _attr_int(attrs: dict[str, Any], key: str) -> int | None:
+    v = attrs.get(key)
+    if v is None:
+        return None
+    if type(v) is not int or v < 0:
+        raise InvalidRecord(f"{key} must be a non-negative integer")
+    return v
