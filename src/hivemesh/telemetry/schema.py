@@ -209,33 +209,47 @@ def _str(v: Any, field: str) -> str:
 
 
 def validate_record(rec: Any) -> Row:
-    """Check one raw record against the schema and flatten it into a :data:`Row`."""
+    """Check one raw record against the schema and flatten it into a :data:`Row`.
+
+    The hoisted GenAI attributes (model, tool, tokens, error type) become
+    columns; only the remaining attributes are kept, as sorted compact JSON.
+    """
     if type(rec) is not dict:
         raise InvalidRecord(f"record must be a map, got {type(rec).__name__}")
     if not rec.keys() <= _RECORD_FIELDS:
         extra = sorted(map(str, set(rec) - _RECORD_FIELDS))
         raise UnknownField(f"unknown record fields: {extra}")
-    name = _str(rec.get("name"), "name")
-    if not _NAME_RE.match(name):
-        raise InvalidRecord(f"bad metric name {name[:40]!r}")
-    value = rec.get("value")
-    if type(value) is int:
-        if abs(value) > _MAX_TS_MS:
+    get = rec.get
+    name = get("name")
+    if name not in _good_names:
+        _check_name(name)
+    value = get("value")
+    tv = type(value)
+    if tv is int:
+        if not -_MAX_TS_MS <= value <= _MAX_TS_MS:
             raise InvalidRecord("value out of range")
         value = float(value)
-    elif type(value) is not float or not math.isfinite(value):
+    elif tv is not float or not math.isfinite(value):
         raise InvalidRecord("value must be a finite number")
-    kind = rec.get("kind", "gauge")
+    kind = get("kind", "gauge")
     if kind not in _KINDS:
         raise InvalidRecord(f"unknown kind {str(kind)[:20]!r}")
-    seq = _opt_int(rec.get("seq"), "seq", 1, _MAX_SEQ)
-    ts_ms = _opt_int(rec.get("ts_ms"), "ts_ms", 0, _MAX_TS_MS)
-    rid = rec.get("id")
+    seq = get("seq")
+    if seq is not None and (type(seq) is not int or not 1 <= seq <= _MAX_SEQ):
+        raise InvalidRecord(f"seq must be an integer in [1, {_MAX_SEQ}]")
+    ts_ms = get("ts_ms")
+    if ts_ms is not None and (type(ts_ms) is not int or not 0 <= ts_ms <= _MAX_TS_MS):
+        raise InvalidRecord(f"ts_ms must be an integer in [0, {_MAX_TS_MS}]")
+    rid = get("id")
     if rid is not None:
-        rid = _str(rid, "id")
-    unit = _str(rec.get("unit", ""), "unit")
-    agent = _str(rec.get("agent", ""), "agent")
-    attrs = rec.get("attrs")
+        _str(rid, "id")
+    unit = get("unit", "")
+    if unit not in _good_units:
+        _str(unit, "unit")
+    agent = get("agent", "")
+    if type(agent) is not str or len(agent) > MAX_STR_CHARS:
+        _str(agent, "agent")
+    attrs = get("attrs")
     model = tool = error_type = None
     in_tok = out_tok = None
     attrs_json = ""
@@ -244,8 +258,18 @@ def validate_record(rec: Any) -> Row:
             raise InvalidRecord("attrs must be a map")
         if len(attrs) > MAX_ATTRS:
             raise FrameTooLarge(f"more than {MAX_ATTRS} attributes")
+        extra: dict[str, Any] | None = None
         for k, v in attrs.items():
-            _str(k, "attribute key")
+            if type(k) is not str or len(k) > MAX_STR_CHARS:
+                _str(k, "attribute key")
+            hoist = _HOISTED.get(k)
+            if hoist is not None:
+                if hoist is str:
+                    if type(v) is not str or len(v) > MAX_STR_CHARS:
+                        _str(v, k)
+                elif type(v) is not int or v < 0:
+                    raise InvalidRecord(f"{k} must be a non-negative integer")
+                continue
             tv = type(v)
             if tv is str:
                 if len(v) > MAX_STR_CHARS:
@@ -255,13 +279,17 @@ def validate_record(rec: Any) -> Row:
                     raise InvalidRecord(f"attribute {k[:40]!r} is not finite")
             elif tv is not int and tv is not bool:
                 raise InvalidRecord(f"attribute {k[:40]!r} must be a scalar")
-        model = _attr_str(attrs, ATTR_MODEL)
-        tool = _attr_str(attrs, ATTR_TOOL)
-        error_type = _attr_str(attrs, ATTR_ERROR_TYPE)
-        in_tok = _attr_int(attrs, ATTR_INPUT_TOKENS)
-        out_tok = _attr_int(attrs, ATTR_OUTPUT_TOKENS)
-        if attrs:
-            attrs_json = json.dumps(attrs, sort_keys=True, separators=(",", ":"))
+            if extra is None:
+                extra = {}
+            extra[k] = v
+        aget = attrs.get
+        model = aget(ATTR_MODEL)
+        tool = aget(ATTR_TOOL)
+        error_type = aget(ATTR_ERROR_TYPE)
+        in_tok = aget(ATTR_INPUT_TOKENS)
+        out_tok = aget(ATTR_OUTPUT_TOKENS)
+        if extra:
+            attrs_json = _ENCODE(extra)
     return (
         seq,
         rid,
@@ -281,19 +309,22 @@ def validate_record(rec: Any) -> Row:
     )
 
 
-def _attr_str(attrs: dict[str, Any], key: str) -> str | None:
-    v = attrs.get(key)
-    if v is None:
-        return None
-    if type(v) is not str:
-        raise InvalidRecord(f"{key} must be a string")
-    return v
+_HOISTED: dict[str, type] = {
+    ATTR_MODEL: str,
+    ATTR_TOOL: str,
+    ATTR_ERROR_TYPE: str,
+    ATTR_INPUT_TOKENS: int,
+    ATTR_OUTPUT_TOKENS: int,
+}
+_ENCODE = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
+_good_names: set[str] = set()
+_good_units: set[str] = {"", "ms", "s", "1", "By", "{token}", "{call}"}
+_GOOD_NAMES_MAX = 4096
 
 
-def _attr_int(attrs: dict[str, Any], key: str) -> int | None:
-    v = attrs.get(key)
-    if v is None:
-        return None
-    if type(v) is not int or v < 0:
-        raise InvalidRecord(f"{key} must be a non-negative integer")
-    return v
+def _check_name(name: Any) -> None:
+    _str(name, "name")
+    if not _NAME_RE.match(name):
+        raise InvalidRecord(f"bad metric name {name[:40]!r}")
+    if len(_good_names) < _GOOD_NAMES_MAX:
+        _good_names.add(name)
