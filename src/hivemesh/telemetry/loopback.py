@@ -32,7 +32,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from hivemesh.core.codec import pack, unpack
-from hivemesh.errors import ConnectionClosed, DeadlineExceeded, DecodeError, HivemeshError
+from hivemesh.errors import (
+    ConnectionClosed,
+    DeadlineExceeded,
+    DecodeError,
+    FrameTooLarge,
+    HivemeshError,
+    RemoteProtocolError,
+)
 from hivemesh.telemetry.collector import Collector
 from hivemesh.telemetry.schema import MAX_BATCH_BYTES
 
@@ -47,7 +54,7 @@ async def _read_frame(reader: asyncio.StreamReader, timeout_s: float) -> bytes:
         head = await asyncio.wait_for(reader.readexactly(4), timeout_s)
         (n,) = _LEN.unpack(head)
         if n > _MAX_FRAME:
-            raise DecodeError(f"frame of {n} bytes exceeds {_MAX_FRAME}")
+            raise FrameTooLarge(f"frame of {n} bytes exceeds {_MAX_FRAME}")
         return await asyncio.wait_for(reader.readexactly(n), timeout_s)
     except asyncio.IncompleteReadError:
         raise ConnectionClosed("peer closed the connection") from None
@@ -87,6 +94,8 @@ async def serve_collector(
                     ack = await collector.ingest(sender, payload, trusted(sender))
                 writer.write(_frame(pack(ack)))
                 await writer.drain()
+        except RemoteProtocolError as exc:  # a bad frame: count it, drop the connection
+            collector.counters[exc.code] += 1
         except (HivemeshError, ConnectionError):
             pass
         finally:
