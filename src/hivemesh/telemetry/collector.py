@@ -39,6 +39,8 @@ import threading
 import time
 import uuid
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -46,13 +48,12 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from hivemesh.errors import HivemeshError, StoreError, UntrustedAuthor
-from hivemesh.telemetry.schema import decode_batch, validate_record
+from hivemesh.telemetry.schema import decode_batch, decode_rows_fast, validate_record
 from hivemesh.telemetry.seqtrack import SeqTracker
-from hivemesh.telemetry.store import COLUMNS, MetricsStore
+from hivemesh.telemetry.store import MetricsStore
 
 __all__ = ["Collector", "SenderReport", "Sink"]
 
-_NCOLS = len(COLUMNS)
 _MAX_SENDER_CHARS = 128
 
 
@@ -85,14 +86,15 @@ class _SenderState:
 
 @dataclass
 class _Generation:
-    cols: list[list[Any]] = field(default_factory=lambda: [[] for _ in range(_NCOLS)])
+    """Rows staged for the next flush, and who waits for it."""
+
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
     ids: set[str] = field(default_factory=set)
     dirty: set[str] = field(default_factory=set)
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
 
-    @property
-    def rows(self) -> int:
-        return len(self.cols[0])
+
+_Snapshot = tuple[_Generation, list[tuple[str, dict[str, Any], int, int]], dict[str, int]]
 
 
 class Collector:
@@ -102,7 +104,7 @@ class Collector:
         self,
         store: MetricsStore,
         *,
-        flush_max_rows: int = 50_000,
+        flush_max_rows: int = 10_000,
         flush_interval_s: float = 0.005,
         sinks: Sequence[Sink] = (),
         clock_ms: Callable[[], int] | None = None,
@@ -117,7 +119,13 @@ class Collector:
         self._load_senders()
         self._gen = _Generation()
         self._flush_lock = threading.Lock()
-        self._flush_task: asyncio.Task[None] | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hm-collector")
+        self._flushing = False
+        #: Flushes written and rows they held (for benchmarks and status).
+        self.flushes = 0
+        self.flushed_rows = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
         self._timer: asyncio.TimerHandle | None = None
 
     def _load_senders(self) -> None:
@@ -153,6 +161,7 @@ class Collector:
             try:
                 self._flush_generation(self._swap())
             except StoreError as exc:
+                self._load_senders()
                 return {"ok": False, "error": exc.code, "detail": str(exc)[:200]}
         return ack
 
@@ -168,36 +177,50 @@ class Collector:
             return self._refuse(UntrustedAuthor(f"sender {str(sender)[:64]} is not trusted")), None
         if type(sender) is not str or not 0 < len(sender) <= _MAX_SENDER_CHARS:
             return self._refuse(UntrustedAuthor("bad sender address")), None
-        try:
-            batch = decode_batch(payload)
-        except HivemeshError as exc:
-            return self._refuse(exc), None
+        fast = None
+        if isinstance(payload, (bytes, bytearray, memoryview)):
+            fast = decode_rows_fast(bytes(payload))
         now = self._clock_ms()
+        counters = self.counters
+        rejected = 0
+        top = 0
+        rejected_seqs: list[int] = []
+        if fast is not None:
+            valid, hi, backlog = fast
+        else:
+            try:
+                batch = decode_batch(payload)
+            except HivemeshError as exc:
+                return self._refuse(exc), None
+            hi, backlog = batch.hi, batch.backlog
+            valid = []
+            for raw in batch.records:
+                try:
+                    valid.append(validate_record(raw))
+                except HivemeshError as exc:
+                    counters[exc.code] += 1
+                    rejected += 1
+                    seq = raw.get("seq") if type(raw) is dict else None
+                    if type(seq) is int and seq > 0:
+                        rejected_seqs.append(seq)
         st = self._senders.get(sender)
         if st is None:
             st = self._senders[sender] = _SenderState(SeqTracker())
         tracker = st.tracker
+        for seq in rejected_seqs:  # accounted for: a rejection is not a gap
+            tracker.add(seq)
+            top = max(top, seq)
         gen = self._gen
-        cols = gen.cols
-        accepted = dups = rejected = 0
-        top = 0
+        rows = gen.rows
+        accepted = dups = 0
         no_seq_ids: list[str] = []
-        counters = self.counters
-        for raw in batch.records:
-            try:
-                row = validate_record(raw)
-            except HivemeshError as exc:
-                counters[exc.code] += 1
-                rejected += 1
-                seq = raw.get("seq") if type(raw) is dict else None
-                if type(seq) is int and seq > 0:
-                    tracker.add(seq)
-                    top = max(top, seq)
-                continue
+        add = tracker.add
+        for row in valid:
             seq, rid = row[0], row[1]
             if seq is not None:
-                top = max(top, seq)
-                if not tracker.add(seq):
+                if seq > top:
+                    top = seq
+                if not add(seq):
                     dups += 1
                     continue
                 if rid is None:
@@ -209,20 +232,17 @@ class Collector:
                     dups += 1
                     continue
                 no_seq_ids.append(rid)
-            ts = row[2] if row[2] is not None else now
-            values = (sender, seq, rid, ts, now, *row[3:])
-            for c, v in zip(cols, values, strict=True):
-                c.append(v)
-            if seq is None:
                 gen.ids.add(rid)
+            ts = row[2] if row[2] is not None else now
+            rows.append((sender, seq, rid, ts, now, *row[3:]))
             accepted += 1
         if no_seq_ids:
             accepted, dups = self._drop_stored_ids(gen, no_seq_ids, accepted, dups)
-        if batch.hi is not None:
-            tracker.announce(batch.hi)
+        if hi is not None:
+            tracker.announce(hi)
         tracker.announce(top)
-        if batch.backlog is not None:
-            st.backlog = batch.backlog
+        if backlog is not None:
+            st.backlog = backlog
         st.last_seen_ms = now
         gen.dirty.add(sender)
         counters["accepted"] += accepted
@@ -245,17 +265,15 @@ class Collector:
         stored = self.store.existing_ids(ids)
         if not stored:
             return accepted, dups
-        id_col = gen.cols[2]
-        keep = [i for i, rid in enumerate(id_col) if rid not in stored or gen.cols[1][i]]
-        for ci, c in enumerate(gen.cols):
-            gen.cols[ci] = [c[i] for i in keep]
-        removed = len(id_col) - len(keep)
+        before = len(gen.rows)
+        gen.rows = [r for r in gen.rows if r[1] is not None or r[2] not in stored]
+        removed = before - len(gen.rows)
         gen.ids -= stored
         return accepted - removed, dups + removed
 
     # -- flushing --------------------------------------------------------------
 
-    def _swap(self) -> tuple[_Generation, list[tuple[str, dict[str, Any], int, int]], dict[str, int]]:
+    def _swap(self) -> _Snapshot:
         gen = self._gen
         self._gen = _Generation()
         senders = [
@@ -265,65 +283,75 @@ class Collector:
         ]  # fmt: skip
         return gen, senders, dict(self.counters)
 
-    def _flush_generation(
-        self, snap: tuple[_Generation, list[tuple[str, dict[str, Any], int, int]], dict[str, int]]
-    ) -> pa.Table | None:
+    def _flush_generation(self, snap: _Snapshot) -> None:
+        """Write one snapshot (runs in the collector's single writer thread)."""
         gen, senders, counters = snap
         table = None
         if gen.rows:
-            table = MetricsStore.table_from_columns(
-                {name: col for (name, _), col in zip(COLUMNS, gen.cols, strict=True)}
-            )
+            table = MetricsStore.table_from_rows(gen.rows)
         with self._flush_lock:
-            try:
-                self.store.write(table, senders, counters)
-            except StoreError:
-                self._load_senders()
-                raise
+            self.store.write(table, senders, counters)
+            self.flushes += 1
+            self.flushed_rows += len(gen.rows)
         if table is not None:
             for sink in self.sinks:
                 sink.submit(table)
-        return table
 
     def _schedule_flush(self) -> None:
-        if self._flush_task is not None and not self._flush_task.done():
-            return  # the running flush re-checks the buffer when it ends
-        loop = asyncio.get_running_loop()
-        if self._gen.rows >= self.flush_max_rows:
+        self._idle.clear()
+        if self._flushing:
+            return  # when the running flush ends, everything staged meanwhile goes next
+        if len(self._gen.rows) >= self.flush_max_rows:
             self._start_flush()
         elif self._timer is None:
+            loop = asyncio.get_running_loop()
             self._timer = loop.call_later(self.flush_interval_s, self._start_flush)
 
     def _start_flush(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._flush_task is not None and not self._flush_task.done():
+        if self._flushing:
             return
-        self._flush_task = asyncio.get_running_loop().create_task(self._flush_loop())
+        if not self._gen.waiters:
+            self._idle.set()
+            return
+        snap = self._swap()
+        self._flushing = True
+        fut = asyncio.get_running_loop().run_in_executor(
+            self._executor, self._flush_generation, snap
+        )
+        fut.add_done_callback(partial(self._flush_done, snap[0].waiters))
 
-    async def _flush_loop(self) -> None:
-        while self._gen.waiters:
-            snap = self._swap()
-            waiters = snap[0].waiters
-            try:
-                await asyncio.to_thread(self._flush_generation, snap)
-            except StoreError as exc:
-                for w in waiters:
-                    if not w.done():
-                        w.set_exception(exc)
-                continue
-            for w in waiters:
-                if not w.done():
+    def _flush_done(self, waiters: list[asyncio.Future[None]], fut: asyncio.Future[None]) -> None:
+        self._flushing = False
+        exc = fut.exception() if not fut.cancelled() else StoreError("flush cancelled")
+        if exc is not None:
+            if not isinstance(exc, StoreError):
+                exc = StoreError(f"flush failed: {type(exc).__name__}: {exc}")
+            # The trackers ran ahead of the store: drop what is staged too, reload what is
+            # durable, and let every sender resend.
+            staged = self._gen
+            self._gen = _Generation()
+            waiters = waiters + staged.waiters
+            self._load_senders()
+        for w in waiters:
+            if not w.done():
+                if exc is None:
                     w.set_result(None)
+                else:
+                    w.set_exception(exc)
+        self._start_flush()  # group commit: whatever was staged meanwhile goes now
 
     async def drain(self) -> None:
         """Wait until every staged batch is flushed."""
-        while self._gen.waiters or (self._flush_task is not None and not self._flush_task.done()):
-            if self._flush_task is None or self._flush_task.done():
-                self._start_flush()
-            assert self._flush_task is not None
-            await asyncio.shield(self._flush_task)
+        if self._gen.waiters and not self._flushing:
+            self._start_flush()
+        await self._idle.wait()
+
+    def close(self) -> None:
+        """Stop the writer thread (after :meth:`drain`)."""
+        self._executor.shutdown(wait=True)
 
     # -- reports ---------------------------------------------------------------
 

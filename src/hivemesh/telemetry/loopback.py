@@ -98,6 +98,8 @@ async def serve_collector(
             collector.counters[exc.code] += 1
         except (HivemeshError, ConnectionError):
             pass
+        except asyncio.CancelledError:
+            pass  # server shutting down; this is the connection task's outermost frame
         finally:
             writer.close()
             with contextlib.suppress(Exception):
@@ -168,6 +170,7 @@ async def _run_collector(args: argparse.Namespace) -> int:
     await stop.wait()
     server.close()
     await collector.drain()
+    collector.close()
     store.close()
     return 0
 
