@@ -177,13 +177,12 @@ class Collector:
             return self._refuse(UntrustedAuthor(f"sender {str(sender)[:64]} is not trusted")), None
         if type(sender) is not str or not 0 < len(sender) <= _MAX_SENDER_CHARS:
             return self._refuse(UntrustedAuthor("bad sender address")), None
+        now = self._clock_ms()
         fast = None
         if isinstance(payload, (bytes, bytearray, memoryview)):
-            fast = decode_rows_fast(bytes(payload))
-        now = self._clock_ms()
+            fast = decode_rows_fast(bytes(payload), sender, now)
         counters = self.counters
         rejected = 0
-        top = 0
         rejected_seqs: list[int] = []
         if fast is not None:
             valid, hi, backlog = fast
@@ -196,17 +195,21 @@ class Collector:
             valid = []
             for raw in batch.records:
                 try:
-                    valid.append(validate_record(raw))
+                    row = validate_record(raw)
                 except HivemeshError as exc:
                     counters[exc.code] += 1
                     rejected += 1
                     seq = raw.get("seq") if type(raw) is dict else None
                     if type(seq) is int and seq > 0:
                         rejected_seqs.append(seq)
+                    continue
+                ts = row[2] if row[2] is not None else now
+                valid.append((sender, row[0], row[1], ts, now, *row[3:]))
         st = self._senders.get(sender)
         if st is None:
             st = self._senders[sender] = _SenderState(SeqTracker())
         tracker = st.tracker
+        top = 0
         for seq in rejected_seqs:  # accounted for: a rejection is not a gap
             tracker.add(seq)
             top = max(top, seq)
@@ -216,25 +219,24 @@ class Collector:
         no_seq_ids: list[str] = []
         add = tracker.add
         for row in valid:
-            seq, rid = row[0], row[1]
+            seq = row[1]
             if seq is not None:
                 if seq > top:
                     top = seq
                 if not add(seq):
                     dups += 1
                     continue
-                if rid is None:
-                    rid = f"{sender}:{seq}"
-            elif rid is None:
-                rid = uuid.uuid4().hex
             else:
-                if rid in gen.ids:
+                rid = row[2]
+                if rid is None:  # hand-sent, no seq, no id: give it one
+                    row = (row[0], None, uuid.uuid4().hex, *row[3:])
+                elif rid in gen.ids:
                     dups += 1
                     continue
-                no_seq_ids.append(rid)
-                gen.ids.add(rid)
-            ts = row[2] if row[2] is not None else now
-            rows.append((sender, seq, rid, ts, now, *row[3:]))
+                else:
+                    no_seq_ids.append(rid)
+                    gen.ids.add(rid)
+            rows.append(row)
             accepted += 1
         if no_seq_ids:
             accepted, dups = self._drop_stored_ids(gen, no_seq_ids, accepted, dups)

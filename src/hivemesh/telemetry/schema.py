@@ -119,6 +119,7 @@ ROW_FIELDS = (
     "agent",
     "model",
     "tool",
+    "operation",
     "ok",
     "error_type",
     "input_tokens",
@@ -136,6 +137,7 @@ Row = tuple[
     float,
     str,
     str,
+    str | None,
     str | None,
     str | None,
     bool,
@@ -253,7 +255,7 @@ def validate_record(rec: Any) -> Row:
     if type(agent) is not str or len(agent) > MAX_STR_CHARS:
         _str(agent, "agent")
     attrs = get("attrs")
-    model = tool = error_type = None
+    model = tool = operation = error_type = None
     in_tok = out_tok = None
     attrs_json = ""
     if attrs is not None:
@@ -288,6 +290,7 @@ def validate_record(rec: Any) -> Row:
         aget = attrs.get
         model = aget(ATTR_MODEL)
         tool = aget(ATTR_TOOL)
+        operation = aget(ATTR_OPERATION)
         error_type = aget(ATTR_ERROR_TYPE)
         in_tok = aget(ATTR_INPUT_TOKENS)
         out_tok = aget(ATTR_OUTPUT_TOKENS)
@@ -304,6 +307,7 @@ def validate_record(rec: Any) -> Row:
         agent,
         model,
         tool,
+        operation,
         error_type is None,
         error_type,
         in_tok,
@@ -315,6 +319,7 @@ def validate_record(rec: Any) -> Row:
 _HOISTED: dict[str, type] = {
     ATTR_MODEL: str,
     ATTR_TOOL: str,
+    ATTR_OPERATION: str,
     ATTR_ERROR_TYPE: str,
     ATTR_INPUT_TOKENS: int,
     ATTR_OUTPUT_TOKENS: int,
@@ -388,8 +393,14 @@ class _FBatch(msgspec.Struct, forbid_unknown_fields=True):
 _FAST_DECODER = msgspec.msgpack.Decoder(_FBatch)
 
 
-def decode_rows_fast(data: bytes) -> tuple[list[Row], int | None, int | None] | None:
+def decode_rows_fast(
+    data: bytes, sender: str, now_ms: int
+) -> tuple[list[tuple[Any, ...]], int | None, int | None] | None:
     """Decode and validate a whole msgpack batch at once: ``(rows, hi, backlog)``.
+
+    Rows are complete store rows (``sender, recv_ms`` filled in, ``ts_ms``
+    defaulted to ``now_ms``), in the order of the store's columns: ``sender``,
+    then :data:`ROW_FIELDS` with ``recv_ms`` after ``ts_ms``.
 
     Returns None when anything is off (the caller then uses :func:`decode_batch`
     and :func:`validate_record` to find and count exactly what).
@@ -400,9 +411,11 @@ def decode_rows_fast(data: bytes) -> tuple[list[Row], int | None, int | None] | 
         batch = _FAST_DECODER.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
-    rows: list[Row] = []
+    rows: list[tuple[Any, ...]] = []
     append = rows.append
     good_names = _good_names
+    hoisted = _HOISTED
+    isfinite = math.isfinite
     for r in batch.records:
         name = r.name
         if name not in good_names:
@@ -411,47 +424,32 @@ def decode_rows_fast(data: bytes) -> tuple[list[Row], int | None, int | None] | 
             except HivemeshError:
                 return None
         attrs = r.attrs
-        model = tool = error_type = None
-        in_tok = out_tok = None
-        attrs_json = ""
-        if attrs:
-            extra: dict[str, Any] | None = None
-            for k, v in attrs.items():
-                hoist = _HOISTED.get(k)
-                if hoist is not None:
-                    if type(v) is not hoist or (hoist is int and v < 0):  # type: ignore[operator]
-                        return None
-                    continue
-                if type(v) is float and not math.isfinite(v):
+        ts = r.ts_ms
+        if ts is None:
+            ts = now_ms
+        if not attrs:
+            append((sender, r.seq, r.id, ts, now_ms, r.kind, name, r.value, r.unit, r.agent,
+                    None, None, None, True, None, None, None, ""))  # fmt: skip
+            continue
+        extra: dict[str, Any] | None = None
+        for k, v in attrs.items():
+            hoist = hoisted.get(k)
+            if hoist is not None:
+                if type(v) is not hoist or (hoist is int and v < 0):  # type: ignore[operator]
                     return None
-                if extra is None:
-                    extra = {}
+            elif type(v) is float and not isfinite(v):
+                return None
+            elif extra is None:
+                extra = {k: v}
+            else:
                 extra[k] = v
-            aget = attrs.get
-            model = aget(ATTR_MODEL)
-            tool = aget(ATTR_TOOL)
-            error_type = aget(ATTR_ERROR_TYPE)
-            in_tok = aget(ATTR_INPUT_TOKENS)
-            out_tok = aget(ATTR_OUTPUT_TOKENS)
-            if extra:
-                attrs_json = _encode_attrs(extra)
+        aget = attrs.get
+        error_type = aget(ATTR_ERROR_TYPE)
         append(
-            (
-                r.seq,
-                r.id,
-                r.ts_ms,
-                r.kind,
-                name,
-                r.value,
-                r.unit,
-                r.agent,
-                model,  # type: ignore[arg-type]
-                tool,  # type: ignore[arg-type]
-                error_type is None,
-                error_type,  # type: ignore[arg-type]
-                in_tok,  # type: ignore[arg-type]
-                out_tok,  # type: ignore[arg-type]
-                attrs_json,
-            )
-        )
+            (sender, r.seq, r.id, ts, now_ms, r.kind, name, r.value, r.unit, r.agent,
+             aget(ATTR_MODEL), aget(ATTR_TOOL), aget(ATTR_OPERATION),
+             error_type is None, error_type,
+             aget(ATTR_INPUT_TOKENS), aget(ATTR_OUTPUT_TOKENS),
+             _encode_attrs(extra) if extra else "")
+        )  # fmt: skip
     return rows, batch.hi, batch.backlog

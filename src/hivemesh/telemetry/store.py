@@ -4,7 +4,9 @@ Theory of operation
 -------------------
 One DuckDB file holds:
 
-* ``metrics``: one row per stored record (see :data:`COLUMNS`); the GenAI
+* ``metrics``: one row per stored record (see :data:`COLUMNS`), keyed by
+  ``(sender, seq)`` (``id`` is set only for hand-sent records without a seq,
+  which are de-duplicated by it); the GenAI
   attributes the queries need (model, tool, tokens, error type) are hoisted
   into columns, the rest kept as JSON text in ``attrs``;
 * ``senders``: per sender the sequence-tracker state (stored ranges, the
@@ -50,6 +52,7 @@ COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
     ("agent", pa.string()),
     ("model", pa.string()),
     ("tool", pa.string()),
+    ("operation", pa.string()),
     ("ok", pa.bool_()),
     ("error_type", pa.string()),
     ("input_tokens", pa.int64()),
