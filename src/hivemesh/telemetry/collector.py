@@ -43,7 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import pyarrow as pa
 
@@ -53,6 +53,8 @@ from hivemesh.telemetry.seqtrack import SeqTracker
 from hivemesh.telemetry.store import MetricsStore
 
 __all__ = ["Collector", "SenderReport", "Sink"]
+
+_T = TypeVar("_T")
 
 _MAX_SENDER_CHARS = 128
 
@@ -350,6 +352,15 @@ class Collector:
         if self._gen.waiters and not self._flushing:
             self._start_flush()
         await self._idle.wait()
+
+    async def call_store(self, fn: Callable[[MetricsStore], _T]) -> _T:
+        """Run ``fn(store)`` on the collector's writer thread (DuckDB is single-writer)."""
+
+        def run() -> _T:
+            with self._flush_lock:
+                return fn(self.store)
+
+        return await asyncio.get_running_loop().run_in_executor(self._executor, run)
 
     def close(self) -> None:
         """Stop the writer thread (after :meth:`drain`)."""
