@@ -86,7 +86,8 @@ class SeqTracker:
         """Missing ranges ``(lo, hi)`` below the highest stored seq: true losses."""
         out: list[tuple[int, int]] = []
         prev = 0
-        for lo, hi in zip(self._los, self._his, strict=True):
+        # strict=False: other threads (a metrics endpoint) may read while the loop appends.
+        for lo, hi in zip(self._los, self._his, strict=False):
             if lo > prev + 1:
                 out.append((prev + 1, lo - 1))
             prev = hi
@@ -104,7 +105,7 @@ class SeqTracker:
 
     def stored_count(self) -> int:
         """How many distinct seqs are stored."""
-        return sum(hi - lo + 1 for lo, hi in zip(self._los, self._his, strict=True))
+        return sum(hi - lo + 1 for lo, hi in zip(self._los, self._his, strict=False))
 
     def to_state(self) -> dict[str, Any]:
         """A JSON-able snapshot (see :meth:`from_state`)."""
