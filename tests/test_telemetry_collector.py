@@ -16,12 +16,12 @@ import pytest
 
 pytest.importorskip("duckdb")
 
-from hivemesh.errors import ConnectionClosed  # noqa: E402
-from hivemesh.telemetry.collector import Collector  # noqa: E402
-from hivemesh.telemetry.loopback import TcpDeliver, serve_collector  # noqa: E402
-from hivemesh.telemetry.sender import Sender  # noqa: E402
-from hivemesh.telemetry.spool import Spool  # noqa: E402
-from hivemesh.telemetry.store import MetricsStore  # noqa: E402
+from hivemesh.errors import ConnectionClosed
+from hivemesh.telemetry.collector import Collector
+from hivemesh.telemetry.loopback import TcpDeliver, serve_collector
+from hivemesh.telemetry.sender import Sender
+from hivemesh.telemetry.spool import Spool
+from hivemesh.telemetry.store import MetricsStore
 
 
 def batch(seqs: list[int], **extra: Any) -> bytes:
@@ -107,6 +107,25 @@ def test_bad_records_rejected_others_kept_and_no_false_gap(tmp_path: Path) -> No
     stats = c.statistics()
     assert (stats["unknown_field"], stats["invalid_record"], stats["oversize"]) == (1, 1, 1)
     assert seqs_in(store, "a") == [1, 5] and c.gaps() == {}
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b'{"records": [{"name": "x", "value": 1, "agent": "\\ud800"}]}',
+        {"records": [{"name": "x", "value": 10**400}]},
+        {"records": [{"name": "x", "value": 1, "attrs": {"gen_ai.usage.input_tokens": 2**70}}]},
+        {"records": [{"name": "x", "value": 1}], "type": ("tuple",)},
+        {(1, 2): 3},
+    ],
+)
+def test_poison_records_never_reach_the_store(tmp_path: Path, payload: Any) -> None:
+    store = MetricsStore(str(tmp_path / "m.duckdb"))
+    c = Collector(store)
+    ack = c.ingest_now("a", payload, True)
+    assert ack["ok"] is False or ack["rejected"] == 1
+    assert c.ingest_now("a", batch([1]), True)["accepted"] == 1  # the store still takes writes
+    assert store.count() == 1
 
 
 def test_untrusted_sender_rejected_and_counted(tmp_path: Path) -> None:

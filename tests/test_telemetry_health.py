@@ -17,16 +17,16 @@ import pytest
 
 pytest.importorskip("duckdb")
 
-from hivemesh.faces.cli import main as cli_main  # noqa: E402
-from hivemesh.telemetry.alerting import HealthService, WebhookNotifier  # noqa: E402
-from hivemesh.telemetry.collector import Collector  # noqa: E402
-from hivemesh.telemetry.health import (  # noqa: E402
+from hivemesh.faces.cli import main as cli_main
+from hivemesh.telemetry.alerting import HealthService, WebhookNotifier
+from hivemesh.telemetry.collector import Collector
+from hivemesh.telemetry.health import (
     CallStats,
     HealthMonitor,
     NodeStatus,
     Thresholds,
 )
-from hivemesh.telemetry.store import MetricsStore  # noqa: E402
+from hivemesh.telemetry.store import MetricsStore
 
 A = "hm" + "a" * 56
 B = "hm" + "b" * 56

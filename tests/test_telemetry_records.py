@@ -25,6 +25,7 @@ from hivemesh.telemetry.schema import (
     MAX_STR_CHARS,
     ROW_FIELDS,
     decode_batch,
+    decode_rows_fast,
     validate_record,
 )
 from hivemesh.telemetry.seqtrack import SeqTracker
@@ -118,16 +119,53 @@ def test_garbage_bytes_never_crash_the_decoder(data: bytes) -> None:
         pass
 
 
-_scalar = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=8))
+_scalar = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**64 - 1),
+    st.floats(),
+    st.text(max_size=8),
+    st.just("x" * 300),
+)
+_attr_keys = st.sampled_from(
+    ["gen_ai.request.model", "gen_ai.usage.input_tokens", "error.type", "k", "gen_ai.tool.name"]
+)
+_good = st.fixed_dictionaries(
+    {"name": st.sampled_from(["a", "b.c", "gen_ai.x"]), "value": st.floats(-1e6, 1e6)},
+    optional={
+        "seq": st.integers(1, 10**6),
+        "kind": st.sampled_from(["counter", "gauge", "llm_call"]),
+        "ts_ms": st.integers(0, 2**40),
+        "attrs": st.dictionaries(_attr_keys, _scalar, max_size=4),
+    },
+)
+_record = st.one_of(
+    _good,
+    _good.flatmap(lambda r: st.just(r) | st.builds(lambda k, v: {**r, k: v},
+                                                   st.sampled_from(["name", "value", "seq", "x"]),
+                                                   _scalar)),
+)  # fmt: skip
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.dictionaries(st.sampled_from(["name", "value", "kind", "seq", "attrs", "x"]), _scalar))
-def test_arbitrary_maps_give_a_row_or_a_typed_error(rec: dict[str, object]) -> None:
-    try:
-        validate_record(rec)
-    except HivemeshError:
-        pass
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_record, max_size=5))
+def test_fast_path_agrees_with_the_strict_slow_path(recs: list[dict[str, object]]) -> None:
+    data = msgpack.packb({"type": "metrics", "records": recs})
+    slow: list[tuple[object, ...]] | None = []
+    for r in recs:
+        try:
+            row = validate_record(r)
+        except HivemeshError:
+            slow = None
+            break
+        assert slow is not None
+        ts = row[2] if row[2] is not None else 7
+        slow.append(("s", row[0], row[1], ts, 7, *row[3:]))
+    fast = decode_rows_fast(data, "s", 7)
+    if slow is None:
+        assert fast is None
+    else:
+        assert fast is not None and fast[0] == slow
 
 
 # -- sequence tracking -------------------------------------------------------------
@@ -154,9 +192,7 @@ def test_seqtracker_dedup_and_gaps_any_order() -> None:
 
 def test_spool_numbers_batches_acks_and_survives_reopen(tmp_path: Path) -> None:
     sp = Spool(tmp_path / "s.db")
-    assert sp.append_many({"name": "x", "value": float(i)} for i in range(10)) == list(
-        range(1, 11)
-    )
+    assert sp.append_many({"name": "x", "value": float(i)} for i in range(10)) == list(range(1, 11))
     b = sp.take_batch(4)
     assert b is not None and (b.first_seq, b.last_seq, b.count) == (1, 4, 4)
     batch = decode_batch(b.payload)

@@ -58,7 +58,7 @@ def free_port() -> int:
 
 def http_get(url: str) -> tuple[int, bytes]:
     try:
-        with urllib.request.urlopen(url, timeout=5) as r:  # noqa: S310
+        with urllib.request.urlopen(url, timeout=5) as r:
             return int(r.status), r.read()
     except urllib.error.HTTPError as exc:
         return int(exc.code), exc.read()
@@ -208,7 +208,7 @@ def influxdb(tmp_path: Path) -> Iterator[str]:
 def influx_query(base: str, q: str, db: str = "") -> list[list[Any]]:
     params = {"q": q, **({"db": db} if db else {})}
     req = urllib.request.Request(f"{base}/query", data=urllib.parse.urlencode(params).encode())
-    with urllib.request.urlopen(req, timeout=5) as r:  # noqa: S310
+    with urllib.request.urlopen(req, timeout=5) as r:
         res = json.loads(r.read())["results"][0]
     series = res.get("series") or []
     return [v for s in series for v in s["values"]]
@@ -333,7 +333,10 @@ def test_otlp_exporter_posts_genai_metrics(tmp_path: Path) -> None:
                                 points[key] = points.get(key, 0) + dp.sum
         assert points["gen_ai.client.token.usage|input"] == 300
         assert points["gen_ai.client.token.usage|output"] == 60
-        assert abs(points["gen_ai.client.operation.duration|"] - (sum(range(100, 130)) + 140) / 1000) < 1e-6  # noqa: E501
+        assert (
+            abs(points["gen_ai.client.operation.duration|"] - (sum(range(100, 130)) + 140) / 1000)
+            < 1e-6
+        )
     finally:
         srv.close()
 

@@ -73,9 +73,7 @@ def _records(sender: int, n: int) -> list[dict[str, Any]]:
     return out
 
 
-async def _drain_all(
-    spools: list[Any], collector: Any, batch: int, transport: str
-) -> float:
+async def _drain_all(spools: list[Any], collector: Any, batch: int, transport: str) -> float:
     from hivemesh.telemetry.loopback import TcpDeliver, serve_collector
     from hivemesh.telemetry.sender import Sender
 
@@ -89,7 +87,8 @@ async def _drain_all(
         for i in range(len(spools)):
 
             async def deliver(payload: bytes, _name: str = f"sender-{i}") -> Mapping[str, Any]:
-                return await collector.ingest(_name, payload, True)
+                ack: Mapping[str, Any] = await collector.ingest(_name, payload, True)
+                return ack
 
             delivers.append(deliver)
     senders = [Sender(sp, d, batch_max=batch) for sp, d in zip(spools, delivers, strict=True)]
@@ -108,7 +107,7 @@ async def _drain_all(
 
 def _raw_insert(path: str, recs: list[dict[str, Any]], chunk: int) -> float:
     import duckdb
-    import pyarrow as pa
+    import pyarrow as pa  # type: ignore[import-untyped]
 
     from hivemesh.telemetry.store import COLUMNS
 

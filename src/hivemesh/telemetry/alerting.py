@@ -45,7 +45,12 @@ __all__ = [
     "slack_payload",
 ]
 
-_SLACK_COLOURS = {"critical": "#b00020", "error": "#e01e5a", "warning": "#ecb22e", "info": "#2eb67d"}
+_SLACK_COLOURS = {
+    "critical": "#b00020",
+    "error": "#e01e5a",
+    "warning": "#ecb22e",
+    "info": "#2eb67d",
+}
 
 
 def _iso(ms: int) -> str:
@@ -76,7 +81,9 @@ def slack_payload(t: Transition, *, source: str = "hivemesh") -> dict[str, Any]:
     }
 
 
-def pagerduty_payload(t: Transition, routing_key: str, *, source: str = "hivemesh") -> dict[str, Any]:
+def pagerduty_payload(
+    t: Transition, routing_key: str, *, source: str = "hivemesh"
+) -> dict[str, Any]:
     """A PagerDuty Events API v2 event (``trigger`` or ``resolve``) for one transition."""
     a = t.alert
     event: dict[str, Any] = {
@@ -152,7 +159,7 @@ class WebhookNotifier:
             self.url, data=body, method="POST", headers={"Content-Type": "application/json"}
         )
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:  # noqa: S310
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
                 return int(resp.status)
         except urllib.error.HTTPError as exc:
             return int(exc.code)
@@ -203,7 +210,9 @@ class WebhookNotifier:
 
     def statistics(self) -> NotifierStats:
         """A frozen snapshot of the counters."""
-        return NotifierStats(self._sent, self._failed, self._dropped, self._retries, self._queue.qsize())
+        return NotifierStats(
+            self._sent, self._failed, self._dropped, self._retries, self._queue.qsize()
+        )
 
 
 class HealthService:
@@ -230,7 +239,9 @@ class HealthService:
         window = self.monitor.thresholds.window_ms
         calls = [
             CallStats("agent", k, n, f, p)
-            for k, n, f, p in store.rates("agent", window, now_ms, ("llm_call", "tool_call", "task"))
+            for k, n, f, p in store.rates(
+                "agent", window, now_ms, ("llm_call", "tool_call", "task")
+            )
         ]
         calls += [
             CallStats("tool", k, n, f, p)

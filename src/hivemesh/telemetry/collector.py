@@ -39,13 +39,13 @@ import threading
 import time
 import uuid
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol, TypeVar
 
-import pyarrow as pa
+import pyarrow as pa  # type: ignore[import-untyped]
 
 from hivemesh.errors import HivemeshError, StoreError, UntrustedAuthor
 from hivemesh.telemetry.schema import decode_batch, decode_rows_fast, validate_record
@@ -180,7 +180,8 @@ class Collector:
         if type(sender) is not str or not 0 < len(sender) <= _MAX_SENDER_CHARS:
             return self._refuse(UntrustedAuthor("bad sender address")), None
         now = self._clock_ms()
-        fast = None
+        fast: tuple[list[tuple[Any, ...]], int | None, int | None] | None = None
+        valid: list[tuple[Any, ...]]
         if isinstance(payload, (bytes, bytearray, memoryview)):
             fast = decode_rows_fast(bytes(payload), sender, now)
         counters = self.counters
@@ -197,24 +198,24 @@ class Collector:
             valid = []
             for raw in batch.records:
                 try:
-                    row = validate_record(raw)
+                    vrow = validate_record(raw)
                 except HivemeshError as exc:
                     counters[exc.code] += 1
                     rejected += 1
-                    seq = raw.get("seq") if type(raw) is dict else None
-                    if type(seq) is int and seq > 0:
-                        rejected_seqs.append(seq)
+                    rseq = raw.get("seq") if type(raw) is dict else None
+                    if type(rseq) is int and rseq > 0:
+                        rejected_seqs.append(rseq)
                     continue
-                ts = row[2] if row[2] is not None else now
-                valid.append((sender, row[0], row[1], ts, now, *row[3:]))
+                ts = vrow[2] if vrow[2] is not None else now
+                valid.append((sender, vrow[0], vrow[1], ts, now, *vrow[3:]))
         st = self._senders.get(sender)
         if st is None:
             st = self._senders[sender] = _SenderState(SeqTracker())
         tracker = st.tracker
         top = 0
-        for seq in rejected_seqs:  # accounted for: a rejection is not a gap
-            tracker.add(seq)
-            top = max(top, seq)
+        for rs in rejected_seqs:  # accounted for: a rejection is not a gap
+            tracker.add(rs)
+            top = max(top, rs)
         gen = self._gen
         rows = gen.rows
         accepted = dups = 0

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import pairwise
 from typing import Any, Literal
 
 __all__ = ["Alert", "CallStats", "HealthMonitor", "NodeStatus", "Thresholds", "Transition"]
@@ -164,11 +165,15 @@ class HealthMonitor:
             self._clear_since.pop(key, None)
             cur = self._active.get(key)
             if cur is None:
-                alert = Alert(key, c.rule, c.subject, c.severity, c.summary, c.value, now_ms, now_ms)
+                alert = Alert(
+                    key, c.rule, c.subject, c.severity, c.summary, c.value, now_ms, now_ms
+                )
                 self._active[key] = alert
                 out.append(Transition(alert, "firing", now_ms))
             else:
-                self._active[key] = replace(cur, value=c.value, summary=c.summary, updated_ms=now_ms)
+                self._active[key] = replace(
+                    cur, value=c.value, summary=c.summary, updated_ms=now_ms
+                )
         hold = self.thresholds.resolve_after_ms
         for key in sorted(set(self._active) - set(conds)):
             since = self._clear_since.setdefault(key, now_ms)
@@ -220,7 +225,7 @@ class HealthMonitor:
             del hist[: -(th.backlog_growth_evals + 1)]
             growing = (
                 len(hist) == th.backlog_growth_evals + 1
-                and all(x < y for x, y in zip(hist, hist[1:], strict=False))
+                and all(x < y for x, y in pairwise(hist))
                 and b >= th.backlog_growth_min
             )
             if b > th.backlog_max or growing:

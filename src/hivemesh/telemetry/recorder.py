@@ -68,7 +68,9 @@ def usage_tokens(response: Any) -> tuple[int, int]:
     Reads ``usage.prompt_tokens``/``completion_tokens`` or
     ``usage.input_tokens``/``output_tokens``; missing counts are 0.
     """
-    usage = response.get("usage") if isinstance(response, Mapping) else getattr(response, "usage", None)
+    usage = (
+        response.get("usage") if isinstance(response, Mapping) else getattr(response, "usage", None)
+    )
     if usage is None:
         return 0, 0
 
@@ -142,7 +144,9 @@ class Metrics:
         """Record a counter increment."""
         return self.record(name, n, kind="counter", attrs=attrs)
 
-    def gauge(self, name: str, value: float, *, unit: str = "", attrs: Attrs | None = None) -> int | None:
+    def gauge(
+        self, name: str, value: float, *, unit: str = "", attrs: Attrs | None = None
+    ) -> int | None:
         """Record a gauge reading."""
         return self.record(name, value, kind="gauge", unit=unit, attrs=attrs)
 

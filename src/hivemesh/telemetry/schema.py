@@ -100,7 +100,9 @@ ATTR_ERROR_TYPE = "error.type"
 ATTR_TASK_ID = "hivemesh.task.id"
 
 _BATCH_FIELDS = frozenset({"type", "v", "hi", "backlog", "records"})
-_RECORD_FIELDS = frozenset({"seq", "id", "ts_ms", "kind", "name", "value", "unit", "agent", "attrs"})
+_RECORD_FIELDS = frozenset(
+    {"seq", "id", "ts_ms", "kind", "name", "value", "unit", "agent", "attrs"}
+)
 _KINDS = frozenset(KINDS)
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.:/-]*\Z")
 _MAX_SEQ = 2**62
@@ -163,6 +165,7 @@ def decode_batch(payload: bytes | bytearray | memoryview | dict[str, Any]) -> Ba
     Raises :class:`FrameTooLarge`, :class:`DecodeError`, :class:`InvalidRecord`
     or :class:`UnknownField` for a bad envelope.
     """
+    as_text = True  # JSON and in-process dicts need the UTF-8 check below; msgpack does not
     if isinstance(payload, dict):
         obj: Any = payload
     elif isinstance(payload, (bytes, bytearray, memoryview)):
@@ -176,10 +179,17 @@ def decode_batch(payload: bytes | bytearray | memoryview | dict[str, Any]) -> Ba
                 raise DecodeError(f"malformed JSON batch: {exc}") from None
         else:
             obj = unpack(data, limit=MAX_BATCH_BYTES)
+            as_text = False
     else:
         raise DecodeError(f"batch must be bytes or a map, got {type(payload).__name__}")
     if not isinstance(obj, dict):
         raise InvalidRecord(f"batch must be a map, got {type(obj).__name__}")
+    if as_text:
+        # JSON escapes and in-process dicts can carry lone surrogates that no store accepts.
+        try:
+            json.dumps(obj, ensure_ascii=False, default=repr).encode("utf-8")
+        except (UnicodeEncodeError, TypeError, ValueError, RecursionError) as exc:
+            raise DecodeError(f"batch is not valid UTF-8 text: {exc}") from None
     extra = set(obj) - _BATCH_FIELDS
     if extra:
         raise UnknownField(f"unknown batch fields: {sorted(map(str, extra))}")
@@ -222,16 +232,16 @@ def validate_record(rec: Any) -> Row:
     if type(rec) is not dict:
         raise InvalidRecord(f"record must be a map, got {type(rec).__name__}")
     if not rec.keys() <= _RECORD_FIELDS:
-        extra = sorted(map(str, set(rec) - _RECORD_FIELDS))
-        raise UnknownField(f"unknown record fields: {extra}")
+        unknown = sorted(map(str, set(rec) - _RECORD_FIELDS))
+        raise UnknownField(f"unknown record fields: {unknown}")
     get = rec.get
-    name = get("name")
+    name: Any = get("name")
     if name not in _good_names:
         _check_name(name)
-    value = get("value")
+    value: Any = get("value")
     tv = type(value)
     if tv is int:
-        if not -_MAX_TS_MS <= value <= _MAX_TS_MS:
+        if not -(2**64) < value < 2**64:  # beyond msgpack's range (a JSON or dict payload)
             raise InvalidRecord("value out of range")
         value = float(value)
     elif tv is not float or not math.isfinite(value):
@@ -272,7 +282,7 @@ def validate_record(rec: Any) -> Row:
                 if hoist is str:
                     if type(v) is not str or len(v) > MAX_STR_CHARS:
                         _str(v, k)
-                elif type(v) is not int or v < 0:
+                elif type(v) is not int or not 0 <= v <= _MAX_SEQ:
                     raise InvalidRecord(f"{k} must be a non-negative integer")
                 continue
             tv = type(v)
@@ -341,6 +351,8 @@ def _encode_attrs(extra: dict[str, Any]) -> str:
     if len(_attrs_cache) < _ATTRS_CACHE_MAX:
         _attrs_cache[key] = out
     return out
+
+
 _good_names: set[str] = set()
 _good_units: set[str] = {"", "ms", "s", "1", "By", "{token}", "{call}"}
 _GOOD_NAMES_MAX = 4096
@@ -366,20 +378,22 @@ _FStr = Annotated[str, msgspec.Meta(max_length=MAX_STR_CHARS)]
 _FSeq = Annotated[int, msgspec.Meta(ge=1, le=_MAX_SEQ)]
 _FCount = Annotated[int, msgspec.Meta(ge=0, le=_MAX_SEQ)]
 _FTs = Annotated[int, msgspec.Meta(ge=0, le=_MAX_TS_MS)]
-_FValue = Annotated[float, msgspec.Meta(ge=-float(_MAX_TS_MS), le=float(_MAX_TS_MS))]
 _FKind = Literal["counter", "gauge", "timer", "llm_call", "tool_call", "task"]
 
 
 class _FRecord(msgspec.Struct, forbid_unknown_fields=True):
     name: _FStr
-    value: _FValue
+    value: float  # finiteness is checked after decoding
     seq: _FSeq | None = None
     id: _FStr | None = None
     ts_ms: _FTs | None = None
     kind: _FKind = "gauge"
     unit: _FStr = ""
     agent: _FStr = ""
-    attrs: Annotated[dict[_FStr, _FStr | int | float | bool], msgspec.Meta(max_length=MAX_ATTRS)] | None = None  # noqa: E501
+    attrs: (
+        Annotated[dict[_FStr, _FStr | int | float | bool], msgspec.Meta(max_length=MAX_ATTRS)]
+        | None
+    ) = None
 
 
 class _FBatch(msgspec.Struct, forbid_unknown_fields=True):
@@ -424,6 +438,8 @@ def decode_rows_fast(
             except HivemeshError:
                 return None
         attrs = r.attrs
+        if not isfinite(r.value):
+            return None
         ts = r.ts_ms
         if ts is None:
             ts = now_ms
@@ -435,7 +451,7 @@ def decode_rows_fast(
         for k, v in attrs.items():
             hoist = hoisted.get(k)
             if hoist is not None:
-                if type(v) is not hoist or (hoist is int and v < 0):  # type: ignore[operator]
+                if type(v) is not hoist or (hoist is int and not 0 <= v <= _MAX_SEQ):  # type: ignore[operator]
                     return None
             elif type(v) is float and not isfinite(v):
                 return None

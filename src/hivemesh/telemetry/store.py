@@ -26,13 +26,14 @@ read-only and must run while the collector is stopped (or on a copy).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import duckdb
-import pyarrow as pa
+import pyarrow as pa  # type: ignore[import-untyped]
 
 from hivemesh.errors import InvalidArgument, StoreError
 
@@ -172,10 +173,8 @@ class MetricsStore:
                 con.unregister("_hm_counters")
             con.execute("COMMIT")
         except duckdb.Error as exc:
-            try:
+            with contextlib.suppress(duckdb.Error):
                 con.execute("ROLLBACK")
-            except duckdb.Error:
-                pass
             raise StoreError(f"metrics store write failed: {exc}") from exc
 
     def existing_ids(self, ids: Sequence[str]) -> set[str]:
@@ -196,7 +195,8 @@ class MetricsStore:
         """Upsert alert rows (keys as in :meth:`alerts`)."""
         if not alerts:
             return
-        fields = ("key", "rule", "subject", "severity", "status", "summary", "value")
+        fields: tuple[str, ...] = ("key", "rule", "subject", "severity", "status", "summary")
+        fields += ("value",)
         fields += ("started_ms", "updated_ms")
         t = pa.Table.from_pylist([{f: a.get(f) for f in fields} for a in alerts])
         t = t.cast(
@@ -224,7 +224,9 @@ class MetricsStore:
         """The persisted counters."""
         return {c: int(n) for c, n in self._con.execute("SELECT code, n FROM counters").fetchall()}
 
-    def query(self, sql: str, params: Sequence[Any] = ()) -> tuple[list[str], list[tuple[Any, ...]]]:
+    def query(
+        self, sql: str, params: Sequence[Any] = ()
+    ) -> tuple[list[str], list[tuple[Any, ...]]]:
         """Run any SQL; return (column names, rows)."""
         try:
             cur = self._con.execute(sql, list(params))
@@ -280,7 +282,8 @@ class MetricsStore:
 
     def count(self) -> int:
         """Rows in ``metrics``."""
-        return int(self._con.execute("SELECT count(*) FROM metrics").fetchone()[0])
+        row = self._con.execute("SELECT count(*) FROM metrics").fetchone()
+        return int(row[0]) if row else 0
 
     def close(self) -> None:
         """Checkpoint and close."""

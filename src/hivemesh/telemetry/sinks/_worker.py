@@ -20,7 +20,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
-import pyarrow as pa
+import pyarrow as pa  # type: ignore[import-untyped]
 
 __all__ = ["PushSink", "SinkStats", "http_post"]
 
@@ -39,9 +39,11 @@ class SinkStats:
 
 def http_post(url: str, body: bytes, content_type: str, timeout_s: float) -> tuple[int, bytes]:
     """POST ``body``; return ``(status, response body)`` (HTTP errors included)."""
-    req = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": content_type})
+    req = urllib.request.Request(
+        url, data=body, method="POST", headers={"Content-Type": content_type}
+    )
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
             return int(resp.status), resp.read()
     except urllib.error.HTTPError as exc:
         return int(exc.code), exc.read()

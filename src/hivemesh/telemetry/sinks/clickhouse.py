@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 import urllib.parse
 
-import pyarrow as pa
+import pyarrow as pa  # type: ignore[import-untyped]
 
 from hivemesh.errors import InvalidArgument
 from hivemesh.telemetry.sinks._worker import PushSink, http_post

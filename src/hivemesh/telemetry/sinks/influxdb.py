@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import urllib.parse
 
-import pyarrow as pa
+import pyarrow as pa  # type: ignore[import-untyped]
 
 from hivemesh.telemetry.sinks._worker import PushSink, http_post
 
@@ -67,6 +67,8 @@ class InfluxDbSink(PushSink):
 
     def push(self, table: pa.Table) -> None:
         """POST the table as line protocol; raise unless InfluxDB answers 204."""
-        status, body = http_post(self.write_url, to_line_protocol(table), "text/plain", self.timeout_s)
+        status, body = http_post(
+            self.write_url, to_line_protocol(table), "text/plain", self.timeout_s
+        )
         if status != 204:
             raise RuntimeError(f"influxdb answered {status}: {body[:200]!r}")

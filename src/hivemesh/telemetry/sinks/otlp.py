@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import pyarrow as pa
+import pyarrow as pa  # type: ignore[import-untyped]
 
 from hivemesh.telemetry.sinks._worker import PushSink
 
@@ -63,7 +63,9 @@ class OtlpSink(PushSink):
             endpoint=f"{endpoint.rstrip('/')}/v1/metrics", timeout=timeout_s
         )
         reader = PeriodicExportingMetricReader(
-            exporter, export_interval_millis=interval_s * 1000, export_timeout_millis=timeout_s * 1000
+            exporter,
+            export_interval_millis=interval_s * 1000,
+            export_timeout_millis=timeout_s * 1000,
         )
         provider = MeterProvider(
             metric_readers=[reader], resource=Resource.create({"service.name": service_name})

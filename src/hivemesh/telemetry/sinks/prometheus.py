@@ -31,8 +31,8 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
+import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.compute as pc  # type: ignore[import-untyped]
 
 __all__ = ["BUCKETS_MS", "PrometheusSink"]
 
@@ -124,6 +124,7 @@ class PrometheusSink:
             )
         )
         with self._lock:
+            lab: Labels
             for r in recs.to_pylist():
                 lab = (("agent", r["agent"]), ("kind", r["kind"]), ("name", r["name"]))
                 self._add("hivemesh_records_total", lab, r["value_count"])
@@ -170,7 +171,9 @@ class PrometheusSink:
                 for i, le in enumerate((*BUCKETS_MS, None)):
                     cum += h[i]
                     le_s = "+Inf" if le is None else str(le)
-                    hist_lines.append(f"hivemesh_duration_ms_bucket{_fmt((*lab, ('le', le_s)))} {cum!r}")
+                    hist_lines.append(
+                        f"hivemesh_duration_ms_bucket{_fmt((*lab, ('le', le_s)))} {cum!r}"
+                    )
                 hist_lines.append(f"hivemesh_duration_ms_sum{_fmt(lab)} {h[-1]!r}")
                 hist_lines.append(f"hivemesh_duration_ms_count{_fmt(lab)} {cum!r}")
             if hist_lines:
@@ -212,7 +215,9 @@ class PrometheusSink:
 
         self._server = http.server.ThreadingHTTPServer((host, port), Handler)
         self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, name="hm-prometheus", daemon=True).start()
+        threading.Thread(
+            target=self._server.serve_forever, name="hm-prometheus", daemon=True
+        ).start()
         return int(self._server.server_address[1])
 
     def close(self) -> None:

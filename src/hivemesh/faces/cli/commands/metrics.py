@@ -154,9 +154,7 @@ def _reports(args: argparse.Namespace) -> list[Any]:
 
 @_guard
 def _gaps(args: argparse.Namespace) -> int:
-    rows = [
-        (r.sender, lo, hi, hi - lo + 1) for r in _reports(args) for lo, hi in r.gaps
-    ]
+    rows = [(r.sender, lo, hi, hi - lo + 1) for r in _reports(args) for lo, hi in r.gaps]
     _emit(args, ["sender", "first_missing", "last_missing", "count"], rows)
     return 0
 
@@ -168,5 +166,7 @@ def _senders(args: argparse.Namespace) -> int:
          f"{r.pending[0]}-{r.pending[1]}" if r.pending else "", r.backlog, r.last_seen_ms)
         for r in _reports(args)
     ]  # fmt: skip
-    _emit(args, ["sender", "stored", "max_seq", "missing", "pending", "backlog", "last_seen_ms"], rows)
+    _emit(
+        args, ["sender", "stored", "max_seq", "missing", "pending", "backlog", "last_seen_ms"], rows
+    )
     return 0
