@@ -16,9 +16,9 @@ import pytest
 
 pytest.importorskip("duckdb")
 
-import hivemesh.telemetry as telemetry  # noqa: E402
-from hivemesh.faces.cli import main as cli_main  # noqa: E402
-from hivemesh.telemetry import CollectorNode, NodeStatus, NodeTelemetry  # noqa: E402
+import hivemesh.telemetry as telemetry
+from hivemesh.faces.cli import main as cli_main
+from hivemesh.telemetry import CollectorNode, NodeStatus, NodeTelemetry
 
 EXPECTED_PUBLIC = {
     "COLLECTOR_NAME", "Alert", "CallStats", "Collector", "CollectorNode", "Deliver",
@@ -54,10 +54,19 @@ def test_node_to_collector_in_process_then_cli_queries(tmp_path: Path) -> None:
         await node.start()
         m = node.metrics
         for i in range(10):
-            m.llm_call(model="m-a" if i < 7 else "m-b", input_tokens=100, output_tokens=10,
-                       latency_ms=float(10 * (i + 1)), error_type="RateLimit" if i == 0 else None)  # fmt: skip
-        t = threading.Thread(target=lambda: [m.tool_call(tool="search", latency_ms=5.0)
-                                             for _ in range(4)])  # fmt: skip
+            m.llm_call(
+                model="m-a" if i < 7 else "m-b",
+                input_tokens=100,
+                output_tokens=10,
+                latency_ms=float(10 * (i + 1)),
+                error_type="RateLimit" if i == 0 else None,
+            )
+
+        def from_a_worker_thread() -> None:
+            for _ in range(4):
+                m.tool_call(tool="search", latency_ms=5.0)
+
+        t = threading.Thread(target=from_a_worker_thread)
         t.start()
         t.join()
         with pytest.raises(ValueError), m.track_tool("browser"):
@@ -68,7 +77,8 @@ def test_node_to_collector_in_process_then_cli_queries(tmp_path: Path) -> None:
             await asyncio.sleep(0.01)
         assert node.spool.backlog == 0
         await node.stop()
-        await col.health.evaluate_once() if col.health else None
+        assert col.health is not None
+        await col.health.evaluate_once()
         await col.stop()
 
     asyncio.run(main())
