@@ -277,6 +277,8 @@ def validate_record(rec: Any) -> Row:
         for k, v in attrs.items():
             if type(k) is not str or len(k) > MAX_STR_CHARS:
                 _str(k, "attribute key")
+            if v is None:
+                continue  # a null attribute is an absent one
             hoist = _HOISTED.get(k)
             if hoist is not None:
                 if hoist is str:
@@ -407,6 +409,94 @@ class _FBatch(msgspec.Struct, forbid_unknown_fields=True):
 _FAST_DECODER = msgspec.msgpack.Decoder(_FBatch)
 
 
+class _FTypedAttrs(
+    msgspec.Struct,
+    forbid_unknown_fields=True,
+    rename={
+        "model": ATTR_MODEL,
+        "tool": ATTR_TOOL,
+        "operation": ATTR_OPERATION,
+        "error_type": ATTR_ERROR_TYPE,
+        "input_tokens": ATTR_INPUT_TOKENS,
+        "output_tokens": ATTR_OUTPUT_TOKENS,
+        "provider": ATTR_PROVIDER,
+        "task_id": ATTR_TASK_ID,
+    },
+):
+    """The attributes our own recorder writes, decoded without a Python loop."""
+
+    model: _FStr | None = None
+    tool: _FStr | None = None
+    operation: _FStr | None = None
+    error_type: _FStr | None = None
+    input_tokens: _FCount | None = None
+    output_tokens: _FCount | None = None
+    provider: _FStr | None = None
+    task_id: _FStr | None = None
+
+
+class _FTypedRecord(msgspec.Struct, forbid_unknown_fields=True):
+    name: _FStr
+    value: float
+    seq: _FSeq | None = None
+    id: _FStr | None = None
+    ts_ms: _FTs | None = None
+    kind: _FKind = "gauge"
+    unit: _FStr = ""
+    agent: _FStr = ""
+    attrs: _FTypedAttrs | None = None
+
+
+class _FTypedBatch(msgspec.Struct, forbid_unknown_fields=True):
+    records: Annotated[list[_FTypedRecord], msgspec.Meta(max_length=MAX_BATCH_RECORDS)]
+    type: Literal["metrics"] = "metrics"
+    v: Literal[1] = 1
+    hi: _FCount | None = None
+    backlog: _FCount | None = None
+
+
+_TYPED_DECODER = msgspec.msgpack.Decoder(_FTypedBatch)
+
+
+def _rows_typed(batch: _FTypedBatch, sender: str, now_ms: int) -> list[tuple[Any, ...]] | None:
+    rows: list[tuple[Any, ...]] = []
+    append = rows.append
+    good_names = _good_names
+    isfinite = math.isfinite
+    encode = _encode_attrs
+    for r in batch.records:
+        name = r.name
+        if name not in good_names:
+            try:
+                _check_name(name)
+            except HivemeshError:
+                return None
+        value = r.value
+        if not isfinite(value):
+            return None
+        ts = r.ts_ms
+        if ts is None:
+            ts = now_ms
+        a = r.attrs
+        if a is None:
+            append((sender, r.seq, r.id, ts, now_ms, r.kind, name, value, r.unit, r.agent,
+                    None, None, None, True, None, None, None, ""))  # fmt: skip
+            continue
+        attrs_json = ""
+        if a.provider is not None or a.task_id is not None:
+            extra: dict[str, Any] = {}
+            if a.provider is not None:
+                extra[ATTR_PROVIDER] = a.provider
+            if a.task_id is not None:
+                extra[ATTR_TASK_ID] = a.task_id
+            attrs_json = encode(extra)
+        err = a.error_type
+        append((sender, r.seq, r.id, ts, now_ms, r.kind, name, value, r.unit, r.agent,
+                a.model, a.tool, a.operation, err is None, err, a.input_tokens, a.output_tokens,
+                attrs_json))  # fmt: skip
+    return rows
+
+
 def decode_rows_fast(
     data: bytes, sender: str, now_ms: int
 ) -> tuple[list[tuple[Any, ...]], int | None, int | None] | None:
@@ -421,6 +511,13 @@ def decode_rows_fast(
     """
     if len(data) > MAX_BATCH_BYTES or data[:1] == b"{":
         return None
+    try:
+        typed = _TYPED_DECODER.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        pass  # other attributes, or bad input: try the general decoder
+    else:
+        typed_rows = _rows_typed(typed, sender, now_ms)
+        return None if typed_rows is None else (typed_rows, typed.hi, typed.backlog)
     try:
         batch = _FAST_DECODER.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError):
