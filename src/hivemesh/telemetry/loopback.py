@@ -102,7 +102,7 @@ async def serve_collector(
             pass  # server shutting down; this is the connection task's outermost frame
         finally:
             writer.close()
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception, asyncio.CancelledError):
                 await writer.wait_closed()
 
     return await asyncio.start_server(handle, host, port)
@@ -172,6 +172,32 @@ async def _run_collector(args: argparse.Namespace) -> int:
     await collector.drain()
     collector.close()
     store.close()
+    print(f"STATS {collector.flushes} {collector.flushed_rows}", flush=True)
+    return 0
+
+
+async def _run_drain(args: argparse.Namespace) -> int:
+    """Drain every ``*.spool`` in ``--dir`` concurrently (benchmark senders)."""
+    import time
+    from pathlib import Path
+
+    from hivemesh.telemetry.sender import Sender
+    from hivemesh.telemetry.spool import Spool
+
+    spools = [Spool(p) for p in sorted(Path(args.dir).glob("*.spool"))]
+    delivers = [TcpDeliver(args.host, args.port, sp.path.stem, timeout_s=30) for sp in spools]
+    senders = [Sender(sp, d, batch_max=args.batch) for sp, d in zip(spools, delivers, strict=True)]
+    print(f"READY {sum(sp.backlog for sp in spools)}", flush=True)
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, sys.stdin.readline)  # "GO"
+    t0 = time.perf_counter()
+    ok = await asyncio.gather(*(s.flush(args.timeout) for s in senders))
+    dt = time.perf_counter() - t0
+    for d in delivers:
+        d.close()
+    for sp in spools:
+        sp.close()
+    print(f"DONE {dt:.6f} {int(all(ok))}", flush=True)
     return 0
 
 
@@ -225,8 +251,14 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--tick", type=float, default=0.01)
     s.add_argument("--batch", type=int, default=200)
     s.add_argument("--timeout", type=float, default=1.0)
+    d = sub.add_parser("drain")
+    d.add_argument("--dir", required=True)
+    d.add_argument("--host", default="127.0.0.1")
+    d.add_argument("--port", type=int, required=True)
+    d.add_argument("--batch", type=int, default=1000)
+    d.add_argument("--timeout", type=float, default=300.0)
     args = p.parse_args(argv)
-    runner = _run_collector if args.role == "collector" else _run_sender
+    runner = {"collector": _run_collector, "sender": _run_sender, "drain": _run_drain}[args.role]
     return asyncio.run(runner(args))
 
 
