@@ -72,6 +72,12 @@ def test_no_heartbeat_error_rate_latency_and_backlog_rules() -> None:
     assert (r.status, r.alert.key) == ("resolved", "backlog:s1")
 
 
+def test_backlog_from_heartbeats_when_the_collector_is_unreachable() -> None:
+    m = HealthMonitor(Thresholds(backlog_max=100))
+    (t,) = m.evaluate(0, [NodeStatus(A, "alive", 0, spool_backlog=500)])
+    assert t.alert.key == f"backlog:{A}"
+
+
 def test_resolve_hysteresis() -> None:
     m = HealthMonitor(Thresholds(resolve_after_ms=1000))
     m.evaluate(0, [NodeStatus(A, "dead", 0)])

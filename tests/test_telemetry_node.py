@@ -107,7 +107,37 @@ def test_cli_reports_a_missing_store(tmp_path: Path) -> None:
 def test_bench_smoke() -> None:
     from hivemesh.bench import telemetry as bench
 
-    args = argparse.Namespace(senders=3, records=200, batch=50, transport="tcp", repeat=1)
+    args = argparse.Namespace(
+        senders=3, records=200, batch=50, layout="split", transport="inproc", repeat=1
+    )
     res = bench.run(args)
-    (metric,) = res.metrics
-    assert metric.ours > 0 and metric.baseline and res.details["records"] == 600
+    same, flush = res.metrics
+    assert same.ours > 0 and same.baseline and flush.baseline and res.details["records"] == 600
+    assert json.loads(json.dumps(res.to_json()))["metrics"][0]["ratio"] > 0
+
+
+def test_cli_says_why_when_a_running_collector_holds_the_store(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": src}
+    store = tmp_path / "m.duckdb"
+    col = subprocess.Popen(
+        [sys.executable, "-m", "hivemesh.telemetry.loopback", "collector", "--store", str(store)],
+        stdout=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        assert col.stdout is not None and col.stdout.readline().startswith("READY")
+        res = subprocess.run(
+            [sys.executable, "-m", "hivemesh", "metrics", "--store", str(store), "top"],
+            capture_output=True, text=True, env=env, timeout=60,
+        )  # fmt: skip
+        assert res.returncode == 1
+        assert "running collector holds the store" in res.stderr
+    finally:
+        col.terminate()
+        col.wait(timeout=30)
+        if col.stdout:
+            col.stdout.close()

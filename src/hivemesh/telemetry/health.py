@@ -51,6 +51,9 @@ class NodeStatus:
     state: Literal["alive", "suspect", "dead"]
     last_heartbeat_ms: int
     name: str = ""
+    #: The node's telemetry spool backlog as its heartbeat reports it (None if unknown):
+    #: the only way to see a backlog grow while the collector is unreachable.
+    spool_backlog: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +161,11 @@ class HealthMonitor:
         backlogs: Mapping[str, int] | None = None,
     ) -> list[Transition]:
         """Apply the rules to one snapshot; return new firing and resolved transitions."""
-        conds = self._conditions(now_ms, members, calls, backlogs or {})
+        merged = dict(backlogs or {})
+        for m in members:
+            if m.spool_backlog is not None:
+                merged[m.address] = max(merged.get(m.address, 0), m.spool_backlog)
+        conds = self._conditions(now_ms, members, calls, merged)
         out: list[Transition] = []
         for key in sorted(conds):
             c = conds[key]

@@ -55,7 +55,15 @@ def _open(args: argparse.Namespace) -> Any:
     path = args.store or default_store_path()
     if not Path(path).exists():
         raise FileNotFoundError(f"no metrics store at {path} (use --store)")
-    return MetricsStore(path, read_only=True)
+    try:
+        return MetricsStore(path, read_only=True)
+    except HivemeshError as exc:
+        if "lock" in str(exc).lower():
+            raise type(exc)(
+                f"{exc} -- a running collector holds the store (DuckDB allows one writer "
+                "process); query a copy or stop the collector"
+            ) from exc
+        raise
 
 
 def register(sub: Any) -> None:
