@@ -142,7 +142,7 @@ class Collector:
         self, sender_address: str, payload: bytes | dict[str, Any], trusted: bool
     ) -> dict[str, Any]:
         """Validate and store one batch; return the ack once it is durable."""
-        ack, gen = self._stage(sender_address, payload, trusted)
+        ack, gen = self._stage_safe(sender_address, payload, trusted)
         if gen is None:
             return ack
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -158,14 +158,24 @@ class Collector:
         self, sender_address: str, payload: bytes | dict[str, Any], trusted: bool
     ) -> dict[str, Any]:
         """Synchronous :meth:`ingest` (flushes at once); do not mix with a running loop."""
-        ack, gen = self._stage(sender_address, payload, trusted)
+        ack, gen = self._stage_safe(sender_address, payload, trusted)
         if gen is not None:
             try:
                 self._flush_generation(self._swap())
-            except StoreError as exc:
+            except Exception as exc:
                 self._load_senders()
-                return {"ok": False, "error": exc.code, "detail": str(exc)[:200]}
+                err = exc if isinstance(exc, StoreError) else StoreError(f"flush failed: {exc}")
+                return {"ok": False, "error": err.code, "detail": str(err)[:200]}
         return ack
+
+    def _stage_safe(
+        self, sender: str, payload: bytes | dict[str, Any], trusted: bool
+    ) -> tuple[dict[str, Any], _Generation | None]:
+        try:
+            return self._stage(sender, payload, trusted)
+        except Exception as exc:  # a bug of ours: count it, refuse the batch, keep running
+            self.counters["internal_error"] += 1
+            return {"ok": False, "error": "internal_error", "detail": repr(exc)[:200]}, None
 
     def _refuse(self, exc: HivemeshError) -> dict[str, Any]:
         self.counters[exc.code] += 1
