@@ -90,7 +90,8 @@ class _SenderState:
 class _Generation:
     """Rows staged for the next flush, and who waits for it."""
 
-    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    batches: list[pa.RecordBatch] = field(default_factory=list)
+    rows: int = 0
     ids: set[str] = field(default_factory=set)
     dirty: set[str] = field(default_factory=set)
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
@@ -227,7 +228,7 @@ class Collector:
             tracker.add(rs)
             top = max(top, rs)
         gen = self._gen
-        rows = gen.rows
+        rows: list[tuple[Any, ...]] = []
         accepted = dups = 0
         no_seq_ids: list[str] = []
         add = tracker.add
@@ -252,7 +253,12 @@ class Collector:
             rows.append(row)
             accepted += 1
         if no_seq_ids:
-            accepted, dups = self._drop_stored_ids(gen, no_seq_ids, accepted, dups)
+            rows, accepted, dups = self._drop_stored_ids(gen, rows, no_seq_ids, accepted, dups)
+        if rows:
+            # Arrow conversion happens here, per batch, on the loop thread, so it overlaps
+            # with the writer thread's DuckDB insert (which runs without the GIL).
+            gen.batches.append(MetricsStore.batch_from_rows(rows))
+            gen.rows += len(rows)
         if hi is not None:
             tracker.announce(hi)
         tracker.announce(top)
@@ -274,17 +280,22 @@ class Collector:
         return ack, gen
 
     def _drop_stored_ids(
-        self, gen: _Generation, ids: list[str], accepted: int, dups: int
-    ) -> tuple[int, int]:
-        """Remove buffered rows whose (seq-less) id is already in the store."""
-        stored = self.store.existing_ids(ids)
+        self,
+        gen: _Generation,
+        rows: list[tuple[Any, ...]],
+        ids: list[str],
+        accepted: int,
+        dups: int,
+    ) -> tuple[list[tuple[Any, ...]], int, int]:
+        """Remove rows whose (seq-less) id is already in the store."""
+        with self._flush_lock:  # one DuckDB connection: never used by two threads at once
+            stored = self.store.existing_ids(ids)
         if not stored:
-            return accepted, dups
-        before = len(gen.rows)
-        gen.rows = [r for r in gen.rows if r[1] is not None or r[2] not in stored]
-        removed = before - len(gen.rows)
+            return rows, accepted, dups
+        kept = [r for r in rows if r[1] is not None or r[2] not in stored]
+        removed = len(rows) - len(kept)
         gen.ids -= stored
-        return accepted - removed, dups + removed
+        return kept, accepted - removed, dups + removed
 
     # -- flushing --------------------------------------------------------------
 
@@ -303,11 +314,11 @@ class Collector:
         gen, senders, counters = snap
         table = None
         if gen.rows:
-            table = MetricsStore.table_from_rows(gen.rows)
+            table = MetricsStore.table_from_batches(gen.batches)
         with self._flush_lock:
             self.store.write(table, senders, counters)
             self.flushes += 1
-            self.flushed_rows += len(gen.rows)
+            self.flushed_rows += gen.rows
         if table is not None:
             for sink in self.sinks:
                 sink.submit(table)
@@ -316,7 +327,7 @@ class Collector:
         self._idle.clear()
         if self._flushing:
             return  # when the running flush ends, everything staged meanwhile goes next
-        if len(self._gen.rows) >= self.flush_max_rows:
+        if self._gen.rows >= self.flush_max_rows:
             self._start_flush()
         elif self._timer is None:
             loop = asyncio.get_running_loop()

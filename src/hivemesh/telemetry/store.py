@@ -130,6 +130,18 @@ class MetricsStore:
         return pa.Table.from_arrays(arrays, schema=_SCHEMA)
 
     @staticmethod
+    def batch_from_rows(rows: Sequence[Sequence[Any]]) -> pa.RecordBatch:
+        """One Arrow record batch from row tuples in :data:`COLUMNS` order."""
+        cols = list(zip(*rows, strict=True))
+        arrays = [pa.array(c, type=t) for c, (_, t) in zip(cols, COLUMNS, strict=True)]
+        return pa.RecordBatch.from_arrays(arrays, schema=_SCHEMA)
+
+    @staticmethod
+    def table_from_batches(batches: Sequence[pa.RecordBatch]) -> pa.Table:
+        """Concatenate record batches (zero-copy) into one table."""
+        return pa.Table.from_batches(batches, schema=_SCHEMA)
+
+    @staticmethod
     def table_from_columns(columns: Mapping[str, Sequence[Any]]) -> pa.Table:
         """Build the Arrow table of one flush from per-column lists."""
         arrays = [pa.array(columns[name], type=t) for name, t in COLUMNS]
