@@ -19,13 +19,13 @@ from hivemesh.errors import (
     InvalidRecord,
     UnknownField,
 )
+from hivemesh.telemetry.fastdecode import decode_rows_fast
 from hivemesh.telemetry.recorder import Metrics, usage_tokens
 from hivemesh.telemetry.schema import (
     MAX_BATCH_BYTES,
     MAX_STR_CHARS,
     ROW_FIELDS,
     decode_batch,
-    decode_rows_fast,
     validate_record,
 )
 from hivemesh.telemetry.seqtrack import SeqTracker

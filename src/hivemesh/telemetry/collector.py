@@ -19,10 +19,12 @@ Steps, all on the event-loop thread except the database write:
    as accounted for, so a rejection is never mistaken for a gap.
 2. **De-duplicate** by ``(sender, seq)`` with a :class:`~.seqtrack.SeqTracker`
    per sender, or by ``id`` for hand-sent records that carry no seq.
-3. **Buffer** rows in columns. Many concurrent ingests share one flush (group
-   commit): a flush runs when ``flush_max_rows`` rows wait or after
-   ``flush_interval_s``, in a worker thread, as one Arrow insert plus the
-   sender states, in one DuckDB transaction.
+3. **Buffer** each batch's rows as an Arrow record batch. Many concurrent
+   ingests share one flush (group commit): a flush runs when
+   ``flush_max_rows`` rows wait or after ``flush_interval_s`` (and at once
+   after the previous flush if more waits), in a single writer thread, as one
+   Arrow insert plus the sender states and counters, in one DuckDB
+   transaction.
 4. **Acknowledge** only after that flush commits, so an acked record is
    durable. If the write fails every waiter gets ``ok: False``, the trackers
    are reloaded from the store, and the senders simply resend.
@@ -48,7 +50,8 @@ from typing import Any, Protocol, TypeVar
 import pyarrow as pa  # type: ignore[import-untyped]
 
 from hivemesh.errors import HivemeshError, StoreError, UntrustedAuthor
-from hivemesh.telemetry.schema import decode_batch, decode_rows_fast, validate_record
+from hivemesh.telemetry.fastdecode import decode_rows_fast
+from hivemesh.telemetry.schema import decode_batch, validate_record
 from hivemesh.telemetry.seqtrack import SeqTracker
 from hivemesh.telemetry.store import MetricsStore
 
