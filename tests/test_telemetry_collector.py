@@ -236,3 +236,31 @@ def test_sender_run_loop_stops_and_backs_off(tmp_path: Path) -> None:
 
     asyncio.run(main())
     assert sp.backlog == 1  # nothing lost while the collector is down
+
+
+def test_notify_wakes_an_idle_sender(tmp_path: Path) -> None:
+    sp = Spool(tmp_path / "s.db")
+    got: list[bytes] = []
+
+    async def deliver(payload: bytes) -> Mapping[str, Any]:
+        got.append(payload)
+        return {"ok": True, "acked_through": msgpack.unpackb(payload)["hi"]}
+
+    async def main() -> None:
+        sender = Sender(sp, deliver, linger_s=0, idle_poll_s=60.0)
+        stop = asyncio.Event()
+        task = asyncio.create_task(sender.run(stop))
+        loop = asyncio.get_running_loop()
+        for i in range(3):  # each record must go out long before the 60 s idle poll
+            await asyncio.sleep(0.05)  # let the sender fall asleep
+            sp.append({"name": "n", "value": float(i)})
+            sender.notify()
+            deadline = loop.time() + 5
+            while sp.backlog and loop.time() < deadline:
+                await asyncio.sleep(0.005)
+            assert sp.backlog == 0, f"record {i} not sent after notify"
+        stop.set()
+        await asyncio.wait_for(task, 5)
+
+    asyncio.run(main())
+    assert len(got) == 3

@@ -119,6 +119,7 @@ class Sender:
             try:
                 if self.spool.backlog < self.batch_max and self.linger_s > 0:
                     await self._sleep_or_stop(stop, self.linger_s, wake=False)
+                self._wake.clear()  # a notify from here on wakes the idle sleep below
                 sent = await self.send_once()
                 failures_in_row = 0
             except asyncio.CancelledError:
@@ -128,7 +129,8 @@ class Sender:
                 self._last_error = f"{type(exc).__name__}: {exc}"[:200]
                 failures_in_row += 1
                 cap = min(self.max_backoff_s, self.min_backoff_s * 2 ** min(failures_in_row, 20))
-                await self._sleep_or_stop(stop, self._rng.uniform(self.min_backoff_s, cap))
+                delay = self._rng.uniform(self.min_backoff_s, cap)
+                await self._sleep_or_stop(stop, delay, wake=False)  # new records: no hurry
                 continue
             if sent == 0:
                 await self._sleep_or_stop(stop, self.idle_poll_s)
@@ -150,7 +152,6 @@ class Sender:
         return self.spool.backlog == 0
 
     async def _sleep_or_stop(self, stop: asyncio.Event, seconds: float, wake: bool = True) -> None:
-        self._wake.clear()
         waiters = [asyncio.ensure_future(stop.wait())]
         if wake:
             waiters.append(asyncio.ensure_future(self._wake.wait()))
