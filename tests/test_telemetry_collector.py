@@ -264,3 +264,20 @@ def test_notify_wakes_an_idle_sender(tmp_path: Path) -> None:
 
     asyncio.run(main())
     assert len(got) == 3
+
+
+def test_staging_is_bounded_with_backpressure(tmp_path: Path) -> None:
+    store = MetricsStore(str(tmp_path / "m.duckdb"))
+    c = Collector(store, max_staged_rows=150, flush_interval_s=60)
+
+    async def main() -> list[dict[str, Any]]:
+        first = asyncio.ensure_future(c.ingest("a", batch(list(range(1, 101))), True))
+        second = asyncio.ensure_future(c.ingest("b", batch(list(range(1, 101))), True))
+        await asyncio.sleep(0)
+        third = await c.ingest("c", batch([1]), True)  # 200 rows staged > 150: refused
+        await c.drain()
+        return [await first, await second, third]
+
+    a, b, refused = asyncio.run(main())
+    assert a["ok"] and b["ok"] and refused == {**refused, "ok": False, "error": "busy"}
+    assert c.statistics()["busy"] == 1 and store.count() == 200

@@ -29,6 +29,10 @@ Steps, all on the event-loop thread except the database write:
    durable. If the write fails every waiter gets ``ok: False``, the trackers
    are reloaded from the store, and the senders simply resend.
 
+Bounded: with ``max_staged_rows`` rows waiting for the store, new batches
+are answered ``{"ok": False, "error": "busy"}`` (counted); senders keep them
+and retry with backoff.
+
 Gaps: :meth:`Collector.gaps` lists, per sender, holes below its highest
 stored seq (true losses) and :meth:`Collector.senders` the pending ranges.
 Sinks (Prometheus, InfluxDB, ClickHouse, OTLP) receive each committed flush.
@@ -112,12 +116,15 @@ class Collector:
         *,
         flush_max_rows: int = 10_000,
         flush_interval_s: float = 0.005,
+        max_staged_rows: int = 500_000,
         sinks: Sequence[Sink] = (),
         clock_ms: Callable[[], int] | None = None,
     ) -> None:
         self.store = store
         self.flush_max_rows = flush_max_rows
         self.flush_interval_s = flush_interval_s
+        #: Staged (not yet flushed) rows above which new batches are refused with ``busy``.
+        self.max_staged_rows = max_staged_rows
         self.sinks = list(sinks)
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self.counters: Counter[str] = Counter(store.load_counters())
@@ -191,6 +198,10 @@ class Collector:
     ) -> tuple[dict[str, Any], _Generation | None]:
         if not trusted:
             return self._refuse(UntrustedAuthor(f"sender {str(sender)[:64]} is not trusted")), None
+        if self._gen.rows >= self.max_staged_rows:
+            # Backpressure: the store is behind. The sender keeps the batch and retries.
+            self.counters["busy"] += 1
+            return {"ok": False, "error": "busy", "detail": "collector is flushing a backlog"}, None
         if type(sender) is not str or not 0 < len(sender) <= _MAX_SENDER_CHARS:
             return self._refuse(UntrustedAuthor("bad sender address")), None
         now = self._clock_ms()
