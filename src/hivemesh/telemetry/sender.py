@@ -12,7 +12,8 @@ One batch is in flight at a time, in seq order. So the collector sees each
 sender's records in order, and a hole below a stored seq is a true loss.
 
 Any failure (the deliver callable raises, times out, or the collector answers
-``ok: False``) keeps the records in the spool and retries after an
+``ok: False`` -- e.g. ``busy`` under backpressure, or ``untrusted_author``
+until the sender is admitted) keeps the records in the spool and retries after an
 exponential backoff with full jitter (``min_backoff_s`` doubling up to
 ``max_backoff_s``). Nothing is ever dropped here; the spool's bound is the
 only place a record can be refused, and that shows up as a gap.
