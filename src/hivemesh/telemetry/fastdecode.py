@@ -128,53 +128,90 @@ class _FTypedBatch(msgspec.Struct, forbid_unknown_fields=True):
 _TYPED_DECODER = msgspec.msgpack.Decoder(_FTypedBatch)
 
 
-def _rows_typed(batch: _FTypedBatch, sender: str, now_ms: int) -> list[tuple[Any, ...]] | None:
-    rows: list[tuple[Any, ...]] = []
-    append = rows.append
-    good_names = _good_names
-    isfinite = math.isfinite
-    encode = _encode_attrs
-    for r in batch.records:
-        name = r.name
-        if name not in good_names:
-            try:
-                _check_name(name)
-            except HivemeshError:
-                return None
-        value = r.value
-        if not isfinite(value):
+def _columns_typed(batch: _FTypedBatch, sender: str, now_ms: int) -> list[list[Any]] | None:
+    """Store columns for a typed batch, built column by column (list comprehensions)."""
+    recs = batch.records
+    n = len(recs)
+    names = [r.name for r in recs]
+    for name in set(names) - _good_names:
+        try:
+            _check_name(name)
+        except HivemeshError:
             return None
-        ts = r.ts_ms
-        if ts is None:
-            ts = now_ms
-        a = r.attrs
-        if a is None:
-            append((sender, r.seq, r.id, ts, now_ms, r.kind, name, value, r.unit, r.agent,
-                    None, None, None, True, None, None, None, ""))  # fmt: skip
-            continue
-        attrs_json = ""
-        if a.provider is not None or a.task_id is not None:
-            extra: dict[str, Any] = {}
-            if a.provider is not None:
-                extra[ATTR_PROVIDER] = a.provider
-            if a.task_id is not None:
-                extra[ATTR_TASK_ID] = a.task_id
-            attrs_json = encode(extra)
-        err = a.error_type
-        append((sender, r.seq, r.id, ts, now_ms, r.kind, name, value, r.unit, r.agent,
-                a.model, a.tool, a.operation, err is None, err, a.input_tokens, a.output_tokens,
-                attrs_json))  # fmt: skip
-    return rows
+    values = [r.value for r in recs]
+    if not all(map(math.isfinite, values)):
+        return None
+    ts = [r.ts_ms for r in recs]
+    if None in ts:
+        ts = [now_ms if t is None else t for t in ts]
+    attrs = [r.attrs for r in recs]
+    model: list[Any]
+    tool: list[Any]
+    op: list[Any]
+    err: list[Any]
+    tin: list[Any]
+    tout: list[Any]
+    ok: list[bool]
+    extra: list[str]
+    if attrs.count(None) == n:
+        none = [None] * n
+        model = tool = op = err = tin = tout = none
+        ok = [True] * n
+        extra = [""] * n
+    else:
+        have = [a if a is not None else _NO_ATTRS for a in attrs]
+        model = [a.model for a in have]
+        tool = [a.tool for a in have]
+        op = [a.operation for a in have]
+        err = [a.error_type for a in have]
+        ok = [e is None for e in err]
+        tin = [a.input_tokens for a in have]
+        tout = [a.output_tokens for a in have]
+        extra = [
+            _extra_json(a) if a.provider is not None or a.task_id is not None else "" for a in have
+        ]
+    return [
+        [sender] * n,
+        [r.seq for r in recs],
+        [r.id for r in recs],
+        ts,
+        [now_ms] * n,
+        [r.kind for r in recs],
+        names,
+        values,
+        [r.unit for r in recs],
+        [r.agent for r in recs],
+        model,
+        tool,
+        op,
+        ok,
+        err,
+        tin,
+        tout,
+        extra,
+    ]
+
+
+_NO_ATTRS = _FTypedAttrs()
+
+
+def _extra_json(a: _FTypedAttrs) -> str:
+    extra: dict[str, Any] = {}
+    if a.provider is not None:
+        extra[ATTR_PROVIDER] = a.provider
+    if a.task_id is not None:
+        extra[ATTR_TASK_ID] = a.task_id
+    return _encode_attrs(extra) if extra else ""
 
 
 def decode_rows_fast(
     data: bytes, sender: str, now_ms: int
-) -> tuple[list[tuple[Any, ...]], int | None, int | None] | None:
-    """Decode and validate a whole msgpack batch at once: ``(rows, hi, backlog)``.
+) -> tuple[list[list[Any]], int | None, int | None] | None:
+    """Decode and validate a whole msgpack batch at once: ``(columns, hi, backlog)``.
 
-    Rows are complete store rows (``sender, recv_ms`` filled in, ``ts_ms``
-    defaulted to ``now_ms``), in the order of the store's columns: ``sender``,
-    then :data:`ROW_FIELDS` with ``recv_ms`` after ``ts_ms``.
+    ``columns`` are the store's columns (``sender`` and ``recv_ms`` filled in,
+    ``ts_ms`` defaulted to ``now_ms``) in :data:`~.store.COLUMNS` order, one
+    list each, all of the batch's length.
 
     Returns None when anything is off (the caller then uses :func:`decode_batch`
     and :func:`validate_record` to find and count exactly what).
@@ -186,8 +223,8 @@ def decode_rows_fast(
     except (msgspec.DecodeError, msgspec.ValidationError):
         pass  # other attributes, or bad input: try the general decoder
     else:
-        typed_rows = _rows_typed(typed, sender, now_ms)
-        return None if typed_rows is None else (typed_rows, typed.hi, typed.backlog)
+        cols = _columns_typed(typed, sender, now_ms)
+        return None if cols is None else (cols, typed.hi, typed.backlog)
     try:
         batch = _FAST_DECODER.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError):
@@ -235,4 +272,5 @@ def decode_rows_fast(
              aget(ATTR_INPUT_TOKENS), aget(ATTR_OUTPUT_TOKENS),
              _encode_attrs(extra) if extra else "")
         )  # fmt: skip
-    return rows, batch.hi, batch.backlog
+    columns = [list(c) for c in zip(*rows, strict=True)] if rows else [[] for _ in range(18)]
+    return columns, batch.hi, batch.backlog

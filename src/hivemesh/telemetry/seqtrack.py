@@ -78,6 +78,16 @@ class SeqTracker:
             his.insert(i + 1, seq)
         return True
 
+    def add_range(self, lo: int, hi: int) -> None:
+        """Mark ``lo..hi`` stored; they must all be above :attr:`max_seq`."""
+        if lo <= self.max_seq or hi < lo:
+            raise ValueError(f"range {lo}..{hi} is not above {self.max_seq}")
+        if self._his and lo == self._his[-1] + 1:
+            self._his[-1] = hi
+        else:
+            self._los.append(lo)
+            self._his.append(hi)
+
     def announce(self, hi: int) -> None:
         """Record that the sender has assigned every seq up to ``hi``."""
         self.announced_hi = max(self.announced_hi, hi)

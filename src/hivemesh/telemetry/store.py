@@ -137,6 +137,12 @@ class MetricsStore:
         return pa.RecordBatch.from_arrays(arrays, schema=_SCHEMA)
 
     @staticmethod
+    def batch_from_columns(columns: Sequence[Sequence[Any]]) -> pa.RecordBatch:
+        """One Arrow record batch from per-column lists in :data:`COLUMNS` order."""
+        arrays = [pa.array(c, type=t) for c, (_, t) in zip(columns, COLUMNS, strict=True)]
+        return pa.RecordBatch.from_arrays(arrays, schema=_SCHEMA)
+
+    @staticmethod
     def table_from_batches(batches: Sequence[pa.RecordBatch]) -> pa.Table:
         """Concatenate record batches (zero-copy) into one table."""
         return pa.Table.from_batches(batches, schema=_SCHEMA)
