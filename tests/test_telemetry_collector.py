@@ -281,3 +281,25 @@ def test_staging_is_bounded_with_backpressure(tmp_path: Path) -> None:
     a, b, refused = asyncio.run(main())
     assert a["ok"] and b["ok"] and refused == {**refused, "ok": False, "error": "busy"}
     assert c.statistics()["busy"] == 1 and store.count() == 200
+
+
+def test_a_batch_that_fails_to_stage_is_not_marked_stored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = MetricsStore(str(tmp_path / "m.duckdb"))
+    c = Collector(store)
+    c.ingest_now("a", batch([1, 2]), True)
+    real = MetricsStore.batch_from_rows
+
+    def boom(rows: Any) -> Any:
+        raise ValueError("simulated conversion bug")
+
+    monkeypatch.setattr(MetricsStore, "batch_from_rows", staticmethod(boom))
+    # Out of order (3 is missing), so it takes the row-by-row path.
+    ack = c.ingest_now("a", batch([5, 4]), True)
+    assert ack["ok"] is False and ack["error"] == "internal_error"
+    assert c.statistics()["internal_error"] == 1
+    monkeypatch.setattr(MetricsStore, "batch_from_rows", staticmethod(real))
+    ack = c.ingest_now("a", batch([5, 4, 3]), True)
+    assert (ack["accepted"], ack["duplicates"]) == (3, 0)  # not mistaken for duplicates
+    assert seqs_in(store, "a") == [1, 2, 3, 4, 5]

@@ -238,57 +238,30 @@ class Collector:
         if st is None:
             st = self._senders[sender] = _SenderState(SeqTracker())
         tracker = st.tracker
-        top = 0
-        for rs in rejected_seqs:  # accounted for: a rejection is not a gap
-            tracker.add(rs)
-            top = max(top, rs)
         gen = self._gen
-        rows: list[tuple[Any, ...]] = []
-        accepted = dups = 0
+        top = accepted = dups = 0
         if columns is not None:
             seqs = columns[1]
             n = len(seqs)
             s0 = seqs[0] if n else None
             if s0 is not None and s0 > tracker.max_seq and seqs == list(range(s0, s0 + n)):
                 # The common case, our own sender: new, consecutive seqs. No per-row work.
-                tracker.add_range(s0, s0 + n - 1)
-                top = s0 + n - 1
-                accepted = n
+                # Arrow first: if conversion failed, nothing would be marked stored.
                 gen.batches.append(MetricsStore.batch_from_columns(columns))
                 gen.rows += n
-                columns = None
-                valid = []
+                tracker.add_range(s0, s0 + n - 1)
+                top, accepted = s0 + n - 1, n
             else:
                 valid = list(zip(*columns, strict=True))
-        no_seq_ids: list[str] = []
-        add = tracker.add
-        for row in valid:
-            seq = row[1]
-            if seq is not None:
-                if seq > top:
-                    top = seq
-                if not add(seq):
-                    dups += 1
-                    continue
-            else:
-                rid = row[2]
-                if rid is None:  # hand-sent, no seq, no id: give it one
-                    row = (row[0], None, uuid.uuid4().hex, *row[3:])
-                elif rid in gen.ids:
-                    dups += 1
-                    continue
-                else:
-                    no_seq_ids.append(rid)
-                    gen.ids.add(rid)
-            rows.append(row)
-            accepted += 1
-        if no_seq_ids:
-            rows, accepted, dups = self._drop_stored_ids(gen, rows, no_seq_ids, accepted, dups)
-        if rows:
-            # Arrow conversion happens here, per batch, on the loop thread, so it overlaps
-            # with the writer thread's DuckDB insert (which runs without the GIL).
-            gen.batches.append(MetricsStore.batch_from_rows(rows))
-            gen.rows += len(rows)
+        if valid or rejected_seqs:
+            saved = tracker.to_state()
+            try:
+                top, accepted, dups = self._stage_rows(gen, tracker, valid, rejected_seqs)
+            except Exception:
+                # Nothing of this batch is staged: un-mark its seqs so a resend is not
+                # mistaken for a duplicate (which would lose it silently).
+                st.tracker = tracker = SeqTracker.from_state(saved)
+                raise
         if hi is not None:
             tracker.announce(hi)
         tracker.announce(top)
@@ -309,6 +282,51 @@ class Collector:
         }
         return ack, gen
 
+    def _stage_rows(
+        self,
+        gen: _Generation,
+        tracker: SeqTracker,
+        valid: list[tuple[Any, ...]],
+        rejected_seqs: list[int],
+    ) -> tuple[int, int, int]:
+        """De-duplicate rows one by one and stage them; return (top seq, accepted, dups)."""
+        top = 0
+        for rs in rejected_seqs:  # accounted for: a rejection is not a gap
+            tracker.add(rs)
+            top = max(top, rs)
+        rows: list[tuple[Any, ...]] = []
+        accepted = dups = 0
+        no_seq_ids: list[str] = []
+        add = tracker.add
+        for row in valid:
+            seq = row[1]
+            if seq is not None:
+                if seq > top:
+                    top = seq
+                if not add(seq):
+                    dups += 1
+                    continue
+            else:
+                rid = row[2]
+                if rid is None:  # hand-sent, no seq, no id: give it one
+                    row = (row[0], None, uuid.uuid4().hex, *row[3:])
+                elif rid in gen.ids or rid in no_seq_ids:
+                    dups += 1
+                    continue
+                else:
+                    no_seq_ids.append(rid)
+            rows.append(row)
+            accepted += 1
+        if no_seq_ids:
+            rows, accepted, dups = self._drop_stored_ids(gen, rows, no_seq_ids, accepted, dups)
+        if rows:
+            # Arrow conversion happens here, per batch, on the loop thread, so it overlaps
+            # with the writer thread's DuckDB insert (which runs without the GIL).
+            gen.batches.append(MetricsStore.batch_from_rows(rows))
+            gen.rows += len(rows)
+        gen.ids.update(no_seq_ids)
+        return top, accepted, dups
+
     def _drop_stored_ids(
         self,
         gen: _Generation,
@@ -324,7 +342,7 @@ class Collector:
             return rows, accepted, dups
         kept = [r for r in rows if r[1] is not None or r[2] not in stored]
         removed = len(rows) - len(kept)
-        gen.ids -= stored
+        ids[:] = [i for i in ids if i not in stored]
         return kept, accepted - removed, dups + removed
 
     # -- flushing --------------------------------------------------------------
