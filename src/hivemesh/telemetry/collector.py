@@ -27,7 +27,9 @@ Steps, all on the event-loop thread except the database write:
    transaction.
 4. **Acknowledge** only after that flush commits, so an acked record is
    durable. If the write fails every waiter gets ``ok: False``, the trackers
-   are reloaded from the store, and the senders simply resend.
+   are reloaded from the store, and the senders simply resend. A batch that
+   cannot even be staged (converted to Arrow) fails alone, leaving its seqs
+   unmarked, so its resend is not mistaken for a duplicate.
 
 Bounded: with ``max_staged_rows`` rows waiting for the store, new batches
 are answered ``{"ok": False, "error": "busy"}`` (counted); senders keep them
