@@ -9,18 +9,20 @@ validation, de-duplication, group commit into DuckDB, ack, spool delete.
 Points/s stored is counted from the first send until every spool is empty
 (every record acked, hence committed); the stored row count is checked.
 
-Layouts: ``split`` (default) runs the collector in its own process and the 50
-senders in another, over the loopback TCP transport, as deployed (the
-collector is one node, senders are others); ``single`` runs everything in one
-process (``--transport inproc`` calls ``ingest`` directly).
+Layouts: ``single`` (default) runs senders and collector in one process, one
+core's worth of Python doing all the work (``--transport inproc`` calls
+``ingest`` directly, ``tcp`` goes through the loopback transport); ``split``
+runs the collector in its own process and the 50 senders in another, over
+loopback TCP, as deployed -- on a shared 2-core machine its figure swings
+with the load, so it is not the default.
 
 Baselines, same run, same rows: the same records, already as Python dicts,
 turned into the store's columns and inserted into a fresh DuckDB table as
-Arrow tables -- (1) in the batches the collector received (``--batch`` rows,
-one insert each: the goal is held against this one) and (2) in chunks of the
-collector's mean group-commit flush (the best DuckDB does from Python, shown
-for honesty). The ratios say what the spool, the wire, validation and the
-protocol cost.
+Arrow tables -- (1) in chunks of the collector's mean group-commit flush, the
+best DuckDB does from Python: the goal is held against this one; (2) in the
+batches the collector received (``--batch`` rows, one insert each), which
+group commit beats. The ratios say what the spool, the wire, validation and
+the protocol cost.
 """
 
 from __future__ import annotations
@@ -51,10 +53,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=int, default=1000, help="records per delivered batch")
     parser.add_argument(
         "--layout",
-        choices=("split", "single"),
-        default="split",
-        help="split: collector and senders in two processes over loopback TCP (default); "
-        "single: one process",
+        choices=("single", "split"),
+        default="single",
+        help="single: one process (default); split: collector and senders in two processes "
+        "over loopback TCP",
     )
     parser.add_argument(
         "--transport", choices=("inproc", "tcp"), default="inproc", help="for --layout single"
@@ -282,20 +284,20 @@ def run(args: argparse.Namespace) -> BenchResult:
         name="telemetry",
         metrics=[
             Metric(
-                name="points stored/s vs raw, same batches",
-                ours=ours,
-                baseline=raw_batch,
-                unit="pts/s",
-                baseline_name=f"raw {args.batch}-row",
-                goal=">= 100k pts/s and >= 0.5x raw",
-                goal_met=ours >= 100_000 and ours >= 0.5 * raw_batch,
-            ),
-            Metric(
                 name="points stored/s vs raw, flush-size",
                 ours=ours,
                 baseline=raw_flush,
                 unit="pts/s",
                 baseline_name=f"raw {chunk}-row",
+                goal=">= 100k pts/s and >= 0.5x raw",
+                goal_met=ours >= 100_000 and ours >= 0.5 * raw_flush,
+            ),
+            Metric(
+                name="points stored/s vs raw, same batches",
+                ours=ours,
+                baseline=raw_batch,
+                unit="pts/s",
+                baseline_name=f"raw {args.batch}-row",
             ),
         ],
         details={
