@@ -71,6 +71,13 @@ Every class carries a short stable ``code`` used as the counter name in
     ├── LLMUnavailable                        connection refused/reset
     ├── LLMHTTPError                          non-2xx answer (has .status)
     └── LLMBadOutput(LLMError, RemoteProtocolError)  malformed or off-schema reply
+    -- telemetry --
+    RemoteProtocolError
+    └── DecodeError
+        └── InvalidRecord
+            └── UnknownField
+    LocalProtocolError
+    └── SpoolFull
 """
 
 from __future__ import annotations
@@ -97,6 +104,7 @@ __all__ = [
     "InvalidArgument",
     "InvalidName",
     "InvalidPlanEvent",
+    "InvalidRecord",
     "InviteBadSignature",
     "InviteError",
     "InviteExpired",
@@ -118,10 +126,12 @@ __all__ = [
     "QueueFull",
     "RemoteProtocolError",
     "ReplayError",
+    "SpoolFull",
     "StaleFencingToken",
     "StoreCorrupt",
     "StoreError",
     "TransportError",
+    "UnknownField",
     "UnknownPeer",
     "UnsupportedVersion",
     "UntrustedAuthor",
@@ -469,3 +479,24 @@ class LeaseContended(LeaseUnavailable):
     """
 
     code = "lease_contended"
+
+
+# -- telemetry ---------------------------------------------------------------
+
+
+class InvalidRecord(DecodeError):
+    """A metric record or batch is well-formed bytes but breaks the record schema."""
+
+    code = "invalid_record"
+
+
+class UnknownField(InvalidRecord):
+    """A metric record or batch carries a field the schema does not define."""
+
+    code = "unknown_field"
+
+
+class SpoolFull(LocalProtocolError):
+    """The sender's telemetry spool is at its bound; the record was dropped (counted)."""
+
+    code = "spool_full"

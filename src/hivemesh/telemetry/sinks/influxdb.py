@@ -1,0 +1,74 @@
+"""InfluxDB 1.x sink: line protocol over HTTP (``POST /write?db=..&precision=ms``).
+
+Theory of operation
+-------------------
+Each committed table becomes one request body of line-protocol lines, one per
+record::
+
+    gen_ai.client.operation.duration,agent=planner,kind=llm_call,model=gpt-4o,ok=true,\
+sender=hm3k... value=812.5,input_tokens=1200i,output_tokens=85i 1764405000123
+
+The measurement is the record name; low-cardinality columns (kind, agent,
+model, tool, operation, ok, sender) are tags, numbers are fields, the
+timestamp is the record's ``ts_ms`` at millisecond precision. Escaping
+follows the line-protocol rules (commas, spaces and ``=`` in tags; commas and
+spaces in measurements). InfluxDB answers 204 on success; anything else is a
+failure the worker retries (see :mod:`._worker`).
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+
+import pyarrow as pa  # type: ignore[import-untyped]
+
+from hivemesh.telemetry.sinks._worker import PushSink, http_post
+
+__all__ = ["InfluxDbSink", "to_line_protocol"]
+
+_TAGS = ("agent", "kind", "model", "ok", "operation", "sender", "tool")  # sorted, as Influx likes
+_MEAS_ESC = str.maketrans({",": r"\,", " ": r"\ ", "\n": " "})
+_TAG_ESC = str.maketrans({",": r"\,", " ": r"\ ", "=": r"\=", "\n": " "})
+
+
+def to_line_protocol(table: pa.Table) -> bytes:
+    """The line-protocol body for a table of store rows."""
+    cols = {n: table.column(n).to_pylist() for n in table.column_names}
+    out: list[str] = []
+    for i in range(table.num_rows):
+        tags = []
+        for t in _TAGS:
+            v = cols[t][i]
+            if v is None or v == "":
+                continue
+            sv = ("true" if v else "false") if t == "ok" else str(v)
+            tags.append(f"{t}={sv.translate(_TAG_ESC)}")
+        fields = [f"value={float(cols['value'][i])!r}"]
+        for f in ("input_tokens", "output_tokens"):
+            v = cols[f][i]
+            if v is not None:
+                fields.append(f"{f}={int(v)}i")
+        meas = str(cols["name"][i]).translate(_MEAS_ESC)
+        head = f"{meas},{','.join(tags)}" if tags else meas
+        out.append(f"{head} {','.join(fields)} {int(cols['ts_ms'][i])}")
+    return ("\n".join(out) + "\n").encode()
+
+
+class InfluxDbSink(PushSink):
+    """Mirrors committed rows into an InfluxDB 1.x database."""
+
+    name = "influxdb"
+
+    def __init__(self, url: str, database: str, **kw: float | int) -> None:
+        base = url.rstrip("/")
+        query = urllib.parse.urlencode({"db": database, "precision": "ms"})
+        self.write_url = f"{base}/write?{query}"
+        super().__init__(**kw)  # type: ignore[arg-type]
+
+    def push(self, table: pa.Table) -> None:
+        """POST the table as line protocol; raise unless InfluxDB answers 204."""
+        status, body = http_post(
+            self.write_url, to_line_protocol(table), "text/plain", self.timeout_s
+        )
+        if status != 204:
+            raise RuntimeError(f"influxdb answered {status}: {body[:200]!r}")
