@@ -35,7 +35,9 @@ Every class carries a short stable ``code`` used as the counter name in
     │   ├── ForkError
     │   ├── UntrustedAuthor
     │   ├── ForeignOperations
-    │   └── BlobMismatch
+    │   ├── BlobMismatch
+    │   ├── OpsOutOfOrder
+    │   └── InvalidName
     ├── StoreError
     │   └── StoreCorrupt
     ├── TransportError
@@ -71,9 +73,11 @@ __all__ = [
     "HivemeshError",
     "InvalidAddress",
     "InvalidArgument",
+    "InvalidName",
     "LeaseLost",
     "LeaseUnavailable",
     "LocalProtocolError",
+    "OpsOutOfOrder",
     "PeerIdentityMismatch",
     "RemoteProtocolError",
     "ReplayError",
@@ -280,3 +284,18 @@ class BackendUnavailable(CoordinationError):
     """A lease backend (quorum, Redis, NATS) could not be reached in time."""
 
     code = "backend_unavailable"
+
+
+# -- views --
+
+
+class OpsOutOfOrder(RemoteProtocolError):
+    """A CRDT update does not continue exactly where its author's last one ended."""
+
+    code = "ops_out_of_order"
+
+
+class InvalidName(RemoteProtocolError):
+    """A name, key or context name in an event does not match its strict pattern."""
+
+    code = "invalid_name"

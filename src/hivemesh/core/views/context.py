@@ -1,0 +1,528 @@
+"""The context view: shared agent state as loro CRDT documents in the journal.
+
+Theory of operation
+-------------------
+The view holds one :class:`loro.LoroDoc` per *context name* (``"default"``,
+``"task-42"``, ...); :meth:`ContextView.context` returns a typed handle on one.
+Inside a context there is one key/value map (``ctx["k"] = v``) and any number
+of named lists, counters and texts (``ctx.list("chat")``,
+``ctx.counter("n")``, ``ctx.text("notes")``). Each is a loro root container;
+a list and a counter may share a name because loro keys roots by type too.
+
+**Writing.** A node's local writes mutate its own docs directly. The node then
+calls :meth:`ContextView.pending_update` until it returns ``None`` and appends
+each ``(kind, body)`` to its feed: ``kind`` is ``"ctx.update"`` and ``body``
+is ``{"c": context name, "u": loro update bytes}``, holding exactly this
+author's operations since the previous export (never anyone else's). When the
+event comes back through :meth:`ContextView.apply`, importing it is a no-op.
+
+**Binding updates to authors.** Every author writes under one loro peer id,
+derived from its key by :func:`peer_id_of`. :meth:`ContextView.apply` reads
+the update's header (``LoroDoc.decode_import_blob_meta``, checksum verified)
+and rejects it, before importing anything, unless
+
+* it is an ``Updates`` blob whose operations all belong to the event author's
+  peer id (else :class:`~hivemesh.errors.ForeignOperations`), and
+* its operation counters start exactly where the same author's previous
+  accepted update for this context ended (else
+  :class:`~hivemesh.errors.OpsOutOfOrder`).
+
+The second rule means every operation id is carried by exactly one accepted
+event, so an author cannot publish two different versions of the same
+operations and make replicas diverge by arrival order. Malformed or corrupted
+bytes become :class:`~hivemesh.errors.DecodeError` (loro signals corruption
+with a bare ``BaseException``; it is caught narrowly in :func:`_loro_call`).
+
+**Convergence.** loro updates commute: an update whose causal dependencies
+(other authors' operations) are not there yet is held inside the doc and
+applied when they arrive. So the state depends only on the set of accepted
+events. The update bytes of an author depend on its own earlier events only,
+so acceptance does too.
+
+**Last-writer-wins.** Concurrent writes to one map key resolve by loro's
+rule: the larger *Lamport timestamp* wins, then the larger *peer id*. The
+Lamport timestamp is the logical clock of the document (one more than every
+operation the writer had seen), so a write always beats every write its author
+had already seen; the peer id is the first 63 bits of the author's public key
+(:func:`peer_id_of`), so a tie goes to the larger author key. That is "logical
+clock, then author". The HLC of the event is *not* used: it is the journal's
+clock, outside the CRDT. Do not store fencing tokens here (see
+:mod:`hivemesh.core.views.registers`).
+
+**Limits.** A single value may encode to at most :data:`MAX_VALUE_BYTES`;
+larger state belongs in a blob. :meth:`ContextView.pending_update` splits
+exports so each body stays under :data:`MAX_UPDATE_BYTES`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import loro
+from loro import CounterSpan, EncodedBlobMode, ExportMode, IdSpan, LoroDoc
+
+from hivemesh.core.codec import MAX_BODY_BYTES, pack
+from hivemesh.core.event import Event
+from hivemesh.core.views.base import ViewBase, state_digest
+from hivemesh.errors import (
+    DecodeError,
+    ForeignOperations,
+    InvalidArgument,
+    InvalidName,
+    OpsOutOfOrder,
+    RemoteProtocolError,
+)
+
+__all__ = [
+    "CONTEXT_PATTERN",
+    "KIND_UPDATE",
+    "MAX_UPDATE_BYTES",
+    "MAX_VALUE_BYTES",
+    "Context",
+    "ContextView",
+    "CounterHandle",
+    "ListHandle",
+    "TextHandle",
+    "peer_id_of",
+]
+
+KIND_UPDATE = "ctx.update"
+#: Context names and root container names.
+CONTEXT_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}\Z")
+#: Largest single value accepted by a local write (msgpack-encoded size).
+MAX_VALUE_BYTES = 64 * 1024
+#: Largest loro update put in one event body.
+MAX_UPDATE_BYTES = MAX_BODY_BYTES - 1024
+
+_KV_ROOT = "kv"
+_MAX_DEPTH = 32
+_INT_MIN, _INT_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def peer_id_of(author: bytes) -> int:
+    """The loro peer id of ``author``: its first 63 bits, big-endian.
+
+    Order-preserving (a larger key prefix gives a larger peer id, which wins
+    LWW ties) and always below loro's reserved ``2**64 - 1``. Two keys sharing
+    63 leading bits would share a peer id; finding one for a given key is a
+    2**63 search.
+    """
+    if len(author) != 32:
+        raise InvalidArgument("author must be a 32-byte public key")
+    return int.from_bytes(author[:8], "big") >> 1
+
+
+def _loro_call(fn: Any, *args: Any) -> Any:
+    """Call into loro, turning its decode failures into :class:`DecodeError`.
+
+    loro (via pyo3) raises a bare ``BaseException`` for corrupted input and a
+    ``PanicException`` (a ``BaseException`` subclass) if Rust panics; neither
+    is caught by ``except Exception``. Only those two are converted:
+    ``KeyboardInterrupt``/``SystemExit`` still propagate.
+    """
+    try:
+        return fn(*args)
+    except Exception as exc:
+        raise DecodeError(f"loro rejected update: {exc}") from None
+    except BaseException as exc:
+        if type(exc) is BaseException or type(exc).__name__ == "PanicException":
+            raise DecodeError(f"loro rejected update: {exc}") from None
+        raise
+
+
+def _vv_ends(vv: loro.VersionVector) -> dict[int, int]:
+    return {int(p): int(hi) for p, (_lo, hi) in vv.to_spans().inner().items()}
+
+
+def _check_update(blob: bytes, peer: int) -> tuple[int, int]:
+    """Validate an update's header; return its counter range ``[start, end)``."""
+    meta = _loro_call(LoroDoc.decode_import_blob_meta, blob, True)
+    if meta.mode != EncodedBlobMode.Updates:
+        raise DecodeError(f"context updates must be loro Updates, not {meta.mode}")
+    starts = _vv_ends(meta.partial_start_vv)
+    ends = _vv_ends(meta.partial_end_vv)
+    for p in sorted(ends):
+        if p != peer and ends[p] > starts.get(p, 0):
+            raise ForeignOperations(f"update carries operations of peer {p}, not {peer}")
+    start, end = starts.get(peer, 0), ends.get(peer, 0)
+    if end <= start:
+        raise DecodeError("empty context update")
+    return start, end
+
+
+def _check_value(value: Any, depth: int = 0) -> None:
+    """Raise :class:`InvalidArgument` unless ``value`` is JSON-like (plus bytes)."""
+    if depth > _MAX_DEPTH:
+        raise InvalidArgument("value nested too deeply")
+    if value is None or isinstance(value, (bool, str, bytes)):
+        return
+    if isinstance(value, int):
+        if not _INT_MIN <= value <= _INT_MAX:
+            raise InvalidArgument("integers must fit in int64")
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidArgument("floats must be finite")
+    elif isinstance(value, list):
+        for v in value:
+            _check_value(v, depth + 1)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise InvalidArgument("dict keys must be strings")
+            _check_value(v, depth + 1)
+    else:
+        raise InvalidArgument(f"unsupported value type {type(value).__name__}")
+
+
+def _checked(value: Any) -> Any:
+    _check_value(value)
+    if len(pack(value)) > MAX_VALUE_BYTES:
+        raise InvalidArgument(f"value over {MAX_VALUE_BYTES} bytes: store it as a blob")
+    return value
+
+
+def _check_root(name: str) -> str:
+    if not isinstance(name, str) or not CONTEXT_PATTERN.match(name):
+        raise InvalidArgument(f"bad name {name!r:.80}: must match {CONTEXT_PATTERN.pattern}")
+    return name
+
+
+def _plain(v: Any) -> Any:
+    """A loro ``ValueOrContainer`` (or ``None``) as plain Python data."""
+    if v is None:
+        return None
+    if v.is_value:
+        return v.value
+    return v.container.get_deep_value()
+
+
+def _deep(container: Any) -> Any:
+    """``container.get_deep_value()`` as plain (untyped) Python data."""
+    return container.get_deep_value()
+
+
+def _number(x: float) -> int | float:
+    return int(x) if float(x).is_integer() and abs(x) < 2**53 else x
+
+
+class ListHandle:
+    """An append-friendly list (chat history, tool outputs)."""
+
+    __slots__ = ("_ctx", "_list")
+
+    def __init__(self, ctx: Context, name: str) -> None:
+        self._ctx = ctx
+        self._list = ctx._doc.get_list(name)
+
+    def append(self, value: Any) -> None:
+        """Append ``value`` at the end."""
+        self._ctx._writable()
+        self._list.push(_checked(value))
+
+    def insert(self, index: int, value: Any) -> None:
+        """Insert ``value`` before position ``index``."""
+        self._ctx._writable()
+        if not 0 <= index <= len(self):
+            raise InvalidArgument(f"index {index} out of range")
+        self._list.insert(index, _checked(value))
+
+    def delete(self, index: int, count: int = 1) -> None:
+        """Delete ``count`` items starting at ``index``."""
+        self._ctx._writable()
+        if not (index >= 0 and count >= 0 and index + count <= len(self)):
+            raise InvalidArgument(f"range {index}+{count} out of bounds")
+        self._list.delete(index, count)
+
+    def __len__(self) -> int:
+        return len(_deep(self._list))
+
+    def __getitem__(self, index: int) -> Any:
+        return self.to_list()[index]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.to_list())
+
+    def to_list(self) -> list[Any]:
+        """The items as a plain list."""
+        return list(_deep(self._list))
+
+
+class CounterHandle:
+    """A counter: concurrent additions all count (never LWW)."""
+
+    __slots__ = ("_counter", "_ctx")
+
+    def __init__(self, ctx: Context, name: str) -> None:
+        self._ctx = ctx
+        self._counter = ctx._doc.get_counter(name)
+
+    def add(self, n: int | float = 1) -> None:
+        """Add ``n`` (may be negative)."""
+        self._ctx._writable()
+        if isinstance(n, bool) or not isinstance(n, (int, float)) or not math.isfinite(n):
+            raise InvalidArgument("counter increments must be finite numbers")
+        self._counter.increment(n)
+
+    @property
+    def value(self) -> int | float:
+        """The sum of all additions (an int when integral)."""
+        return _number(self._counter.value)
+
+
+class TextHandle:
+    """Collaborative plain text (character positions are Unicode code points)."""
+
+    __slots__ = ("_ctx", "_text")
+
+    def __init__(self, ctx: Context, name: str) -> None:
+        self._ctx = ctx
+        self._text = ctx._doc.get_text(name)
+
+    def insert(self, pos: int, s: str) -> None:
+        """Insert ``s`` at code point ``pos``."""
+        self._ctx._writable()
+        if not isinstance(s, str) or not 0 <= pos <= len(self):
+            raise InvalidArgument("bad text insert")
+        _checked(s)
+        self._text.insert(pos, s)
+
+    def append(self, s: str) -> None:
+        """Append ``s``."""
+        self.insert(len(self), s)
+
+    def delete(self, pos: int, count: int) -> None:
+        """Delete ``count`` code points at ``pos``."""
+        self._ctx._writable()
+        if not (pos >= 0 and count >= 0 and pos + count <= len(self)):
+            raise InvalidArgument("bad text range")
+        self._text.delete(pos, count)
+
+    def __len__(self) -> int:
+        return int(self._text.len_unicode)
+
+    def __str__(self) -> str:
+        return str(self._text.to_string())
+
+
+class Context:
+    """Typed access to one context: a key/value map plus named lists, counters, texts.
+
+    Reads always work; writes need a view built with the local author and go
+    to the journal on the next :meth:`ContextView.pending_update`.
+    """
+
+    __slots__ = ("_doc", "_kv", "_view", "name")
+
+    def __init__(self, view: ContextView, name: str, doc: LoroDoc) -> None:
+        self._view = view
+        self.name = name
+        self._doc = doc
+        self._kv = doc.get_map(_KV_ROOT)
+
+    def _writable(self) -> None:
+        if self._view.author is None:
+            raise InvalidArgument("this context view is read-only (no local author)")
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._writable()
+        if not isinstance(key, str):
+            raise InvalidArgument("keys must be strings")
+        self._kv.insert(key, _checked(value))
+
+    def __getitem__(self, key: str) -> Any:
+        v = self._kv.get(key)
+        if v is None:
+            raise KeyError(key)
+        return _plain(v)
+
+    def __delitem__(self, key: str) -> None:
+        self._writable()
+        if self._kv.get(key) is None:
+            raise KeyError(key)
+        self._kv.delete(key)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self._kv.get(key) is not None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """``ctx[key]`` or ``default``."""
+        v = self._kv.get(key)
+        return default if v is None else _plain(v)
+
+    def keys(self) -> list[str]:
+        """The keys of the map, sorted."""
+        return sorted(self._kv.keys())
+
+    def to_dict(self) -> dict[str, Any]:
+        """The key/value map as a plain dict (keys sorted)."""
+        value = _deep(self._kv)
+        return {k: value[k] for k in sorted(value)}
+
+    def list(self, name: str) -> ListHandle:
+        """The list called ``name``."""
+        return ListHandle(self, _check_root(name))
+
+    def counter(self, name: str) -> CounterHandle:
+        """The counter called ``name``."""
+        return CounterHandle(self, _check_root(name))
+
+    def text(self, name: str) -> TextHandle:
+        """The text called ``name``."""
+        return TextHandle(self, _check_root(name))
+
+
+class ContextView(ViewBase):
+    """All contexts of the swarm, fed by ``ctx.update`` events.
+
+    ``author`` is the local node's public key (``None`` for a read-only
+    replica such as an observer or a simulator checker).
+    """
+
+    kinds = frozenset({KIND_UPDATE})
+
+    def __init__(self, author: bytes | None = None) -> None:
+        super().__init__()
+        self.author = author
+        self._peer = None if author is None else peer_id_of(author)
+        self._docs: dict[str, LoroDoc] = {}
+        # (context, peer) -> counter where that peer's next update must start
+        self._next: dict[tuple[str, int], int] = {}
+        # context -> local counter exported so far
+        self._exported: dict[str, int] = {}
+
+    def _doc(self, name: str) -> LoroDoc:
+        doc = self._docs.get(name)
+        if doc is None:
+            doc = LoroDoc()  # type: ignore[no-untyped-call]
+            if self._peer is not None:
+                doc.peer_id = self._peer
+            self._docs[name] = doc
+        return doc
+
+    def context(self, name: str = "default") -> Context:
+        """A typed handle on the context called ``name`` (created on first use)."""
+        return Context(self, _check_root(name), self._doc(_check_root(name)))
+
+    def names(self) -> list[str]:
+        """Context names known to this view, sorted."""
+        return sorted(self._docs)
+
+    # -- local writes -> events ------------------------------------------------
+
+    def pending_update(self) -> tuple[str, dict[str, Any]] | None:
+        """The next ``(kind, body)`` to append to the local feed, or ``None``.
+
+        Call repeatedly until ``None``: each call covers one context and at
+        most :data:`MAX_UPDATE_BYTES` of update.
+        """
+        if self._peer is None:
+            return None
+        peer = self._peer
+        for name in sorted(self._docs):
+            doc = self._docs[name]
+            doc.commit()
+            start = self._exported.get(name, 0)
+            end = _vv_ends(doc.oplog_vv).get(peer, 0)
+            while end > start:
+                blob = doc.export(
+                    ExportMode.UpdatesInRange([IdSpan(peer, CounterSpan(start, end))])
+                )
+                if len(blob) <= MAX_UPDATE_BYTES:
+                    self._exported[name] = end
+                    return KIND_UPDATE, {"c": name, "u": blob}
+                if end - start == 1:  # cannot happen with MAX_VALUE_BYTES; never loop
+                    raise InvalidArgument("a single operation exceeds the update limit")
+                end = start + (end - start) // 2
+        return None
+
+    # -- events -> state -------------------------------------------------------
+
+    def apply(self, event: Event) -> None:
+        """Import one ``ctx.update`` event (never raises for bad bodies)."""
+        if event.kind != KIND_UPDATE:
+            return
+        try:
+            self._apply(event)
+        except RemoteProtocolError as exc:
+            self._reject(exc)
+
+    def _apply(self, event: Event) -> None:
+        body = event.body
+        if type(body) is not dict or set(body) != {"c", "u"}:
+            raise DecodeError("ctx.update body must be {c, u}")
+        name, blob = body["c"], body["u"]
+        if type(name) is not str or not CONTEXT_PATTERN.match(name):
+            raise InvalidName(f"bad context name {name!r:.80}")
+        if type(blob) is not bytes:
+            raise DecodeError("ctx.update u must be bytes")
+        peer = peer_id_of(event.author)
+        start, end = _check_update(blob, peer)
+        expected = self._next.get((name, peer), 0)
+        if start != expected:
+            raise OpsOutOfOrder(f"update starts at op {start}, expected {expected}")
+        doc = self._doc(name)
+        if event.author == self.author:
+            # Our own write coming back: already in the doc (or being rebuilt).
+            self._exported[name] = max(self._exported.get(name, 0), end)
+            doc.commit()
+        _loro_call(doc.import_, blob)
+        self._next[(name, peer)] = end
+        self.applied += 1
+
+    # -- inspection -------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, dict[str, Any]]:
+        """Every non-empty context as plain data.
+
+        ``{context: {"kv": {...}, "list": {name: [...]}, "counter": {name: n},
+        "text": {name: str}, "other": {"name:Type": value}}}``. Empty roots
+        (``[]``, ``{}``, ``""``, ``0``) are left out, so a container that a
+        replica merely opened is indistinguishable from one it never saw.
+        """
+        out: dict[str, dict[str, Any]] = {}
+        for name in sorted(self._docs):
+            snap = _doc_snapshot(self._docs[name])
+            if snap:
+                out[name] = snap
+        return out
+
+    def digest(self) -> bytes:
+        """Hash of :meth:`snapshot`."""
+        return state_digest("ctx", self.snapshot())
+
+
+_ROOT_KINDS = {"List": "list", "Counter": "counter", "Text": "text"}
+
+
+def _doc_snapshot(doc: LoroDoc) -> dict[str, Any]:
+    doc.commit()
+    snap: dict[str, Any] = {}
+    entries: dict[str, Any] = doc.get_deep_value_with_id()  # type: ignore[assignment]
+    for entry in entries.values():
+        cid = str(entry["cid"])
+        root, _, ctype = cid.removeprefix("cid:root-").rpartition(":")
+        if ctype == "Map" and root == _KV_ROOT:
+            value: Any = _deep(doc.get_map(root))
+            section = None
+        elif ctype == "List":
+            value = _deep(doc.get_list(root))
+            section = "list"
+        elif ctype == "Counter":
+            value = _number(doc.get_counter(root).value)
+            section = "counter"
+        elif ctype == "Text":
+            value = doc.get_text(root).to_string()
+            section = "text"
+        else:
+            value = entry["value"]
+            section, root = "other", f"{root}:{ctype}"
+        if value in ([], {}, "", 0) and not isinstance(value, bool):
+            continue
+        if section is None:
+            snap[_KV_ROOT] = value
+        else:
+            snap.setdefault(section, {})[root] = value
+    return snap

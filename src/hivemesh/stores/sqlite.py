@@ -1,0 +1,416 @@
+"""SQLite feed store: the node's durable journal and blob cache.
+
+Theory of operation
+-------------------
+One SQLite file per node, in WAL mode, implementing
+:class:`hivemesh.core.store.FeedStore`::
+
+    meta   (key TEXT PRIMARY KEY, value)              -- magic, schema version
+    events (author, seq, raw)    PK (author, seq)      WITHOUT ROWID
+    sigs   (author, seq, sig)    PK (author, seq)      WITHOUT ROWID
+    feeds  (author, last_seq, last_hash, n_sigs)       WITHOUT ROWID
+    blobs  (digest, data)        PK digest             WITHOUT ROWID
+
+Guarantees
+~~~~~~~~~~
+* **Atomic, durable appends.** :meth:`SQLiteStore.append` writes a batch's
+  events, its signature and the feed's new head in one transaction. When it
+  returns, the batch is committed.
+
+  - ``durability="process"`` (default): ``synchronous=NORMAL``. The commit is
+    in the WAL via ``write(2)`` before ``append`` returns, so it survives the
+    *process* being killed at any instant (``kill -9``, OOM, crash). An OS
+    crash or power loss may roll back the last few commits, never corrupt
+    the file.
+  - ``durability="power"``: ``synchronous=FULL``. The WAL is fsync'ed on
+    every commit; acknowledged appends also survive power loss. Slower.
+
+* **Only hivemesh files open.** The file is created atomically (built under a
+  temporary name, fsync'ed, then linked into place), carries SQLite
+  ``application_id`` :data:`APPLICATION_ID` and a ``meta`` row with
+  :data:`MAGIC` and the schema version. An existing file that is empty, not
+  SQLite, or lacks the magic raises :class:`~hivemesh.errors.StoreCorrupt`;
+  a newer schema raises :class:`~hivemesh.errors.StoreError`.
+
+* **Errors are typed.** SQLite corruption (``SQLITE_CORRUPT``,
+  ``SQLITE_NOTADB``, "malformed") becomes :class:`StoreCorrupt` naming the
+  file; every other SQLite failure (I/O, locking, full disk) becomes
+  :class:`StoreError`. Misuse (a batch that does not continue the stored
+  feed) is :class:`~hivemesh.errors.InvalidArgument`.
+
+What this module does *not* check is cryptography: a byte flipped inside a
+stored event still reads back. :func:`hivemesh.stores.replay.verify_feeds`
+re-derives every hash chain and checks every signature at rehydration.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import sqlite3
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Literal
+
+from hivemesh.core.event import GENESIS, Event
+from hivemesh.core.store import StoredHead
+from hivemesh.errors import InvalidArgument, StoreCorrupt, StoreError
+
+__all__ = ["APPLICATION_ID", "MAGIC", "SCHEMA_VERSION", "Durability", "FeedSummary", "SQLiteStore"]
+
+#: SQLite header ``application_id`` of a hivemesh store ("HMST").
+APPLICATION_ID = 0x484D5354
+#: Value of the ``magic`` row in the ``meta`` table.
+MAGIC = "hivemesh-store"
+#: Schema version written by this module; older readers refuse newer files.
+SCHEMA_VERSION = 1
+
+Durability = Literal["process", "power"]
+
+#: ``author -> (last_seq, last_hash, number of stored signatures)``.
+FeedSummary = dict[bytes, tuple[int, bytes, int]]
+
+_SQLITE_CORRUPT = 11
+_SQLITE_NOTADB = 26
+_SCAN_ROWS = 4096
+
+_SCHEMA = (
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID",
+    "CREATE TABLE events (author BLOB NOT NULL, seq INTEGER NOT NULL, raw BLOB NOT NULL,"
+    " PRIMARY KEY (author, seq)) WITHOUT ROWID",
+    "CREATE TABLE sigs (author BLOB NOT NULL, seq INTEGER NOT NULL, sig BLOB NOT NULL,"
+    " PRIMARY KEY (author, seq)) WITHOUT ROWID",
+    "CREATE TABLE feeds (author BLOB PRIMARY KEY, last_seq INTEGER NOT NULL,"
+    " last_hash BLOB NOT NULL, n_sigs INTEGER NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE blobs (digest BLOB PRIMARY KEY, data BLOB NOT NULL) WITHOUT ROWID",
+)
+
+
+def blob_digest(data: bytes) -> bytes:
+    """The content address of blob bytes: ``blake2b-256``."""
+    return hashlib.blake2b(data, digest_size=32).digest()
+
+
+def _is_corruption(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int) and code & 0xFF in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
+        return True
+    msg = str(exc).lower()
+    return "malformed" in msg or "not a database" in msg or "corrupt" in msg
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class SQLiteStore:
+    """A :class:`~hivemesh.core.store.FeedStore` in one SQLite (WAL) file.
+
+    Not thread-safe: use one instance per thread (SQLite itself serialises
+    writers across processes).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, durability: Durability = "process") -> None:
+        if durability not in ("process", "power"):
+            raise InvalidArgument(f"durability must be 'process' or 'power', not {durability!r}")
+        self.path = Path(path)
+        self.durability: Durability = durability
+        self._db: sqlite3.Connection | None = None
+        if not self.path.exists():
+            self._create()
+        elif self.path.stat().st_size == 0:
+            raise StoreCorrupt(f"{self.path}: store file is empty (torn or truncated)")
+        self._db = self._open()
+
+    # -- opening ----------------------------------------------------------------
+
+    def _corrupt(self, what: str) -> StoreCorrupt:
+        return StoreCorrupt(f"{self.path}: {what}")
+
+    @contextlib.contextmanager
+    def _guard(self, doing: str) -> Iterator[None]:
+        """Turn sqlite3 exceptions into the hivemesh error tree."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            if _is_corruption(exc):
+                raise self._corrupt(f"store is corrupt while {doing}: {exc}") from exc
+            raise StoreError(f"{self.path}: SQLite failed while {doing}: {exc}") from exc
+
+    def _create(self) -> None:
+        for suffix in ("-wal", "-shm"):
+            side = Path(f"{self.path}{suffix}")
+            if side.exists():
+                raise self._corrupt(
+                    f"no store file but {side.name} exists (database deleted or torn); "
+                    "refusing to create a new store over it"
+                )
+        tmp = self.path.with_name(f".{self.path.name}.init-{os.getpid()}")
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        with self._guard("creating the store"):
+            db = sqlite3.connect(tmp, isolation_level=None)
+            try:
+                db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                db.execute("BEGIN")
+                for stmt in _SCHEMA:
+                    db.execute(stmt)
+                db.executemany(
+                    "INSERT INTO meta (key, value) VALUES (?, ?)",
+                    [("magic", MAGIC), ("schema_version", SCHEMA_VERSION)],
+                )
+                db.execute("COMMIT")
+                db.execute("PRAGMA journal_mode = WAL")
+            finally:
+                db.close()
+        fd = os.open(tmp, os.O_RDWR)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, self.path)  # never clobbers a store created meanwhile
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
+        _fsync_dir(self.path.parent)
+
+    def _open(self) -> sqlite3.Connection:
+        with self._guard("opening the store"):
+            db = sqlite3.connect(self.path, isolation_level=None)
+            try:
+                self._check_identity(db)
+                mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    raise StoreError(f"{self.path}: cannot enable WAL mode (got {mode!r})")
+                sync = "FULL" if self.durability == "power" else "NORMAL"
+                db.execute(f"PRAGMA synchronous = {sync}")
+                db.execute("PRAGMA cell_size_check = ON")
+                db.execute("PRAGMA trusted_schema = OFF")
+            except BaseException:
+                db.close()
+                raise
+        return db
+
+    def _check_identity(self, db: sqlite3.Connection) -> None:
+        app_id = db.execute("PRAGMA application_id").fetchone()[0]
+        if app_id != APPLICATION_ID:
+            raise self._corrupt(
+                f"not a hivemesh store (SQLite application_id {app_id:#x}, "
+                f"want {APPLICATION_ID:#x})"
+            )
+        try:
+            rows = dict(db.execute("SELECT key, value FROM meta").fetchall())
+        except sqlite3.OperationalError as exc:
+            if _is_corruption(exc):
+                raise
+            raise self._corrupt(f"not a hivemesh store (no meta table: {exc})") from exc
+        if rows.get("magic") != MAGIC:
+            raise self._corrupt(f"not a hivemesh store (magic {rows.get('magic')!r})")
+        version = rows.get("schema_version")
+        if type(version) is not int:
+            raise self._corrupt(f"schema version is {version!r}")
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path}: store schema v{version} is newer than this hivemesh "
+                f"(supports v{SCHEMA_VERSION}); upgrade hivemesh"
+            )
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        """The open connection; raises :class:`StoreError` after :meth:`close`."""
+        if self._db is None:
+            raise StoreError(f"{self.path}: store is closed")
+        return self._db
+
+    # -- FeedStore --------------------------------------------------------------
+
+    def append(self, author: bytes, events: Sequence[Event], sig: bytes) -> None:
+        """Atomically store contiguous events of ``author`` and the signature
+        over the last one (see :class:`~hivemesh.core.store.FeedStore`).
+
+        Raises :class:`InvalidArgument` unless the batch continues the stored
+        feed exactly (next seq, chained to the stored head).
+        """
+        if not events:
+            raise InvalidArgument("append needs at least one event")
+        if not isinstance(sig, bytes) or not sig:
+            raise InvalidArgument("append needs a signature")
+        prev = events[0]
+        if prev.author != author:
+            raise InvalidArgument("batch event is not by the given author")
+        for e in events[1:]:
+            if e.author != author or e.seq != prev.seq + 1 or e.prev != prev.id:
+                raise InvalidArgument(f"batch is not a contiguous chain at #{e.seq}")
+            prev = e
+        first, last = events[0], events[-1]
+        db = self.db
+        with self._guard("appending"):
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                row = db.execute(
+                    "SELECT last_seq, last_hash, n_sigs FROM feeds WHERE author = ?", (author,)
+                ).fetchone()
+                last_seq, last_hash, n_sigs = row if row is not None else (0, GENESIS, 0)
+                if first.seq != last_seq + 1:
+                    raise InvalidArgument(
+                        f"append must continue the stored feed: got #{first.seq}, "
+                        f"stored up to #{last_seq}"
+                    )
+                if first.prev != last_hash:
+                    raise InvalidArgument(f"event #{first.seq} does not chain to the stored head")
+                db.executemany(
+                    "INSERT INTO events (author, seq, raw) VALUES (?, ?, ?)",
+                    [(author, e.seq, e.raw) for e in events],
+                )
+                db.execute(
+                    "INSERT INTO sigs (author, seq, sig) VALUES (?, ?, ?)", (author, last.seq, sig)
+                )
+                db.execute(
+                    "INSERT OR REPLACE INTO feeds (author, last_seq, last_hash, n_sigs)"
+                    " VALUES (?, ?, ?, ?)",
+                    (author, last.seq, last.id, n_sigs + 1),
+                )
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+
+    def heads(self) -> dict[bytes, StoredHead]:
+        """The last stored ``(seq, hash)`` of every author."""
+        return {a: (s, h) for a, (s, h, _) in self.feed_summary().items()}
+
+    def feed_summary(self) -> FeedSummary:
+        """``author -> (last_seq, last_hash, n_sigs)`` from the ``feeds`` table.
+
+        :func:`~hivemesh.stores.replay.verify_feeds` checks the events and
+        signatures actually stored against it.
+        """
+        with self._guard("reading feed heads"):
+            rows = self.db.execute(
+                "SELECT author, last_seq, last_hash, n_sigs FROM feeds ORDER BY author"
+            ).fetchall()
+        out: FeedSummary = {}
+        for author, seq, h, n in rows:
+            if not (type(author) is bytes and type(seq) is int and type(h) is bytes):
+                raise self._corrupt("feeds table holds a malformed row")
+            out[author] = (seq, h, n)
+        return out
+
+    def signed_seqs(self, author: bytes) -> list[int]:
+        """Ascending seqs of ``author`` for which a signature is stored."""
+        return [s for s, _ in self.signatures(author)]
+
+    def signatures(self, author: bytes) -> list[tuple[int, bytes]]:
+        """Every stored ``(seq, sig)`` of ``author``, ascending."""
+        with self._guard("reading signatures"):
+            rows: list[tuple[int, bytes]] = self.db.execute(
+                "SELECT seq, sig FROM sigs WHERE author = ? ORDER BY seq", (author,)
+            ).fetchall()
+        return rows
+
+    def signature(self, author: bytes, seq: int) -> bytes | None:
+        """The stored signature over ``author``'s event ``seq``, if any."""
+        with self._guard("reading a signature"):
+            row = self.db.execute(
+                "SELECT sig FROM sigs WHERE author = ? AND seq = ?", (author, seq)
+            ).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def read_range(self, author: bytes, start: int, end: int) -> list[bytes]:
+        """Encoded events ``start..end`` (inclusive) of ``author``."""
+        with self._guard("reading events"):
+            rows = self.db.execute(
+                "SELECT raw FROM events WHERE author = ? AND seq BETWEEN ? AND ? ORDER BY seq",
+                (author, start, end),
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    def iter_rows(self, chunk: int = _SCAN_ROWS) -> Iterator[list[tuple[bytes, int, bytes]]]:
+        """Stream every stored event as chunks of ``(author, seq, raw)`` rows,
+        ordered by author then seq, holding at most ``chunk`` rows at a time."""
+        with self._guard("scanning events"):
+            cur = self.db.execute("SELECT author, seq, raw FROM events ORDER BY author, seq")
+            try:
+                while rows := cur.fetchmany(chunk):
+                    yield rows
+            finally:
+                cur.close()
+
+    def scan(self) -> Iterator[tuple[bytes, list[bytes], list[tuple[int, bytes]]]]:
+        """Every author's full feed for rehydration (see ``FeedStore.scan``).
+
+        Streams rows from SQLite; memory is bounded by the largest single feed.
+        Prefer :meth:`iter_rows` for bounded memory.
+        """
+        author: bytes | None = None
+        raws: list[bytes] = []
+        for rows in self.iter_rows():
+            for a, _seq, raw in rows:
+                if a != author:
+                    if author is not None:
+                        yield author, raws, self.signatures(author)
+                    author, raws = a, []
+                raws.append(raw)
+        if author is not None:
+            yield author, raws, self.signatures(author)
+
+    def put_blob(self, digest: bytes, data: bytes) -> None:
+        """Store blob bytes under their content hash (idempotent).
+
+        Raises :class:`InvalidArgument` if ``digest`` is not the blake2b-256
+        of ``data``.
+        """
+        if blob_digest(data) != digest:
+            raise InvalidArgument("blob digest does not match its bytes")
+        with self._guard("storing a blob"):
+            self.db.execute(
+                "INSERT OR IGNORE INTO blobs (digest, data) VALUES (?, ?)", (digest, data)
+            )
+
+    def get_blob(self, digest: bytes) -> bytes | None:
+        """Blob bytes, or None if not held; :class:`StoreCorrupt` if the stored
+        bytes no longer match their address."""
+        with self._guard("reading a blob"):
+            row = self.db.execute("SELECT data FROM blobs WHERE digest = ?", (digest,)).fetchone()
+        if row is None:
+            return None
+        data = row[0]
+        if type(data) is not bytes or blob_digest(data) != digest:
+            raise self._corrupt(f"blob {digest.hex()[:16]} does not match its content hash")
+        return data
+
+    def check(self) -> None:
+        """Run SQLite's ``quick_check`` over the whole file (O(size)).
+
+        Raises :class:`StoreCorrupt` with SQLite's findings.
+        """
+        with self._guard("checking the store"):
+            rows = self.db.execute("PRAGMA quick_check").fetchall()
+        if [r[0] for r in rows] != ["ok"]:
+            found = "; ".join(str(r[0]) for r in rows[:5])
+            raise self._corrupt(f"SQLite quick_check failed: {found}")
+
+    def close(self) -> None:
+        """Checkpoint the WAL and close the file (idempotent)."""
+        db, self._db = self._db, None
+        if db is not None:
+            with self._guard("closing"):
+                db.close()
+
+    def __enter__(self) -> SQLiteStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({str(self.path)!r}, durability={self.durability!r})"
