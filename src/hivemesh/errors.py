@@ -37,7 +37,8 @@ Every class carries a short stable ``code`` used as the counter name in
     │   ├── ForeignOperations
     │   ├── BlobMismatch
     │   ├── OpsOutOfOrder
-    │   └── InvalidName
+    │   ├── InvalidName
+    │   └── BadRecord              (transport area)
     ├── StoreError
     │   └── StoreCorrupt
     ├── TransportError
@@ -45,7 +46,10 @@ Every class carries a short stable ``code`` used as the counter name in
     │   ├── PeerIdentityMismatch
     │   ├── UnknownPeer
     │   ├── ConnectionClosed
-    │   └── DeadlineExceeded
+    │   ├── DeadlineExceeded
+    │   ├── PeerUnreachable        (transport area)
+    │   ├── WouldBlock             (transport area)
+    │   └── DaemonNotRunning       (runtime area)
     └── CoordinationError
         ├── LeaseUnavailable
         ├── LeaseLost
@@ -57,12 +61,14 @@ from __future__ import annotations
 
 __all__ = [
     "BackendUnavailable",
+    "BadRecord",
     "BadSignature",
     "BlobMismatch",
     "BrokenChain",
     "ConfigError",
     "ConnectionClosed",
     "CoordinationError",
+    "DaemonNotRunning",
     "DeadlineExceeded",
     "DecodeError",
     "ForeignOperations",
@@ -79,6 +85,7 @@ __all__ = [
     "LocalProtocolError",
     "OpsOutOfOrder",
     "PeerIdentityMismatch",
+    "PeerUnreachable",
     "RemoteProtocolError",
     "ReplayError",
     "StaleFencingToken",
@@ -88,6 +95,7 @@ __all__ = [
     "UnknownPeer",
     "UnsupportedVersion",
     "UntrustedAuthor",
+    "WouldBlock",
 ]
 
 
@@ -299,3 +307,37 @@ class InvalidName(RemoteProtocolError):
     """A name, key or context name in an event does not match its strict pattern."""
 
     code = "invalid_name"
+
+
+# -- transports --------------------------------------------------------------
+
+
+class BadRecord(RemoteProtocolError):
+    """An encrypted transport record failed authentication.
+
+    It was tampered with, replayed, reordered, truncated or forged: the
+    receiving nonce no longer matches. The connection is closed.
+    """
+
+    code = "bad_record"
+
+
+class PeerUnreachable(TransportError):
+    """A dial failed before any byte was exchanged (refused, no route)."""
+
+    code = "unreachable"
+
+
+class WouldBlock(TransportError):
+    """A ``*_nowait`` call found its bounded queue full (or empty); nothing changed."""
+
+    code = "would_block"
+
+
+# -- runtime -----------------------------------------------------------------
+
+
+class DaemonNotRunning(TransportError):
+    """No node daemon answers on the data dir's control socket."""
+
+    code = "daemon_not_running"

@@ -1,1 +1,27 @@
-"""hivemesh.transports."""
+"""hivemesh.transports: secure channels between nodes.
+
+* :mod:`~hivemesh.transports.noise` -- sans-IO Noise XX handshake with
+  Ed25519-bound static keys.
+* :mod:`~hivemesh.transports.session` -- sans-IO encrypted records carrying
+  length-prefixed frames.
+* :mod:`~hivemesh.transports.channel` / :mod:`~hivemesh.transports.tcp` --
+  the asyncio TCP driver: :func:`connect`, :func:`serve`.
+"""
+
+from hivemesh.transports.channel import ChannelOptions as ChannelOptions
+from hivemesh.transports.channel import SecureChannel as SecureChannel
+from hivemesh.transports.stats import ChannelStatistics as ChannelStatistics
+from hivemesh.transports.stats import TransportCounters as TransportCounters
+from hivemesh.transports.tcp import Listener as Listener
+from hivemesh.transports.tcp import connect as connect
+from hivemesh.transports.tcp import serve as serve
+
+__all__ = [
+    "ChannelOptions",
+    "ChannelStatistics",
+    "Listener",
+    "SecureChannel",
+    "TransportCounters",
+    "connect",
+    "serve",
+]

@@ -1,0 +1,490 @@
+"""The node daemon: an asyncio pump around the sans-IO core.
+
+Theory of operation
+-------------------
+A :class:`Daemon` owns one node's parts -- identity, SQLite store, the core
+:class:`~hivemesh.core.node.Node` with its views, the connection manager and
+the control socket -- and moves bytes and time between them. It holds no
+protocol logic of its own; that lives in the core (as aioquic's asyncio
+package wraps its sans-IO connection):
+
+* **Input.** Each channel's reader task hands frames to
+  ``node.receive(peer, frame, now_ms)``; local writes call ``node.append``.
+* **Output.** After every input, :meth:`Daemon.flush` drains
+  ``node.outbox()`` into the per-peer bounded send queues (awaiting when one
+  is full: backpressure reaches the reader that caused the traffic) and
+  ``node.events()`` into subscribers' bounded queues.
+* **Time.** One timer task sleeps until the earliest deadline of the core
+  and of the liveness table, then calls ``handle_timer(now_ms)``. Time is
+  wall-clock milliseconds; randomness is a ``random.Random`` seeded from
+  :mod:`secrets`.
+
+**Start.** Open (or create) the key file and store, verify and replay every
+stored feed into the views (rehydration), listen, announce our endpoint in a
+``node.hello`` event if it changed, dial bootstrap endpoints and every
+endpoint learnt from the journal, open the control socket.
+
+**Stop.** Close the control socket, stop dialling, close channels, flush and
+close the store. Every append was already committed when it returned, so a
+``kill -9`` loses nothing that was acknowledged either.
+
+**Liveness.** Until SWIM membership is wired in, a member is ``alive`` while
+a channel to it is up, ``suspect`` once it is lost, and ``down`` after
+``suspect_timeout_ms`` without a channel (redialling continues with backoff).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import secrets
+import socket
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from hivemesh.config import Config, parse_endpoint
+from hivemesh.core.event import Event, decode_event
+from hivemesh.core.identity import Identity, address_of, public_key_of, short
+from hivemesh.core.node import Node, NodeConfig
+from hivemesh.core.views.context import Context, ContextView
+from hivemesh.core.views.names import NamesView
+from hivemesh.errors import InvalidAddress, InvalidArgument, UnknownPeer
+from hivemesh.runtime.connections import ConnectionManager
+from hivemesh.runtime.endpoints import KIND_HELLO, EndpointsView, hello_body
+from hivemesh.runtime.trustlist import TrustList
+from hivemesh.transports import ChannelOptions
+
+__all__ = ["Daemon", "Member", "now_ms"]
+
+log = logging.getLogger("hivemesh.runtime")
+
+_SUBSCRIBER_QUEUE = 1024
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds (the time the core is given)."""
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(slots=True)
+class Member:
+    """What this node believes about another node."""
+
+    address: str
+    state: str  # alive | suspect | down
+    changed_ms: int
+    lost_ms: int | None = None
+
+
+class Subscription:
+    """A bounded queue of events of some kinds; overflow is counted."""
+
+    def __init__(self, kinds: frozenset[str] | None, maxsize: int = _SUBSCRIBER_QUEUE) -> None:
+        self.kinds = kinds
+        self.queue: asyncio.Queue[Event] = asyncio.Queue(maxsize)
+        self.dropped = 0
+
+    def offer(self, ev: Event) -> None:
+        if self.kinds is not None and ev.kind not in self.kinds:
+            return
+        try:
+            self.queue.put_nowait(ev)
+        except asyncio.QueueFull:
+            self.dropped += 1
+
+
+class Daemon:
+    """One running node (see module docs)."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.counters: Counter[str] = Counter()
+        self.members: dict[str, Member] = {}
+        self.started_ms = 0
+        self.rehydrated = 0
+        self.listen_port = 0
+        self._subs: list[Subscription] = []
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._flush_lock = asyncio.Lock()
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._control: Any = None
+        self._started = False
+        self.identity: Identity
+        self.node: Node
+        self.context_view: ContextView
+        self.names: NamesView
+        self.endpoints: EndpointsView
+        self.conns: ConnectionManager
+        self.trust: TrustList
+
+    @property
+    def address(self) -> str:
+        """This node's address."""
+        return self.identity.address
+
+    # -- lifecycle -------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open everything and start serving (see module docs)."""
+        from hivemesh.stores.keyfile import load_or_create_identity
+        from hivemesh.stores.sqlite import SQLiteStore
+
+        cfg = self.config
+        cfg.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.identity = load_or_create_identity(cfg.data_dir)
+        self.trust = TrustList.load(cfg.trust_path)
+        store = SQLiteStore(cfg.store_path)
+        rng = random.Random(secrets.randbits(128))
+        self.started_ms = now_ms()
+        self.node = Node(
+            self.identity,
+            store,
+            rng,
+            now_ms=self.started_ms,
+            config=NodeConfig(sync_interval_ms=cfg.sync_interval_ms),
+            trusted=self._author_trusted,
+        )
+        self.context_view = ContextView(self.identity.public)
+        self.names = NamesView()
+        self.endpoints = EndpointsView()
+        for view in (self.context_view, self.names, self.endpoints):
+            self.node.add_view(view)
+        self.rehydrated = self.node.rehydrate(self._replay(store))
+        self.conns = ConnectionManager(
+            self.identity,
+            authorize=self._authorize,
+            on_frame=self._on_frame,
+            on_peer=self._on_peer,
+            dial_timeout_s=cfg.dial_timeout_s,
+            reconnect_min_s=cfg.reconnect_min_s,
+            reconnect_max_s=cfg.reconnect_max_s,
+            slow_peer_timeout_s=cfg.slow_peer_timeout_s,
+            rng=random.Random(secrets.randbits(128)),
+            options=ChannelOptions(send_queue_frames=cfg.send_queue_frames),
+        )
+        host, port = cfg.listen_endpoint()
+        self.listen_port = await self.conns.listen(host, port)
+        self._announce(host)
+        if cfg.name and self.names.resolve(cfg.name) != self.address:
+            self.node.append(*NamesView.claim(cfg.name), now_ms())
+        for address, eps in self.endpoints.known().items():
+            self._learn(address, eps)
+        for b in cfg.bootstrap:
+            addr, _, ep = b.rpartition("@")
+            h, p = parse_endpoint(ep)
+            self.conns.want(h, p, addr or None)
+        from hivemesh.runtime.control import ControlServer
+
+        self._control = ControlServer(self, cfg.control_path, timeout_s=cfg.control_timeout_s)
+        await self._control.start()
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._timer_loop()))
+        self._started = True
+        await self.flush()
+        log.info(
+            "node %s listening on %s:%d (%d events replayed)",
+            short(self.address),
+            host,
+            self.listen_port,
+            self.rehydrated,
+        )
+
+    async def stop(self) -> None:
+        """Shut down cleanly: stop serving, close channels, close the store."""
+        if not self._started:
+            return
+        self._started = False
+        self._stopping.set()
+        if self._control is not None:
+            await self._control.close()
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(BaseException):
+                await t
+        await self.conns.close()
+        self.node.journal.store.close()
+        log.info("node %s stopped", short(self.address))
+
+    def request_stop(self) -> None:
+        """Ask :meth:`run_until_stopped` to return (signal handlers, ``stop`` op)."""
+        self._stopping.set()
+
+    async def run_until_stopped(self) -> None:
+        """Wait until :meth:`request_stop`; then :meth:`stop`."""
+        await self._stopping.wait()
+        await self.stop()
+
+    def _replay(self, store: Any) -> Iterable[Event]:
+        try:
+            from hivemesh.stores.replay import verify_feeds
+        except ImportError:  # pragma: no cover - until stores.replay lands
+            for _author, raws, _sigs in store.scan():
+                for raw in raws:
+                    yield decode_event(raw)
+            return
+        yield from verify_feeds(store)
+
+    def _announce(self, host: str) -> None:
+        if self.config.advertise:
+            ep = self.config.advertise
+        else:
+            if host in ("0.0.0.0", "", "::"):
+                try:
+                    host = socket.gethostbyname(socket.gethostname())
+                except OSError:
+                    host = "127.0.0.1"
+            ep = f"{host}:{self.listen_port}"
+        if self.endpoints.endpoints(self.address) != [ep]:
+            self.node.append(KIND_HELLO, hello_body([ep]), now_ms())
+
+    # -- trust -------------------------------------------------------------------
+
+    def _authorize(self, address: str) -> bool:
+        ok = self.trust.admits(address, open_mode=self.config.trust_mode == "open")
+        if not ok:
+            self.counters["refused_untrusted_peer"] += 1
+        return ok
+
+    def _author_trusted(self, author: bytes) -> bool:
+        return self.trust.admits(address_of(author), open_mode=self.config.trust_mode == "open")
+
+    async def revoke(self, address: str) -> None:
+        """Revoke ``address``: refuse its channels and its new events."""
+        public_key_of(address)
+        self.trust.revoke(address)
+        self.conns.forget(address)
+        await self.conns.disconnect(address, "revoked", revoked=True)
+        self.node.remove_peer(address)
+        self.members.pop(address, None)
+
+    def admit(self, address: str) -> None:
+        """Trust ``address`` (invite mode) and lift any revocation."""
+        public_key_of(address)
+        self.trust.admit(address)
+        self._learn(address, self.endpoints.endpoints(address))
+
+    # -- the pump ------------------------------------------------------------------
+
+    async def _on_frame(self, peer: str, frame: bytes) -> None:
+        self.node.receive(peer, frame, now_ms())
+        await self.flush()
+
+    async def _on_peer(self, peer: str, up: bool) -> None:
+        t = now_ms()
+        if up:
+            self.node.add_peer(peer)
+            self._set_member(peer, "alive", t)
+            self.node.sync_with(peer)
+        else:
+            self.node.remove_peer(peer)
+            m = self.members.get(peer)
+            if m is not None and m.state == "alive":
+                m.lost_ms = t
+                self._set_member(peer, "suspect", t)
+            self._learn(peer, self.endpoints.endpoints(peer))
+        await self.flush()
+
+    def _set_member(self, address: str, state: str, t: int) -> None:
+        m = self.members.get(address)
+        if m is None:
+            self.members[address] = Member(address, state, t)
+        elif m.state != state:
+            log.info("member %s %s -> %s", short(address), m.state, state)
+            m.state = state
+            m.changed_ms = t
+        else:
+            return
+        if state == "alive":
+            self.members[address].lost_ms = None
+        self.counters[f"member_{state}"] += 1
+        self._wake.set()
+
+    def _learn(self, address: str, endpoints: list[str]) -> None:
+        if address == self.address or not self._authorize(address):
+            return
+        for ep in endpoints:
+            try:
+                h, p = parse_endpoint(ep)
+            except Exception:
+                self.counters["bad_endpoint"] += 1
+                continue
+            self.conns.want(h, p, address)
+        if address not in self.members and address not in self.conns.links:
+            self.members[address] = Member(address, "suspect", now_ms(), lost_ms=now_ms())
+
+    async def flush(self) -> None:
+        """Drain the core's outbox and events (see module docs)."""
+        async with self._flush_lock:
+            while True:
+                out = self.node.outbox()
+                events = self.node.events()
+                if not out and not events:
+                    break
+                for peer, frame in out:
+                    await self.conns.send(peer, frame)
+                for ev in events:
+                    self._dispatch(ev)
+        self._wake.set()
+
+    def _dispatch(self, ev: Event) -> None:
+        if ev.kind == KIND_HELLO and ev.author != self.identity.public:
+            addr = address_of(ev.author)
+            self._learn(addr, self.endpoints.endpoints(addr))
+        for sub in self._subs:
+            sub.offer(ev)
+
+    async def _timer_loop(self) -> None:
+        while True:
+            t = now_ms()
+            self.node.handle_timer(t)
+            self._check_members(t)
+            await self.flush()
+            deadline = min(self.node.next_deadline(), self._members_deadline())
+            delay_s = max(0.0, (deadline - now_ms()) / 1000)
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), min(delay_s, 1.0))
+
+    def _members_deadline(self) -> int:
+        out = now_ms() + 1000
+        for m in self.members.values():
+            if m.state == "suspect" and m.lost_ms is not None:
+                out = min(out, m.lost_ms + self.config.suspect_timeout_ms)
+        return out
+
+    def _check_members(self, t: int) -> None:
+        for addr in sorted(self.members):
+            m = self.members[addr]
+            if (
+                m.state == "suspect"
+                and m.lost_ms is not None
+                and t >= m.lost_ms + self.config.suspect_timeout_ms
+            ):
+                self._set_member(addr, "down", t)
+
+    # -- API used by the control socket and hivemesh.Node -----------------------
+
+    def subscribe(self, kinds: Iterable[str] | None = None) -> Subscription:
+        """A bounded queue receiving new events (of ``kinds``, or all)."""
+        sub = Subscription(frozenset(kinds) if kinds is not None else None)
+        self._subs.append(sub)
+        return sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        """Stop feeding ``sub``; its drops are added to the counters."""
+        if sub in self._subs:
+            self._subs.remove(sub)
+            self.counters["subscriber_dropped"] += sub.dropped
+
+    def context(self, name: str = "default") -> Context:
+        """A handle on a shared context; call :meth:`commit` after writing."""
+        return self.context_view.context(name)
+
+    async def commit(self) -> int:
+        """Append pending local context writes to our feed and send them."""
+        n = self.commit_nowait()
+        await self.flush()
+        return n
+
+    def commit_nowait(self) -> int:
+        """Append pending local context writes (sent by the next flush)."""
+        items = []
+        while (upd := self.context_view.pending_update()) is not None:
+            items.append(upd)
+        if items:
+            self.node.append_many(items, now_ms())
+            self._wake.set()
+        return len(items)
+
+    async def append(self, kind: str, body: Any) -> Event:
+        """Append one event of our own and send it."""
+        ev = self.node.append(kind, body, now_ms())
+        await self.flush()
+        return ev
+
+    async def claim_name(self, name: str) -> str:
+        """Claim ``name`` for this node; returns the current owner."""
+        kind, body = NamesView.claim(name)
+        await self.append(kind, body)
+        owner = self.names.resolve(name)
+        return owner or self.address
+
+    def resolve(self, target: str) -> str:
+        """An address for ``target`` (an address or a claimed name)."""
+        if target.startswith("hm") and len(target) == 58:
+            try:
+                public_key_of(target)
+                return target
+            except InvalidAddress:
+                pass
+        owner = self.names.resolve(target)
+        if owner is None:
+            raise UnknownPeer(f"no node has claimed the name {target!r}")
+        return owner
+
+    def status(self) -> dict[str, Any]:
+        """Everything ``hivemesh status`` shows."""
+        j = self.node.journal
+        counters: Counter[str] = Counter()
+        counters.update(self.node.counters)
+        counters.update(self.conns.counters)
+        counters.update(self.counters)
+        counters["subscriber_dropped"] += sum(s.dropped for s in self._subs)
+        for view in (self.context_view, self.names, self.endpoints):
+            for code, n in view.rejected.items():
+                counters[f"view_rejected_{code}"] += n
+        dropped = {k: v for k, v in counters.items() if "dropped" in k or "undelivered" in k}
+        return {
+            "address": self.address,
+            "names": self.names.names_of(self.address),
+            "listen": f"{self.config.listen_endpoint()[0]}:{self.listen_port}",
+            "data_dir": str(self.config.data_dir),
+            "uptime_s": round((now_ms() - self.started_ms) / 1000, 3),
+            "journal": {
+                "events": j.total_events,
+                "feeds": len(j.heads),
+                "own_seq": j.head(self.identity.public).seq,
+                "rehydrated": self.rehydrated,
+                "version_vector": {address_of(a): s for a, s in sorted(j.version_vector().items())},
+            },
+            "peers_connected": len(self.conns.links),
+            "members": {
+                a: {"state": m.state, "since_ms": m.changed_ms}
+                for a, m in sorted(self.members.items())
+            },
+            "counters": dict(sorted(counters.items())),
+            "dropped_total": sum(dropped.values()),
+        }
+
+    def peers(self) -> list[dict[str, Any]]:
+        """Known members with their channel figures."""
+        chans = self.conns.statistics()
+        out = []
+        for addr in sorted(set(self.members) | set(chans)):
+            m = self.members.get(addr)
+            out.append(
+                {
+                    "address": addr,
+                    "names": self.names.names_of(addr),
+                    "state": m.state if m else "alive",
+                    "endpoints": self.endpoints.endpoints(addr),
+                    "channel": chans.get(addr),
+                    "revoked": self.trust.is_revoked(addr),
+                }
+            )
+        return out
+
+    def check_address(self, address: str) -> str:
+        """Validate an address argument (raises :class:`InvalidArgument`)."""
+        try:
+            public_key_of(address)
+        except InvalidAddress as exc:
+            raise InvalidArgument(str(exc)) from None
+        return address

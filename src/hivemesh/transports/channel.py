@@ -1,0 +1,364 @@
+"""One secure channel: two tasks pumping frames through a :class:`FrameSession`.
+
+Theory of operation
+-------------------
+A channel runs two tasks. The *writer* takes every queued frame up to
+``write_batch_bytes``, seals them into as few records as fit, writes once
+and drains (stall deadline ``write_stall_timeout_s``). The *reader* reads
+big chunks, opens records and queues frames; when the receive queue is full
+it stops reading, so TCP flow control pushes back on the sender, whose
+``send`` then waits (``send_nowait`` raises :class:`~hivemesh.errors.WouldBlock`).
+Nothing is dropped silently: frames accepted by ``send`` but unwritten, or
+received but unread, when a channel closes are counted in
+``frames_dropped``.
+
+A channel ends with a typed reason (:attr:`SecureChannel.close_reason`): a
+peer fault (:class:`~hivemesh.errors.BadRecord`,
+:class:`~hivemesh.errors.FrameTooLarge`, ...), a revoked trust, a stalled
+write, or a clean CLOSE from either side. ``recv`` first returns every frame
+that arrived intact, then raises :class:`~hivemesh.errors.ConnectionClosed`
+chained from that reason. Reads on an open channel have no deadline (idle
+channels are legal; liveness is the membership layer's job) but every
+wait is cancellable, and ``send`` takes an optional ``timeout_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from hivemesh.core.codec import MAX_FRAME_BYTES
+from hivemesh.errors import (
+    ConnectionClosed,
+    DeadlineExceeded,
+    HivemeshError,
+    InvalidArgument,
+    UnknownPeer,
+    WouldBlock,
+)
+from hivemesh.transports._queue import FrameQueue
+from hivemesh.transports.session import FrameSession
+from hivemesh.transports.stats import ChannelStatistics, TransportCounters
+
+__all__ = ["Authorize", "ChannelOptions", "SecureChannel", "peer_close_error"]
+
+#: The trust policy: ``authorize(address) -> bool``.
+Authorize = Callable[[str], bool]
+
+
+@dataclass(frozen=True)
+class ChannelOptions:
+    """Limits and deadlines of a channel (defaults suit a LAN mesh)."""
+
+    max_frame_bytes: int = MAX_FRAME_BYTES
+    send_queue_frames: int = 4096
+    send_queue_bytes: int = 8 * 1024 * 1024
+    recv_queue_frames: int = 4096
+    recv_queue_bytes: int = 8 * 1024 * 1024
+    write_batch_bytes: int = 256 * 1024
+    read_chunk_bytes: int = 256 * 1024
+    write_stall_timeout_s: float = 30.0
+    handshake_timeout_s: float = 5.0
+
+
+def peer_close_error(code: str) -> HivemeshError:
+    """The local error for a CLOSE item carrying ``code`` from the peer."""
+    if code == UnknownPeer.code:
+        return UnknownPeer("the peer does not trust this node (refused or revoked)")
+    if code == "normal":
+        return ConnectionClosed("the peer closed the channel")
+    return ConnectionClosed(f"the peer closed the channel: {code}")
+
+
+class SecureChannel:
+    """An authenticated, encrypted, framed connection to one peer.
+
+    Created by :func:`connect` and :func:`serve`, never directly.
+    """
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        session: FrameSession,
+        *,
+        peer_address: str,
+        handshake_hash: bytes,
+        options: ChannelOptions,
+        counters: TransportCounters,
+        initial_frames: list[bytes],
+    ) -> None:
+        #: The peer's proven hivemesh address.
+        self.peer_address = peer_address
+        #: The Noise handshake hash (a channel binding, same on both sides).
+        self.handshake_hash = handshake_hash
+        self._reader = reader
+        self._writer = writer
+        self._session = session
+        self._opts = options
+        self._counters = counters
+        self._sendq = FrameQueue(options.send_queue_frames, options.send_queue_bytes)
+        self._recvq = FrameQueue(options.recv_queue_frames, options.recv_queue_bytes)
+        self._close_reason: HivemeshError | None = None
+        self._errors: dict[str, int] = {}
+        self._closed = asyncio.Event()
+        self._writer_idle = asyncio.Event()
+        self._writer_idle.set()
+        self.frames_in = self.bytes_in = self.frames_out = self.bytes_out = 0
+        self.frames_dropped = self.send_waits = self.send_would_block = 0
+        self._initial_frames = initial_frames  # arrived with the ACCEPT
+        counters.attach(self)
+        self._tasks = (
+            asyncio.create_task(self._write_loop(), name=f"hm-tx-{peer_address[:12]}"),
+            asyncio.create_task(self._read_loop(), name=f"hm-rx-{peer_address[:12]}"),
+        )
+
+    # -- public API ----------------------------------------------------------
+
+    @property
+    def close_reason(self) -> HivemeshError | None:
+        """Why the channel ended (``None`` while open)."""
+        return self._close_reason
+
+    @property
+    def is_closed(self) -> bool:
+        """True once the channel has ended for any reason."""
+        return self._close_reason is not None
+
+    def _closed_error(self) -> ConnectionClosed:
+        reason = self._close_reason
+        err = ConnectionClosed(f"channel to {self.peer_address[:12]} closed: {reason}")
+        err.__cause__ = reason
+        return err
+
+    def _check_frame(self, frame: bytes) -> None:
+        if self._close_reason is not None:
+            raise self._closed_error()
+        if len(frame) > self._opts.max_frame_bytes:
+            raise InvalidArgument(
+                f"frame of {len(frame)} bytes exceeds the limit {self._opts.max_frame_bytes}"
+            )
+
+    def send_nowait(self, frame: bytes) -> None:
+        """Queue ``frame`` or raise :class:`WouldBlock` if the send queue is full."""
+        self._check_frame(frame)
+        if not self._sendq.put_nowait(bytes(frame)):
+            self.send_would_block += 1
+            raise WouldBlock(f"send queue to {self.peer_address[:12]} is full")
+        self._writer_idle.clear()
+
+    async def send(self, frame: bytes, *, timeout_s: float | None = None) -> None:
+        """Queue ``frame``, waiting while the send queue is full (backpressure).
+
+        Raises :class:`DeadlineExceeded` after ``timeout_s`` (nothing queued)
+        and :class:`ConnectionClosed` if the channel is or becomes closed.
+        """
+        self._check_frame(frame)
+        frame = bytes(frame)
+        if not self._sendq.put_nowait(frame):
+            self.send_waits += 1
+            try:
+                async with asyncio.timeout(timeout_s):
+                    await self._sendq.put(frame)
+            except TimeoutError:
+                raise DeadlineExceeded(f"send queue stayed full for {timeout_s}s") from None
+        self._writer_idle.clear()
+
+    def recv_nowait(self) -> bytes:
+        """The next frame, or :class:`WouldBlock` if none is queued."""
+        frame = self._recvq.get_nowait()
+        if frame is None:
+            raise WouldBlock("no frame queued")
+        return frame
+
+    async def recv(self) -> bytes:
+        """The next frame. After the channel ends, queued frames are still
+        returned; then :class:`ConnectionClosed` (chained from the reason)."""
+        frame = self._recvq.get_nowait()
+        if frame is not None:
+            return frame
+        return await self._recvq.get()
+
+    async def recv_batch(self, max_frames: int = 1024) -> list[bytes]:
+        """At least one and at most ``max_frames`` queued frames (waits for the first)."""
+        first = await self.recv()
+        out = [first]
+        get = self._recvq.get_nowait
+        while len(out) < max_frames:
+            frame = get() if len(self._recvq) else None
+            if frame is None:
+                break
+            out.append(frame)
+        return out
+
+    async def wait_sent(self, timeout_s: float | None = None) -> None:
+        """Wait until every queued frame was handed to the kernel."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                while not self._writer_idle.is_set():
+                    await self._writer_idle.wait()
+                if self._close_reason is not None:
+                    raise self._closed_error()
+                await self._writer.drain()
+        except TimeoutError:
+            raise DeadlineExceeded(f"send queue not flushed within {timeout_s}s") from None
+        except (ConnectionError, OSError) as exc:
+            raise self._closed_error() from exc
+
+    def close(self, reason: HivemeshError | None = None) -> None:
+        """Close now. Unsent and unread frames are counted as dropped.
+
+        The peer receives CLOSE carrying ``reason.code`` (``"normal"`` if none).
+        """
+        if self._close_reason is not None:
+            return
+        local = ConnectionClosed("closed by this node")
+        self._end(reason or local, notify=(reason.code if reason else "normal"), count=False)
+        self.frames_dropped += self._recvq.close(self._closed_error, discard=True)
+
+    async def aclose(self, timeout_s: float = 5.0) -> None:
+        """Flush queued frames (up to ``timeout_s``), then :meth:`close`."""
+        with contextlib.suppress(HivemeshError):
+            await self.wait_sent(timeout_s)
+        self.close()
+        await self.wait_closed()
+
+    async def wait_closed(self) -> None:
+        """Wait until the channel has ended and its socket is closed."""
+        await self._closed.wait()
+        with contextlib.suppress(Exception):
+            await self._writer.wait_closed()
+
+    def reauthorize(self, authorize: Authorize) -> bool:
+        """Re-check trust; close with :class:`UnknownPeer` if revoked. True if kept."""
+        if self._close_reason is not None:
+            return False
+        if authorize(self.peer_address):
+            return True
+        self.close(UnknownPeer(f"trust in {self.peer_address[:12]} was revoked"))
+        self._count_error(UnknownPeer.code)
+        return False
+
+    def statistics(self) -> ChannelStatistics:
+        """A frozen snapshot of this channel's counters."""
+        s = self._session
+        reason = self._close_reason
+        return ChannelStatistics(
+            peer_address=self.peer_address,
+            frames_in=self.frames_in,
+            frames_out=self.frames_out,
+            bytes_in=self.bytes_in,
+            bytes_out=self.bytes_out,
+            records_in=s.records_in,
+            records_out=s.records_out,
+            frames_dropped=self.frames_dropped,
+            send_waits=self.send_waits,
+            send_would_block=self.send_would_block,
+            send_queue_frames=len(self._sendq),
+            recv_queue_frames=len(self._recvq),
+            closed=reason is not None,
+            close_reason=None if reason is None else reason.code,
+            errors=MappingProxyType(dict(sorted(self._errors.items()))),
+        )
+
+    def __repr__(self) -> str:
+        state = "open" if self._close_reason is None else f"closed:{self._close_reason.code}"
+        return f"SecureChannel({self.peer_address[:12]}, {state})"
+
+    # -- internals -----------------------------------------------------------
+
+    def _count_error(self, code: str) -> None:
+        self._errors[code] = self._errors.get(code, 0) + 1
+        self._counters.incr(f"errors.{code}")
+
+    def _end(self, reason: HivemeshError, *, notify: str | None, count: bool) -> None:
+        """Record ``reason``, tell the peer if we can, close the socket."""
+        if self._close_reason is not None:
+            return
+        self._close_reason = reason
+        if count:
+            self._count_error(reason.code)
+        self.frames_dropped += self._sendq.close(self._closed_error, discard=True)
+        self._recvq.close(self._closed_error, discard=False)
+        if notify is not None and not self._writer.is_closing():
+            with contextlib.suppress(Exception):
+                self._writer.write(self._session.encode_close(notify))
+        current = asyncio.current_task()
+        for task in self._tasks:
+            if task is not current:
+                task.cancel()
+        self._writer.close()
+        self._closed.set()
+        self._counters.detach(self)
+
+    async def _write_loop(self) -> None:
+        sendq, writer, session = self._sendq, self._writer, self._session
+        batch_bytes, stall = self._opts.write_batch_bytes, self._opts.write_stall_timeout_s
+        try:
+            while True:
+                if not len(sendq):
+                    self._writer_idle.set()
+                    await sendq.wait_nonempty()
+                self._writer_idle.clear()
+                frames, nbytes = sendq.take_batch(batch_bytes)
+                writer.write(session.encode_frames(frames))
+                self.frames_out += len(frames)
+                self.bytes_out += nbytes
+                async with asyncio.timeout(stall):
+                    await writer.drain()
+        except asyncio.CancelledError:
+            raise
+        except ConnectionClosed:
+            return  # the queue was closed: the channel already ended
+        except TimeoutError:
+            self._end(
+                DeadlineExceeded(f"peer read nothing for {stall}s (stalled)"),
+                notify=DeadlineExceeded.code,
+                count=True,
+            )
+        except (ConnectionError, OSError) as exc:
+            self._end(ConnectionClosed(f"write failed: {exc}"), notify=None, count=True)
+        finally:
+            self._writer_idle.set()
+
+    async def _read_loop(self) -> None:
+        reader, session, recvq = self._reader, self._session, self._recvq
+        chunk = self._opts.read_chunk_bytes
+        try:
+            frames, self._initial_frames = self._initial_frames, []
+            for frame in frames:
+                self.frames_in += 1
+                self.bytes_in += len(frame)
+                await recvq.put(frame)
+            while True:
+                data = await reader.read(chunk)
+                if not data:
+                    self._end(
+                        ConnectionClosed("the peer closed the connection without a close notice"),
+                        notify=None,
+                        count=True,
+                    )
+                    return
+                frames = session.receive_data(data)
+                for frame in frames:
+                    self.frames_in += 1
+                    self.bytes_in += len(frame)
+                    if not recvq.put_nowait(frame):
+                        await recvq.put(frame)  # backpressure: stop reading the socket
+                if session.failure is not None:
+                    failure = session.failure
+                    self._end(failure, notify=failure.code, count=True)
+                    return
+                if session.peer_close is not None:
+                    err = peer_close_error(session.peer_close)
+                    self._end(err, notify=None, count=session.peer_close != "normal")
+                    return
+        except asyncio.CancelledError:
+            raise
+        except ConnectionClosed:
+            return  # our own close() closed the receive queue while we waited
+        except (ConnectionError, OSError) as exc:
+            self._end(ConnectionClosed(f"read failed: {exc}"), notify=None, count=True)

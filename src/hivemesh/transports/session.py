@@ -1,0 +1,238 @@
+"""Encrypted records carrying length-prefixed frames, sans-IO.
+
+Theory of operation
+-------------------
+After the Noise handshake (:mod:`hivemesh.transports.noise`) a connection
+is a sequence of **records** on the wire::
+
+    record := length (u16 big-endian, 16..65535) || Noise transport message
+
+Each record is one AES-GCM message under the session's implicit nonce
+counter, so records cannot be replayed, reordered, dropped from the middle
+or forged: the receiver's nonce would not match and the record fails
+authentication (:class:`~hivemesh.errors.BadRecord`).
+
+The plaintexts of consecutive records form one byte stream of **items**
+(TLS does the same with its records)::
+
+    item   := header (u32 big-endian) || body
+    header := kind (top 8 bits) || body length (low 24 bits)
+    kind 0 := data: the body is one application frame
+    kind 1 := control: ACCEPT or CLOSE(code)
+
+For a data frame the header is simply the frame's 4-byte big-endian length.
+A frame larger than a record spans several records, and many small frames
+share one record, so a batch of frames costs one AEAD operation and one
+write instead of one per frame. A header announcing more than
+``max_frame_bytes`` fails with :class:`~hivemesh.errors.FrameTooLarge` as
+soon as its four bytes arrive, before anything is buffered.
+
+Control items: the responder's first item is ACCEPT, which tells the dialler
+that it passed the responder's trust check (otherwise it receives
+CLOSE("unknown_peer")). CLOSE(code) is sent before a deliberate close, so an
+EOF without it is visibly an unclean end (crash or truncation).
+
+Failure is sticky and never loses authenticated input: :meth:`receive_data`
+returns every frame that arrived intact before the fault and records the
+fault in :attr:`FrameSession.failure`; later input is ignored.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+
+from hivemesh.core.codec import MAX_FRAME_BYTES
+from hivemesh.errors import (
+    DecodeError,
+    FrameTooLarge,
+    HivemeshError,
+    InvalidArgument,
+)
+from hivemesh.transports.noise import MAX_MESSAGE_BYTES, TAG_BYTES, CipherState
+
+__all__ = [
+    "CONTROL_ACCEPT",
+    "CONTROL_CLOSE",
+    "MAX_CONTROL_BYTES",
+    "MAX_RECORD_PLAINTEXT",
+    "FrameSession",
+]
+
+#: Largest plaintext in one record.
+MAX_RECORD_PLAINTEXT = MAX_MESSAGE_BYTES - TAG_BYTES
+#: Largest control item body.
+MAX_CONTROL_BYTES = 256
+KIND_DATA = 0
+KIND_CONTROL = 1
+CONTROL_ACCEPT = 1
+CONTROL_CLOSE = 2
+_LEN_MASK = 0xFFFFFF
+_U32 = struct.Struct(">I")
+_U16 = struct.Struct(">H")
+
+
+class FrameSession:
+    """Frames in, wire bytes out; wire bytes in, frames out.
+
+    ``initiator`` selects the dialler's rule that the first item received
+    must be ACCEPT. Counters (``records_in`` ...) are plain ints for the
+    driver's statistics.
+    """
+
+    def __init__(
+        self,
+        send: CipherState,
+        recv: CipherState,
+        *,
+        initiator: bool,
+        max_frame_bytes: int = MAX_FRAME_BYTES,
+    ) -> None:
+        if not 0 < max_frame_bytes <= _LEN_MASK:
+            raise InvalidArgument(f"max_frame_bytes must be in 1..{_LEN_MASK}")
+        self._send = send
+        self._recv = recv
+        self.max_frame_bytes = max_frame_bytes
+        #: True once the responder's ACCEPT arrived (always True on the responder).
+        self.accepted = not initiator
+        #: The code in the peer's CLOSE item, once received.
+        self.peer_close: str | None = None
+        #: The first fault in received input (then all later input is ignored).
+        self.failure: HivemeshError | None = None
+        self.closing = False
+        self.records_in = 0
+        self.records_out = 0
+        self._wire = bytearray()
+        self._plain = bytearray()
+
+    # -- sending -------------------------------------------------------------
+
+    def encode_frames(self, frames: Sequence[bytes]) -> bytes:
+        """Wire bytes carrying ``frames`` in order (as few records as fit)."""
+        parts: list[bytes] = []
+        pack = _U32.pack
+        limit = self.max_frame_bytes
+        for frame in frames:
+            size = len(frame)
+            if size > limit:
+                raise InvalidArgument(f"frame of {size} bytes exceeds the limit {limit}")
+            parts.append(pack(size))
+            parts.append(frame)
+        return self._seal(b"".join(parts))
+
+    def encode_accept(self) -> bytes:
+        """Wire bytes of the responder's ACCEPT item."""
+        return self._seal(self._control(bytes([CONTROL_ACCEPT])))
+
+    def encode_close(self, code: str) -> bytes:
+        """Wire bytes of a CLOSE item carrying an error ``code`` (``"normal"`` if clean)."""
+        body = bytes([CONTROL_CLOSE]) + code.encode("ascii", "replace")[: MAX_CONTROL_BYTES - 1]
+        self.closing = True
+        return self._seal(self._control(body))
+
+    @staticmethod
+    def _control(body: bytes) -> bytes:
+        return _U32.pack((KIND_CONTROL << 24) | len(body)) + body
+
+    def _seal(self, stream: bytes) -> bytes:
+        encrypt = self._send.encrypt_with_ad
+        pack = _U16.pack
+        if len(stream) <= MAX_RECORD_PLAINTEXT:
+            ct = encrypt(None, stream)
+            self.records_out += 1
+            return pack(len(ct)) + ct
+        out: list[bytes] = []
+        view = memoryview(stream)
+        for start in range(0, len(stream), MAX_RECORD_PLAINTEXT):
+            ct = encrypt(None, view[start : start + MAX_RECORD_PLAINTEXT])
+            out.append(pack(len(ct)))
+            out.append(ct)
+            self.records_out += 1
+        return b"".join(out)
+
+    # -- receiving -----------------------------------------------------------
+
+    def receive_data(self, data: bytes) -> list[bytes]:
+        """Consume wire bytes; return the complete frames they finish.
+
+        Never raises for bad input: on the first fault, frames that arrived
+        intact before it are returned and the fault is stored in
+        :attr:`failure`. Check :attr:`failure` and :attr:`peer_close` after
+        each call.
+        """
+        if self.failure is not None or self.peer_close is not None:
+            return []
+        frames: list[bytes] = []
+        try:
+            self._open_records(data, frames)
+        except HivemeshError as exc:
+            self.failure = exc
+        return frames
+
+    def _open_records(self, data: bytes, frames: list[bytes]) -> None:
+        wire = self._wire
+        wire += data
+        n = len(wire)
+        pos = 0
+        try:
+            while n - pos >= 2:
+                size = (wire[pos] << 8) | wire[pos + 1]
+                if size < TAG_BYTES:
+                    raise DecodeError(f"record of {size} bytes is shorter than its tag")
+                end = pos + 2 + size
+                if end > n:
+                    break
+                plain = self._recv.decrypt_with_ad(None, bytes(wire[pos + 2 : end]))
+                pos = end
+                self.records_in += 1
+                self._plain += plain
+                self._parse_items(frames)
+                if self.peer_close is not None:
+                    break
+        finally:
+            del wire[:pos]
+
+    def _parse_items(self, frames: list[bytes]) -> None:
+        buf = self._plain
+        n = len(buf)
+        pos = 0
+        unpack = _U32.unpack_from
+        limit = self.max_frame_bytes
+        try:
+            while n - pos >= 4:
+                (header,) = unpack(buf, pos)
+                kind = header >> 24
+                size = header & _LEN_MASK
+                if kind == KIND_DATA:
+                    if size > limit:
+                        raise FrameTooLarge(f"peer announced a {size}-byte frame; limit {limit}")
+                    if not self.accepted:
+                        raise DecodeError("data frame before the responder's ACCEPT")
+                    end = pos + 4 + size
+                    if end > n:
+                        return
+                    frames.append(bytes(buf[pos + 4 : end]))
+                    pos = end
+                elif kind == KIND_CONTROL:
+                    if size == 0 or size > MAX_CONTROL_BYTES:
+                        raise DecodeError(f"control item of {size} bytes")
+                    end = pos + 4 + size
+                    if end > n:
+                        return
+                    self._control_item(bytes(buf[pos + 4 : end]))
+                    pos = end
+                    if self.peer_close is not None:
+                        return
+                else:
+                    raise DecodeError(f"unknown item kind {kind}")
+        finally:
+            del buf[:pos]
+
+    def _control_item(self, body: bytes) -> None:
+        code = body[0]
+        if code == CONTROL_ACCEPT and len(body) == 1 and not self.accepted:
+            self.accepted = True
+        elif code == CONTROL_CLOSE:
+            self.peer_close = body[1:].decode("ascii", "replace") or "normal"
+        else:
+            raise DecodeError(f"unexpected control item {code} (accepted={self.accepted})")
