@@ -144,7 +144,11 @@ class ConnectionManager:
                 wait = getattr(self._server, "wait_closed", None)
                 if wait is not None:
                     await asyncio.wait_for(wait(), 2.0)
-        for link in list(self.links.values()):
+        links = list(self.links.values())
+        await asyncio.gather(
+            *(link.channel.wait_sent(1.0) for link in links), return_exceptions=True
+        )
+        for link in links:
             await self._drop(link, reason="shutdown", notify=False)
         tasks = [t.task for t in self._targets.values() if t.task is not None]
         for task in tasks:

@@ -53,7 +53,7 @@ from hivemesh.core.identity import Identity, address_of, public_key_of, short
 from hivemesh.core.node import Node, NodeConfig
 from hivemesh.core.views.context import Context, ContextView
 from hivemesh.core.views.names import NamesView
-from hivemesh.errors import InvalidAddress, InvalidArgument, UnknownPeer
+from hivemesh.errors import InvalidAddress, InvalidArgument, LocalProtocolError, UnknownPeer
 from hivemesh.runtime.connections import ConnectionManager
 from hivemesh.runtime.endpoints import KIND_HELLO, EndpointsView, hello_body
 from hivemesh.runtime.trustlist import TrustList
@@ -112,6 +112,9 @@ class Daemon:
         self._tasks: list[asyncio.Task[Any]] = []
         self._flush_lock = asyncio.Lock()
         self._wake = asyncio.Event()
+        self._armed_ms = 0
+        self._flush_scheduled = False
+        self._bg: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()
         self._control: Any = None
         self._started = False
@@ -208,6 +211,11 @@ class Daemon:
         for t in self._tasks:
             with contextlib.suppress(BaseException):
                 await t
+        for t in list(self._bg):
+            with contextlib.suppress(BaseException):
+                await t
+        self.commit_nowait()
+        await self.flush()
         await self.conns.close()
         self.node.journal.store.close()
         log.info("node %s stopped", short(self.address))
@@ -304,7 +312,8 @@ class Daemon:
         if state == "alive":
             self.members[address].lost_ms = None
         self.counters[f"member_{state}"] += 1
-        self._wake.set()
+        if self._started:
+            self._wake.set()
 
     def _learn(self, address: str, endpoints: list[str]) -> None:
         if address == self.address or not self._authorize(address):
@@ -331,7 +340,8 @@ class Daemon:
                     await self.conns.send(peer, frame)
                 for ev in events:
                     self._dispatch(ev)
-        self._wake.set()
+        if self._started and self._next_deadline() < self._armed_ms:
+            self._wake.set()
 
     def _dispatch(self, ev: Event) -> None:
         if ev.kind == KIND_HELLO and ev.author != self.identity.public:
@@ -341,16 +351,36 @@ class Daemon:
             sub.offer(ev)
 
     async def _timer_loop(self) -> None:
-        while True:
+        while self._started:
             t = now_ms()
             self.node.handle_timer(t)
             self._check_members(t)
             await self.flush()
-            deadline = min(self.node.next_deadline(), self._members_deadline())
-            delay_s = max(0.0, (deadline - now_ms()) / 1000)
             self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), min(delay_s, 1.0))
+            self._armed_ms = min(self._next_deadline(), now_ms() + 1000)
+            delay_s = max(0.0, (self._armed_ms - now_ms()) / 1000)
+            try:
+                async with asyncio.timeout(delay_s):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+
+    def _next_deadline(self) -> int:
+        return min(self.node.next_deadline(), self._members_deadline())
+
+    def _schedule_flush(self) -> None:
+        """Flush soon from a synchronous caller (coalesced into one task)."""
+        if self._flush_scheduled or not self._started:
+            return
+        self._flush_scheduled = True
+
+        async def run() -> None:
+            self._flush_scheduled = False
+            await self.flush()
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._bg.add(task)
+        task.add_done_callback(self._bg.discard)
 
     def _members_deadline(self) -> int:
         out = now_ms() + 1000
@@ -400,7 +430,7 @@ class Daemon:
             items.append(upd)
         if items:
             self.node.append_many(items, now_ms())
-            self._wake.set()
+            self._schedule_flush()
         return len(items)
 
     async def append(self, kind: str, body: Any) -> Event:
@@ -480,6 +510,14 @@ class Daemon:
                 }
             )
         return out
+
+    async def send_direct(self, to: str, data: Any, *, timeout_s: float) -> dict[str, Any]:
+        """Send an acknowledged direct message (wired to core.direct)."""
+        raise LocalProtocolError("direct messages are not wired into this build yet")
+
+    def inbox(self, limit: int = 100) -> list[dict[str, Any]]:
+        """Direct messages received, oldest first."""
+        return []
 
     def check_address(self, address: str) -> str:
         """Validate an address argument (raises :class:`InvalidArgument`)."""
