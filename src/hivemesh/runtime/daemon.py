@@ -490,6 +490,7 @@ class Daemon:
                 for a, m in sorted(self.members.items())
             },
             "counters": dict(sorted(counters.items())),
+            "transport": self.conns.transport_counters.snapshot(),
             "dropped_total": sum(dropped.values()),
         }
 
