@@ -51,7 +51,7 @@ import os
 import sqlite3
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from hivemesh.core.event import GENESIS, Event
 from hivemesh.core.store import StoredHead
@@ -339,11 +339,46 @@ class SQLiteStore:
         ordered by author then seq, holding at most ``chunk`` rows at a time."""
         with self._guard("scanning events"):
             cur = self.db.execute("SELECT author, seq, raw FROM events ORDER BY author, seq")
-            try:
-                while rows := cur.fetchmany(chunk):
-                    yield rows
-            finally:
-                cur.close()
+        yield from self._stream(cur, chunk)
+
+    def event_authors(self) -> list[bytes]:
+        """Every author with at least one stored event, ascending.
+
+        One index seek per author (cheap even for a large journal).
+        """
+        out: list[bytes] = []
+        with self._guard("listing authors"):
+            db = self.db
+            row = db.execute("SELECT author FROM events ORDER BY author LIMIT 1").fetchone()
+            while row is not None:
+                out.append(row[0])
+                row = db.execute(
+                    "SELECT author FROM events WHERE author > ? ORDER BY author LIMIT 1", row
+                ).fetchone()
+        return out
+
+    def iter_feed_rows(
+        self, author: bytes, chunk: int = _SCAN_ROWS
+    ) -> Iterator[list[tuple[int, bytes]]]:
+        """Stream ``author``'s stored events as chunks of ``(seq, raw)`` rows in
+        seq order, holding at most ``chunk`` rows at a time."""
+        with self._guard("scanning events"):
+            cur = self.db.execute(
+                "SELECT seq, raw FROM events WHERE author = ? ORDER BY seq", (author,)
+            )
+        yield from self._stream(cur, chunk)
+
+    def _stream(self, cur: sqlite3.Cursor, chunk: int) -> Iterator[list[Any]]:
+        try:
+            while True:
+                with self._guard("scanning events"):
+                    rows = cur.fetchmany(chunk)
+                if not rows:
+                    return
+                yield rows
+        finally:
+            with contextlib.suppress(sqlite3.Error):
+                cur.close()  # may run after close() when a reader stops early
 
     def scan(self) -> Iterator[tuple[bytes, list[bytes], list[tuple[int, bytes]]]]:
         """Every author's full feed for rehydration (see ``FeedStore.scan``).

@@ -1,0 +1,50 @@
+"""Helpers shared by the store tests (no tests here): signed feeds on demand."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from hivemesh.core.event import Event
+from hivemesh.core.feed import FeedWriter, Head
+from hivemesh.core.hlc import HLC
+from hivemesh.core.identity import Identity
+from hivemesh.core.store import FeedStore
+from hivemesh.stores.sqlite import SQLiteStore
+
+NOW_MS = 1_800_000_000_000
+
+
+def writer(n: int) -> FeedWriter:
+    """A fresh feed writer for the deterministic identity number ``n``."""
+    return FeedWriter(Identity.from_seed(bytes([n + 1]) * 32), Head(), HLC())
+
+
+def make_batch(w: FeedWriter, size: int, rng: random.Random) -> tuple[list[Event], bytes]:
+    """Append ``size`` small events to ``w`` and seal them."""
+    for _ in range(size):
+        i = w.head.seq + 1
+        if rng.random() < 0.5:
+            w.append("ctx.update", {"key": f"k{rng.randrange(9)}", "value": i}, NOW_MS + i)
+        else:
+            w.append("chat.line", {"text": "hello " * rng.randrange(1, 6)}, NOW_MS + i)
+    sealed = w.seal()
+    assert sealed is not None
+    return sealed
+
+
+def fill(store: FeedStore, authors: int, batches: int, seed: int = 0) -> list[FeedWriter]:
+    """Append ``batches`` signed batches spread over ``authors`` feeds."""
+    rng = random.Random(seed)
+    writers = [writer(i) for i in range(authors)]
+    for _ in range(batches):
+        w = rng.choice(writers)
+        events, sig = make_batch(w, rng.randrange(1, 40), rng)
+        store.append(w.identity.public, events, sig)
+    return writers
+
+
+def build_store(path: Path, authors: int = 3, batches: int = 30, seed: int = 0) -> None:
+    """A closed, fully checkpointed SQLite store at ``path``."""
+    with SQLiteStore(path) as store:
+        fill(store, authors, batches, seed)
