@@ -33,7 +33,7 @@ def test_context_replicates_and_subscribe_sees_it(tmp_path: Path) -> None:
             hivemesh.Node(tmp_path / "b", bootstrap=[a.endpoint], **FAST) as b,
         ):
             await _until(
-                lambda: b.address in {p["address"] for p in a.peers() if p["state"] == "alive"}
+                lambda: b.address in {p["address"] for p in a.peers() if p["state"] == "up"}
             )
             events = b.subscribe("ctx.update")
             waiter = asyncio.ensure_future(events.__anext__())

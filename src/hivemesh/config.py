@@ -13,7 +13,8 @@ built by :func:`load_config` from four layers, later layers winning:
        listen = "0.0.0.0:7420"
        bootstrap = ["10.0.0.5:7420"]
        [membership]
-       probe_interval_ms = 1000
+       probe_interval_ms = 1000     # SWIM: probe one member per interval
+       suspicion_mult = 4           # suspect -> down after ~mult * interval
 
 3. environment variables ``HIVEMESH_<FIELD>`` (``HIVEMESH_LISTEN``,
    ``HIVEMESH_BOOTSTRAP=a:1,b:2``, ``HIVEMESH_PROBE_INTERVAL_MS=200``, ...);
@@ -61,10 +62,11 @@ class Config:
     # [membership]
     probe_interval_ms: int = 1000
     probe_timeout_ms: int = 500
-    suspect_timeout_ms: int = 3000
+    suspicion_mult: int = 4
     # [replication]
     sync_interval_ms: int = 1000
-    # [trust]
+    # [trust] "open": any authenticated peer unless revoked;
+    #         "invite": only addresses in trust.json
     trust_mode: str = "open"
     # [limits]
     send_queue_frames: int = 4096
@@ -113,7 +115,7 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
         "reconnect_min_s",
         "reconnect_max_s",
     ),
-    "membership": ("probe_interval_ms", "probe_timeout_ms", "suspect_timeout_ms"),
+    "membership": ("probe_interval_ms", "probe_timeout_ms", "suspicion_mult"),
     "replication": ("sync_interval_ms",),
     "trust": ("trust_mode",),
     "limits": ("send_queue_frames", "slow_peer_timeout_s", "control_timeout_s", "inbox_max"),
@@ -216,7 +218,7 @@ def _validate(cfg: Config) -> None:
         "reconnect_max_s",
         "probe_interval_ms",
         "probe_timeout_ms",
-        "suspect_timeout_ms",
+        "suspicion_mult",
         "sync_interval_ms",
         "send_queue_frames",
         "slow_peer_timeout_s",

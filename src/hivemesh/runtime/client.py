@@ -65,7 +65,7 @@ class Client:
         timeout = self.timeout_s if timeout_s is None else timeout_s
         if timeout_s is not None:
             args["timeout_s"] = timeout_s
-        s = self._connect(timeout + 1.0)
+        s = self._connect(timeout + 2.0)
         try:
             rid = next(self._ids)
             s.sendall(json.dumps({"id": rid, "op": op, "args": args}).encode() + b"\n")
@@ -73,7 +73,7 @@ class Client:
             try:
                 line = f.readline()
             except TimeoutError:
-                raise DeadlineExceeded(f"{op}: no answer in {timeout + 1.0:.1f}s") from None
+                raise DeadlineExceeded(f"{op}: no answer in {timeout + 2.0:.1f}s") from None
             if not line:
                 raise DaemonNotRunning(f"daemon at {self.path} closed the connection")
             resp = json.loads(line)
@@ -162,9 +162,9 @@ class Client:
         result: dict[str, Any] = self.call("send", timeout_s=timeout_s, to=to, data=data)
         return result
 
-    def inbox(self, *, limit: int = 100) -> list[dict[str, Any]]:
-        """Direct messages received, oldest first."""
-        result: list[dict[str, Any]] = self.call("inbox", limit=limit)
+    def inbox(self, *, limit: int = 100, remove: bool = False) -> list[dict[str, Any]]:
+        """Direct messages received, oldest first (``remove`` takes them out)."""
+        result: list[dict[str, Any]] = self.call("inbox", limit=limit, remove=remove)
         return result
 
     def ping(self, address: str, *, timeout_s: float = 5.0) -> dict[str, Any]:

@@ -144,11 +144,34 @@ async def _admit(d: Daemon, args: dict[str, Any]) -> Any:
 
 
 async def _trust_list(d: Daemon, args: dict[str, Any]) -> Any:
-    return {
-        "mode": d.config.trust_mode,
-        "trusted": sorted(d.trust.trusted),
-        "revoked": sorted(d.trust.revoked),
-    }
+    return {"mode": d.config.trust_mode, "trusted": d.trust.trusted(), "revoked": d.trust.revoked()}
+
+
+async def _send(d: Daemon, args: dict[str, Any]) -> Any:
+    to = _arg(args, "to", str)
+    if "data" not in args:
+        raise InvalidArgument("missing argument 'data'")
+    timeout_s = _timeout(args)
+    return await d.send_direct(to, args["data"], timeout_s=timeout_s)
+
+
+async def _inbox(d: Daemon, args: dict[str, Any]) -> Any:
+    limit = _arg(args, "limit", int, 100)
+    if not 0 < limit <= 10_000:
+        raise InvalidArgument("limit must be 1..10000")
+    remove = _arg(args, "remove", bool, False)
+    return jsonable(d.inbox(limit, remove=remove))
+
+
+async def _ping(d: Daemon, args: dict[str, Any]) -> Any:
+    return await d.ping(_arg(args, "address", str), timeout_s=_timeout(args))
+
+
+def _timeout(args: dict[str, Any]) -> float:
+    t = args.get("timeout_s", 10.0)
+    if not isinstance(t, (int, float)) or isinstance(t, bool) or not 0 < t <= 3600:
+        raise InvalidArgument("timeout_s must be a number in (0, 3600]")
+    return float(t)
 
 
 async def _append(d: Daemon, args: dict[str, Any]) -> Any:
@@ -168,9 +191,12 @@ OPS: dict[str, Op] = {
     "append": _append,
     "ctx.get": _ctx_get,
     "ctx.set": _ctx_set,
+    "inbox": _inbox,
     "name.claim": _name_claim,
     "names": _names,
     "peers": _peers,
+    "ping": _ping,
+    "send": _send,
     "status": _status,
     "stop": _stop,
     "trust.admit": _admit,
@@ -263,8 +289,8 @@ class ControlServer:
             return _error(rid, InvalidArgument(f"unknown op {op!r} or bad args"))
         timeout = self.timeout_s
         t = args.get("timeout_s")
-        if isinstance(t, (int, float)) and not isinstance(t, bool) and 0 < t < timeout:
-            timeout = float(t) + 0.5
+        if isinstance(t, (int, float)) and not isinstance(t, bool) and t > 0:
+            timeout = float(t) + 1.0
         try:
             result = await asyncio.wait_for(fn(self.daemon, args), timeout)
         except TimeoutError:

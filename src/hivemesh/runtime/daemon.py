@@ -28,9 +28,11 @@ endpoint learnt from the journal, open the control socket.
 close the store. Every append was already committed when it returned, so a
 ``kill -9`` loses nothing that was acknowledged either.
 
-**Liveness.** Until SWIM membership is wired in, a member is ``alive`` while
-a channel to it is up, ``suspect`` once it is lost, and ``down`` after
-``suspect_timeout_ms`` without a channel (redialling continues with backoff).
+**Parts wired in.** SWIM membership (:mod:`hivemesh.runtime.members`),
+direct messages with a durable inbox and ping
+(:mod:`hivemesh.runtime.messaging`), the trust store (``trust.json``:
+``authorize`` at the handshake, ``trusted`` at the journal gate), and the
+views: context, names and endpoints (``node.hello``).
 """
 
 from __future__ import annotations
@@ -44,7 +46,6 @@ import socket
 import time
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from hivemesh.config import Config, parse_endpoint
@@ -53,13 +54,21 @@ from hivemesh.core.identity import Identity, address_of, public_key_of, short
 from hivemesh.core.node import Node, NodeConfig
 from hivemesh.core.views.context import Context, ContextView
 from hivemesh.core.views.names import NamesView
-from hivemesh.errors import InvalidAddress, InvalidArgument, LocalProtocolError, UnknownPeer
+from hivemesh.errors import (
+    ConfigError,
+    DeadlineExceeded,
+    InvalidAddress,
+    InvalidArgument,
+    UnknownPeer,
+)
 from hivemesh.runtime.connections import ConnectionManager
 from hivemesh.runtime.endpoints import KIND_HELLO, EndpointsView, hello_body
-from hivemesh.runtime.trustlist import TrustList
+from hivemesh.runtime.members import MemberDriver
+from hivemesh.runtime.messaging import Messaging
 from hivemesh.transports import ChannelOptions
+from hivemesh.trust import TrustStore
 
-__all__ = ["Daemon", "Member", "now_ms"]
+__all__ = ["Daemon", "Subscription", "now_ms"]
 
 log = logging.getLogger("hivemesh.runtime")
 
@@ -69,16 +78,6 @@ _SUBSCRIBER_QUEUE = 1024
 def now_ms() -> int:
     """Wall-clock milliseconds (the time the core is given)."""
     return time.time_ns() // 1_000_000
-
-
-@dataclass(slots=True)
-class Member:
-    """What this node believes about another node."""
-
-    address: str
-    state: str  # alive | suspect | down
-    changed_ms: int
-    lost_ms: int | None = None
 
 
 class Subscription:
@@ -104,7 +103,6 @@ class Daemon:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.counters: Counter[str] = Counter()
-        self.members: dict[str, Member] = {}
         self.started_ms = 0
         self.rehydrated = 0
         self.listen_port = 0
@@ -116,6 +114,7 @@ class Daemon:
         self._flush_scheduled = False
         self._bg: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()
+        self._ready = asyncio.Event()
         self._control: Any = None
         self._started = False
         self.identity: Identity
@@ -124,7 +123,9 @@ class Daemon:
         self.names: NamesView
         self.endpoints: EndpointsView
         self.conns: ConnectionManager
-        self.trust: TrustList
+        self.trust: TrustStore
+        self.members: MemberDriver
+        self.messaging: Messaging
 
     @property
     def address(self) -> str:
@@ -141,7 +142,7 @@ class Daemon:
         cfg = self.config
         cfg.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.identity = load_or_create_identity(cfg.data_dir)
-        self.trust = TrustList.load(cfg.trust_path)
+        self.trust = TrustStore(cfg.data_dir)
         store = SQLiteStore(cfg.store_path)
         rng = random.Random(secrets.randbits(128))
         self.started_ms = now_ms()
@@ -151,7 +152,7 @@ class Daemon:
             rng,
             now_ms=self.started_ms,
             config=NodeConfig(sync_interval_ms=cfg.sync_interval_ms),
-            trusted=self._author_trusted,
+            trusted=self.author_trusted,
         )
         self.context_view = ContextView(self.identity.public)
         self.names = NamesView()
@@ -161,7 +162,7 @@ class Daemon:
         self.rehydrated = self.node.rehydrate(self._replay(store))
         self.conns = ConnectionManager(
             self.identity,
-            authorize=self._authorize,
+            authorize=self.authorize,
             on_frame=self._on_frame,
             on_peer=self._on_peer,
             dial_timeout_s=cfg.dial_timeout_s,
@@ -173,11 +174,21 @@ class Daemon:
         )
         host, port = cfg.listen_endpoint()
         self.listen_port = await self.conns.listen(host, port)
-        self._announce(host)
+        endpoint = self._announce(host)
+        t = now_ms()
+        self.members = MemberDriver(self, [endpoint], random.Random(secrets.randbits(128)), t)
+        self.messaging = Messaging(
+            self.node,
+            random.Random(secrets.randbits(128)),
+            cfg.data_dir / "inbox.db",
+            inbox_max=cfg.inbox_max,
+            relays=self._relays,
+        )
+        self._ready.set()
         if cfg.name and self.names.resolve(cfg.name) != self.address:
-            self.node.append(*NamesView.claim(cfg.name), now_ms())
+            self.node.append(*NamesView.claim(cfg.name), t)
         for address, eps in self.endpoints.known().items():
-            self._learn(address, eps)
+            self.learn(address, eps)
         for b in cfg.bootstrap:
             addr, _, ep = b.rpartition("@")
             h, p = parse_endpoint(ep)
@@ -215,8 +226,10 @@ class Daemon:
             with contextlib.suppress(BaseException):
                 await t
         self.commit_nowait()
+        self.members.m.leave(now_ms())
         await self.flush()
         await self.conns.close()
+        self.messaging.close()
         self.node.journal.store.close()
         log.info("node %s stopped", short(self.address))
 
@@ -239,7 +252,7 @@ class Daemon:
             return
         yield from verify_feeds(store)
 
-    def _announce(self, host: str) -> None:
+    def _announce(self, host: str) -> str:
         if self.config.advertise:
             ep = self.config.advertise
         else:
@@ -251,87 +264,84 @@ class Daemon:
             ep = f"{host}:{self.listen_port}"
         if self.endpoints.endpoints(self.address) != [ep]:
             self.node.append(KIND_HELLO, hello_body([ep]), now_ms())
+        return ep
 
     # -- trust -------------------------------------------------------------------
 
-    def _authorize(self, address: str) -> bool:
-        ok = self.trust.admits(address, open_mode=self.config.trust_mode == "open")
-        if not ok:
-            self.counters["refused_untrusted_peer"] += 1
-        return ok
+    def authorize(self, address: str) -> bool:
+        """May ``address`` connect (and be a member)? Revoked never may."""
+        if self.trust.is_revoked(address):
+            return False
+        return self.config.trust_mode == "open" or self.trust.is_trusted(address)
 
-    def _author_trusted(self, author: bytes) -> bool:
-        return self.trust.admits(address_of(author), open_mode=self.config.trust_mode == "open")
+    def author_trusted(self, author: bytes) -> bool:
+        """The journal gate: may events authored by ``author`` be stored?"""
+        return self.authorize(address_of(author))
 
     async def revoke(self, address: str) -> None:
-        """Revoke ``address``: refuse its channels and its new events."""
+        """Revoke ``address``: drop its channel, forget it, refuse its new events."""
         public_key_of(address)
-        self.trust.revoke(address)
+        self.trust.revoke(address, now_ms() // 1000)
         self.conns.forget(address)
         await self.conns.disconnect(address, "revoked", revoked=True)
         self.node.remove_peer(address)
-        self.members.pop(address, None)
+        self.members.m.forget(address, now_ms())
+        await self.flush()
 
     def admit(self, address: str) -> None:
         """Trust ``address`` (invite mode) and lift any revocation."""
         public_key_of(address)
-        self.trust.admit(address)
-        self._learn(address, self.endpoints.endpoints(address))
+        self.trust.add(address, now_ms() // 1000)
+        self.learn(address, self.endpoints.endpoints(address))
+
+    def record(self, kind: str, address: str, incarnation: int, t: int) -> None:
+        """Append a membership observation to our feed."""
+        body = {"address": address, "incarnation": incarnation, "observed_ms": t}
+        self.node.append(kind, body, t)
+
+    def _relays(self, destination: str) -> list[str]:
+        peers = set(self.node.peers)
+        return [a for a in sorted(self.conns.links) if a in peers and a != destination]
 
     # -- the pump ------------------------------------------------------------------
 
     async def _on_frame(self, peer: str, frame: bytes) -> None:
+        await self._ready.wait()
         self.node.receive(peer, frame, now_ms())
         await self.flush()
 
     async def _on_peer(self, peer: str, up: bool) -> None:
-        t = now_ms()
+        await self._ready.wait()
         if up:
-            self.node.add_peer(peer)
-            self._set_member(peer, "alive", t)
-            self.node.sync_with(peer)
+            eps = self.endpoints.endpoints(peer)
+            link = self.conns.links.get(peer)
+            if link is not None and link.endpoint is not None and not eps:
+                eps = [f"{link.endpoint[0]}:{link.endpoint[1]}"]
+            self.members.channel_up(peer, eps, now_ms())
         else:
             self.node.remove_peer(peer)
-            m = self.members.get(peer)
-            if m is not None and m.state == "alive":
-                m.lost_ms = t
-                self._set_member(peer, "suspect", t)
-            self._learn(peer, self.endpoints.endpoints(peer))
+            self.learn(peer, self.endpoints.endpoints(peer))
         await self.flush()
 
-    def _set_member(self, address: str, state: str, t: int) -> None:
-        m = self.members.get(address)
-        if m is None:
-            self.members[address] = Member(address, state, t)
-        elif m.state != state:
-            log.info("member %s %s -> %s", short(address), m.state, state)
-            m.state = state
-            m.changed_ms = t
-        else:
-            return
-        if state == "alive":
-            self.members[address].lost_ms = None
-        self.counters[f"member_{state}"] += 1
-        if self._started:
-            self._wake.set()
-
-    def _learn(self, address: str, endpoints: list[str]) -> None:
-        if address == self.address or not self._authorize(address):
+    def learn(self, address: str, endpoints: list[str]) -> None:
+        """Keep dialling ``address`` at ``endpoints`` (if it may connect)."""
+        if address == self.address or not self.authorize(address):
             return
         for ep in endpoints:
             try:
                 h, p = parse_endpoint(ep)
-            except Exception:
+            except ConfigError:
                 self.counters["bad_endpoint"] += 1
                 continue
             self.conns.want(h, p, address)
-        if address not in self.members and address not in self.conns.links:
-            self.members[address] = Member(address, "suspect", now_ms(), lost_ms=now_ms())
 
     async def flush(self) -> None:
         """Drain the core's outbox and events (see module docs)."""
         async with self._flush_lock:
             while True:
+                t = now_ms()
+                self.members.after_input(t)
+                self.messaging.after_input()
                 out = self.node.outbox()
                 events = self.node.events()
                 if not out and not events:
@@ -346,7 +356,7 @@ class Daemon:
     def _dispatch(self, ev: Event) -> None:
         if ev.kind == KIND_HELLO and ev.author != self.identity.public:
             addr = address_of(ev.author)
-            self._learn(addr, self.endpoints.endpoints(addr))
+            self.learn(addr, self.endpoints.endpoints(addr))
         for sub in self._subs:
             sub.offer(ev)
 
@@ -354,7 +364,8 @@ class Daemon:
         while self._started:
             t = now_ms()
             self.node.handle_timer(t)
-            self._check_members(t)
+            self.members.m.handle_timer(t)
+            self.messaging.handle_timer(t)
             await self.flush()
             self._wake.clear()
             self._armed_ms = min(self._next_deadline(), now_ms() + 1000)
@@ -366,7 +377,9 @@ class Daemon:
                 pass
 
     def _next_deadline(self) -> int:
-        return min(self.node.next_deadline(), self._members_deadline())
+        d = min(self.node.next_deadline(), self.members.m.next_deadline())
+        direct = self.messaging.next_deadline()
+        return d if direct is None else min(d, direct)
 
     def _schedule_flush(self) -> None:
         """Flush soon from a synchronous caller (coalesced into one task)."""
@@ -381,23 +394,6 @@ class Daemon:
         task = asyncio.get_running_loop().create_task(run())
         self._bg.add(task)
         task.add_done_callback(self._bg.discard)
-
-    def _members_deadline(self) -> int:
-        out = now_ms() + 1000
-        for m in self.members.values():
-            if m.state == "suspect" and m.lost_ms is not None:
-                out = min(out, m.lost_ms + self.config.suspect_timeout_ms)
-        return out
-
-    def _check_members(self, t: int) -> None:
-        for addr in sorted(self.members):
-            m = self.members[addr]
-            if (
-                m.state == "suspect"
-                and m.lost_ms is not None
-                and t >= m.lost_ms + self.config.suspect_timeout_ms
-            ):
-                self._set_member(addr, "down", t)
 
     # -- API used by the control socket and hivemesh.Node -----------------------
 
@@ -466,6 +462,9 @@ class Daemon:
         counters.update(self.node.counters)
         counters.update(self.conns.counters)
         counters.update(self.counters)
+        counters.update({f"membership_{k}": v for k, v in self.members.m.counters.items()})
+        counters.update({f"direct_{k}": v for k, v in self.messaging.direct.counters.items()})
+        counters.update({f"direct_{k}": v for k, v in self.messaging.counters.items()})
         counters["subscriber_dropped"] += sum(s.dropped for s in self._subs)
         for view in (self.context_view, self.names, self.endpoints):
             for code, n in view.rejected.items():
@@ -485,10 +484,9 @@ class Daemon:
                 "version_vector": {address_of(a): s for a, s in sorted(j.version_vector().items())},
             },
             "peers_connected": len(self.conns.links),
-            "members": {
-                a: {"state": m.state, "since_ms": m.changed_ms}
-                for a, m in sorted(self.members.items())
-            },
+            "members": self.members.snapshot(),
+            "detection_bound_ms": self.members.detection_bound_ms(),
+            "inbox": self.messaging.inbox.count(),
             "counters": dict(sorted(counters.items())),
             "transport": self.conns.transport_counters.snapshot(),
             "dropped_total": sum(dropped.values()),
@@ -497,15 +495,16 @@ class Daemon:
     def peers(self) -> list[dict[str, Any]]:
         """Known members with their channel figures."""
         chans = self.conns.statistics()
+        members = self.members.snapshot()
         out = []
-        for addr in sorted(set(self.members) | set(chans)):
-            m = self.members.get(addr)
+        for addr in sorted(set(members) | set(chans)):
+            m = members.get(addr)
             out.append(
                 {
                     "address": addr,
                     "names": self.names.names_of(addr),
-                    "state": m.state if m else "alive",
-                    "endpoints": self.endpoints.endpoints(addr),
+                    "state": m["state"] if m else "connecting",
+                    "endpoints": m["endpoints"] if m else self.endpoints.endpoints(addr),
                     "channel": chans.get(addr),
                     "revoked": self.trust.is_revoked(addr),
                 }
@@ -513,12 +512,41 @@ class Daemon:
         return out
 
     async def send_direct(self, to: str, data: Any, *, timeout_s: float) -> dict[str, Any]:
-        """Send an acknowledged direct message (wired to core.direct)."""
-        raise LocalProtocolError("direct messages are not wired into this build yet")
+        """Send an acknowledged direct message to an address or a name.
 
-    def inbox(self, limit: int = 100) -> list[dict[str, Any]]:
-        """Direct messages received, oldest first."""
-        return []
+        Returns when the receiver acknowledged (it is in its inbox); raises
+        :class:`DeadlineExceeded` if no ack came within ``timeout_s``.
+        """
+        address = self.resolve(to)
+        t0 = now_ms()
+        fut = self.messaging.send(address, data, t0, int(timeout_s * 1000))
+        await self.flush()
+        result = await fut
+        result["rtt_ms"] = now_ms() - t0
+        return result
+
+    def inbox(self, limit: int = 100, *, remove: bool = False) -> list[dict[str, Any]]:
+        """Direct messages received, oldest first (removed if ``remove``)."""
+        return self.messaging.inbox.list(limit, remove=remove)
+
+    async def ping(self, target: str, *, timeout_s: float) -> dict[str, Any]:
+        """Round-trip time to a connected peer (by address or name)."""
+        address = self.resolve(target)
+        if address not in self.conns.links:
+            raise UnknownPeer(f"no channel to {address[:12]} (state: {self._state_of(address)})")
+        nonce, fut = self.messaging.ping(address, now_ms())
+        await self.flush()
+        try:
+            async with asyncio.timeout(timeout_s):
+                rtt = await fut
+        except TimeoutError:
+            self.messaging.forget_ping(nonce)
+            raise DeadlineExceeded(f"no pong from {address[:12]} in {timeout_s}s") from None
+        return {"address": address, "rtt_ms": rtt}
+
+    def _state_of(self, address: str) -> str:
+        st = self.members.state(address)
+        return "unknown" if st is None else st.value
 
     def check_address(self, address: str) -> str:
         """Validate an address argument (raises :class:`InvalidArgument`)."""

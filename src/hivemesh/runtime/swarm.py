@@ -37,7 +37,7 @@ FAST_TIMINGS: dict[str, str] = {
     "HIVEMESH_SYNC_INTERVAL_MS": "300",
     "HIVEMESH_PROBE_INTERVAL_MS": "200",
     "HIVEMESH_PROBE_TIMEOUT_MS": "100",
-    "HIVEMESH_SUSPECT_TIMEOUT_MS": "1000",
+    "HIVEMESH_SUSPICION_MULT": "3",
     "HIVEMESH_RECONNECT_MIN_S": "0.1",
     "HIVEMESH_RECONNECT_MAX_S": "0.5",
     "HIVEMESH_DIAL_TIMEOUT_S": "2",
@@ -256,7 +256,7 @@ class LocalSwarm:
         return first if all(v == first for v in vvs[1:]) else None
 
     def member_state(self, observer: str, subject: str) -> str | None:
-        """What ``observer`` believes about ``subject`` (alive/suspect/down)."""
+        """What ``observer`` believes about ``subject`` (up/suspect/down/left)."""
         members = self.nodes[observer].client.status()["members"]
         got = members.get(self.nodes[subject].address)
         return None if got is None else str(got["state"])

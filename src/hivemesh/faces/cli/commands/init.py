@@ -24,7 +24,7 @@ _CONFIG_TEMPLATE = """\
 [membership]
 # probe_interval_ms = 1000
 # probe_timeout_ms = 500
-# suspect_timeout_ms = 3000
+# suspicion_mult = 4
 
 [trust]
 # trust_mode = "open"              # or "invite": only trusted addresses

@@ -36,7 +36,7 @@ def register(sub: Any) -> None:
     p.add_argument("--trust-mode", choices=["open", "invite"])
     p.add_argument("--probe-interval-ms", type=int)
     p.add_argument("--probe-timeout-ms", type=int)
-    p.add_argument("--suspect-timeout-ms", type=int)
+    p.add_argument("--suspicion-mult", type=int)
     p.add_argument("--sync-interval-ms", type=int)
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=_run)
@@ -51,7 +51,7 @@ def _run(args: argparse.Namespace) -> int:
         "trust_mode": args.trust_mode,
         "probe_interval_ms": args.probe_interval_ms,
         "probe_timeout_ms": args.probe_timeout_ms,
-        "suspect_timeout_ms": args.suspect_timeout_ms,
+        "suspicion_mult": args.suspicion_mult,
         "sync_interval_ms": args.sync_interval_ms,
         "log_level": args.log_level,
     }
