@@ -34,6 +34,7 @@ import contextlib
 import json
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,6 +45,12 @@ from hivemesh.errors import DeadlineExceeded, HivemeshError, InvalidArgument
 
 if TYPE_CHECKING:
     from hivemesh.runtime.daemon import Daemon
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds."""
+    return time.time_ns() // 1_000_000
+
 
 __all__ = ["MAX_LINE_BYTES", "ControlServer", "event_json", "jsonable"]
 
@@ -147,6 +154,19 @@ async def _trust_list(d: Daemon, args: dict[str, Any]) -> Any:
     return {"mode": d.config.trust_mode, "trusted": d.trust.trusted(), "revoked": d.trust.revoked()}
 
 
+async def _invite(d: Daemon, args: dict[str, Any]) -> Any:
+    ttl_s = _arg(args, "ttl_s", int, 3600)
+    if not 0 < ttl_s <= 30 * 86400:
+        raise InvalidArgument("ttl_s must be 1..2592000")
+    return d.invites.issue(ttl_s, now_ms())
+
+
+async def _join(d: Daemon, args: dict[str, Any]) -> Any:
+    result = d.invites.join(_arg(args, "token", str), now_ms())
+    await d.flush()
+    return result
+
+
 async def _send(d: Daemon, args: dict[str, Any]) -> Any:
     to = _arg(args, "to", str)
     if "data" not in args:
@@ -192,6 +212,8 @@ OPS: dict[str, Op] = {
     "ctx.get": _ctx_get,
     "ctx.set": _ctx_set,
     "inbox": _inbox,
+    "invite": _invite,
+    "join": _join,
     "name.claim": _name_claim,
     "names": _names,
     "peers": _peers,

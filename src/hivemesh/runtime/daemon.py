@@ -63,6 +63,7 @@ from hivemesh.errors import (
 )
 from hivemesh.runtime.connections import ConnectionManager
 from hivemesh.runtime.endpoints import KIND_HELLO, EndpointsView, hello_body
+from hivemesh.runtime.invites import Invites
 from hivemesh.runtime.members import MemberDriver
 from hivemesh.runtime.messaging import Messaging
 from hivemesh.transports import ChannelOptions
@@ -126,6 +127,8 @@ class Daemon:
         self.trust: TrustStore
         self.members: MemberDriver
         self.messaging: Messaging
+        self.invites = Invites(self)
+        self.advertised = ""
 
     @property
     def address(self) -> str:
@@ -162,7 +165,7 @@ class Daemon:
         self.rehydrated = self.node.rehydrate(self._replay(store))
         self.conns = ConnectionManager(
             self.identity,
-            authorize=self.authorize,
+            authorize=lambda a: self.invites.admit_channel(a, now_ms()),
             on_frame=self._on_frame,
             on_peer=self._on_peer,
             dial_timeout_s=cfg.dial_timeout_s,
@@ -174,7 +177,7 @@ class Daemon:
         )
         host, port = cfg.listen_endpoint()
         self.listen_port = await self.conns.listen(host, port)
-        endpoint = self._announce(host)
+        endpoint = self.advertised = self._announce(host)
         t = now_ms()
         self.members = MemberDriver(self, [endpoint], random.Random(secrets.randbits(128)), t)
         self.messaging = Messaging(
@@ -307,18 +310,33 @@ class Daemon:
 
     async def _on_frame(self, peer: str, frame: bytes) -> None:
         await self._ready.wait()
-        self.node.receive(peer, frame, now_ms())
+        t = now_ms()
+        if peer in self.invites.probation:
+            if self.invites.on_probation_frame(peer, frame, t):
+                await self._on_peer(peer, True)
+            return
+        self.node.receive(peer, frame, t)
         await self.flush()
+
+    def disconnect_later(self, peer: str, reason: str) -> None:
+        """Close the channel to ``peer`` from synchronous code."""
+        task = asyncio.get_running_loop().create_task(self.conns.disconnect(peer, reason))
+        self._bg.add(task)
+        task.add_done_callback(self._bg.discard)
 
     async def _on_peer(self, peer: str, up: bool) -> None:
         await self._ready.wait()
+        if up and peer in self.invites.probation:
+            return  # not a member until it presents a valid join proof
         if up:
+            self.invites.send_proof(peer)
             eps = self.endpoints.endpoints(peer)
             link = self.conns.links.get(peer)
             if link is not None and link.endpoint is not None and not eps:
                 eps = [f"{link.endpoint[0]}:{link.endpoint[1]}"]
             self.members.channel_up(peer, eps, now_ms())
         else:
+            self.invites.probation.pop(peer, None)
             self.node.remove_peer(peer)
             self.learn(peer, self.endpoints.endpoints(peer))
         await self.flush()
@@ -366,6 +384,7 @@ class Daemon:
             self.node.handle_timer(t)
             self.members.m.handle_timer(t)
             self.messaging.handle_timer(t)
+            self.invites.expire(t)
             await self.flush()
             self._wake.clear()
             self._armed_ms = min(self._next_deadline(), now_ms() + 1000)
@@ -378,8 +397,10 @@ class Daemon:
 
     def _next_deadline(self) -> int:
         d = min(self.node.next_deadline(), self.members.m.next_deadline())
-        direct = self.messaging.next_deadline()
-        return d if direct is None else min(d, direct)
+        for extra in (self.messaging.next_deadline(), self.invites.next_deadline()):
+            if extra is not None:
+                d = min(d, extra)
+        return d
 
     def _schedule_flush(self) -> None:
         """Flush soon from a synchronous caller (coalesced into one task)."""

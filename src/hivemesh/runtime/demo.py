@@ -144,16 +144,17 @@ def run_demo(
 
         def mesh() -> str:
             everyone = {swarm.nodes[label].address for label in labels}
-            for label in labels:
-                others = everyone - {swarm.nodes[label].address}
-                wait_until(
-                    lambda label=label, others=others: (
-                        {a for a, m in swarm.status(label)["members"].items() if m["state"] == "up"}
-                        >= others
-                    ),
-                    budget(15),
-                    what=f"{label} sees every other node up",
-                )
+
+            def sees_all(label: str) -> bool:
+                members = swarm.status(label)["members"]
+                up = {a for a, m in members.items() if m["state"] == "up"}
+                return up >= everyone - {swarm.nodes[label].address}
+
+            wait_until(
+                lambda: all(sees_all(label) for label in labels),
+                budget(15),
+                what="every node sees every other node up",
+            )
             return f"every node sees the other {nodes - 1} as up"
 
         if not check("nodes find each other", mesh):
@@ -163,14 +164,14 @@ def run_demo(
             node = swarm.nodes[named]
             res = node.client.claim_name("planner")
             assert res["ours"], f"name held by {res['owner']}"
-            for label in labels:
-                wait_until(
-                    lambda label=label: (
-                        swarm.nodes[label].client.call("names").get("planner") == node.address
-                    ),
-                    budget(10),
-                    what=f"{label} resolves planner",
-                )
+            wait_until(
+                lambda: all(
+                    swarm.nodes[label].client.call("names").get("planner") == node.address
+                    for label in labels
+                ),
+                budget(10),
+                what="every node resolves planner",
+            )
             return f"{named} claimed 'planner'; all {nodes} nodes resolve it"
 
         check("a name resolves everywhere", name)
@@ -179,15 +180,15 @@ def run_demo(
             t = time.monotonic()
             swarm.nodes[writer].client.ctx_set("default", "goal", "summarise the incident")
             n.line(f"  {writer} wrote goal = 'summarise the incident'")
-            for label in labels:
-                wait_until(
-                    lambda label=label: (
-                        swarm.nodes[label].client.ctx_get("default", "goal").get("value")
-                        == "summarise the incident"
-                    ),
-                    budget(10),
-                    what=f"goal on {label}",
-                )
+            wait_until(
+                lambda: all(
+                    swarm.nodes[label].client.ctx_get("default", "goal").get("value")
+                    == "summarise the incident"
+                    for label in labels
+                ),
+                budget(10),
+                what="goal on every node",
+            )
             ms = (time.monotonic() - t) * 1000
             return f"visible on all {nodes} nodes after {ms:.0f} ms"
 
@@ -213,12 +214,12 @@ def run_demo(
             n.line(f"  kill -9 {victim} (SWIM detection bound here: {bound_s:.1f} s)")
             t = time.monotonic()
             swarm.kill(victim, signal.SIGKILL)
-            for label in observers:
-                wait_until(
-                    lambda label=label: swarm.member_state(label, victim) == "down",
-                    budget(bound_s + 5),
-                    what=f"{label} marks {victim} down",
-                )
+            wait_until(
+                lambda: all(swarm.member_state(label, victim) == "down" for label in observers),
+                budget(bound_s + 5),
+                what=f"every survivor marks {victim} down",
+                interval_s=0.1,
+            )
             took = time.monotonic() - t
             assert took <= bound_s + 1.0, f"took {took:.1f}s, bound {bound_s:.1f}s"
             return f"all {len(observers)} survivors marked {victim} down after {took:.1f} s"
@@ -246,12 +247,11 @@ def run_demo(
             assert last == f"{victim} was here", "its own pre-kill write is missing"
             st = node.client.status()
             assert st["journal"]["own_seq"] >= before_kill["own_seq"], "own feed shrank"
-            for label in observers:
-                wait_until(
-                    lambda label=label: swarm.member_state(label, victim) == "up",
-                    budget(10),
-                    what=f"{label} sees {victim} up again",
-                )
+            wait_until(
+                lambda: all(swarm.member_state(label, victim) == "up" for label in observers),
+                budget(10),
+                what=f"every survivor sees {victim} up again",
+            )
             took = time.monotonic() - t
             events = sum(vv.values())
             return (
