@@ -61,7 +61,7 @@ class Config:
     reconnect_max_s: float = 10.0
     # [membership]
     probe_interval_ms: int = 1000
-    probe_timeout_ms: int = 500
+    probe_timeout_ms: int = 500  # half the probe interval unless set
     suspicion_mult: int = 4
     # [replication]
     sync_interval_ms: int = 1000
@@ -275,6 +275,8 @@ def load_config(
         raise ConfigError(f"config file not found: {path}")
     values.update(env_values)
     values.update(flag_values)
+    if "probe_interval_ms" in values and "probe_timeout_ms" not in values:
+        values["probe_timeout_ms"] = max(1, values["probe_interval_ms"] // 2)
     values["data_dir"] = base
     cfg = Config(**values)
     _validate(cfg)
