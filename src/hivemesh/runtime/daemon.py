@@ -128,6 +128,7 @@ class Daemon:
         self.members: MemberDriver
         self.messaging: Messaging
         self.invites = Invites(self)
+        self._mdns: Any = None
         self.advertised = ""
 
     @property
@@ -188,6 +189,16 @@ class Daemon:
             relays=self._relays,
         )
         self._ready.set()
+        if cfg.mdns:
+            from hivemesh.discovery.mdns import LanDiscovery
+
+            self._mdns = LanDiscovery(
+                self.address,
+                self.listen_port,
+                interfaces=cfg.mdns_interfaces,
+                on_found=lambda found: self.learn(found.address, list(found.endpoints)),
+            )
+            await self._mdns.start()
         if cfg.name and self.names.resolve(cfg.name) != self.address:
             self.node.append(*NamesView.claim(cfg.name), t)
         for address, eps in self.endpoints.known().items():
@@ -231,6 +242,9 @@ class Daemon:
         self.commit_nowait()
         self.members.m.leave(now_ms())
         await self.flush()
+        if self._mdns is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._mdns.close(), 3.0)
         await self.conns.close()
         self.messaging.close()
         self.node.journal.store.close()
@@ -486,6 +500,8 @@ class Daemon:
         counters.update({f"membership_{k}": v for k, v in self.members.m.counters.items()})
         counters.update({f"direct_{k}": v for k, v in self.messaging.direct.counters.items()})
         counters.update({f"direct_{k}": v for k, v in self.messaging.counters.items()})
+        if self._mdns is not None:
+            counters.update({f"mdns_{k}": v for k, v in self._mdns.counters.items()})
         counters["subscriber_dropped"] += sum(s.dropped for s in self._subs)
         for view in (self.context_view, self.names, self.endpoints):
             for code, n in view.rejected.items():
