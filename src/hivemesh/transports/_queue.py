@@ -21,7 +21,16 @@ __all__ = ["FrameQueue"]
 class FrameQueue:
     """Bounded by ``max_frames`` and ``max_bytes``; single loop, no threads."""
 
-    __slots__ = ("_closed", "_getters", "_items", "_putters", "max_bytes", "max_frames", "nbytes")
+    __slots__ = (
+        "_closed",
+        "_getters",
+        "_handoff",
+        "_items",
+        "_putters",
+        "max_bytes",
+        "max_frames",
+        "nbytes",
+    )
 
     def __init__(self, max_frames: int, max_bytes: int) -> None:
         self.max_frames = max_frames
@@ -30,6 +39,9 @@ class FrameQueue:
         self._items: deque[bytes] = deque()
         self._getters: deque[asyncio.Future[None]] = deque()
         self._putters: deque[asyncio.Future[None]] = deque()
+        # True while one woken putter has not yet run: only one holds the turn,
+        # so waiting putters are admitted strictly in arrival order.
+        self._handoff = False
         self._closed: Callable[[], HivemeshError] | None = None
 
     def __len__(self) -> int:
@@ -45,12 +57,18 @@ class FrameQueue:
         return not items or (len(items) < self.max_frames and self.nbytes + size <= self.max_bytes)
 
     @staticmethod
-    def _wake(waiters: deque[asyncio.Future[None]]) -> None:
+    def _wake(waiters: deque[asyncio.Future[None]]) -> bool:
+        """Wake the first live waiter; False if there was none."""
         while waiters:
             fut = waiters.popleft()
             if not fut.done():
                 fut.set_result(None)
-                return
+                return True
+        return False
+
+    def _wake_putter(self) -> None:
+        if not self._handoff and self._putters:
+            self._handoff = self._wake(self._putters)
 
     @staticmethod
     def _wake_all(waiters: deque[asyncio.Future[None]]) -> None:
@@ -59,14 +77,42 @@ class FrameQueue:
             if not fut.done():
                 fut.set_result(None)
 
+    def put_many_nowait(self, frames: list[bytes]) -> int:
+        """Append frames from the front while there is room; return how many."""
+        if self._closed is not None:
+            raise self._closed()
+        if self._putters or self._handoff:
+            return 0
+        items = self._items
+        room = self.max_frames - len(items)
+        budget = self.max_bytes - self.nbytes
+        taken = 0
+        for frame in frames:
+            size = len(frame)
+            if items and (taken >= room or size > budget):
+                break
+            items.append(frame)
+            budget -= size
+            taken += 1
+        self.nbytes = self.max_bytes - budget
+        if taken and self._getters:
+            self._wake(self._getters)
+        return taken
+
     def put_nowait(self, frame: bytes) -> bool:
         """Append ``frame`` if there is room (and no earlier putter waits); else False."""
         if self._closed is not None:
             raise self._closed()
-        if self._putters or not self._has_room(len(frame)):
+        items = self._items
+        size = len(frame)
+        if (
+            self._putters
+            or self._handoff
+            or (items and (len(items) >= self.max_frames or self.nbytes + size > self.max_bytes))
+        ):
             return False
-        self._items.append(frame)
-        self.nbytes += len(frame)
+        items.append(frame)
+        self.nbytes += size
         if self._getters:
             self._wake(self._getters)
         return True
@@ -88,19 +134,22 @@ class FrameQueue:
             except BaseException:
                 if fut in self._putters:
                     self._putters.remove(fut)
-                elif not fut.cancelled():
-                    self._wake(self._putters)  # we were woken: pass the turn on
+                elif fut.done() and not fut.cancelled():  # we held the turn: pass it on
+                    self._handoff = False
+                    self._wake_putter()
                 raise
+            self._handoff = False
             if self._closed is not None:
                 raise self._closed()
             if self._has_room(len(frame)):
                 self._items.append(frame)
                 self.nbytes += len(frame)
-                self._wake(self._getters)
-                if self._putters:
-                    self._wake(self._putters)  # it re-checks and re-queues at the head
+                if self._getters:
+                    self._wake(self._getters)
+                if self._has_room(0):
+                    self._wake_putter()  # room left: the next in line re-checks
                 return
-            at_head = True
+            at_head = True  # still no room: keep our place at the front
 
     def get_nowait(self) -> bytes | None:
         """The oldest frame, or None if empty (raises if closed and empty)."""
@@ -111,8 +160,7 @@ class FrameQueue:
             return None
         frame = items.popleft()
         self.nbytes -= len(frame)
-        if self._putters:
-            self._wake(self._putters)
+        self._wake_putter()
         return frame
 
     async def wait_nonempty(self) -> None:
@@ -139,15 +187,19 @@ class FrameQueue:
     def take_batch(self, max_bytes: int) -> tuple[list[bytes], int]:
         """Up to ``max_bytes`` of frames (at least one if any): ``(frames, nbytes)``."""
         items = self._items
-        batch: list[bytes] = []
-        total = 0
-        while items and (not batch or total + len(items[0]) <= max_bytes):
-            frame = items.popleft()
-            batch.append(frame)
-            total += len(frame)
+        if self.nbytes <= max_bytes:  # common case: take everything
+            batch = list(items)
+            total = self.nbytes
+            items.clear()
+        else:
+            batch = []
+            total = 0
+            while items and (not batch or total + len(items[0]) <= max_bytes):
+                frame = items.popleft()
+                batch.append(frame)
+                total += len(frame)
         self.nbytes -= total
-        if self._putters:
-            self._wake(self._putters)
+        self._wake_putter()
         return batch, total
 
     def close(self, error: Callable[[], HivemeshError], *, discard: bool) -> int:
@@ -161,4 +213,5 @@ class FrameQueue:
             self.nbytes = 0
         self._wake_all(self._getters)
         self._wake_all(self._putters)
+        self._handoff = False
         return dropped

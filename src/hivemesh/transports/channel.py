@@ -43,7 +43,10 @@ from hivemesh.transports._queue import FrameQueue
 from hivemesh.transports.session import FrameSession
 from hivemesh.transports.stats import ChannelStatistics, TransportCounters
 
-__all__ = ["Authorize", "ChannelOptions", "SecureChannel", "peer_close_error"]
+__all__ = ["CLOSE_GRACE_S", "Authorize", "ChannelOptions", "SecureChannel", "peer_close_error"]
+
+#: How long a closing channel may take to flush its last bytes before it is aborted.
+CLOSE_GRACE_S = 2.0
 
 #: The trust policy: ``authorize(address) -> bool``.
 Authorize = Callable[[str], bool]
@@ -62,6 +65,11 @@ class ChannelOptions:
     read_chunk_bytes: int = 256 * 1024
     write_stall_timeout_s: float = 30.0
     handshake_timeout_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        for name, value in sorted(vars(self).items()):
+            if not value > 0:
+                raise InvalidArgument(f"ChannelOptions.{name} must be positive, got {value!r}")
 
 
 def peer_close_error(code: str) -> HivemeshError:
@@ -106,7 +114,7 @@ class SecureChannel:
         self._errors: dict[str, int] = {}
         self._closed = asyncio.Event()
         self._writer_idle = asyncio.Event()
-        self._writer_idle.set()
+        self._writer_busy = False
         self.frames_in = self.bytes_in = self.frames_out = self.bytes_out = 0
         self.frames_dropped = self.send_waits = self.send_would_block = 0
         self._initial_frames = initial_frames  # arrived with the ACCEPT
@@ -144,11 +152,13 @@ class SecureChannel:
 
     def send_nowait(self, frame: bytes) -> None:
         """Queue ``frame`` or raise :class:`WouldBlock` if the send queue is full."""
-        self._check_frame(frame)
-        if not self._sendq.put_nowait(bytes(frame)):
+        if type(frame) is not bytes:
+            frame = bytes(frame)
+        if self._close_reason is not None or len(frame) > self._opts.max_frame_bytes:
+            self._check_frame(frame)
+        if not self._sendq.put_nowait(frame):
             self.send_would_block += 1
             raise WouldBlock(f"send queue to {self.peer_address[:12]} is full")
-        self._writer_idle.clear()
 
     async def send(self, frame: bytes, *, timeout_s: float | None = None) -> None:
         """Queue ``frame``, waiting while the send queue is full (backpressure).
@@ -165,7 +175,6 @@ class SecureChannel:
                     await self._sendq.put(frame)
             except TimeoutError:
                 raise DeadlineExceeded(f"send queue stayed full for {timeout_s}s") from None
-        self._writer_idle.clear()
 
     def recv_nowait(self) -> bytes:
         """The next frame, or :class:`WouldBlock` if none is queued."""
@@ -198,8 +207,9 @@ class SecureChannel:
         """Wait until every queued frame was handed to the kernel."""
         try:
             async with asyncio.timeout(timeout_s):
-                while not self._writer_idle.is_set():
-                    await self._writer_idle.wait()
+                while (len(self._sendq) or self._writer_busy) and self._close_reason is None:
+                    self._writer_idle.clear()
+                    await self._writer_idle.wait()  # set by the writer when it runs dry
                 if self._close_reason is not None:
                     raise self._closed_error()
                 await self._writer.drain()
@@ -215,9 +225,9 @@ class SecureChannel:
         """
         if self._close_reason is not None:
             return
+        self.frames_dropped += self._recvq.close(self._closed_error, discard=True)
         local = ConnectionClosed("closed by this node")
         self._end(reason or local, notify=(reason.code if reason else "normal"), count=False)
-        self.frames_dropped += self._recvq.close(self._closed_error, discard=True)
 
     async def aclose(self, timeout_s: float = 5.0) -> None:
         """Flush queued frames (up to ``timeout_s``), then :meth:`close`."""
@@ -236,10 +246,14 @@ class SecureChannel:
         """Re-check trust; close with :class:`UnknownPeer` if revoked. True if kept."""
         if self._close_reason is not None:
             return False
-        if authorize(self.peer_address):
+        try:
+            trusted = authorize(self.peer_address)
+        except Exception:  # a broken policy fails closed
+            trusted = False
+        if trusted:
             return True
-        self.close(UnknownPeer(f"trust in {self.peer_address[:12]} was revoked"))
         self._count_error(UnknownPeer.code)
+        self.close(UnknownPeer(f"trust in {self.peer_address[:12]} was revoked"))
         return False
 
     def statistics(self) -> ChannelStatistics:
@@ -290,7 +304,12 @@ class SecureChannel:
         for task in self._tasks:
             if task is not current:
                 task.cancel()
-        self._writer.close()
+        transport = self._writer.transport
+        self._writer.close()  # flushes what is buffered, CLOSE included ...
+        if isinstance(reason, DeadlineExceeded):
+            transport.abort()  # ... unless the peer stopped reading: then drop now
+        else:  # ... and a peer that never reads cannot pin the socket open
+            asyncio.get_running_loop().call_later(CLOSE_GRACE_S, transport.abort)
         self._closed.set()
         self._counters.detach(self)
 
@@ -300,9 +319,10 @@ class SecureChannel:
         try:
             while True:
                 if not len(sendq):
+                    self._writer_busy = False
                     self._writer_idle.set()
                     await sendq.wait_nonempty()
-                self._writer_idle.clear()
+                self._writer_busy = True
                 frames, nbytes = sendq.take_batch(batch_bytes)
                 writer.write(session.encode_frames(frames))
                 self.frames_out += len(frames)
@@ -322,6 +342,7 @@ class SecureChannel:
         except (ConnectionError, OSError) as exc:
             self._end(ConnectionClosed(f"write failed: {exc}"), notify=None, count=True)
         finally:
+            self._writer_busy = False
             self._writer_idle.set()
 
     async def _read_loop(self) -> None:
@@ -343,10 +364,11 @@ class SecureChannel:
                     )
                     return
                 frames = session.receive_data(data)
-                for frame in frames:
-                    self.frames_in += 1
-                    self.bytes_in += len(frame)
-                    if not recvq.put_nowait(frame):
+                if frames:
+                    self.frames_in += len(frames)
+                    self.bytes_in += sum(map(len, frames))
+                    taken = recvq.put_many_nowait(frames)
+                    for frame in frames[taken:]:
                         await recvq.put(frame)  # backpressure: stop reading the socket
                 if session.failure is not None:
                     failure = session.failure

@@ -54,7 +54,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from hivemesh.core.identity import Identity, address_of, verify
+from hivemesh.core.identity import Identity, address_of, public_key_of, verify
 from hivemesh.errors import (
     BadRecord,
     HandshakeError,
@@ -247,6 +247,11 @@ class HandshakeState:
         """The transcript hash ``h`` (channel binding once complete)."""
         return self._sym.h
 
+    @property
+    def message_index(self) -> int:
+        """How many handshake messages were written or read so far (0..3)."""
+        return self._turn
+
     def _my_turn_to_write(self) -> bool:
         return (self._turn % 2 == 0) == self.initiator
 
@@ -268,6 +273,8 @@ class HandshakeState:
         """Produce the next handshake message carrying ``payload``."""
         if self.complete or not self._my_turn_to_write():
             raise LocalProtocolError("not this side's turn to write a handshake message")
+        if len(payload) > MAX_MESSAGE_BYTES - 2 * DH_BYTES - 2 * TAG_BYTES:
+            raise InvalidArgument("handshake payload too large for one Noise message")
         out = bytearray()
         for token in XX_PATTERN[self._turn]:
             if token == "e":
@@ -281,8 +288,6 @@ class HandshakeState:
                 self._sym.mix_key(self._dh_token(token))
         out += self._sym.encrypt_and_hash(payload)
         self._advance()
-        if len(out) > MAX_MESSAGE_BYTES:
-            raise InvalidArgument("handshake payload too large for one Noise message")
         return bytes(out)
 
     def read_message(self, message: bytes) -> bytes:
@@ -404,6 +409,8 @@ class SecureHandshake:
     ) -> None:
         if expect_address is not None and not initiator:
             raise InvalidArgument("only the dialling side can expect an address")
+        if expect_address is not None:
+            public_key_of(expect_address)  # InvalidAddress unless well-formed
         self._creds = credentials
         self._hs = HandshakeState(
             initiator=initiator,
@@ -426,23 +433,26 @@ class SecureHandshake:
     @property
     def next_message_bytes(self) -> int:
         """Exact size of the handshake message this side reads next."""
-        return MESSAGE_BYTES[self._hs._turn] if self._hs._turn < len(MESSAGE_BYTES) else 0
+        i = self._hs.message_index
+        return MESSAGE_BYTES[i] if i < len(MESSAGE_BYTES) else 0
 
     def initiate(self) -> bytes:
         """Initiator only: message 1 (32 bytes, no payload)."""
         if not self.initiator:
             raise LocalProtocolError("the responder does not initiate")
-        return self._guard(lambda: self._hs.write_message(b""))
+        message = self._guard(lambda: self._hs.write_message(b""))
+        assert message is not None
+        return message
 
     def receive(self, message: bytes) -> bytes | None:
         """Consume the peer's handshake message; return our reply, if any."""
         return self._guard(lambda: self._receive(message))
 
-    def _guard(self, step: Callable[[], bytes | None]) -> bytes:
+    def _guard(self, step: Callable[[], bytes | None]) -> bytes | None:
         if self._failed is not None:
             raise LocalProtocolError(f"handshake already failed: {self._failed}")
         try:
-            return step()  # type: ignore[return-value]
+            return step()
         except HivemeshError as exc:
             self._failed = exc
             raise
@@ -452,7 +462,7 @@ class SecureHandshake:
         if len(message) != want:
             raise HandshakeError(f"handshake message is {len(message)} bytes, want {want}")
         payload = self._hs.read_message(message)
-        if self._hs._turn == 1:  # responder read message 1
+        if self._hs.message_index == 1:  # responder read message 1
             if payload:
                 raise HandshakeError("message 1 must not carry a payload")
             return self._hs.write_message(self._creds.payload)
@@ -474,7 +484,11 @@ class SecureHandshake:
                 f"dialled {self._expect[:12]} but the peer proved {address[:12]} "
                 "(man in the middle?)"
             )
-        if not self._authorize(address):
+        try:
+            trusted = self._authorize(address)
+        except Exception as exc:  # a broken policy fails closed
+            raise UnknownPeer(f"trust check for {address[:12]} raised {exc!r}; refusing") from exc
+        if not trusted:
             raise UnknownPeer(f"peer {address[:12]} is not trusted by this node")
 
     def _finish(self) -> None:

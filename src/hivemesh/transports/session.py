@@ -104,6 +104,7 @@ class FrameSession:
         self.records_out = 0
         self._wire = bytearray()
         self._plain = bytearray()
+        self._need = 0  # length of the partial item in _plain, once its header is known
 
     # -- sending -------------------------------------------------------------
 
@@ -185,48 +186,59 @@ class FrameSession:
                 plain = self._recv.decrypt_with_ad(None, bytes(wire[pos + 2 : end]))
                 pos = end
                 self.records_in += 1
-                self._plain += plain
-                self._parse_items(frames)
+                self._on_plaintext(plain, frames)
                 if self.peer_close is not None:
                     break
         finally:
             del wire[:pos]
 
-    def _parse_items(self, frames: list[bytes]) -> None:
-        buf = self._plain
+    def _on_plaintext(self, plain: bytes, frames: list[bytes]) -> None:
+        pending = self._plain
+        if pending:
+            pending += plain
+            if len(pending) < self._need:
+                return  # still inside a frame that spans records: no parsing
+            buf = bytes(pending)
+            pending.clear()
+        else:
+            buf = plain
+        pos = self._parse_items(buf, frames)
+        if pos < len(buf):
+            pending += memoryview(buf)[pos:]
+
+    def _parse_items(self, buf: bytes, frames: list[bytes]) -> int:
+        """Parse complete items from ``buf``; return where the unparsed rest starts."""
         n = len(buf)
         pos = 0
         unpack = _U32.unpack_from
         limit = self.max_frame_bytes
-        try:
-            while n - pos >= 4:
-                (header,) = unpack(buf, pos)
-                kind = header >> 24
-                size = header & _LEN_MASK
-                if kind == KIND_DATA:
-                    if size > limit:
-                        raise FrameTooLarge(f"peer announced a {size}-byte frame; limit {limit}")
-                    if not self.accepted:
-                        raise DecodeError("data frame before the responder's ACCEPT")
-                    end = pos + 4 + size
-                    if end > n:
-                        return
-                    frames.append(bytes(buf[pos + 4 : end]))
-                    pos = end
-                elif kind == KIND_CONTROL:
-                    if size == 0 or size > MAX_CONTROL_BYTES:
-                        raise DecodeError(f"control item of {size} bytes")
-                    end = pos + 4 + size
-                    if end > n:
-                        return
-                    self._control_item(bytes(buf[pos + 4 : end]))
-                    pos = end
-                    if self.peer_close is not None:
-                        return
-                else:
-                    raise DecodeError(f"unknown item kind {kind}")
-        finally:
-            del buf[:pos]
+        self._need = 0
+        while n - pos >= 4:
+            (header,) = unpack(buf, pos)
+            kind = header >> 24
+            size = header & _LEN_MASK
+            end = pos + 4 + size
+            if kind == KIND_DATA:
+                if size > limit:
+                    raise FrameTooLarge(f"peer announced a {size}-byte frame; limit {limit}")
+                if not self.accepted:
+                    raise DecodeError("data frame before the responder's ACCEPT")
+                if end > n:
+                    self._need = end - pos
+                    return pos
+                frames.append(buf[pos + 4 : end])
+            elif kind == KIND_CONTROL:
+                if size == 0 or size > MAX_CONTROL_BYTES:
+                    raise DecodeError(f"control item of {size} bytes")
+                if end > n:
+                    return pos
+                self._control_item(buf[pos + 4 : end])
+                if self.peer_close is not None:
+                    return n  # nothing after CLOSE counts
+            else:
+                raise DecodeError(f"unknown item kind {kind}")
+            pos = end
+        return pos
 
     def _control_item(self, body: bytes) -> None:
         code = body[0]

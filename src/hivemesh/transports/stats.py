@@ -37,6 +37,8 @@ CHANNEL_FIELDS = (
 class ChannelStatistics:
     """A snapshot of one channel.
 
+    ``bytes_in``/``bytes_out`` count frame payload bytes (not headers or
+    tags); ``records_*`` count encrypted records on the wire.
     ``frames_dropped`` counts frames that were accepted by ``send`` but never
     written, or received but never read, because the channel closed first.
     ``send_waits`` counts ``send`` calls that had to wait (backpressure);

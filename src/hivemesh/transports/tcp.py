@@ -203,6 +203,7 @@ class Listener:
         options: ChannelOptions,
         counters: TransportCounters,
         max_pending_handshakes: int,
+        max_channels: int,
     ) -> None:
         self.identity = identity
         #: Counters shown by ``hivemesh status`` for this listener.
@@ -213,6 +214,7 @@ class Listener:
         self._opts = options
         self._creds = StaticCredentials.generate(identity, random_bytes)
         self._max_pending = max_pending_handshakes
+        self._max_channels = max_channels
         self._pending = 0
         self._channels: dict[int, SecureChannel] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -235,7 +237,7 @@ class Listener:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.counters.incr("connections_accepted")
-        if self._pending >= self._max_pending:
+        if self._pending >= self._max_pending or len(self.channels()) >= self._max_channels:
             self.counters.incr("refused_busy")
             writer.close()
             return
@@ -256,6 +258,9 @@ class Listener:
             _log.debug("handshake from %s failed: %r", writer.get_extra_info("peername"), exc)
             writer.close()
             return
+        except BaseException:  # cancelled (listener closing) or a bug: never leak the socket
+            writer.close()
+            raise
         finally:
             self._pending -= 1
         self.counters.incr("handshakes_ok")
@@ -319,13 +324,16 @@ async def serve(
     options: ChannelOptions | None = None,
     counters: TransportCounters | None = None,
     max_pending_handshakes: int = 64,
+    max_channels: int = 1024,
 ) -> Listener:
     """Listen on ``host:port`` (port 0 picks one; see :attr:`Listener.port`).
 
     Every accepted connection must finish the handshake within
     ``options.handshake_timeout_s`` and pass ``authorize(address)``; then
     ``on_channel(channel)`` runs in its own task. Returning from it does not
-    close the channel. Refusals and failures are counted, never raised.
+    close the channel. Connections beyond ``max_pending_handshakes`` in
+    progress or ``max_channels`` open are closed at once (``refused_busy``).
+    Refusals and failures are counted, never raised.
     """
     listener = Listener(
         identity,
@@ -335,6 +343,7 @@ async def serve(
         options=options or ChannelOptions(),
         counters=counters if counters is not None else TransportCounters(),
         max_pending_handshakes=max_pending_handshakes,
+        max_channels=max_channels,
     )
     listener._server = await asyncio.start_server(listener._spawn, host, port)
     return listener
