@@ -101,3 +101,25 @@ def test_data_dir_that_is_a_file_is_refused(tmp_path: Path) -> None:
     f.write_bytes(b"")
     with pytest.raises(ConfigError):
         load_or_create_identity(f)
+
+
+def test_concurrent_creators_agree_on_one_key(tmp_path: Path) -> None:
+    import threading
+
+    ddir = tmp_path / "d"
+    got: list[bytes] = []
+    errors: list[BaseException] = []
+
+    def create() -> None:
+        try:
+            got.append(load_or_create_identity(ddir).public)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=create) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert errors == [] and len(got) == 8 and len(set(got)) == 1
+    assert sorted(os.listdir(ddir)) == [KEY_FILE]

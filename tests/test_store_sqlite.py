@@ -147,3 +147,46 @@ def test_bench_rehydrate_runs_small() -> None:
         assert metric.ours > 0 and metric.baseline is not None and metric.baseline > 0
         assert metric.goal_met is (metric.ours >= bench_rehydrate.GOAL_EVENTS_PER_S)
     assert result.details["events"] == 3000
+
+
+def test_missing_parent_dir_is_a_store_error(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="creat"):
+        SQLiteStore(tmp_path / "nope" / "s.db")
+    assert not (tmp_path / "nope").exists()
+
+
+def test_concurrent_creation_yields_one_store(tmp_path: Path) -> None:
+    import threading
+
+    path = tmp_path / "s.db"
+    errors: list[BaseException] = []
+    heads: list[object] = []
+
+    def open_and_write(i: int) -> None:
+        try:
+            with SQLiteStore(path) as store:
+                heads.append(store.feed_summary())
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_and_write, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert errors == [] and len(heads) == 6
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.db"]
+
+
+def test_public_surface() -> None:
+    import hivemesh.stores
+
+    assert hivemesh.stores.__all__ == [
+        "ReplayStats",
+        "SQLiteStore",
+        "load_identity",
+        "load_or_create_identity",
+        "rehydrate",
+        "verify_batches",
+        "verify_feeds",
+    ]

@@ -8,6 +8,7 @@ Anything else -- another exception, or different data accepted -- fails.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
@@ -17,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from hivemesh.core.codec import unpack
 from hivemesh.core.event import encode_event
@@ -215,6 +218,19 @@ def test_one_flipped_signature_bit_is_detected(pristine: Path, tmp_path: Path) -
     assert "signature" in str(expect_corrupt(mutated(pristine, tmp_path, alter)))
 
 
+@pytest.mark.parametrize("value", ["'text'", "42", "x'00'", "zeroblob(63)", "3.5"])
+def test_signature_of_wrong_type_or_size_is_detected(
+    pristine: Path, tmp_path: Path, value: str
+) -> None:
+    def alter(p: Path) -> None:
+        db = sqlite3.connect(p)
+        author, seq = db.execute("SELECT author, seq FROM sigs LIMIT 1 OFFSET 2").fetchone()
+        db.close()
+        sql(p, (f"UPDATE sigs SET sig = {value} WHERE author = ? AND seq = ?", (author, seq)))
+
+    expect_corrupt(mutated(pristine, tmp_path, alter))
+
+
 def test_deleted_signature_is_detected(pristine: Path, tmp_path: Path) -> None:
     def delete(p: Path) -> None:
         db = sqlite3.connect(p)
@@ -292,3 +308,56 @@ def test_orphan_wal_without_database_is_refused(tmp_path: Path) -> None:
     with pytest.raises(StoreCorrupt, match="wal"):
         SQLiteStore(path)
     assert not path.exists()
+
+
+_VALUES = st.one_of(
+    st.binary(max_size=80),
+    st.integers(-(2**63), 2**63 - 1),
+    st.text(max_size=20),
+    st.floats(allow_nan=False),
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    table=st.sampled_from(["events", "sigs", "feeds"]),
+    row=st.integers(0, 10_000),
+    column=st.integers(0, 3),
+    value=_VALUES,
+)
+def test_any_cell_rewritten_is_detected_or_unchanged(
+    pristine: Path, tmp_path: Path, table: str, row: int, column: int, value: object
+) -> None:
+    original = snapshot(pristine)
+    columns = {
+        "events": ["author", "seq", "raw"],
+        "sigs": ["author", "seq", "sig"],
+        "feeds": ["author", "last_seq", "last_hash", "n_sigs"],
+    }[table]
+    col = columns[column % len(columns)]
+
+    def rewrite(p: Path) -> None:
+        db = sqlite3.connect(p, isolation_level=None)
+        try:
+            (n,) = db.execute(f"SELECT count(*) FROM {table}").fetchone()
+            keys = db.execute(
+                f"SELECT {columns[0]}, {columns[1]} FROM {table} LIMIT 1 OFFSET ?", (row % n,)
+            ).fetchone()
+            # IntegrityError: the new key collides with another row, nothing changed.
+            with contextlib.suppress(sqlite3.IntegrityError):
+                db.execute(
+                    f"UPDATE {table} SET {col} = ? WHERE {columns[0]} = ? AND {columns[1]} = ?",
+                    (value, *keys),
+                )
+        finally:
+            db.close()
+
+    path = mutated(pristine, tmp_path, rewrite)
+    try:
+        got = snapshot(path)
+    except StoreCorrupt as exc:
+        assert str(path) in str(exc)
+    else:
+        assert got == original

@@ -109,9 +109,7 @@ def _check_dir(ddir: Path) -> None:
 
 def _write_new(path: Path) -> None:
     seed = secrets.token_bytes(_SEED_LEN)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with contextlib.suppress(FileNotFoundError):
-        tmp.unlink()
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:

@@ -165,9 +165,11 @@ def _verify_feed(
         "max_ext_len": 0,
     }
     new_hash = hashlib.blake2b(digest_size=32).copy
-    for s, _sig in sigs:
+    for s, sg in sigs:
         if type(s) is not int or s < 1:
             raise corrupt(author, 0, f"signature stored at invalid seq {s!r}")
+        if type(sg) is not bytes:
+            raise corrupt(author, s, f"stored signature is a {type(sg).__name__}, not bytes")
     signed = iter(sigs)
     next_signed, sig = next(signed, (0, b""))
     expect = 1

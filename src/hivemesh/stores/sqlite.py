@@ -38,6 +38,12 @@ Guarantees
   :class:`StoreError`. Misuse (a batch that does not continue the stored
   feed) is :class:`~hivemesh.errors.InvalidArgument`.
 
+Limits: a damaged ``-wal`` file (torn by power loss, or edited) is cut by
+SQLite at the first frame whose checksum fails: the store opens at the last
+intact commit, consistent and verifiable, and later commits in that WAL are
+gone without an error (nothing distinguishes that from a crash). A clean
+:meth:`SQLiteStore.close` checkpoints the WAL into the main file.
+
 What this module does *not* check is cryptography: a byte flipped inside a
 stored event still reads back. :func:`hivemesh.stores.replay.verify_feeds`
 re-derives every hash chain and checks every signature at rehydration.
@@ -48,6 +54,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import secrets
 import sqlite3
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -150,9 +157,26 @@ class SQLiteStore:
                     f"no store file but {side.name} exists (database deleted or torn); "
                     "refusing to create a new store over it"
                 )
-        tmp = self.path.with_name(f".{self.path.name}.init-{os.getpid()}")
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
+        tmp = self.path.with_name(f".{self.path.name}.init-{os.getpid()}-{secrets.token_hex(4)}")
+        try:
+            self._build(tmp)
+            fd = os.open(tmp, os.O_RDWR)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            with contextlib.suppress(FileExistsError):
+                os.link(tmp, self.path)  # never clobbers a store created meanwhile
+            _fsync_dir(self.path.parent)
+        except OSError as exc:
+            raise StoreError(f"{self.path}: cannot create the store: {exc}") from exc
+        finally:
+            for ext in ("", "-journal", "-wal", "-shm"):
+                with contextlib.suppress(OSError):
+                    os.unlink(f"{tmp}{ext}")
+
+    def _build(self, tmp: Path) -> None:
+        """Write an empty, initialised store at ``tmp``."""
         with self._guard("creating the store"):
             db = sqlite3.connect(tmp, isolation_level=None)
             try:
@@ -169,18 +193,6 @@ class SQLiteStore:
                 db.execute("PRAGMA journal_mode = WAL")
             finally:
                 db.close()
-        fd = os.open(tmp, os.O_RDWR)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        try:
-            os.link(tmp, self.path)  # never clobbers a store created meanwhile
-        except FileExistsError:
-            pass
-        finally:
-            tmp.unlink()
-        _fsync_dir(self.path.parent)
 
     def _open(self) -> sqlite3.Connection:
         with self._guard("opening the store"):
