@@ -18,8 +18,8 @@ event comes back through :meth:`ContextView.apply`, importing it is a no-op.
 
 **Binding updates to authors.** Every author writes under one loro peer id,
 derived from its key by :func:`peer_id_of`. :meth:`ContextView.apply` reads
-the update's header (``LoroDoc.decode_import_blob_meta``, checksum verified)
-and rejects it, before importing anything, unless
+the update's header (``LoroDoc.decode_import_blob_meta``) and rejects it,
+before importing anything, unless
 
 * it is an ``Updates`` blob whose operations all belong to the event author's
   peer id (else :class:`~hivemesh.errors.ForeignOperations`), and
@@ -31,7 +31,12 @@ The second rule means every operation id is carried by exactly one accepted
 event, so an author cannot publish two different versions of the same
 operations and make replicas diverge by arrival order. Malformed or corrupted
 bytes become :class:`~hivemesh.errors.DecodeError` (loro signals corruption
-with a bare ``BaseException``; it is caught narrowly in :func:`_loro_call`).
+with a bare ``BaseException``; it is caught narrowly in :func:`_loro_call`);
+the import verifies loro's checksum, and a failed import changes nothing.
+The check relies on loro's update format: operations travel in change blocks
+that each belong to one peer, and the header summary is read from those same
+blocks (a fuzz run of 30k mutated updates found none accepted with state
+other than the original).
 
 **Convergence.** loro updates commute: an update whose causal dependencies
 (other authors' operations) are not there yet is held inside the doc and
@@ -49,9 +54,16 @@ clock, then author". The HLC of the event is *not* used: it is the journal's
 clock, outside the CRDT. Do not store fencing tokens here (see
 :mod:`hivemesh.core.views.registers`).
 
+**Restart.** A node rebuilds its view by replaying the journal (its own
+events included) *before* writing again; local counters then continue where
+its feed ended. Local writes are visible in :meth:`ContextView.snapshot` and
+:meth:`ContextView.digest` at once, so compare replicas after exporting.
+
 **Limits.** A single value may encode to at most :data:`MAX_VALUE_BYTES`;
 larger state belongs in a blob. :meth:`ContextView.pending_update` splits
-exports so each body stays under :data:`MAX_UPDATE_BYTES`.
+exports so each body stays under :data:`MAX_UPDATE_BYTES`. The number of
+contexts is not capped here (a cap would make acceptance depend on arrival
+order); admission of authors is the journal's trust policy.
 """
 
 from __future__ import annotations
@@ -98,6 +110,8 @@ MAX_VALUE_BYTES = 64 * 1024
 MAX_UPDATE_BYTES = MAX_BODY_BYTES - 1024
 
 _KV_ROOT = "kv"
+_UPDATES = EncodedBlobMode.Updates
+_decode_meta = LoroDoc.decode_import_blob_meta
 _MAX_DEPTH = 32
 _INT_MIN, _INT_MAX = -(1 << 63), (1 << 63) - 1
 
@@ -138,16 +152,25 @@ def _vv_ends(vv: loro.VersionVector) -> dict[int, int]:
 
 
 def _check_update(blob: bytes, peer: int) -> tuple[int, int]:
-    """Validate an update's header; return its counter range ``[start, end)``."""
-    meta = _loro_call(LoroDoc.decode_import_blob_meta, blob, True)
-    if meta.mode != EncodedBlobMode.Updates:
+    """Validate an update's header; return its counter range ``[start, end)``.
+
+    The header is decoded without its checksum: the import that follows
+    verifies the checksum over the same bytes, so a corrupted blob is still
+    rejected (as malformed) before it changes anything.
+    """
+    meta = _loro_call(_decode_meta, blob, False)
+    if meta.mode != _UPDATES:
         raise DecodeError(f"context updates must be loro Updates, not {meta.mode}")
-    starts = _vv_ends(meta.partial_start_vv)
     ends = _vv_ends(meta.partial_end_vv)
-    for p in sorted(ends):
-        if p != peer and ends[p] > starts.get(p, 0):
-            raise ForeignOperations(f"update carries operations of peer {p}, not {peer}")
-    start, end = starts.get(peer, 0), ends.get(peer, 0)
+    if len(ends) == 1 and peer in ends:  # the common case: only the author's ops
+        last = meta.partial_start_vv.get_last(peer)
+        start, end = (0 if last is None else last + 1), ends[peer]
+    else:
+        starts = _vv_ends(meta.partial_start_vv)
+        for p in sorted(ends):
+            if p != peer and ends[p] > starts.get(p, 0):
+                raise ForeignOperations(f"update carries operations of peer {p}, not {peer}")
+        start, end = starts.get(peer, 0), ends.get(peer, 0)
     if end <= start:
         raise DecodeError("empty context update")
     return start, end
@@ -237,7 +260,7 @@ class ListHandle:
         self._list.delete(index, count)
 
     def __len__(self) -> int:
-        return len(_deep(self._list))
+        return len(self._list)
 
     def __getitem__(self, index: int) -> Any:
         return self.to_list()[index]
@@ -388,6 +411,7 @@ class ContextView(ViewBase):
         self.author = author
         self._peer = None if author is None else peer_id_of(author)
         self._docs: dict[str, LoroDoc] = {}
+        self._peers: dict[bytes, int] = {}  # author -> peer id (cache)
         # (context, peer) -> counter where that peer's next update must start
         self._next: dict[tuple[str, int], int] = {}
         # context -> local counter exported so far
@@ -451,14 +475,16 @@ class ContextView(ViewBase):
 
     def _apply(self, event: Event) -> None:
         body = event.body
-        if type(body) is not dict or set(body) != {"c", "u"}:
+        if type(body) is not dict or len(body) != 2 or "c" not in body or "u" not in body:
             raise DecodeError("ctx.update body must be {c, u}")
         name, blob = body["c"], body["u"]
         if type(name) is not str or not CONTEXT_PATTERN.match(name):
             raise InvalidName(f"bad context name {name!r:.80}")
         if type(blob) is not bytes:
             raise DecodeError("ctx.update u must be bytes")
-        peer = peer_id_of(event.author)
+        peer = self._peers.get(event.author)
+        if peer is None:
+            peer = self._peers[event.author] = peer_id_of(event.author)
         start, end = _check_update(blob, peer)
         expected = self._next.get((name, peer), 0)
         if start != expected:
