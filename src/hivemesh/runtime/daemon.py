@@ -39,13 +39,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
+import os
 import random
 import secrets
 import socket
 import time
 from collections import Counter
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from hivemesh.config import Config, parse_endpoint
@@ -79,6 +82,19 @@ _SUBSCRIBER_QUEUE = 1024
 def now_ms() -> int:
     """Wall-clock milliseconds (the time the core is given)."""
     return time.time_ns() // 1_000_000
+
+
+def _lock_data_dir(data_dir: Path) -> int:
+    """Hold an exclusive lock on ``data_dir/daemon.lock`` for the process lifetime."""
+    fd = os.open(data_dir / "daemon.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise ConfigError(f"another hivemesh daemon is running on {data_dir}") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
 
 
 class Subscription:
@@ -129,6 +145,7 @@ class Daemon:
         self.messaging: Messaging
         self.invites = Invites(self)
         self._mdns: Any = None
+        self._lock_fd: int | None = None
         self.advertised = ""
 
     @property
@@ -139,12 +156,42 @@ class Daemon:
     # -- lifecycle -------------------------------------------------------------
 
     async def start(self) -> None:
-        """Open everything and start serving (see module docs)."""
+        """Open everything and start serving (see module docs).
+
+        On failure (port in use, corrupt store, another daemon on the data
+        dir, ...) everything opened so far is closed again and the error
+        propagates.
+        """
+        try:
+            await self._start()
+        except BaseException:
+            await self._abort_start()
+            raise
+
+    async def _abort_start(self) -> None:
+        with contextlib.suppress(Exception):
+            if self._control is not None:
+                await self._control.close()
+        with contextlib.suppress(Exception):
+            if self._mdns is not None:
+                await self._mdns.close()
+        if hasattr(self, "conns"):
+            with contextlib.suppress(Exception):
+                await self.conns.close()
+        if hasattr(self, "node"):
+            with contextlib.suppress(Exception):
+                self.node.journal.store.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    async def _start(self) -> None:
         from hivemesh.stores.keyfile import load_or_create_identity
         from hivemesh.stores.sqlite import SQLiteStore
 
         cfg = self.config
         cfg.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._lock_fd = _lock_data_dir(cfg.data_dir)
         self.identity = load_or_create_identity(cfg.data_dir)
         self.trust = TrustStore(cfg.data_dir)
         store = SQLiteStore(cfg.store_path)
@@ -248,6 +295,9 @@ class Daemon:
         await self.conns.close()
         self.messaging.close()
         self.node.journal.store.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the data dir lock
+            self._lock_fd = None
         log.info("node %s stopped", short(self.address))
 
     def request_stop(self) -> None:
