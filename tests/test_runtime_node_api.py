@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import hivemesh
-from hivemesh.errors import LocalProtocolError
+from hivemesh.errors import LocalProtocolError, UnknownPeer
 
 FAST = {"sync_interval_ms": 200, "reconnect_min_s": 0.05, "reconnect_max_s": 0.5}
 
@@ -77,6 +77,25 @@ def test_client_talks_to_an_in_process_node(tmp_path: Path) -> None:
             r = await asyncio.to_thread(client.ctx_set, "default", "x", [1, 2])
             assert r["seq"] >= 2
             assert a.read_context()["kv"]["x"] == [1, 2]
+
+    asyncio.run(main())
+
+
+def test_send_by_name_is_acknowledged_and_lands_in_the_inbox(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with (
+            hivemesh.Node(tmp_path / "a", **FAST) as a,
+            hivemesh.Node(tmp_path / "b", bootstrap=[a.endpoint], name="collector", **FAST) as b,
+        ):
+            await _until(lambda: a.daemon.names.resolve("collector") == b.address)
+            await _until(lambda: b.address in a.daemon.conns.links)
+            receipt = await a.send("collector", {"tokens": 7}, timeout_s=5)
+            assert receipt["acked"] and receipt["to"] == b.address
+            msgs = b.inbox()
+            assert [m["data"] for m in msgs] == [{"tokens": 7}]
+            assert msgs[0]["sender"] == a.address
+            with pytest.raises(UnknownPeer):
+                await a.send("nobody", 1)
 
     asyncio.run(main())
 
