@@ -69,14 +69,13 @@ from hivemesh.runtime.endpoints import KIND_HELLO, EndpointsView, hello_body
 from hivemesh.runtime.invites import Invites
 from hivemesh.runtime.members import MemberDriver
 from hivemesh.runtime.messaging import Messaging
+from hivemesh.runtime.status import Subscription, peers_of, status_of
 from hivemesh.transports import ChannelOptions
 from hivemesh.trust import TrustStore
 
 __all__ = ["Daemon", "Subscription", "now_ms"]
 
 log = logging.getLogger("hivemesh.runtime")
-
-_SUBSCRIBER_QUEUE = 1024
 
 
 def now_ms() -> int:
@@ -95,23 +94,6 @@ def _lock_data_dir(data_dir: Path) -> int:
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode())
     return fd
-
-
-class Subscription:
-    """A bounded queue of events of some kinds; overflow is counted."""
-
-    def __init__(self, kinds: frozenset[str] | None, maxsize: int = _SUBSCRIBER_QUEUE) -> None:
-        self.kinds = kinds
-        self.queue: asyncio.Queue[Event] = asyncio.Queue(maxsize)
-        self.dropped = 0
-
-    def offer(self, ev: Event) -> None:
-        if self.kinds is not None and ev.kind not in self.kinds:
-            return
-        try:
-            self.queue.put_nowait(ev)
-        except asyncio.QueueFull:
-            self.dropped += 1
 
 
 class Daemon:
@@ -541,62 +523,12 @@ class Daemon:
         return owner
 
     def status(self) -> dict[str, Any]:
-        """Everything ``hivemesh status`` shows."""
-        j = self.node.journal
-        counters: Counter[str] = Counter()
-        counters.update(self.node.counters)
-        counters.update(self.conns.counters)
-        counters.update(self.counters)
-        counters.update({f"membership_{k}": v for k, v in self.members.m.counters.items()})
-        counters.update({f"direct_{k}": v for k, v in self.messaging.direct.counters.items()})
-        counters.update({f"direct_{k}": v for k, v in self.messaging.counters.items()})
-        if self._mdns is not None:
-            counters.update({f"mdns_{k}": v for k, v in self._mdns.counters.items()})
-        counters["subscriber_dropped"] += sum(s.dropped for s in self._subs)
-        for view in (self.context_view, self.names, self.endpoints):
-            for code, n in view.rejected.items():
-                counters[f"view_rejected_{code}"] += n
-        dropped = {k: v for k, v in counters.items() if "dropped" in k or "undelivered" in k}
-        return {
-            "address": self.address,
-            "names": self.names.names_of(self.address),
-            "listen": f"{self.config.listen_endpoint()[0]}:{self.listen_port}",
-            "data_dir": str(self.config.data_dir),
-            "uptime_s": round((now_ms() - self.started_ms) / 1000, 3),
-            "journal": {
-                "events": j.total_events,
-                "feeds": len(j.heads),
-                "own_seq": j.head(self.identity.public).seq,
-                "rehydrated": self.rehydrated,
-                "version_vector": {address_of(a): s for a, s in sorted(j.version_vector().items())},
-            },
-            "peers_connected": len(self.conns.links),
-            "members": self.members.snapshot(),
-            "detection_bound_ms": self.members.detection_bound_ms(),
-            "inbox": self.messaging.inbox.count(),
-            "counters": dict(sorted(counters.items())),
-            "transport": self.conns.transport_counters.snapshot(),
-            "dropped_total": sum(dropped.values()),
-        }
+        """Everything ``hivemesh status`` shows (see :mod:`hivemesh.runtime.status`)."""
+        return status_of(self)
 
     def peers(self) -> list[dict[str, Any]]:
         """Known members with their channel figures."""
-        chans = self.conns.statistics()
-        members = self.members.snapshot()
-        out = []
-        for addr in sorted(set(members) | set(chans)):
-            m = members.get(addr)
-            out.append(
-                {
-                    "address": addr,
-                    "names": self.names.names_of(addr),
-                    "state": m["state"] if m else "connecting",
-                    "endpoints": m["endpoints"] if m else self.endpoints.endpoints(addr),
-                    "channel": chans.get(addr),
-                    "revoked": self.trust.is_revoked(addr),
-                }
-            )
-        return out
+        return peers_of(self)
 
     async def send_direct(self, to: str, data: Any, *, timeout_s: float) -> dict[str, Any]:
         """Send an acknowledged direct message to an address or a name.
