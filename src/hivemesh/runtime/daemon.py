@@ -64,6 +64,7 @@ from hivemesh.errors import (
     InvalidArgument,
     UnknownPeer,
 )
+from hivemesh.runtime.blobs import Blobs
 from hivemesh.runtime.connections import ConnectionManager
 from hivemesh.runtime.endpoints import KIND_HELLO, EndpointsView, hello_body
 from hivemesh.runtime.invites import Invites
@@ -125,6 +126,7 @@ class Daemon:
         self.trust: TrustStore
         self.members: MemberDriver
         self.messaging: Messaging
+        self.blobs: Blobs
         self.invites = Invites(self)
         self._mdns: Any = None
         self._lock_fd: int | None = None
@@ -192,6 +194,7 @@ class Daemon:
         self.endpoints = EndpointsView()
         for view in (self.context_view, self.names, self.endpoints):
             self.node.add_view(view)
+        self.blobs = Blobs(self, random.Random(secrets.randbits(128)))
         self.rehydrated = self.node.rehydrate(self._replay(store))
         self.conns = ConnectionManager(
             self.identity,
@@ -406,6 +409,7 @@ class Daemon:
                 t = now_ms()
                 self.members.after_input(t)
                 self.messaging.after_input()
+                self.blobs.after_input()
                 out = self.node.outbox()
                 events = self.node.events()
                 if not out and not events:
@@ -431,6 +435,7 @@ class Daemon:
             self.members.m.handle_timer(t)
             self.messaging.handle_timer(t)
             self.invites.expire(t)
+            self.blobs.handle_timer(t)
             await self.flush()
             self._wake.clear()
             self._armed_ms = min(self._next_deadline(), now_ms() + 1000)
@@ -443,7 +448,11 @@ class Daemon:
 
     def _next_deadline(self) -> int:
         d = min(self.node.next_deadline(), self.members.m.next_deadline())
-        for extra in (self.messaging.next_deadline(), self.invites.next_deadline()):
+        for extra in (
+            self.messaging.next_deadline(),
+            self.invites.next_deadline(),
+            self.blobs.next_deadline(),
+        ):
             if extra is not None:
                 d = min(d, extra)
         return d

@@ -62,7 +62,7 @@ def status_of(d: Daemon) -> dict[str, Any]:
     if d._mdns is not None:
         counters.update({f"mdns_{k}": v for k, v in d._mdns.counters.items()})
     counters["subscriber_dropped"] += sum(s.dropped for s in d._subs)
-    for view in (d.context_view, d.names, d.endpoints):
+    for view in (d.context_view, d.names, d.endpoints, d.blobs.index):
         for code, n in view.rejected.items():
             counters[f"view_rejected_{code}"] += n
     transport = d.conns.transport_counters.snapshot()
@@ -85,6 +85,10 @@ def status_of(d: Daemon) -> dict[str, Any]:
         "members": d.members.snapshot(),
         "detection_bound_ms": d.members.detection_bound_ms(),
         "inbox": d.messaging.inbox.count(),
+        "blobs": {
+            "known": len(d.blobs.index.snapshot()),
+            "fetching": len(d.blobs.fetcher.active()),
+        },
         "counters": dict(sorted(counters.items())),
         "transport": transport,
         "dropped_total": sum(dropped.values()),
