@@ -71,6 +71,7 @@ from hivemesh.runtime.invites import Invites
 from hivemesh.runtime.members import MemberDriver
 from hivemesh.runtime.messaging import Messaging
 from hivemesh.runtime.status import Subscription, peers_of, status_of
+from hivemesh.runtime.trustview import KIND_TRUST_ADD, KIND_TRUST_REVOKE, TrustView
 from hivemesh.transports import ChannelOptions
 from hivemesh.trust import TrustStore
 
@@ -127,6 +128,7 @@ class Daemon:
         self.members: MemberDriver
         self.messaging: Messaging
         self.blobs: Blobs
+        self.trust_view: TrustView
         self.invites = Invites(self)
         self._mdns: Any = None
         self._lock_fd: int | None = None
@@ -192,7 +194,8 @@ class Daemon:
         self.context_view = ContextView(self.identity.public)
         self.names = NamesView()
         self.endpoints = EndpointsView()
-        for view in (self.context_view, self.names, self.endpoints):
+        self.trust_view = TrustView()
+        for view in (self.context_view, self.names, self.endpoints, self.trust_view):
             self.node.add_view(view)
         self.blobs = Blobs(self, random.Random(secrets.randbits(128)))
         self.rehydrated = self.node.rehydrate(self._replay(store))
@@ -321,10 +324,20 @@ class Daemon:
     # -- trust -------------------------------------------------------------------
 
     def authorize(self, address: str) -> bool:
-        """May ``address`` connect (and be a member)? Revoked never may."""
+        """May ``address`` connect (and be a member)? Revoked never may.
+
+        ``open`` mode: anyone not revoked here. ``invite`` mode: the web of
+        trust grown from ``trust.json`` through the journal's vouches
+        (:mod:`hivemesh.runtime.trustview`).
+        """
         if self.trust.is_revoked(address):
             return False
-        return self.config.trust_mode == "open" or self.trust.is_trusted(address)
+        if self.config.trust_mode == "open" or self.trust.is_trusted(address):
+            return True
+        admitted, revoked = self.trust_view.evaluate(
+            self.trust.trusted(), self.trust.revoked(), self.address
+        )
+        return address in admitted and address not in revoked
 
     def author_trusted(self, author: bytes) -> bool:
         """The journal gate: may events authored by ``author`` be stored?"""
@@ -334,6 +347,7 @@ class Daemon:
         """Revoke ``address``: drop its channel, forget it, refuse its new events."""
         public_key_of(address)
         self.trust.revoke(address, now_ms() // 1000)
+        self.node.append(KIND_TRUST_REVOKE, {"address": address}, now_ms())
         self.conns.forget(address)
         await self.conns.disconnect(address, "revoked", revoked=True)
         self.node.remove_peer(address)
@@ -344,7 +358,26 @@ class Daemon:
         """Trust ``address`` (invite mode) and lift any revocation."""
         public_key_of(address)
         self.trust.add(address, now_ms() // 1000)
+        self.vouch(address)
         self.learn(address, self.endpoints.endpoints(address))
+
+    def vouch(self, address: str) -> None:
+        """Publish that we trust ``address`` (others in the swarm may admit it)."""
+        self.node.append(KIND_TRUST_ADD, {"address": address}, now_ms())
+        self._schedule_flush()
+
+    async def _recheck_trust(self) -> None:
+        """After trust changed: drop peers no longer admitted, dial new ones."""
+        for peer in sorted(self.conns.links):
+            if peer not in self.invites.probation and not self.authorize(peer):
+                self.counters["disconnected_revoked"] += 1
+                self.conns.forget(peer)
+                await self.conns.disconnect(peer, "revoked", revoked=True)
+                self.node.remove_peer(peer)
+                self.members.m.forget(peer, now_ms())
+        for address, eps in self.endpoints.known().items():
+            if address not in self.conns.links:
+                self.learn(address, eps)
 
     def record(self, kind: str, address: str, incarnation: int, t: int) -> None:
         """Append a membership observation to our feed."""
@@ -422,6 +455,10 @@ class Daemon:
             self._wake.set()
 
     def _dispatch(self, ev: Event) -> None:
+        if ev.kind in TrustView.kinds and ev.author != self.identity.public:
+            task = asyncio.get_running_loop().create_task(self._recheck_trust())
+            self._bg.add(task)
+            task.add_done_callback(self._bg.discard)
         if ev.kind == KIND_HELLO and ev.author != self.identity.public:
             addr = address_of(ev.author)
             self.learn(addr, self.endpoints.endpoints(addr))

@@ -62,7 +62,7 @@ def status_of(d: Daemon) -> dict[str, Any]:
     if d._mdns is not None:
         counters.update({f"mdns_{k}": v for k, v in d._mdns.counters.items()})
     counters["subscriber_dropped"] += sum(s.dropped for s in d._subs)
-    for view in (d.context_view, d.names, d.endpoints, d.blobs.index):
+    for view in (d.context_view, d.names, d.endpoints, d.blobs.index, d.trust_view):
         for code, n in view.rejected.items():
             counters[f"view_rejected_{code}"] += n
     transport = d.conns.transport_counters.snapshot()
