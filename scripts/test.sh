@@ -11,4 +11,6 @@ bash scripts/services.sh
 "$PY" -m ruff check src tests
 "$PY" -m ruff format --check src tests
 "$PY" -m mypy
+# The deterministic simulator over 1,000 seeds (partitions, loss, crashes, forgeries).
+"$PY" -m hivemesh sim --seeds 1..1000 --nodes 5
 "$PY" -m pytest -q -p no:cacheprovider "$@"

@@ -70,7 +70,7 @@ def test_partition_heals() -> None:
     for i in range(50):
         left[i % 2].append("app.l", i, i)
         right[i % 2].append("app.r", i, i)
-    pump(nodes, 100, drop={n.address for n in right})  # only intra-left traffic... dropped both ways
+    pump(nodes, 100, drop={n.address for n in right})  # cut
     for n in nodes:
         n.outbox()
     # heal: everyone syncs with everyone else once

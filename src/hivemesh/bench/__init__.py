@@ -39,7 +39,7 @@ class Metric:
         """ours / baseline (None without a baseline)."""
         if self.baseline in (None, 0):
             return None
-        return self.ours / self.baseline  # type: ignore[operator]
+        return self.ours / self.baseline
 
 
 @dataclass

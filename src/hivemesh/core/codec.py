@@ -40,6 +40,7 @@ MAX_BATCH_EVENTS = 1024
 MAX_KIND_CHARS = 64
 
 _MAX_CONTAINER = 65_536
+_unpackb = msgpack.unpackb
 
 
 def pack(obj: Any) -> bytes:
@@ -62,11 +63,10 @@ def unpack(data: bytes, *, limit: int = MAX_FRAME_BYTES) -> Any:
     if len(data) > limit:
         raise FrameTooLarge(f"{len(data)} bytes exceeds limit {limit}")
     try:
-        return msgpack.unpackb(
+        return _unpackb(
             data,
             raw=False,
             strict_map_key=True,
-            use_list=True,
             max_bin_len=limit,
             max_str_len=limit,
             max_array_len=_MAX_CONTAINER,

@@ -28,6 +28,7 @@ __all__ = ["EVENT_VERSION", "GENESIS", "Event", "decode_event", "encode_event", 
 EVENT_VERSION = 1
 GENESIS = b"\x00" * 32
 _MAX_HLC = (1 << 63) - 1
+_blake2b = hashlib.blake2b
 
 
 def event_hash(raw: bytes) -> bytes:
@@ -79,7 +80,7 @@ def encode_event(author: bytes, seq: int, prev: bytes, hlc: int, kind: str, body
     """Build and encode a new event (used by a feed's owner)."""
     if len(author) != 32 or len(prev) != 32:
         raise ValueError("author and prev must be 32 bytes")
-    if not (1 <= seq and 0 <= hlc <= _MAX_HLC):
+    if not (seq >= 1 and 0 <= hlc <= _MAX_HLC):
         raise ValueError("seq must be >= 1 and hlc a non-negative int64")
     if not kind or len(kind) > MAX_KIND_CHARS:
         raise ValueError(f"kind must be 1..{MAX_KIND_CHARS} characters")
@@ -94,12 +95,31 @@ def decode_event(raw: bytes) -> Event:
 
     Checks shape and types only; chain and signature are checked by the feed.
     """
-    if not isinstance(raw, bytes):
+    if type(raw) is not bytes:
         raise DecodeError("event must be bytes")
     fields = unpack(raw, limit=MAX_EVENT_BYTES)
     if type(fields) is not list or len(fields) != 7:
         raise DecodeError("event must be a 7-element array")
     version, author, seq, prev, hlc, kind, body = fields
+    # One combined check on the hot path; the slow path says what was wrong.
+    if not (
+        version == EVENT_VERSION
+        and type(author) is bytes
+        and len(author) == 32
+        and type(prev) is bytes
+        and len(prev) == 32
+        and type(seq) is int
+        and seq >= 1
+        and type(hlc) is int
+        and 0 <= hlc <= _MAX_HLC
+        and type(kind) is str
+        and 0 < len(kind) <= MAX_KIND_CHARS
+    ):
+        _explain(version, author, seq, prev, hlc, kind)
+    return Event(author, seq, prev, hlc, kind, body, raw, _blake2b(raw, digest_size=32).digest())
+
+
+def _explain(version: Any, author: Any, seq: Any, prev: Any, hlc: Any, kind: Any) -> None:
     if version != EVENT_VERSION:
         raise UnsupportedVersion(f"event version {version!r}")
     if type(author) is not bytes or len(author) != 32:
@@ -110,6 +130,4 @@ def decode_event(raw: bytes) -> Event:
         raise DecodeError("event seq must be a positive int")
     if type(hlc) is not int or not 0 <= hlc <= _MAX_HLC:
         raise DecodeError("event hlc must be a non-negative int64")
-    if type(kind) is not str or not kind or len(kind) > MAX_KIND_CHARS:
-        raise DecodeError("event kind must be a short string")
-    return Event(author, seq, prev, hlc, kind, body, raw, event_hash(raw))
+    raise DecodeError("event kind must be a short string")

@@ -29,6 +29,7 @@ The author's own side is :class:`FeedWriter`: it appends events and seals
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -91,7 +92,7 @@ def verify_batch(
     for e in events:
         if e.author != author:
             raise DecodeError("batch mixes authors")
-    for a, b in zip(events, events[1:], strict=False):
+    for a, b in itertools.pairwise(events):
         if b.seq != a.seq + 1:
             raise DecodeError("batch sequence numbers are not contiguous")
         if b.prev != a.id:

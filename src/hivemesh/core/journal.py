@@ -111,9 +111,7 @@ class Journal:
                 out.append((author, theirs + 1, ours))
         return out
 
-    def read_chunk(
-        self, author: bytes, start: int, end: int
-    ) -> tuple[list[bytes], bytes] | None:
+    def read_chunk(self, author: bytes, start: int, end: int) -> tuple[list[bytes], bytes] | None:
         """Events ``start..k`` of ``author`` with ``k <= end`` a signed seq, and
         the signature over ``k``; at most :data:`MAX_BATCH_EVENTS` events and
         about one frame of bytes. None when nothing servable starts at ``start``.

@@ -273,8 +273,7 @@ class Node:
             self._request(peer, [(author, self.journal.head(author).seq + 1, last.seq)], now_ms)
             return
         self.counters["events_in"] += len(events)
-        for ev in events:
-            self.clock.observe(ev.hlc, now_ms)
+        self.clock.observe(events[-1].hlc, now_ms)  # hlcs grow along a feed
         pull = self._pulls.get(author)
         if pull is not None:
             if self.journal.head(author).seq >= pull.upto:
@@ -351,4 +350,3 @@ class Node:
 
     def _jitter(self, interval_ms: int) -> int:
         return interval_ms // 2 + self.rng.randrange(interval_ms)
-

@@ -73,9 +73,10 @@ class MemoryStore:
 
     def append(self, author: bytes, events: Sequence[Event], sig: bytes) -> None:
         """See :meth:`FeedStore.append`."""
-        feed = self._events.setdefault(author, [])
+        feed = self._events.get(author, [])
         if not events or events[0].seq != len(feed) + 1:
             raise ValueError("append must continue the stored feed")
+        self._events[author] = feed
         feed.extend(e.raw for e in events)
         self._hashes[author] = events[-1].id
         self._sigs.setdefault(author, {})[events[-1].seq] = sig
@@ -94,7 +95,8 @@ class MemoryStore:
 
     def read_range(self, author: bytes, start: int, end: int) -> list[bytes]:
         """See :meth:`FeedStore.read_range`."""
-        return self._events.get(author, [])[start - 1 : end]
+        start = max(start, 1)
+        return self._events.get(author, [])[start - 1 : max(end, start - 1)]
 
     def scan(self) -> Iterator[tuple[bytes, list[bytes], list[tuple[int, bytes]]]]:
         """See :meth:`FeedStore.scan`."""

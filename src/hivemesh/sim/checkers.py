@@ -1,0 +1,89 @@
+"""Invariants checked after every simulated run.
+
+* **convergence** -- after the heal phase every replica holds the same feeds
+  (equal version vectors) and the same views (equal digests);
+* **durability** -- every event acknowledged to the workload as appended is
+  held, with the same id, by every replica;
+* **integrity** -- no forged event is held anywhere, and every stored feed
+  re-verifies (hash chain contiguous, last event covered by a valid head
+  signature);
+* **honesty** -- no fork was ever reported (all authors are honest here).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hivemesh.core.event import GENESIS, decode_event
+from hivemesh.core.feed import head_message
+from hivemesh.core.identity import verify
+from hivemesh.core.store import MemoryStore
+
+if TYPE_CHECKING:
+    from hivemesh.sim.cluster import Cluster
+
+__all__ = ["check_cluster", "verify_store"]
+
+
+def verify_store(store: MemoryStore) -> list[str]:
+    """Re-verify every feed in ``store``; return problems found."""
+    problems = []
+    for author, raws, sigs in store.scan():
+        prev = GENESIS
+        ids = []
+        for i, raw in enumerate(raws, start=1):
+            ev = decode_event(raw)
+            if ev.seq != i or ev.prev != prev or ev.author != author:
+                problems.append(f"feed {author.hex()[:8]} broken at #{i}")
+                break
+            prev = ev.id
+            ids.append(ev.id)
+        signed = dict(sigs)
+        if raws and len(raws) not in signed:
+            problems.append(f"feed {author.hex()[:8]} head #{len(raws)} unsigned")
+        for seq, sig in sigs:
+            if seq > len(ids) or not verify(author, sig, head_message(author, seq, ids[seq - 1])):
+                problems.append(f"feed {author.hex()[:8]} bad signature at #{seq}")
+    return problems
+
+
+def check_cluster(c: Cluster) -> list[str]:
+    """All violations of the invariants above for the finished run ``c``."""
+    out: list[str] = []
+    live = [n for n in c.nodes if n.node is not None]
+    if len(live) != len(c.nodes):
+        out.append("a node is still down after the heal phase")
+    vvs = {n.index: n.node.journal.version_vector() for n in live if n.node}
+    first = next(iter(vvs.values()), {})
+    for i, vv in vvs.items():
+        if vv != first:
+            out.append(f"node {i} did not converge: {sum(vv.values())} vs {sum(first.values())}")
+    digests = {n.digest.digest() for n in live}
+    if len(digests) > 1:
+        out.append("journals differ between replicas")
+    for k in range(len(live[0].views) if live else 0):
+        view_digests = {n.views[k].digest() for n in live}
+        if len(view_digests) > 1:
+            out.append(f"view {type(live[0].views[k]).__name__} differs between replicas")
+        rejected = sum(sum(n.views[k].rejected.values()) for n in live)
+        if rejected:
+            out.append(f"view {type(live[0].views[k]).__name__} rejected {rejected} honest events")
+    for n in c.nodes:
+        for ev in c.acknowledged:
+            held = n.store.read_range(ev.author, ev.seq, ev.seq)
+            if not held or decode_event(held[0]).id != ev.id:
+                out.append(f"node {n.index} lost acknowledged event #{ev.seq}")
+                break
+        forged = set(c.forged)
+        for _author, raws, _sigs in n.store.scan():
+            for raw in raws:
+                if decode_event(raw).id in forged:
+                    out.append(f"node {n.index} stored a forged event")
+        out.extend(f"node {n.index}: {p}" for p in verify_store(n.store))
+        if n.node is not None and n.node.counters["fork"]:
+            out.append(f"node {n.index} reported a fork from an honest author")
+    if c.opts.claim_tasks:
+        done = {t for t, _ in c.executions}
+        if len(done) != c.opts.claim_tasks:
+            out.append(f"claims: only {len(done)} of {c.opts.claim_tasks} tasks were executed")
+    return out

@@ -1,0 +1,470 @@
+"""The simulated cluster: N real core nodes on one heap of timed events.
+
+Theory of operation
+-------------------
+Everything nondeterministic is drawn from streams derived from one seed
+string: ``{seed}/net`` (delays, loss, duplication), ``{seed}/faults``
+(partitions, crashes, skew, forgeries), ``{seed}/work`` (appends) and
+``{seed}/node/i`` (each node's own randomness). Time is a number on the heap;
+it jumps from event to event. Each node sees ``sim time + its clock skew``.
+
+A run has two phases. In the *active* phase the workload appends events
+while the network loses, duplicates and reorders frames, partitions come and
+go, nodes crash (their in-memory state is discarded; their store, like a disk,
+survives) and restart by replaying their store, and an adversary injects
+forged frames. In the *heal* phase the network is perfect, every node is up,
+and anti-entropy must bring every replica to the same journal and views.
+
+The checkers (:mod:`hivemesh.sim.checkers`) then look for violations. A
+digest of the whole trace (every delivery, drop, crash) is returned so two
+runs of a seed can be compared byte for byte.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import random
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from hivemesh.core.claims import ClaimsView
+from hivemesh.core.event import Event, decode_event, encode_event
+from hivemesh.core.feed import head_message
+from hivemesh.core.frames import FrameType, encode_frame
+from hivemesh.core.identity import Identity
+from hivemesh.core.node import Node, NodeConfig
+from hivemesh.core.store import MemoryStore
+from hivemesh.core.views import ContextView, MaxRegisterView, NamesView, View, standard_views
+from hivemesh.sim.options import SimOptions
+from hivemesh.sim.views import EventSetDigest
+
+__all__ = ["Cluster", "SimNode", "SimResult", "replay_store"]
+
+(
+    _DELIVER,
+    _TIMER,
+    _APPEND,
+    _CRASH,
+    _RESTART,
+    _PARTITION,
+    _HEAL,
+    _FORGE,
+    _PHASE,
+    _TRY,
+    _CHECK,
+    _DOWN,
+) = range(12)
+
+
+def replay_store(store: MemoryStore) -> Iterator[Event]:
+    """Stored events in per-author order (the store was verified on ingest)."""
+    for _author, raws, _sigs in store.scan():
+        for raw in raws:
+            yield decode_event(raw)
+
+
+@dataclass
+class SimNode:
+    """One replica: identity, durable store, and (when up) its core node."""
+
+    index: int
+    identity: Identity
+    store: MemoryStore
+    skew_ms: int
+    node: Node | None = None
+    digest: EventSetDigest = field(default_factory=EventSetDigest)
+    claims: ClaimsView = field(default_factory=ClaimsView)
+    views: list[View] = field(default_factory=list)
+    timer_at: int | None = None
+    incarnation: int = 0
+
+
+@dataclass
+class SimResult:
+    """Outcome of one seed."""
+
+    seed: str
+    violations: list[str]
+    trace_digest: str
+    stats: dict[str, Any]
+
+
+class Cluster:
+    """Drive ``opts.nodes`` core nodes through one seeded fault schedule."""
+
+    def __init__(self, seed: str, opts: SimOptions) -> None:
+        self.seed = seed
+        self.opts = opts
+        self.net_rng = random.Random(f"{seed}/net")
+        self.fault_rng = random.Random(f"{seed}/faults")
+        self.work_rng = random.Random(f"{seed}/work")
+        key_rng = random.Random(f"{seed}/keys")
+        self.now = 0
+        self._heap: list[tuple[int, int, int, Any]] = []
+        self._seq = 0
+        self.trace = hashlib.blake2b(digest_size=16)
+        self.stats: Counter[str] = Counter()
+        self.bytes_by_type: Counter[str] = Counter()
+        self.partition: dict[str, int] | None = None
+        self.healing = False
+        self.acknowledged: list[Event] = []
+        self.forged: list[bytes] = []
+        self.seen_frames: list[bytes] = []
+        self.executions: list[tuple[str, int]] = []
+        skew = opts.faults.clock_skew_max_ms
+        self.nodes = [
+            SimNode(
+                i,
+                Identity.from_seed(key_rng.randbytes(32)),
+                MemoryStore(),
+                self.fault_rng.randint(-skew, skew) if skew else 0,
+            )
+            for i in range(opts.nodes)
+        ]
+        self.members = frozenset(n.identity.public for n in self.nodes)
+        self.by_addr = {n.identity.address: n for n in self.nodes}
+        for n in self.nodes:
+            self._boot(n)
+
+    # -- scheduling --------------------------------------------------------------
+
+    def _at(self, t: int, kind: int, data: Any = None) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, self._seq, kind, data))
+
+    def _note(self, *parts: object) -> None:
+        self.trace.update(repr((self.now, *parts)).encode())
+
+    # -- node life ---------------------------------------------------------------
+
+    def _config(self) -> NodeConfig:
+        return NodeConfig(
+            sync_interval_ms=self.opts.sync_interval_ms,
+            want_timeout_ms=self.opts.want_timeout_ms,
+        )
+
+    def _boot(self, sn: SimNode) -> None:
+        sn.incarnation += 1
+        rng = random.Random(f"{self.seed}/node/{sn.index}/{sn.incarnation}")
+        node = Node(
+            sn.identity,
+            sn.store,
+            rng,
+            now_ms=self.now + sn.skew_ms,
+            config=self._config(),
+            trusted=self.members.__contains__,
+        )
+        sn.digest = EventSetDigest()
+        sn.claims = ClaimsView()
+        node.add_view(sn.digest)
+        node.add_view(sn.claims)
+        sn.views = standard_views(sn.identity.public)
+        for view in sn.views:
+            node.add_view(view)
+        node.rehydrate(replay_store(sn.store))
+        for other in self.nodes:
+            node.add_peer(other.identity.address)
+        sn.node = node
+        sn.timer_at = None
+        stale = sn.claims.own_live(sn.identity.public)
+        if stale:  # a restarted worker abandons the claims of its previous life
+            node.append_many(
+                [("claim.release", {"r": r, "seq": seq}) for r, seq in stale],
+                self.now + sn.skew_ms,
+            )
+        self._flush(sn)
+
+    def _flush(self, sn: SimNode) -> None:
+        node = sn.node
+        if node is None:
+            return
+        node.events()
+        for peer, frame in node.outbox():
+            self._send(sn, self.by_addr[peer], frame)
+        deadline = node.next_deadline() - sn.skew_ms
+        if sn.timer_at is None or deadline < sn.timer_at:
+            sn.timer_at = max(deadline, self.now)
+            self._at(sn.timer_at, _TIMER, (sn.index, sn.incarnation))
+
+    def _send(self, src: SimNode, dst: SimNode, frame: bytes) -> None:
+        net = self.opts.network
+        self.stats["frames_sent"] += 1
+        self.bytes_by_type[str(frame[2] if len(frame) > 2 else -1)] += len(frame)
+        self.stats["bytes_sent"] += len(frame)
+        if not self.healing:
+            if (
+                self.partition
+                and self.partition[src.identity.address] != self.partition[dst.identity.address]
+            ):
+                self.stats["frames_partitioned"] += 1
+                return
+            if self.net_rng.random() < net.packet_loss_probability:
+                self.stats["frames_lost"] += 1
+                return
+            if self.net_rng.random() < net.packet_replay_probability:
+                delay = net.one_way_delay_mean_ms + self.net_rng.randrange(
+                    net.one_way_delay_jitter_ms * 4 + 1
+                )
+                self._at(self.now + delay, _DELIVER, (src.index, dst.index, frame))
+                self.stats["frames_duplicated"] += 1
+        delay = net.one_way_delay_mean_ms + self.net_rng.randrange(net.one_way_delay_jitter_ms + 1)
+        self._at(self.now + delay, _DELIVER, (src.index, dst.index, frame))
+        if len(self.seen_frames) < 64 and frame[:3] == encode_frame(FrameType.EVENTS)[:3]:
+            self.seen_frames.append(frame)
+
+    # -- the run -----------------------------------------------------------------
+
+    def _plan(self) -> None:
+        o, f = self.opts, self.opts.faults
+        active = o.active_ms
+        for _ in range(o.appends):
+            self._at(self.work_rng.randrange(active), _APPEND, self.work_rng.randrange(o.nodes))
+        t = 0
+        while t < active:
+            t += self.fault_rng.randrange(1_000, 6_000)
+            if t >= active:
+                break
+            roll = self.fault_rng.random()
+            if roll < f.partition_probability:
+                self._at(t, _PARTITION, self.fault_rng.random())
+                self._at(min(active, t + self.fault_rng.randrange(500, 5_000)), _HEAL, None)
+            elif roll < f.partition_probability + f.crash_probability:
+                victim = self.fault_rng.randrange(o.nodes)
+                self._at(t, _CRASH, victim)
+                self._at(min(active, t + self.fault_rng.randrange(200, 5_000)), _RESTART, victim)
+        for _ in range(f.forgeries):
+            self._at(self.fault_rng.randrange(active), _FORGE, self.fault_rng.randrange(o.nodes))
+        self._at(active, _PHASE, None)
+        for i in range(o.nodes if o.claim_tasks else 0):
+            self._at(self.work_rng.randrange(1_000), _TRY, i)
+
+    def run(self) -> SimResult:
+        """Run both phases, then the checkers."""
+        from hivemesh.sim.checkers import check_cluster
+
+        self._plan()
+        self.run_until(self.opts.active_ms + self.opts.heal_ms, stop_when_converged=True)
+        self.stats["converged_at_ms"] = self.now
+        if self.opts.claim_tasks:
+            self.stats["claim_executions"] = len(self.executions)
+            self.stats["claim_duplicates"] = len(self.executions) - len(
+                {t for t, _ in self.executions}
+            )
+        violations = check_cluster(self)
+        self.trace.update(repr(sorted(self.stats.items())).encode())
+        return SimResult(self.seed, violations, self.trace.hexdigest(), dict(self.stats))
+
+    def run_until(self, end_ms: int, *, stop_when_converged: bool = False) -> None:
+        """Process heap events up to ``end_ms`` (or until converged, checked
+        each simulated second once healing)."""
+        next_check = self.now + 1_000
+        while self._heap and self._heap[0][0] <= end_ms:
+            t, _, kind, data = heapq.heappop(self._heap)
+            self.now = t
+            self._dispatch(kind, data)
+            if stop_when_converged and self.healing and t >= next_check:
+                next_check = t + 1_000
+                if self.converged():
+                    return
+        if not stop_when_converged or not self._heap:
+            self.now = max(self.now, end_ms)
+
+    def append(self, index: int, items: list[tuple[str, Any]]) -> None:
+        """Append events on node ``index`` now (benchmarks and tests)."""
+        sn = self.nodes[index]
+        if sn.node is None:
+            raise ValueError(f"node {index} is down")
+        self.acknowledged.extend(sn.node.append_many(items, self.now + sn.skew_ms))
+        self._flush(sn)
+
+    def set_partition(self, groups: dict[str, int] | None) -> None:
+        """Impose a partition (address -> group) or heal (None)."""
+        self.partition = groups
+
+    def converged(self) -> bool:
+        """Every replica holds the same feeds."""
+        vvs = [n.node.journal.version_vector() for n in self.nodes if n.node]
+        if self.opts.claim_tasks and len({t for t, _ in self.executions}) < self.opts.claim_tasks:
+            return False
+        return all(v == vvs[0] for v in vvs)
+
+    def _dispatch(self, kind: int, data: Any) -> None:
+        if kind == _DELIVER:
+            src, dst, frame = data
+            sn = self.nodes[dst]
+            if sn.node is None:
+                self.stats["frames_to_crashed"] += 1
+                return
+            self._note("d", src, dst, hashlib.blake2b(frame, digest_size=8).hexdigest())
+            sn.node.receive(self.nodes[src].identity.address, frame, self.now + sn.skew_ms)
+            self._flush(sn)
+        elif kind == _TIMER:
+            index, incarnation = data
+            sn = self.nodes[index]
+            if sn.node is None or sn.incarnation != incarnation or sn.timer_at != self.now:
+                return
+            sn.timer_at = None
+            sn.node.handle_timer(self.now + sn.skew_ms)
+            self._flush(sn)
+        elif kind == _APPEND:
+            sn = self.nodes[data]
+            if sn.node is None:
+                return
+            self._workload_append(sn)
+        elif kind == _CRASH:
+            sn = self.nodes[data]
+            if sn.node is not None:
+                sn.node = None
+                sn.timer_at = None
+                self.stats["crashes"] += 1
+                self._note("crash", data)
+                self._at(self.now + self.opts.failure_detect_ms, _DOWN, data)
+        elif kind in (_TRY, _CHECK, _DOWN):
+            self._claims_step(kind, data)
+        elif kind == _RESTART:
+            sn = self.nodes[data]
+            if sn.node is None:
+                self._boot(sn)
+                self._note("restart", data)
+        elif kind == _PARTITION:
+            self._partition(data)
+        elif kind == _HEAL:
+            self.partition = None
+            self._note("heal")
+        elif kind == _FORGE:
+            self._forge(self.nodes[data])
+        elif kind == _PHASE:
+            self.healing = True
+            self.partition = None
+            for sn in self.nodes:
+                if sn.node is None:
+                    self._boot(sn)
+            self._note("phase-heal")
+
+    def _workload_append(self, sn: SimNode) -> None:
+        """One step of the journal workload: a note, a context write, a name
+        claim or a max-register bump, through the real view APIs."""
+        assert sn.node is not None
+        now = self.now + sn.skew_ms
+        r = self.work_rng.randrange(1 << 30)
+        roll = r % 10
+        items: list[tuple[str, Any]]
+        if roll < 4:
+            ctx_view = next(v for v in sn.views if isinstance(v, ContextView))
+            ctx = ctx_view.context("shared")
+            if roll == 0:
+                ctx[f"k{r % 7}"] = r
+            elif roll == 1:
+                ctx.list("chat").append(f"{sn.index}:{r}")
+            elif roll == 2:
+                ctx.counter("n").add(1)
+            else:
+                ctx.text("notes").append(f"[{sn.index}]")
+            items = []
+            while (upd := ctx_view.pending_update()) is not None:
+                items.append(upd)
+        elif roll == 4:
+            items = [NamesView.claim(f"role-{r % 3}")]
+        elif roll == 5:
+            items = [MaxRegisterView.encode(f"fence-{r % 2}", r % 1000)]
+        else:
+            items = [("app.note", {"n": sn.index, "r": r})]
+        if not items:
+            return
+        events = sn.node.append_many(items, now)
+        self.acknowledged.extend(events)
+        self._note("a", sn.index, events[-1].seq)
+        self._flush(sn)
+
+    # -- the claims workload -------------------------------------------------------
+
+    def _claims_step(self, kind: int, data: Any) -> None:
+        o = self.opts
+        if kind == _DOWN:  # a live observer reports the failure (the SWIM detector's job)
+            live = [n for n in self.nodes if n.node is not None and n.index != data]
+            if live:
+                who = live[self.work_rng.randrange(len(live))]
+                victim = self.nodes[data].identity.public
+                assert who.node is not None
+                upto = who.node.journal.head(victim).seq
+                self.append(who.index, [("member.down", {"a": victim, "upto": upto})])
+            return
+        if kind == _TRY:
+            index = data
+            sn = self.nodes[index]
+            if o.claim_tasks and sn.node is not None:
+                # An executor's loop: first run anything we have won, then claim more.
+                me = sn.identity.public
+                for task, _seq in sn.claims.own_live(me):
+                    if sn.claims.decided(task, self.now + sn.skew_ms, o.claim_settle_ms) == me:
+                        self._execute(sn, task)
+                free = [f"t{k}" for k in range(o.claim_tasks) if not sn.claims.is_claimed(f"t{k}")]
+                if free:
+                    task = free[self.work_rng.randrange(len(free))]
+                    self.append(index, [("claim.intent", {"r": task})])
+                    self._at(self.now + o.claim_settle_ms, _CHECK, (index, task, sn.incarnation))
+            if o.claim_tasks:
+                self._at(self.now + 200 + self.work_rng.randrange(800), _TRY, index)
+            return
+        index, task, incarnation = data
+        sn = self.nodes[index]
+        if sn.node is None or sn.incarnation != incarnation or sn.claims.is_done(task):
+            return
+        winner = sn.claims.decided(task, self.now + sn.skew_ms, o.claim_settle_ms)
+        if winner == sn.identity.public:
+            self._execute(sn, task)
+        elif winner is None and sn.claims.winner(task) is not None:
+            self._at(self.now + 200, _CHECK, data)
+
+    def _execute(self, sn: SimNode, task: str) -> None:
+        self.executions.append((task, sn.index))
+        self._note("exec", task, sn.index)
+        self.append(sn.index, [("claim.done", {"r": task})])
+
+    def _partition(self, roll: float) -> None:
+        addrs = sorted(self.by_addr)
+        if roll < 0.5:
+            victim = addrs[self.fault_rng.randrange(len(addrs))]
+            self.partition = {a: int(a == victim) for a in addrs}
+        else:
+            self.partition = {a: self.fault_rng.randrange(2) for a in addrs}
+        self.stats["partitions"] += 1
+        self._note("partition", sorted(self.partition.items()))
+
+    # -- the adversary ---------------------------------------------------------------
+
+    def _forge(self, target: SimNode) -> None:
+        if target.node is None:
+            return
+        rng = self.fault_rng
+        victim = self.nodes[rng.randrange(len(self.nodes))]
+        head = target.node.journal.head(victim.identity.public)
+        choice = rng.randrange(3)
+        if choice == 0:  # a real author's next event, signed by the wrong key
+            ev = encode_event(
+                victim.identity.public, head.seq + 1, head.hash, 1, "app.note", {"forged": 1}
+            )
+            sig = Identity.from_seed(rng.randbytes(32)).sign(head_message(ev.author, ev.seq, ev.id))
+            frame = encode_frame(FrameType.EVENTS, ev.author, [ev.raw], sig, 0)
+            self.forged.append(ev.id)
+        elif choice == 1:  # a well-formed feed by an author nobody trusts
+            outsider = Identity.from_seed(rng.randbytes(32))
+            ev = encode_event(outsider.public, 1, b"\x00" * 32, 1, "app.note", {"spam": 1})
+            sig = outsider.sign(head_message(ev.author, ev.seq, ev.id))
+            frame = encode_frame(FrameType.EVENTS, ev.author, [ev.raw], sig, 0)
+            self.forged.append(ev.id)
+        else:  # a real frame seen on the wire with one byte flipped
+            if not self.seen_frames:
+                return
+            original = self.seen_frames[rng.randrange(len(self.seen_frames))]
+            pos = rng.randrange(len(original))
+            frame = original[:pos] + bytes([original[pos] ^ 0x5A]) + original[pos + 1 :]
+        self.stats["forgeries"] += 1
+        before = sum(target.node.counters.values())
+        target.node.receive("hmadversary", frame, self.now + target.skew_ms)
+        if sum(target.node.counters.values()) == before:
+            self.stats["forgeries_unnoticed"] += 1
+        self._flush(target)

@@ -1,0 +1,50 @@
+"""Simulation options: one record for the network, one for the workload."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["FaultOptions", "NetworkOptions", "SimOptions"]
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkOptions:
+    """The packet simulator (TigerBeetle style). Probabilities are per frame."""
+
+    one_way_delay_mean_ms: int = 15
+    one_way_delay_jitter_ms: int = 40
+    packet_loss_probability: float = 0.05
+    packet_replay_probability: float = 0.03
+    bandwidth_bytes_per_ms: int = 0  # 0 = unlimited
+
+
+@dataclass(frozen=True, slots=True)
+class FaultOptions:
+    """Faults injected during the active phase."""
+
+    partition_probability: float = 0.3
+    crash_probability: float = 0.3
+    clock_skew_max_ms: int = 2_000
+    forgeries: int = 4
+
+
+@dataclass(frozen=True, slots=True)
+class SimOptions:
+    """One run: ``nodes`` replicas, ``appends`` events, faults, then heal.
+
+    With ``claim_tasks`` > 0 the nodes also compete for that many tasks with
+    optimistic claims (:mod:`hivemesh.core.claims`); a crash is reported as
+    ``member.down`` by a live node after ``failure_detect_ms``.
+    """
+
+    nodes: int = 5
+    appends: int = 60
+    active_ms: int = 20_000
+    heal_ms: int = 30_000
+    claim_tasks: int = 0
+    claim_settle_ms: int = 1_500
+    failure_detect_ms: int = 1_500
+    sync_interval_ms: int = 500
+    want_timeout_ms: int = 1_500
+    network: NetworkOptions = field(default_factory=NetworkOptions)
+    faults: FaultOptions = field(default_factory=FaultOptions)
