@@ -85,6 +85,24 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _primary_ipv4() -> str:
+    """The IPv4 address of the interface that routes off-host (for 0.0.0.0).
+
+    A UDP ``connect`` only consults the routing table: no packet is sent.
+    Falls back to the host name's address, then to loopback.
+    """
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect(("192.0.2.1", 9))  # TEST-NET-1: routed, never contacted
+        ip: str = s.getsockname()[0]
+        if not ip.startswith("127.") and ip != "0.0.0.0":
+            return ip
+    with contextlib.suppress(OSError):
+        ip = socket.gethostbyname(socket.gethostname())
+        if not ip.startswith("127."):
+            return ip
+    return "127.0.0.1"
+
+
 def _lock_data_dir(data_dir: Path) -> int:
     """Hold an exclusive lock on ``data_dir/daemon.lock`` for the process lifetime."""
     fd = os.open(data_dir / "daemon.lock", os.O_RDWR | os.O_CREAT, 0o600)
@@ -312,10 +330,7 @@ class Daemon:
             ep = self.config.advertise
         else:
             if host in ("0.0.0.0", "", "::"):
-                try:
-                    host = socket.gethostbyname(socket.gethostname())
-                except OSError:
-                    host = "127.0.0.1"
+                host = _primary_ipv4()
             ep = f"{host}:{self.listen_port}"
         if self.endpoints.endpoints(self.address) != [ep]:
             self.node.append(KIND_HELLO, hello_body([ep]), now_ms())
