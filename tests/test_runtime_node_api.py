@@ -117,6 +117,7 @@ def test_blobs_are_announced_and_fetched_on_demand(tmp_path: Path) -> None:
             assert got == data
             # now held (and verified) locally on b
             assert b.daemon.node.journal.store.get_blob(bytes.fromhex(digest)) == data
+            assert b.status()["blobs"]["known"] == 1
             with pytest.raises(DeadlineExceeded):
                 await b.get_blob("00" * 32, timeout_s=1)
 

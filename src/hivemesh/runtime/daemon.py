@@ -598,11 +598,11 @@ class Daemon:
         :class:`DeadlineExceeded` if no ack came within ``timeout_s``.
         """
         address = self.resolve(to)
-        t0 = now_ms()
-        fut = self.messaging.send(address, data, t0, int(timeout_s * 1000))
+        t0 = time.perf_counter()
+        fut = self.messaging.send(address, data, now_ms(), int(timeout_s * 1000))
         await self.flush()
         result = await fut
-        result["rtt_ms"] = now_ms() - t0
+        result["rtt_ms"] = round((time.perf_counter() - t0) * 1000, 3)
         return result
 
     def inbox(self, limit: int = 100, *, remove: bool = False) -> list[dict[str, Any]]:
@@ -614,11 +614,13 @@ class Daemon:
         address = self.resolve(target)
         if address not in self.conns.links:
             raise UnknownPeer(f"no channel to {address[:12]} (state: {self._state_of(address)})")
+        t0 = time.perf_counter()
         nonce, fut = self.messaging.ping(address, now_ms())
         await self.flush()
         try:
             async with asyncio.timeout(timeout_s):
-                rtt = await fut
+                await fut
+                rtt = round((time.perf_counter() - t0) * 1000, 3)
         except TimeoutError:
             self.messaging.forget_ping(nonce)
             raise DeadlineExceeded(f"no pong from {address[:12]} in {timeout_s}s") from None
