@@ -32,9 +32,7 @@ def test_context_replicates_and_subscribe_sees_it(tmp_path: Path) -> None:
             hivemesh.Node(tmp_path / "a", **FAST) as a,
             hivemesh.Node(tmp_path / "b", bootstrap=[a.endpoint], **FAST) as b,
         ):
-            await _until(
-                lambda: b.address in {p["address"] for p in a.peers() if p["state"] == "up"}
-            )
+            assert b.address in await a.wait_peers(1, timeout_s=10)
             events = b.subscribe("ctx.update")
             waiter = asyncio.ensure_future(events.__anext__())
             with a.context("task-42") as ctx:

@@ -24,7 +24,11 @@ peer address and hands every received frame to ``on_frame(peer, frame)``.
   anti-entropy re-sends what mattered after reconnect). Frames for a peer
   with no channel are counted as ``dropped_no_channel``, frames still queued
   when a channel dies as ``dropped_on_close``. Nothing is dropped without a
-  counter.
+  counter. While :meth:`send` waits, the daemon's pump waits with it (that is
+  the backpressure: inputs are not read faster than outputs drain). In
+  practice the wait is short-lived: a peer that stops reading is declared
+  down by SWIM within seconds, after which the core stops pushing to it, so
+  its queue (4096 frames / 8 MiB) rarely fills at all.
 """
 
 from __future__ import annotations
