@@ -196,3 +196,33 @@ def test_sigterm_stops_cleanly_and_sigint_too(pair: LocalSwarm) -> None:
     assert b.proc is not None and b.proc.returncode == 0
     assert not (b.data_dir / "ctl.sock").exists()
     pair.restart("b")
+
+
+def test_offline_trust_edit_applies_at_next_start(tmp_path: Path) -> None:
+    d = tmp_path / "n"
+    cli_json("init", data_dir=d)
+    other = cli_json("init", data_dir=tmp_path / "other")["address"]
+    out = cli_json("trust", "revoke", other, data_dir=d)
+    assert out == {"offline": True, "revoked": other}
+    from hivemesh.trust import TrustStore
+
+    assert TrustStore(d).is_revoked(other)
+
+
+def test_trust_file_edited_while_running_disconnects_the_peer(pair: LocalSwarm) -> None:
+    from hivemesh.trust import TrustStore
+
+    a, b = pair.nodes["a"], pair.nodes["b"]
+    wait_until(lambda: b.address in a.client.status()["members"], 10, what="b known")
+    wait_until(
+        lambda: any(p["address"] == b.address and p["channel"] for p in a.client.peers()),
+        10,
+        what="a has a channel to b",
+    )
+    TrustStore(a.data_dir).revoke(b.address, 0)  # as another tool would
+    wait_until(
+        lambda: not any(p["address"] == b.address and p["channel"] for p in a.client.peers()),
+        10,
+        what="a notices the edited trust.json and drops b",
+    )
+    assert a.client.status()["counters"]["disconnected_revoked"] >= 1

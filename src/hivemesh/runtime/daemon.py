@@ -150,6 +150,7 @@ class Daemon:
         self.invites = Invites(self)
         self._mdns: Any = None
         self._lock_fd: int | None = None
+        self._trust_generation = 0
         self.advertised = ""
 
     @property
@@ -198,6 +199,7 @@ class Daemon:
         self._lock_fd = _lock_data_dir(cfg.data_dir)
         self.identity = load_or_create_identity(cfg.data_dir)
         self.trust = TrustStore(cfg.data_dir)
+        self._trust_generation = self.trust.generation
         store = SQLiteStore(cfg.store_path)
         rng = random.Random(secrets.randbits(128))
         self.started_ms = now_ms()
@@ -487,6 +489,9 @@ class Daemon:
             self.members.m.handle_timer(t)
             self.messaging.handle_timer(t)
             self.invites.expire(t)
+            if self.trust.poll() != self._trust_generation:  # trust.json edited
+                self._trust_generation = self.trust.generation
+                await self._recheck_trust()
             self.blobs.handle_timer(t)
             await self.flush()
             self._wake.clear()
