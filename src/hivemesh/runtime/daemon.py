@@ -51,7 +51,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from hivemesh.config import Config, parse_endpoint
+from hivemesh.config import Config, bootstrap_targets, parse_endpoint
 from hivemesh.core.event import Event, decode_event
 from hivemesh.core.identity import Identity, address_of, public_key_of, short
 from hivemesh.core.node import Node, NodeConfig
@@ -258,10 +258,8 @@ class Daemon:
             self.node.append(*NamesView.claim(cfg.name), t)
         for address, eps in self.endpoints.known().items():
             self.learn(address, eps)
-        for b in cfg.bootstrap:
-            addr, _, ep = b.rpartition("@")
-            h, p = parse_endpoint(ep)
-            self.conns.want(h, p, addr or None)
+        for addr, h, p in bootstrap_targets(cfg.bootstrap):
+            self.conns.want(h, p, addr)
         from hivemesh.runtime.control import ControlServer
 
         self._control = ControlServer(self, cfg.control_path, timeout_s=cfg.control_timeout_s)
