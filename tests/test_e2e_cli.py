@@ -188,6 +188,15 @@ def test_a_second_daemon_on_the_same_data_dir_is_refused(pair: LocalSwarm) -> No
     assert a.client.status()["address"] == a.address  # the first one is unharmed
 
 
+def test_a_port_in_use_is_a_config_error_not_a_traceback(pair: LocalSwarm, tmp_path: Path) -> None:
+    a = pair.nodes["a"]
+    out = cli("up", "--listen", a.endpoint, "--json", data_dir=tmp_path / "x")
+    assert out.returncode == 1, out.stderr
+    err = json.loads(out.stdout)["error"]
+    assert err["code"] == "config_error" and "cannot listen" in err["message"]
+    assert "Traceback" not in out.stderr
+
+
 def test_sigterm_stops_cleanly_and_sigint_too(pair: LocalSwarm) -> None:
     import signal
 

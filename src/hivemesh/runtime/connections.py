@@ -45,6 +45,7 @@ from typing import Any
 
 from hivemesh.core.identity import Identity, short
 from hivemesh.errors import (
+    ConfigError,
     DeadlineExceeded,
     HivemeshError,
     TransportError,
@@ -124,15 +125,18 @@ class ConnectionManager:
 
     async def listen(self, host: str, port: int) -> int:
         """Start accepting on ``host:port``; returns the bound port."""
-        self._server = await serve(
-            host,
-            port,
-            self.identity,
-            authorize=self._authorize,
-            on_channel=self._accepted,
-            counters=self.transport_counters,
-            options=self._options,
-        )
+        try:
+            self._server = await serve(
+                host,
+                port,
+                self.identity,
+                authorize=self._authorize,
+                on_channel=self._accepted,
+                counters=self.transport_counters,
+                options=self._options,
+            )
+        except OSError as exc:
+            raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
         self.listen_port = _bound_port(self._server, port)
         return self.listen_port
 
