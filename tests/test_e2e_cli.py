@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -197,9 +198,26 @@ def test_a_port_in_use_is_a_config_error_not_a_traceback(pair: LocalSwarm, tmp_p
     assert "Traceback" not in out.stderr
 
 
-def test_sigterm_stops_cleanly_and_sigint_too(pair: LocalSwarm) -> None:
-    import signal
+def test_a_tampered_journal_is_refused_at_start_with_a_typed_error(tmp_path: Path) -> None:
+    import sqlite3
 
+    with LocalSwarm(tmp_path) as s:
+        n = s.start("n")
+        n.client.ctx_set("default", "k", "v")
+        s.kill("n", signal.SIGTERM)
+    db = sqlite3.connect(n.data_dir / "store.db")
+    (raw,) = db.execute("SELECT raw FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+    evil = raw[:-1] + bytes([raw[-1] ^ 1])  # one flipped bit in the newest event
+    db.execute("UPDATE events SET raw = ? WHERE raw = ?", (evil, raw))
+    db.commit()
+    db.close()
+    out = cli("up", "--listen", "127.0.0.1:0", "--json", data_dir=n.data_dir)
+    assert out.returncode == 1, out.stderr
+    assert json.loads(out.stdout)["error"]["code"] == "store_corrupt"
+    assert "Traceback" not in out.stderr
+
+
+def test_sigterm_stops_cleanly_and_sigint_too(pair: LocalSwarm) -> None:
     b = pair.nodes["b"]
     pair.kill("b", signal.SIGINT)
     assert b.proc is not None and b.proc.returncode == 0

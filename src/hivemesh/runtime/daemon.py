@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from hivemesh.config import Config, bootstrap_targets, parse_endpoint
-from hivemesh.core.event import Event, decode_event
+from hivemesh.core.event import Event
 from hivemesh.core.identity import Identity, address_of, public_key_of, short
 from hivemesh.core.node import Node, NodeConfig
 from hivemesh.core.views.context import Context, ContextView
@@ -183,6 +183,9 @@ class Daemon:
         if hasattr(self, "conns"):
             with contextlib.suppress(Exception):
                 await self.conns.close()
+        if hasattr(self, "messaging"):
+            with contextlib.suppress(Exception):
+                self.messaging.close()
         if hasattr(self, "node"):
             with contextlib.suppress(Exception):
                 self.node.journal.store.close()
@@ -316,13 +319,8 @@ class Daemon:
         await self.stop()
 
     def _replay(self, store: Any) -> Iterable[Event]:
-        try:
-            from hivemesh.stores.replay import verify_feeds
-        except ImportError:  # pragma: no cover - until stores.replay lands
-            for _author, raws, _sigs in store.scan():
-                for raw in raws:
-                    yield decode_event(raw)
-            return
+        from hivemesh.stores.replay import verify_feeds
+
         yield from verify_feeds(store)
 
     def _announce(self, host: str) -> str:
