@@ -122,6 +122,25 @@ def test_blobs_are_announced_and_fetched_on_demand(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
+def test_a_subscriber_that_falls_behind_is_counted_not_silent(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with hivemesh.Node(tmp_path / "a") as a:
+            events = a.subscribe("app.tick")
+            waiter = asyncio.ensure_future(events.__anext__())
+            await asyncio.sleep(0)  # let the generator subscribe
+            for i in range(1100):  # the queue holds 1024
+                await a.append("app.tick", i)
+            first = await asyncio.wait_for(waiter, 5)
+            assert first.body == 0
+            dropped = a.status()["counters"]["subscriber_dropped"]
+            # 1024 queued, at most one already taken by the waiter, the rest counted
+            assert 1100 - 1024 - 1 <= dropped <= 1100 - 1024
+            assert a.status()["dropped_total"] >= dropped
+            await events.aclose()
+
+    asyncio.run(main())
+
+
 def test_node_not_started_is_a_local_error(tmp_path: Path) -> None:
     node = hivemesh.Node(tmp_path / "a")
     with pytest.raises(LocalProtocolError):
