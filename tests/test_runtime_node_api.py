@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -137,6 +138,30 @@ def test_a_subscriber_that_falls_behind_is_counted_not_silent(tmp_path: Path) ->
             assert 1100 - 1024 - 1 <= dropped <= 1100 - 1024
             assert a.status()["dropped_total"] >= dropped
             await events.aclose()
+
+    asyncio.run(main())
+
+
+def test_an_application_view_sees_stored_and_new_events(tmp_path: Path) -> None:
+    class Tally:
+        kinds = frozenset({"app.vote"})
+
+        def __init__(self) -> None:
+            self.votes: dict[str, int] = {}
+
+        def apply(self, ev: Any) -> None:
+            self.votes[ev.body] = self.votes.get(ev.body, 0) + 1
+
+    async def main() -> None:
+        async with hivemesh.Node(tmp_path / "a") as a:
+            await a.append("app.vote", "yes")
+            await a.append("app.other", "ignored")
+        async with hivemesh.Node(tmp_path / "a") as a:
+            tally = Tally()
+            assert a.add_view(tally) == 1  # replayed from the store
+            await a.append("app.vote", "yes")
+            await a.append("app.vote", "no")
+            assert tally.votes == {"yes": 2, "no": 1}
 
     asyncio.run(main())
 

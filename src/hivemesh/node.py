@@ -177,6 +177,14 @@ class Node:
 
     # -- journal -------------------------------------------------------------------
 
+    def add_view(self, view: Any) -> int:
+        """Fold the journal into ``view`` -- any object with ``kinds`` (a set of
+        event kinds, ``"*"`` for all) and ``apply(event)`` -- now and from now
+        on: stored events are replayed (verified) first, in per-author order.
+        Views must not depend on the interleaving across authors. Returns the
+        number of events replayed."""
+        return self.daemon.add_view(view)
+
     async def append(self, kind: str, body: Any) -> EventRecord:
         """Append an application event of ``kind`` to this node's feed."""
         return EventRecord.of(await self.daemon.append(kind, body))

@@ -15,7 +15,7 @@ acks, dedup, one-hop relay). This module adds what needs I/O:
   the core's ack and the SQLite commit can lose that one message; the
   window is one event-loop turn.)
 * **Ping.** ``RT_PING``/``RT_PONG`` frames carry a nonce; the round-trip
-  time is measured on the sender with wall-clock milliseconds.
+  time is measured on the sender (``perf_counter``).
 """
 
 from __future__ import annotations
@@ -24,18 +24,22 @@ import asyncio
 import contextlib
 import random
 import sqlite3
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hivemesh.core.codec import pack, unpack
 from hivemesh.core.direct import Direct, DirectAcked, DirectConfig, InboxMessage
 from hivemesh.core.frames import encode_frame
 from hivemesh.core.node import Node
-from hivemesh.errors import DeadlineExceeded, DecodeError, StoreError
+from hivemesh.errors import DeadlineExceeded, DecodeError, StoreError, UnknownPeer
 
-__all__ = ["RT_PING", "RT_PONG", "Inbox", "Messaging"]
+if TYPE_CHECKING:
+    from hivemesh.runtime.daemon import Daemon
+
+__all__ = ["RT_PING", "RT_PONG", "Inbox", "Messaging", "ping", "send_direct"]
 
 #: Runtime frame types (outside the core table's ranges; see core.frames).
 RT_PING = 60
@@ -210,3 +214,38 @@ class Messaging:
             if not ping.done():
                 ping.cancel()
         self.inbox.close()
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+async def send_direct(d: Daemon, to: str, data: Any, *, timeout_s: float) -> dict[str, Any]:
+    """Send through ``d`` and wait for the acknowledgement (see Daemon.send_direct)."""
+    address = d.resolve(to)
+    t0 = time.perf_counter()
+    fut = d.messaging.send(address, data, _now_ms(), int(timeout_s * 1000))
+    await d.flush()
+    result = await fut
+    result["rtt_ms"] = round((time.perf_counter() - t0) * 1000, 3)
+    return result
+
+
+async def ping(d: Daemon, target: str, *, timeout_s: float) -> dict[str, Any]:
+    """Ping a connected peer of ``d`` (see Daemon.ping)."""
+    address = d.resolve(target)
+    if address not in d.conns.links:
+        st = d.members.state(address)
+        state = "unknown" if st is None else st.value
+        raise UnknownPeer(f"no channel to {address[:12]} (state: {state})")
+    t0 = time.perf_counter()
+    nonce, fut = d.messaging.ping(address, _now_ms())
+    await d.flush()
+    try:
+        async with asyncio.timeout(timeout_s):
+            await fut
+            rtt = round((time.perf_counter() - t0) * 1000, 3)
+    except TimeoutError:
+        d.messaging.forget_ping(nonce)
+        raise DeadlineExceeded(f"no pong from {address[:12]} in {timeout_s}s") from None
+    return {"address": address, "rtt_ms": rtt}
