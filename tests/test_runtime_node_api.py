@@ -166,6 +166,36 @@ def test_an_application_view_sees_stored_and_new_events(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
+def test_request_reply_bypasses_the_inbox(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with (
+            hivemesh.Node(tmp_path / "a", name="metrics-collector", **FAST) as a,
+            hivemesh.Node(tmp_path / "b", bootstrap=[a.endpoint], **FAST) as b,
+        ):
+            seen: list[tuple[str, Any]] = []
+
+            async def collect(sender: str, body: Any) -> dict[str, Any]:
+                seen.append((sender, body))
+                if body == "boom":
+                    raise ValueError("bad batch")
+                return {"ok": True, "acked_through": len(body)}
+
+            a.on_message("metrics", collect)
+            await _until(lambda: b.daemon.names.resolve("metrics-collector") == a.address)
+            await b.wait_peers(1, timeout_s=10)
+            reply = await b.request("metrics-collector", "metrics", [1, 2, 3], timeout_s=5)
+            assert reply == {"ok": True, "acked_through": 3}
+            assert seen == [(b.address, [1, 2, 3])]
+            failed = await b.request("metrics-collector", "metrics", "boom", timeout_s=5)
+            assert failed["ok"] is False and "bad batch" in failed["error"]
+            assert a.inbox() == [] and b.inbox() == []  # neither went to an inbox
+            with pytest.raises(DeadlineExceeded):  # no handler for this kind on b
+                await a.request(b.address, "nobody-handles-this", 1, timeout_s=1)
+            assert len(b.inbox()) == 1  # an unhandled request is an ordinary message
+
+    asyncio.run(main())
+
+
 def test_node_not_started_is_a_local_error(tmp_path: Path) -> None:
     node = hivemesh.Node(tmp_path / "a")
     with pytest.raises(LocalProtocolError):

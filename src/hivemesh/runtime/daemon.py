@@ -66,7 +66,7 @@ from hivemesh.runtime.endpoints import KIND_HELLO, EndpointsView, hello_body
 from hivemesh.runtime.hostutil import lock_data_dir, primary_ipv4
 from hivemesh.runtime.invites import Invites
 from hivemesh.runtime.members import MemberDriver
-from hivemesh.runtime.messaging import Messaging, ping, send_direct
+from hivemesh.runtime.messaging import Messaging, ping, request, send_direct
 from hivemesh.runtime.status import Subscription, peers_of, status_of
 from hivemesh.runtime.trustview import KIND_TRUST_ADD, KIND_TRUST_REVOKE, TrustView
 from hivemesh.transports import ChannelOptions
@@ -212,6 +212,7 @@ class Daemon:
             inbox_max=cfg.inbox_max,
             relays=self._relays,
         )
+        self.messaging.on_output = self._schedule_flush
         self._ready.set()
         if cfg.mdns:
             from hivemesh.discovery.mdns import LanDiscovery
@@ -582,6 +583,10 @@ class Daemon:
     def inbox(self, limit: int = 100, *, remove: bool = False) -> list[dict[str, Any]]:
         """Direct messages received, oldest first (removed if ``remove``)."""
         return self.messaging.inbox.list(limit, remove=remove)
+
+    async def request(self, to: str, kind: str, body: Any, *, timeout_s: float) -> Any:
+        """Send a request to a handler of ``kind`` on ``to``; return its reply."""
+        return await request(self, to, kind, body, timeout_s=timeout_s)
 
     async def ping(self, target: str, *, timeout_s: float) -> dict[str, Any]:
         """Round-trip time to a connected peer (by address or name)."""
