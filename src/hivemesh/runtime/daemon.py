@@ -14,8 +14,9 @@ package wraps its sans-IO connection):
   ``node.outbox()`` into the per-peer bounded send queues (awaiting when one
   is full: backpressure reaches the reader that caused the traffic) and
   ``node.events()`` into subscribers' bounded queues.
-* **Time.** One timer task sleeps until the earliest deadline of the core
-  and of the liveness table, then calls ``handle_timer(now_ms)``. Time is
+* **Time.** One timer task sleeps until the earliest deadline of the core,
+  membership, direct messages, blob fetches and invite probation, then calls
+  each ``handle_timer(now_ms)``. Time is
   wall-clock milliseconds; randomness is a ``random.Random`` seeded from
   :mod:`secrets`.
 
@@ -24,15 +25,20 @@ stored feed into the views (rehydration), listen, announce our endpoint in a
 ``node.hello`` event if it changed, dial bootstrap endpoints and every
 endpoint learnt from the journal, open the control socket.
 
-**Stop.** Close the control socket, stop dialling, close channels, flush and
-close the store. Every append was already committed when it returned, so a
-``kill -9`` loses nothing that was acknowledged either.
+**Stop.** Close the control socket, announce ``left`` to the members, send
+what is queued (briefly), close channels, close the store. Every append was
+already committed when it returned, so a ``kill -9`` loses nothing that was
+acknowledged either.
 
 **Parts wired in.** SWIM membership (:mod:`hivemesh.runtime.members`),
-direct messages with a durable inbox and ping
-(:mod:`hivemesh.runtime.messaging`), the trust store (``trust.json``:
-``authorize`` at the handshake, ``trusted`` at the journal gate), and the
-views: context, names and endpoints (``node.hello``).
+direct messages with a durable inbox, request/reply and ping
+(:mod:`hivemesh.runtime.messaging`), blobs (:mod:`hivemesh.runtime.blobs`),
+trust (``trust.json`` plus the journal's web of trust: ``authorize`` at the
+handshake and for membership, ``author_trusted`` at the journal gate;
+:mod:`hivemesh.runtime.trustview`, :mod:`hivemesh.runtime.invites`), the
+views (context, names, endpoints, blob index, trust) and any application
+view added with :meth:`Daemon.add_view` (verified replay first). Only one
+daemon runs per data dir (``daemon.lock``).
 """
 
 from __future__ import annotations
