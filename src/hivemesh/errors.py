@@ -55,7 +55,8 @@ Every class carries a short stable ``code`` used as the counter name in
     │   ├── ConnectionClosed
     │   ├── DeadlineExceeded
     │   ├── PeerUnreachable
-    │   └── WouldBlock
+    │   ├── WouldBlock
+    │   └── DaemonNotRunning       (runtime area)
     └── CoordinationError
         ├── LeaseUnavailable
         │   └── LeaseContended
@@ -91,6 +92,7 @@ __all__ = [
     "ConfigError",
     "ConnectionClosed",
     "CoordinationError",
+    "DaemonNotRunning",
     "DeadlineExceeded",
     "DecodeError",
     "ForeignOperations",
@@ -500,3 +502,12 @@ class SpoolFull(LocalProtocolError):
     """The sender's telemetry spool is at its bound; the record was dropped (counted)."""
 
     code = "spool_full"
+
+
+# -- runtime -----------------------------------------------------------------
+
+
+class DaemonNotRunning(TransportError):
+    """No node daemon answers on the data dir's control socket."""
+
+    code = "daemon_not_running"

@@ -14,6 +14,7 @@ type   name         fields
 20-29  direct       direct messages, see :mod:`hivemesh.core.direct`
 30-39  membership   SWIM probes and gossip, see :mod:`hivemesh.core.membership`
 40-49  leases       quorum lease protocol
+60-69  runtime      daemon ping/pong, join proofs (runtime)
 =====  ===========  ====================================================
 """
 
@@ -47,6 +48,9 @@ class FrameType(IntEnum):
     SYNC = 33
     GOSSIP = 34
     LEASE = 40
+    RT_PING = 60
+    RT_PONG = 61
+    RT_JOIN = 62
 
 
 def encode_frame(ftype: int, *fields: Any) -> bytes:

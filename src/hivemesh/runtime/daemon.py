@@ -1,0 +1,607 @@
+"""The node daemon: an asyncio pump around the sans-IO core.
+
+Theory of operation
+-------------------
+A :class:`Daemon` owns one node's parts -- identity, SQLite store, the core
+:class:`~hivemesh.core.node.Node` with its views, the connection manager and
+the control socket -- and moves bytes and time between them. It holds no
+protocol logic of its own; that lives in the core (as aioquic's asyncio
+package wraps its sans-IO connection):
+
+* **Input.** Each channel's reader task hands frames to
+  ``node.receive(peer, frame, now_ms)``; local writes call ``node.append``.
+* **Output.** After every input, :meth:`Daemon.flush` drains
+  ``node.outbox()`` into the per-peer bounded send queues (awaiting when one
+  is full: backpressure reaches the reader that caused the traffic) and
+  ``node.events()`` into subscribers' bounded queues.
+* **Time.** One timer task sleeps until the earliest deadline of the core,
+  membership, direct messages, blob fetches and invite probation, then calls
+  each ``handle_timer(now_ms)``. Time is
+  wall-clock milliseconds; randomness is a ``random.Random`` seeded from
+  :mod:`secrets`.
+
+**Start.** Open (or create) the key file and store, verify and replay every
+stored feed into the views (rehydration), listen, announce our endpoint in a
+``node.hello`` event if it changed, dial bootstrap endpoints and every
+endpoint learnt from the journal, open the control socket.
+
+**Stop.** Close the control socket, announce ``left`` to the members, send
+what is queued (briefly), close channels, close the store. Every append was
+already committed when it returned, so a ``kill -9`` loses nothing that was
+acknowledged either.
+
+**Parts wired in.** SWIM membership (:mod:`hivemesh.runtime.members`),
+direct messages with a durable inbox, request/reply and ping
+(:mod:`hivemesh.runtime.messaging`), blobs (:mod:`hivemesh.runtime.blobs`),
+trust (``trust.json`` plus the journal's web of trust: ``authorize`` at the
+handshake and for membership, ``author_trusted`` at the journal gate;
+:mod:`hivemesh.runtime.trustview`, :mod:`hivemesh.runtime.invites`), the
+views (context, names, endpoints, blob index, trust) and any application
+view added with :meth:`Daemon.add_view` (verified replay first). Only one
+daemon runs per data dir (``daemon.lock``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import secrets
+import time
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+from hivemesh.config import Config, bootstrap_targets, parse_endpoint
+from hivemesh.core.event import Event
+from hivemesh.core.identity import Identity, address_of, public_key_of, short
+from hivemesh.core.node import Node, NodeConfig
+from hivemesh.core.views.context import Context, ContextView
+from hivemesh.core.views.names import NamesView
+from hivemesh.errors import (
+    ConfigError,
+    InvalidAddress,
+    InvalidArgument,
+    UnknownPeer,
+)
+from hivemesh.runtime.blobs import Blobs
+from hivemesh.runtime.connections import ConnectionManager
+from hivemesh.runtime.endpoints import KIND_HELLO, EndpointsView, hello_body
+from hivemesh.runtime.hostutil import lock_data_dir, primary_ipv4
+from hivemesh.runtime.invites import Invites
+from hivemesh.runtime.members import MemberDriver
+from hivemesh.runtime.messaging import Messaging, ping, request, send_direct
+from hivemesh.runtime.status import Subscription, peers_of, status_of
+from hivemesh.runtime.trustview import KIND_TRUST_ADD, KIND_TRUST_REVOKE, TrustView
+from hivemesh.transports import ChannelOptions
+from hivemesh.trust import TrustStore
+
+__all__ = ["Daemon", "Subscription", "now_ms"]
+
+log = logging.getLogger("hivemesh.runtime")
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds (the time the core is given)."""
+    return time.time_ns() // 1_000_000
+
+
+class Daemon:
+    """One running node (see module docs)."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.counters: Counter[str] = Counter()
+        self.started_ms = 0
+        self.rehydrated = 0
+        self.listen_port = 0
+        self._subs: list[Subscription] = []
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._flush_lock = asyncio.Lock()
+        self._wake = asyncio.Event()
+        self._armed_ms = 0
+        self._flush_scheduled = False
+        self._bg: set[asyncio.Task[None]] = set()
+        self._stopping = asyncio.Event()
+        self._ready = asyncio.Event()
+        self._control: Any = None
+        self._started = False
+        self.identity: Identity
+        self.node: Node
+        self.context_view: ContextView
+        self.names: NamesView
+        self.endpoints: EndpointsView
+        self.conns: ConnectionManager
+        self.trust: TrustStore
+        self.members: MemberDriver
+        self.messaging: Messaging
+        self.blobs: Blobs
+        self.trust_view: TrustView
+        self.invites = Invites(self)
+        self._mdns: Any = None
+        self._lock_fd: int | None = None
+        self._trust_generation = 0
+        self.advertised = ""
+
+    @property
+    def address(self) -> str:
+        """This node's address."""
+        return self.identity.address
+
+    # -- lifecycle -------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open everything and start serving (see module docs).
+
+        On failure (port in use, corrupt store, another daemon on the data
+        dir, ...) everything opened so far is closed again and the error
+        propagates.
+        """
+        try:
+            await self._start()
+        except BaseException:
+            await self._abort_start()
+            raise
+
+    async def _abort_start(self) -> None:
+        with contextlib.suppress(Exception):
+            if self._control is not None:
+                await self._control.close()
+        with contextlib.suppress(Exception):
+            if self._mdns is not None:
+                await self._mdns.close()
+        if hasattr(self, "conns"):
+            with contextlib.suppress(Exception):
+                await self.conns.close()
+        if hasattr(self, "messaging"):
+            with contextlib.suppress(Exception):
+                self.messaging.close()
+        if hasattr(self, "node"):
+            with contextlib.suppress(Exception):
+                self.node.journal.store.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    async def _start(self) -> None:
+        from hivemesh.stores.keyfile import load_or_create_identity
+        from hivemesh.stores.sqlite import SQLiteStore
+
+        cfg = self.config
+        cfg.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._lock_fd = lock_data_dir(cfg.data_dir)
+        self.identity = load_or_create_identity(cfg.data_dir)
+        self.trust = TrustStore(cfg.data_dir)
+        self._trust_generation = self.trust.generation
+        store = SQLiteStore(cfg.store_path)
+        rng = random.Random(secrets.randbits(128))
+        self.started_ms = now_ms()
+        self.node = Node(
+            self.identity,
+            store,
+            rng,
+            now_ms=self.started_ms,
+            config=NodeConfig(sync_interval_ms=cfg.sync_interval_ms),
+            trusted=self.author_trusted,
+        )
+        self.context_view = ContextView(self.identity.public)
+        self.names = NamesView()
+        self.endpoints = EndpointsView()
+        self.trust_view = TrustView()
+        for view in (self.context_view, self.names, self.endpoints, self.trust_view):
+            self.node.add_view(view)
+        self.blobs = Blobs(self, random.Random(secrets.randbits(128)))
+        self.rehydrated = self.node.rehydrate(self._replay(store))
+        self.conns = ConnectionManager(
+            self.identity,
+            authorize=lambda a: self.invites.admit_channel(a, now_ms()),
+            on_frame=self._on_frame,
+            on_peer=self._on_peer,
+            dial_timeout_s=cfg.dial_timeout_s,
+            reconnect_min_s=cfg.reconnect_min_s,
+            reconnect_max_s=cfg.reconnect_max_s,
+            slow_peer_timeout_s=cfg.slow_peer_timeout_s,
+            rng=random.Random(secrets.randbits(128)),
+            options=ChannelOptions(send_queue_frames=cfg.send_queue_frames),
+        )
+        host, port = cfg.listen_endpoint()
+        self.listen_port = await self.conns.listen(host, port)
+        endpoint = self.advertised = self._announce(host)
+        t = now_ms()
+        self.members = MemberDriver(self, [endpoint], random.Random(secrets.randbits(128)), t)
+        self.messaging = Messaging(
+            self.node,
+            random.Random(secrets.randbits(128)),
+            cfg.data_dir / "inbox.db",
+            inbox_max=cfg.inbox_max,
+            relays=self._relays,
+        )
+        self.messaging.on_output = self._schedule_flush
+        self._ready.set()
+        if cfg.mdns:
+            from hivemesh.discovery.mdns import LanDiscovery
+
+            self._mdns = LanDiscovery(
+                self.address,
+                self.listen_port,
+                interfaces=cfg.mdns_interfaces,
+                on_found=lambda found: self.learn(found.address, list(found.endpoints)),
+            )
+            await self._mdns.start()
+        if cfg.name and self.names.resolve(cfg.name) != self.address:
+            self.node.append(*NamesView.claim(cfg.name), t)
+        for address, eps in self.endpoints.known().items():
+            self.learn(address, eps)
+        for addr, h, p in bootstrap_targets(cfg.bootstrap):
+            self.conns.want(h, p, addr)
+        from hivemesh.runtime.control import ControlServer
+
+        self._control = ControlServer(self, cfg.control_path, timeout_s=cfg.control_timeout_s)
+        await self._control.start()
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._timer_loop()))
+        self._started = True
+        await self.flush()
+        log.info(
+            "node %s listening on %s:%d (%d events replayed)",
+            short(self.address),
+            host,
+            self.listen_port,
+            self.rehydrated,
+        )
+
+    async def stop(self) -> None:
+        """Shut down cleanly: stop serving, close channels, close the store."""
+        if not self._started:
+            return
+        self._started = False
+        self._stopping.set()
+        if self._control is not None:
+            await self._control.close()
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(BaseException):
+                await t
+        for t in list(self._bg):
+            with contextlib.suppress(BaseException):
+                await t
+        self.commit_nowait()
+        self.members.m.leave(now_ms())
+        await self.flush()
+        if self._mdns is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._mdns.close(), 3.0)
+        await self.conns.close()
+        self.messaging.close()
+        self.node.journal.store.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the data dir lock
+            self._lock_fd = None
+        log.info("node %s stopped", short(self.address))
+
+    def request_stop(self) -> None:
+        """Ask :meth:`run_until_stopped` to return (signal handlers, ``stop`` op)."""
+        self._stopping.set()
+
+    async def run_until_stopped(self) -> None:
+        """Wait until :meth:`request_stop`; then :meth:`stop`."""
+        await self._stopping.wait()
+        await self.stop()
+
+    def _replay(self, store: Any) -> Iterable[Event]:
+        from hivemesh.stores.replay import verify_feeds
+
+        yield from verify_feeds(store)
+
+    def _announce(self, host: str) -> str:
+        if self.config.advertise:
+            ep = self.config.advertise
+        else:
+            if host in ("0.0.0.0", "", "::"):
+                host = primary_ipv4()
+            ep = f"{host}:{self.listen_port}"
+        if self.endpoints.endpoints(self.address) != [ep]:
+            self.node.append(KIND_HELLO, hello_body([ep]), now_ms())
+        return ep
+
+    # -- trust -------------------------------------------------------------------
+
+    def authorize(self, address: str) -> bool:
+        """May ``address`` connect (and be a member)? Revoked never may.
+
+        ``open`` mode: anyone not revoked here. ``invite`` mode: the web of
+        trust grown from ``trust.json`` through the journal's vouches
+        (:mod:`hivemesh.runtime.trustview`).
+        """
+        if self.trust.is_revoked(address):
+            return False
+        if self.config.trust_mode == "open" or self.trust.is_trusted(address):
+            return True
+        admitted, revoked = self.trust_view.evaluate(
+            self.trust.trusted(), self.trust.revoked(), self.address
+        )
+        return address in admitted and address not in revoked
+
+    def author_trusted(self, author: bytes) -> bool:
+        """The journal gate: may events authored by ``author`` be stored?"""
+        return self.authorize(address_of(author))
+
+    async def revoke(self, address: str) -> None:
+        """Revoke ``address``: drop its channel, forget it, refuse its new events."""
+        public_key_of(address)
+        self.trust.revoke(address, now_ms() // 1000)
+        self.node.append(KIND_TRUST_REVOKE, {"address": address}, now_ms())
+        self.conns.forget(address)
+        await self.conns.disconnect(address, "revoked", revoked=True)
+        self.node.remove_peer(address)
+        self.members.m.forget(address, now_ms())
+        await self.flush()
+
+    def admit(self, address: str) -> None:
+        """Trust ``address`` (invite mode) and lift any revocation."""
+        public_key_of(address)
+        self.trust.add(address, now_ms() // 1000)
+        self.vouch(address)
+        self.learn(address, self.endpoints.endpoints(address))
+
+    def vouch(self, address: str) -> None:
+        """Publish that we trust ``address`` (others in the swarm may admit it)."""
+        self.node.append(KIND_TRUST_ADD, {"address": address}, now_ms())
+        self._schedule_flush()
+
+    async def _recheck_trust(self) -> None:
+        """After trust changed: drop peers no longer admitted, dial new ones."""
+        for peer in sorted(self.conns.links):
+            if peer not in self.invites.probation and not self.authorize(peer):
+                self.counters["disconnected_revoked"] += 1
+                self.conns.forget(peer)
+                await self.conns.disconnect(peer, "revoked", revoked=True)
+                self.node.remove_peer(peer)
+                self.members.m.forget(peer, now_ms())
+        for address, eps in self.endpoints.known().items():
+            if address not in self.conns.links:
+                self.learn(address, eps)
+
+    def record(self, kind: str, address: str, incarnation: int, t: int) -> None:
+        """Append a membership observation to our feed."""
+        body = {"address": address, "incarnation": incarnation, "observed_ms": t}
+        self.node.append(kind, body, t)
+
+    def _relays(self, destination: str) -> list[str]:
+        peers = set(self.node.peers)
+        return [a for a in sorted(self.conns.links) if a in peers and a != destination]
+
+    # -- the pump ------------------------------------------------------------------
+
+    async def _on_frame(self, peer: str, frame: bytes) -> None:
+        await self._ready.wait()
+        t = now_ms()
+        if peer in self.invites.probation:
+            if self.invites.on_probation_frame(peer, frame, t):
+                await self._on_peer(peer, True)
+            return
+        self.node.receive(peer, frame, t)
+        await self.flush()
+
+    def disconnect_later(self, peer: str, reason: str) -> None:
+        """Close the channel to ``peer`` from synchronous code."""
+        task = asyncio.get_running_loop().create_task(self.conns.disconnect(peer, reason))
+        self._bg.add(task)
+        task.add_done_callback(self._bg.discard)
+
+    async def _on_peer(self, peer: str, up: bool) -> None:
+        await self._ready.wait()
+        if up and peer in self.invites.probation:
+            return  # not a member until it presents a valid join proof
+        if up:
+            self.invites.send_proof(peer)
+            eps = self.endpoints.endpoints(peer)
+            link = self.conns.links.get(peer)
+            if link is not None and link.endpoint is not None and not eps:
+                eps = [f"{link.endpoint[0]}:{link.endpoint[1]}"]
+            self.members.channel_up(peer, eps, now_ms())
+        else:
+            self.invites.probation.pop(peer, None)
+            self.node.remove_peer(peer)
+            self.learn(peer, self.endpoints.endpoints(peer))
+        await self.flush()
+
+    def learn(self, address: str, endpoints: list[str]) -> None:
+        """Keep dialling ``address`` at ``endpoints`` (if it may connect)."""
+        if address == self.address or not self.authorize(address):
+            return
+        for ep in endpoints:
+            try:
+                h, p = parse_endpoint(ep)
+            except ConfigError:
+                self.counters["bad_endpoint"] += 1
+                continue
+            self.conns.want(h, p, address)
+
+    async def flush(self) -> None:
+        """Drain the core's outbox and events (see module docs)."""
+        async with self._flush_lock:
+            while True:
+                t = now_ms()
+                self.members.after_input(t)
+                self.messaging.after_input()
+                self.blobs.after_input()
+                out = self.node.outbox()
+                events = self.node.events()
+                if not out and not events:
+                    break
+                for peer, frame in out:
+                    await self.conns.send(peer, frame)
+                for ev in events:
+                    self._dispatch(ev)
+        if self._started and self._next_deadline() < self._armed_ms:
+            self._wake.set()
+
+    def _dispatch(self, ev: Event) -> None:
+        if ev.kind in TrustView.kinds and ev.author != self.identity.public:
+            task = asyncio.get_running_loop().create_task(self._recheck_trust())
+            self._bg.add(task)
+            task.add_done_callback(self._bg.discard)
+        if ev.kind == KIND_HELLO and ev.author != self.identity.public:
+            addr = address_of(ev.author)
+            self.learn(addr, self.endpoints.endpoints(addr))
+        for sub in self._subs:
+            sub.offer(ev)
+
+    async def _timer_loop(self) -> None:
+        while self._started:
+            t = now_ms()
+            self.node.handle_timer(t)
+            self.members.m.handle_timer(t)
+            self.messaging.handle_timer(t)
+            self.invites.expire(t)
+            if self.trust.poll() != self._trust_generation:  # trust.json edited
+                self._trust_generation = self.trust.generation
+                await self._recheck_trust()
+            self.blobs.handle_timer(t)
+            await self.flush()
+            self._wake.clear()
+            self._armed_ms = min(self._next_deadline(), now_ms() + 1000)
+            delay_s = max(0.0, (self._armed_ms - now_ms()) / 1000)
+            try:
+                async with asyncio.timeout(delay_s):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+
+    def _next_deadline(self) -> int:
+        d = min(self.node.next_deadline(), self.members.m.next_deadline())
+        for extra in (
+            self.messaging.next_deadline(),
+            self.invites.next_deadline(),
+            self.blobs.next_deadline(),
+        ):
+            if extra is not None:
+                d = min(d, extra)
+        return d
+
+    def _schedule_flush(self) -> None:
+        """Flush soon from a synchronous caller (coalesced into one task)."""
+        if self._flush_scheduled or not self._started:
+            return
+        self._flush_scheduled = True
+
+        async def run() -> None:
+            self._flush_scheduled = False
+            await self.flush()
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._bg.add(task)
+        task.add_done_callback(self._bg.discard)
+
+    # -- API used by the control socket and hivemesh.Node -----------------------
+
+    def add_view(self, view: Any) -> int:
+        """Register an application view (a reducer with ``kinds`` and
+        ``apply(event)``); it first gets every stored event of its kinds
+        (verified replay), then every new one. Returns the replayed count."""
+        kinds = frozenset(view.kinds)
+        n = 0
+        for ev in self._replay(self.node.journal.store):
+            if "*" in kinds or ev.kind in kinds:
+                view.apply(ev)
+                n += 1
+        self.node.add_view(view)
+        return n
+
+    def subscribe(self, kinds: Iterable[str] | None = None) -> Subscription:
+        """A bounded queue receiving new events (of ``kinds``, or all)."""
+        sub = Subscription(frozenset(kinds) if kinds is not None else None)
+        self._subs.append(sub)
+        return sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        """Stop feeding ``sub``; its drops are added to the counters."""
+        if sub in self._subs:
+            self._subs.remove(sub)
+            self.counters["subscriber_dropped"] += sub.dropped
+
+    def context(self, name: str = "default") -> Context:
+        """A handle on a shared context; call :meth:`commit` after writing."""
+        return self.context_view.context(name)
+
+    async def commit(self) -> int:
+        """Append pending local context writes to our feed and send them."""
+        n = self.commit_nowait()
+        await self.flush()
+        return n
+
+    def commit_nowait(self) -> int:
+        """Append pending local context writes (sent by the next flush)."""
+        items = []
+        while (upd := self.context_view.pending_update()) is not None:
+            items.append(upd)
+        if items:
+            self.node.append_many(items, now_ms())
+            self._schedule_flush()
+        return len(items)
+
+    async def append(self, kind: str, body: Any) -> Event:
+        """Append one event of our own and send it."""
+        ev = self.node.append(kind, body, now_ms())
+        await self.flush()
+        return ev
+
+    async def claim_name(self, name: str) -> str:
+        """Claim ``name`` for this node; returns the current owner."""
+        kind, body = NamesView.claim(name)
+        await self.append(kind, body)
+        owner = self.names.resolve(name)
+        return owner or self.address
+
+    def resolve(self, target: str) -> str:
+        """An address for ``target`` (an address or a claimed name)."""
+        if target.startswith("hm") and len(target) == 58:
+            try:
+                public_key_of(target)
+                return target
+            except InvalidAddress:
+                pass
+        owner = self.names.resolve(target)
+        if owner is None:
+            raise UnknownPeer(f"no node has claimed the name {target!r}")
+        return owner
+
+    def status(self) -> dict[str, Any]:
+        """Everything ``hivemesh status`` shows (see :mod:`hivemesh.runtime.status`)."""
+        return status_of(self)
+
+    def peers(self) -> list[dict[str, Any]]:
+        """Known members with their channel figures."""
+        return peers_of(self)
+
+    async def send_direct(self, to: str, data: Any, *, timeout_s: float) -> dict[str, Any]:
+        """Send an acknowledged direct message to an address or a name.
+
+        Returns when the receiver acknowledged (it is in its inbox); raises
+        :class:`DeadlineExceeded` if no ack came within ``timeout_s``.
+        """
+        return await send_direct(self, to, data, timeout_s=timeout_s)
+
+    def inbox(self, limit: int = 100, *, remove: bool = False) -> list[dict[str, Any]]:
+        """Direct messages received, oldest first (removed if ``remove``)."""
+        return self.messaging.inbox.list(limit, remove=remove)
+
+    async def request(self, to: str, kind: str, body: Any, *, timeout_s: float) -> Any:
+        """Send a request to a handler of ``kind`` on ``to``; return its reply."""
+        return await request(self, to, kind, body, timeout_s=timeout_s)
+
+    async def ping(self, target: str, *, timeout_s: float) -> dict[str, Any]:
+        """Round-trip time to a connected peer (by address or name)."""
+        return await ping(self, target, timeout_s=timeout_s)
+
+    def check_address(self, address: str) -> str:
+        """Validate an address argument (raises :class:`InvalidArgument`)."""
+        try:
+            public_key_of(address)
+        except InvalidAddress as exc:
+            raise InvalidArgument(str(exc)) from None
+        return address
