@@ -23,7 +23,13 @@ Every class carries a short stable ``code`` used as the counter name in
     ├── LocalProtocolError
     │   ├── InvalidArgument
     │   ├── ConfigError
-    │   └── InvalidAddress
+    │   ├── InvalidAddress
+    │   ├── QueueFull
+    │   └── InviteError
+    │       ├── InviteMalformed
+    │       ├── InviteBadSignature
+    │       ├── InviteExpired
+    │       └── InviteUsed
     ├── RemoteProtocolError
     │   ├── DecodeError
     │   │   └── FrameTooLarge
@@ -38,7 +44,8 @@ Every class carries a short stable ``code`` used as the counter name in
     │   ├── BlobMismatch
     │   ├── OpsOutOfOrder
     │   ├── InvalidName
-    │   └── BadRecord              (transport area)
+    │   ├── BadRecord              (transport area)
+    │   └── ForgedSender
     ├── StoreError
     │   └── StoreCorrupt
     ├── TransportError
@@ -48,7 +55,8 @@ Every class carries a short stable ``code`` used as the counter name in
     │   ├── ConnectionClosed
     │   ├── DeadlineExceeded
     │   ├── PeerUnreachable        (transport area)
-    │   └── WouldBlock             (transport area)
+    │   ├── WouldBlock             (transport area)
+    │   └── DaemonNotRunning       (runtime area)
     └── CoordinationError
         ├── LeaseUnavailable
         ├── LeaseLost
@@ -67,9 +75,11 @@ __all__ = [
     "ConfigError",
     "ConnectionClosed",
     "CoordinationError",
+    "DaemonNotRunning",
     "DeadlineExceeded",
     "DecodeError",
     "ForeignOperations",
+    "ForgedSender",
     "ForkError",
     "FrameTooLarge",
     "GapError",
@@ -78,12 +88,18 @@ __all__ = [
     "InvalidAddress",
     "InvalidArgument",
     "InvalidName",
+    "InviteBadSignature",
+    "InviteError",
+    "InviteExpired",
+    "InviteMalformed",
+    "InviteUsed",
     "LeaseLost",
     "LeaseUnavailable",
     "LocalProtocolError",
     "OpsOutOfOrder",
     "PeerIdentityMismatch",
     "PeerUnreachable",
+    "QueueFull",
     "RemoteProtocolError",
     "ReplayError",
     "StaleFencingToken",
@@ -330,3 +346,57 @@ class WouldBlock(TransportError):
     """A ``*_nowait`` call found its bounded queue full (or empty); nothing changed."""
 
     code = "would_block"
+
+
+# -- runtime -----------------------------------------------------------------
+
+
+class DaemonNotRunning(TransportError):
+    """No node daemon answers on the data dir's control socket."""
+
+    code = "daemon_not_running"
+
+
+# -- membership, direct messages, trust --------------------------------------
+
+
+class QueueFull(LocalProtocolError):
+    """A bounded queue is full; retry later (the ``_nowait`` style of trio)."""
+
+    code = "queue_full"
+
+
+class ForgedSender(RemoteProtocolError):
+    """A peer sent a direct message claiming another sender without relaying."""
+
+    code = "forged_sender"
+
+
+class InviteError(LocalProtocolError, ValueError):
+    """An invite token or join proof cannot be used."""
+
+    code = "invite_error"
+
+
+class InviteMalformed(InviteError):
+    """The invite token is not a well-formed hivemesh invite."""
+
+    code = "invite_malformed"
+
+
+class InviteBadSignature(InviteError):
+    """The invite's signature does not verify against the inviter's key."""
+
+    code = "invite_bad_signature"
+
+
+class InviteExpired(InviteError):
+    """The invite's expiry time has passed."""
+
+    code = "invite_expired"
+
+
+class InviteUsed(InviteError):
+    """No unexpired, unused invite matches this join proof."""
+
+    code = "invite_used"

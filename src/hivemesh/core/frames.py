@@ -11,8 +11,8 @@ type   name         fields
 2      HAVE         {author: last seq}, reply wanted (bool)
 3      WANT         [[author, start, end], ...]
 10-19  blobs        see :mod:`hivemesh.core.views.blobs`
-20-29  direct       direct messages (runtime)
-30-39  membership   SWIM probes (runtime)
+20-29  direct       direct messages, see :mod:`hivemesh.core.direct`
+30-39  membership   SWIM probes and gossip, see :mod:`hivemesh.core.membership`
 40-49  leases       quorum lease protocol
 =====  ===========  ====================================================
 """
@@ -44,6 +44,8 @@ class FrameType(IntEnum):
     PING = 30
     PING_REQ = 31
     ACK = 32
+    SYNC = 33
+    GOSSIP = 34
     LEASE = 40
 
 

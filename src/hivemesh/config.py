@@ -1,0 +1,283 @@
+"""Node configuration: defaults < ``config.toml`` < environment < flags.
+
+One frozen :class:`Config` record holds every setting of a node daemon. It is
+built by :func:`load_config` from four layers, later layers winning:
+
+1. the defaults written on the dataclass fields below;
+2. a TOML file (``<data_dir>/config.toml`` unless ``--config`` names one),
+   grouped in tables that only serve as documentation::
+
+       [node]
+       name = "metrics-collector"
+       [network]
+       listen = "0.0.0.0:7420"
+       bootstrap = ["10.0.0.5:7420"]
+       [membership]
+       probe_interval_ms = 1000     # SWIM: probe one member per interval
+       suspicion_mult = 4           # suspect -> down after ~mult * interval
+
+3. environment variables ``HIVEMESH_<FIELD>`` (``HIVEMESH_LISTEN``,
+   ``HIVEMESH_BOOTSTRAP=a:1,b:2``, ``HIVEMESH_PROBE_INTERVAL_MS=200``, ...);
+4. explicit overrides (command-line flags), passed as a mapping.
+
+Unknown keys, wrong types and out-of-range values raise
+:class:`~hivemesh.errors.ConfigError` naming the layer they came from, so a
+typo in a file never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hivemesh.errors import ConfigError
+
+__all__ = ["Config", "load_config", "parse_endpoint"]
+
+_ENV_PREFIX = "HIVEMESH_"
+_DEFAULT_DATA_DIR = Path("~/.hivemesh").expanduser()
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """Every setting of a node daemon. Units are in the names."""
+
+    # [node]
+    data_dir: Path = _DEFAULT_DATA_DIR
+    name: str | None = None
+    log_level: str = "info"
+    # [network]
+    listen: str = "0.0.0.0:7420"
+    advertise: str | None = None
+    bootstrap: tuple[str, ...] = ()
+    mdns: bool = False
+    dial_timeout_s: float = 5.0
+    reconnect_min_s: float = 0.2
+    reconnect_max_s: float = 10.0
+    # [membership]
+    probe_interval_ms: int = 1000
+    probe_timeout_ms: int = 500  # half the probe interval unless set
+    suspicion_mult: int = 4
+    # [replication]
+    sync_interval_ms: int = 1000
+    # [trust] "open": any authenticated peer unless revoked;
+    #         "invite": only addresses in trust.json
+    trust_mode: str = "open"
+    # [limits]
+    send_queue_frames: int = 4096
+    slow_peer_timeout_s: float = 10.0
+    control_timeout_s: float = 10.0
+    inbox_max: int = 10_000
+
+    @property
+    def key_path(self) -> Path:
+        """The 0600 identity key file."""
+        return self.data_dir / "identity.key"
+
+    @property
+    def store_path(self) -> Path:
+        """The SQLite journal."""
+        return self.data_dir / "store.db"
+
+    @property
+    def trust_path(self) -> Path:
+        """The trust list (``trust.json``)."""
+        return self.data_dir / "trust.json"
+
+    @property
+    def control_path(self) -> Path:
+        """The 0600 unix control socket."""
+        return self.data_dir / "ctl.sock"
+
+    @property
+    def config_path(self) -> Path:
+        """The default TOML config file."""
+        return self.data_dir / "config.toml"
+
+    def listen_endpoint(self) -> tuple[str, int]:
+        """``listen`` parsed as ``(host, port)``."""
+        return parse_endpoint(self.listen)
+
+
+_SECTIONS: dict[str, tuple[str, ...]] = {
+    "node": ("data_dir", "name", "log_level"),
+    "network": (
+        "listen",
+        "advertise",
+        "bootstrap",
+        "mdns",
+        "dial_timeout_s",
+        "reconnect_min_s",
+        "reconnect_max_s",
+    ),
+    "membership": ("probe_interval_ms", "probe_timeout_ms", "suspicion_mult"),
+    "replication": ("sync_interval_ms",),
+    "trust": ("trust_mode",),
+    "limits": ("send_queue_frames", "slow_peer_timeout_s", "control_timeout_s", "inbox_max"),
+}
+_FIELDS = {f.name: f for f in dataclasses.fields(Config)}
+_TRUST_MODES = ("open", "invite")
+_LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def parse_endpoint(text: str) -> tuple[str, int]:
+    """Parse ``host:port`` (``[v6]:port`` too); raises :class:`ConfigError`."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host:
+        raise ConfigError(f"endpoint must be host:port, got {text!r}")
+    host = host.strip("[]")
+    try:
+        p = int(port)
+    except ValueError:
+        raise ConfigError(f"bad port in endpoint {text!r}") from None
+    if not 0 <= p <= 65535:
+        raise ConfigError(f"port out of range in endpoint {text!r}")
+    return host, p
+
+
+def _coerce(name: str, value: Any, origin: str) -> Any:
+    """Convert ``value`` for field ``name``; strings come from env or flags."""
+    f = _FIELDS[name]
+    kind = str(f.type)
+    try:
+        if name == "data_dir":
+            return Path(str(value)).expanduser()
+        if name == "bootstrap":
+            if isinstance(value, str):
+                return tuple(s.strip() for s in value.split(",") if s.strip())
+            if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+                return tuple(value)
+            raise TypeError("a list of host:port strings")
+        if kind == "bool":
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on"):
+                return True
+            if isinstance(value, str) and value.lower() in ("0", "false", "no", "off"):
+                return False
+            raise TypeError("a boolean")
+        if kind == "int":
+            if isinstance(value, bool):
+                raise TypeError("an integer")
+            return int(value)
+        if kind == "float":
+            if isinstance(value, bool):
+                raise TypeError("a number")
+            return float(value)
+        if kind.startswith("str"):
+            if value is None and "None" in kind:
+                return None
+            if not isinstance(value, str):
+                raise TypeError("a string")
+            return value
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{origin}: {name} must be {exc}: {value!r:.80}") from None
+    raise ConfigError(f"{origin}: unsupported field {name}")  # pragma: no cover
+
+
+def _from_toml(path: Path) -> dict[str, Any]:
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    out: dict[str, Any] = {}
+    for key, value in doc.items():
+        if isinstance(value, dict):
+            allowed = _SECTIONS.get(key)
+            if allowed is None:
+                raise ConfigError(f"{path}: unknown table [{key}]")
+            for k, v in value.items():
+                if k not in allowed:
+                    raise ConfigError(f"{path}: unknown key {k!r} in [{key}]")
+                out[k] = _coerce(k, v, str(path))
+        elif key in _FIELDS:
+            out[key] = _coerce(key, value, str(path))
+        else:
+            raise ConfigError(f"{path}: unknown key {key!r}")
+    return out
+
+
+def _validate(cfg: Config) -> None:
+    parse_endpoint(cfg.listen)
+    if cfg.advertise is not None:
+        parse_endpoint(cfg.advertise)
+    for b in cfg.bootstrap:
+        parse_endpoint(b.rpartition("@")[2])
+    if cfg.trust_mode not in _TRUST_MODES:
+        raise ConfigError(f"trust_mode must be one of {_TRUST_MODES}")
+    if cfg.log_level not in _LOG_LEVELS:
+        raise ConfigError(f"log_level must be one of {_LOG_LEVELS}")
+    positive = (
+        "dial_timeout_s",
+        "reconnect_min_s",
+        "reconnect_max_s",
+        "probe_interval_ms",
+        "probe_timeout_ms",
+        "suspicion_mult",
+        "sync_interval_ms",
+        "send_queue_frames",
+        "slow_peer_timeout_s",
+        "control_timeout_s",
+        "inbox_max",
+    )
+    for name in positive:
+        if getattr(cfg, name) <= 0:
+            raise ConfigError(f"{name} must be > 0")
+    if cfg.probe_timeout_ms >= cfg.probe_interval_ms:
+        raise ConfigError("probe_timeout_ms must be below probe_interval_ms")
+
+
+def load_config(
+    data_dir: str | Path | None = None,
+    *,
+    config_file: str | Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Config:
+    """Build a :class:`Config` from defaults, TOML, environment and overrides.
+
+    ``overrides`` holds flag values; ``None`` values mean "flag not given".
+    The data dir itself may come from the argument, ``HIVEMESH_DATA_DIR`` or
+    the default, and decides where ``config.toml`` is looked up.
+    """
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    env_values: dict[str, Any] = {}
+    for key, raw in sorted(env.items()):
+        if not key.startswith(_ENV_PREFIX):
+            continue
+        name = key[len(_ENV_PREFIX) :].lower()
+        if name in _FIELDS:
+            env_values[name] = _coerce(name, raw, f"${key}")
+    flag_values = {
+        k: _coerce(k, v, f"--{k.replace('_', '-')}")
+        for k, v in (overrides or {}).items()
+        if v is not None
+    }
+    for k in flag_values:
+        if k not in _FIELDS:  # pragma: no cover - programming error
+            raise ConfigError(f"unknown override {k}")
+    if data_dir is not None:
+        base = Path(data_dir).expanduser()
+    elif "data_dir" in env_values:
+        base = env_values["data_dir"]
+    else:
+        base = _DEFAULT_DATA_DIR
+    path = Path(config_file).expanduser() if config_file else base / "config.toml"
+    if path.exists():
+        values.update(_from_toml(path))
+    elif config_file:
+        raise ConfigError(f"config file not found: {path}")
+    values.update(env_values)
+    values.update(flag_values)
+    if "probe_interval_ms" in values and "probe_timeout_ms" not in values:
+        values["probe_timeout_ms"] = max(1, values["probe_interval_ms"] // 2)
+    values["data_dir"] = base
+    cfg = Config(**values)
+    _validate(cfg)
+    return cfg

@@ -1,0 +1,80 @@
+"""``hivemesh ctx get|set|watch``: shared context replicated over the swarm."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from hivemesh.errors import HivemeshError
+from hivemesh.runtime.cliutil import add_common, data_dir_of, emit_error, run_with_client
+
+
+def register(sub: Any) -> None:
+    """Add the ``ctx`` subcommand."""
+    p = sub.add_parser("ctx", help="read, write and watch shared context")
+    csub = p.add_subparsers(dest="ctx_cmd", metavar="ACTION", required=True)
+    g = csub.add_parser("get", help="print a context or one key")
+    g.add_argument("key", nargs="?")
+    g.add_argument("--context", "-c", default="default")
+    add_common(g)
+    g.set_defaults(func=_get)
+    s = csub.add_parser("set", help="set KEY to a JSON VALUE (plain text if not JSON)")
+    s.add_argument("key")
+    s.add_argument("value")
+    s.add_argument("--context", "-c", default="default")
+    add_common(s)
+    s.set_defaults(func=_set)
+    w = csub.add_parser("watch", help="print the context every time it changes")
+    w.add_argument("--context", "-c", default="default")
+    w.add_argument("--idle-timeout-s", type=float, help="stop after this long without changes")
+    add_common(w)
+    w.set_defaults(func=_watch)
+
+
+def _get(args: argparse.Namespace) -> int:
+    if args.key is None:
+        return run_with_client(
+            args,
+            lambda c: c.ctx_get(args.context),
+            lambda r: json.dumps(r, indent=2, sort_keys=True),
+        )
+    return run_with_client(
+        args,
+        lambda c: c.ctx_get(args.context, args.key),
+        lambda r: json.dumps(r["value"]) if r["found"] else f"{r['key']}: not set",
+    )
+
+
+def _set(args: argparse.Namespace) -> int:
+    try:
+        value = json.loads(args.value)
+    except ValueError:
+        value = args.value
+    return run_with_client(
+        args,
+        lambda c: c.ctx_set(args.context, args.key, value),
+        lambda r: f"set {r['context']}/{r['key']} (own seq {r['seq']})",
+    )
+
+
+def _watch(args: argparse.Namespace) -> int:
+    from hivemesh.runtime.client import Client
+
+    client = Client(data_dir_of(args))
+    try:
+        for ev in client.stream(
+            "ctx.watch", idle_timeout_s=args.idle_timeout_s, context=args.context
+        ):
+            if args.json:
+                print(json.dumps(ev, sort_keys=True), flush=True)
+            else:
+                who = ev.get("author", "")[:12] or "now"
+                print(
+                    f"[{who}] {json.dumps(ev['state'].get('kv', {}), sort_keys=True)}", flush=True
+                )
+    except HivemeshError as exc:
+        return emit_error(args, exc)
+    except KeyboardInterrupt:
+        return 0
+    return 0

@@ -1,0 +1,63 @@
+"""``hivemesh init``: create a data dir with an identity and a config file."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from hivemesh.errors import HivemeshError
+from hivemesh.runtime.cliutil import add_common, data_dir_of, emit, emit_error
+
+_CONFIG_TEMPLATE = """\
+# hivemesh node configuration. Flags and HIVEMESH_* environment variables
+# override these values. Every key is optional.
+
+[node]
+# name = "metrics-collector"      # a human name claimed at startup
+# log_level = "info"
+
+[network]
+# listen = "0.0.0.0:7420"
+# advertise = "192.168.1.20:7420"  # the endpoint other nodes should dial
+# bootstrap = ["192.168.1.10:7420"]
+
+[membership]
+# probe_interval_ms = 1000
+# probe_timeout_ms = 500
+# suspicion_mult = 4
+
+[trust]
+# trust_mode = "open"              # or "invite": only trusted addresses
+"""
+
+
+def register(sub: Any) -> None:
+    """Add the ``init`` subcommand."""
+    p = sub.add_parser("init", help="create a node identity and data dir")
+    add_common(p)
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from hivemesh.stores.keyfile import load_or_create_identity
+
+    ddir = data_dir_of(args)
+    try:
+        existed = (ddir / "node.key").exists()
+        ddir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        identity = load_or_create_identity(ddir)
+    except HivemeshError as exc:
+        return emit_error(args, exc)
+    cfg = ddir / "config.toml"
+    if not cfg.exists():
+        cfg.write_text(_CONFIG_TEMPLATE, encoding="utf-8")
+    result = {"address": identity.address, "data_dir": str(ddir), "created": not existed}
+    emit(
+        args,
+        result,
+        lambda r: (
+            f"{'created' if r['created'] else 'existing'} node {r['address']}\n"
+            f"data dir: {r['data_dir']}\nnext: hivemesh up --data-dir {r['data_dir']}"
+        ),
+    )
+    return 0

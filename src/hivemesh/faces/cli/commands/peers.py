@@ -1,0 +1,32 @@
+"""``hivemesh peers``: known members, their state, names and channels."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from hivemesh.runtime.cliutil import add_common, run_with_client
+
+
+def register(sub: Any) -> None:
+    """Add the ``peers`` subcommand."""
+    p = sub.add_parser("peers", help="list known members and channels")
+    add_common(p)
+    p.set_defaults(func=_run)
+
+
+def _text(peers: list[dict[str, Any]]) -> str:
+    if not peers:
+        return "no peers known yet"
+    lines = []
+    for p in peers:
+        ch = p["channel"]
+        link = f"{ch['direction']} {ch['frames_in']}/{ch['frames_out']} frames" if ch else "-"
+        names = ",".join(p["names"]) or "-"
+        eps = ",".join(p["endpoints"]) or "-"
+        lines.append(f"{p['address'][:16]}  {p['state']:<8} {names:<20} {eps:<22} {link}")
+    return "\n".join(lines)
+
+
+def _run(args: argparse.Namespace) -> int:
+    return run_with_client(args, lambda c: c.peers(), _text)

@@ -1,0 +1,40 @@
+"""``hivemesh status``: the local node's journal, members, counters and drops."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from hivemesh.runtime.cliutil import add_common, run_with_client
+
+
+def register(sub: Any) -> None:
+    """Add the ``status`` subcommand."""
+    p = sub.add_parser("status", help="show the local node's state and counters")
+    add_common(p)
+    p.set_defaults(func=_run)
+
+
+def _text(st: dict[str, Any]) -> str:
+    j = st["journal"]
+    lines = [
+        f"node      {st['address']}" + (f"  ({', '.join(st['names'])})" if st["names"] else ""),
+        f"listen    {st['listen']}   uptime {st['uptime_s']:.0f}s",
+        f"journal   {j['events']} events in {j['feeds']} feeds (own seq {j['own_seq']})",
+        f"peers     {st['peers_connected']} connected",
+    ]
+    states: dict[str, int] = {}
+    for m in st["members"].values():
+        states[m["state"]] = states.get(m["state"], 0) + 1
+    if states:
+        lines.append("members   " + ", ".join(f"{n} {s}" for s, n in sorted(states.items())))
+    lines.append(f"dropped   {st['dropped_total']} (every drop is counted below)")
+    counters = st["counters"]
+    if counters:
+        lines.append("counters")
+        lines.extend(f"  {k:<36} {v}" for k, v in sorted(counters.items()))
+    return "\n".join(lines)
+
+
+def _run(args: argparse.Namespace) -> int:
+    return run_with_client(args, lambda c: c.status(), _text)

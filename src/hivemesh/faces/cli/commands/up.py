@@ -1,0 +1,94 @@
+"""``hivemesh up``: run a node daemon in the foreground.
+
+Stops cleanly on SIGINT or SIGTERM (channels closed, store flushed, control
+socket removed). With ``--json`` it prints one line ``{"address", "listen",
+"control"}`` when the node is ready, then only logs (on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+from typing import Any
+
+from hivemesh.config import load_config
+from hivemesh.errors import HivemeshError
+from hivemesh.runtime.cliutil import add_common, emit_error
+
+
+def register(sub: Any) -> None:
+    """Add the ``up`` subcommand."""
+    p = sub.add_parser("up", help="run a node in the foreground")
+    add_common(p)
+    p.add_argument("--config", help="TOML config file (default <data-dir>/config.toml)")
+    p.add_argument("--listen", help="host:port to accept peers on (port 0 picks one)")
+    p.add_argument("--advertise", help="host:port other nodes should dial")
+    p.add_argument(
+        "--bootstrap",
+        action="append",
+        help="[address@]host:port of a node to join through (repeatable)",
+    )
+    p.add_argument("--name", help="claim this name at startup")
+    p.add_argument("--trust-mode", choices=["open", "invite"])
+    p.add_argument("--probe-interval-ms", type=int)
+    p.add_argument("--probe-timeout-ms", type=int)
+    p.add_argument("--suspicion-mult", type=int)
+    p.add_argument("--sync-interval-ms", type=int)
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    overrides = {
+        "listen": args.listen,
+        "advertise": args.advertise,
+        "bootstrap": tuple(args.bootstrap) if args.bootstrap else None,
+        "name": args.name,
+        "trust_mode": args.trust_mode,
+        "probe_interval_ms": args.probe_interval_ms,
+        "probe_timeout_ms": args.probe_timeout_ms,
+        "suspicion_mult": args.suspicion_mult,
+        "sync_interval_ms": args.sync_interval_ms,
+        "log_level": args.log_level,
+    }
+    try:
+        cfg = load_config(args.data_dir, config_file=args.config, overrides=overrides)
+    except HivemeshError as exc:
+        return emit_error(args, exc)
+    logging.basicConfig(
+        level=cfg.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return asyncio.run(_serve(cfg, args.json))
+    except HivemeshError as exc:
+        return emit_error(args, exc)
+
+
+async def _serve(cfg: Any, as_json: bool) -> int:
+    from hivemesh.runtime.daemon import Daemon
+
+    daemon = Daemon(cfg)
+    await daemon.start()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, daemon.request_stop)
+    ready = {
+        "address": daemon.address,
+        "listen": f"{cfg.listen_endpoint()[0]}:{daemon.listen_port}",
+        "control": str(cfg.control_path),
+    }
+    if as_json:
+        print(json.dumps(ready, sort_keys=True), flush=True)
+    else:
+        print(
+            f"node {ready['address']} up on {ready['listen']} (Ctrl-C to stop)",
+            flush=True,
+        )
+    await daemon.run_until_stopped()
+    return 0

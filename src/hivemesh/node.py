@@ -1,0 +1,196 @@
+"""The public Python API: run a hivemesh node inside your asyncio program.
+
+::
+
+    import hivemesh
+
+    async with hivemesh.Node("./agent-a", bootstrap=["10.0.0.5:7420"]) as node:
+        with node.context("task-42") as ctx:        # writes are published on exit
+            ctx["status"] = "running"
+        async for ev in node.subscribe("ctx.update"):
+            print(ev.author, ev.kind)
+
+A :class:`Node` is the same daemon as ``hivemesh up`` (its own identity,
+store, connections and control socket in ``data_dir``), running on the
+caller's event loop. ``hivemesh status --data-dir ./agent-a`` works against
+it too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from hivemesh.config import Config, load_config
+from hivemesh.core.event import Event
+from hivemesh.core.identity import address_of
+from hivemesh.core.views.context import Context
+from hivemesh.errors import LocalProtocolError
+from hivemesh.runtime.daemon import Daemon
+
+__all__ = ["EventRecord", "Node"]
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    """A journal event as seen by an application."""
+
+    author: str
+    seq: int
+    hlc: int
+    kind: str
+    body: Any
+    id: str
+
+    @classmethod
+    def of(cls, ev: Event) -> EventRecord:
+        """Build from a core event."""
+        return cls(address_of(ev.author), ev.seq, ev.hlc, ev.kind, ev.body, ev.id.hex())
+
+
+class Node:
+    """An in-process node (see module docs).
+
+    ``data_dir`` holds the identity, journal and control socket (created if
+    missing). ``listen`` defaults to ``127.0.0.1:0`` (loopback, any port);
+    other settings are the fields of :class:`hivemesh.config.Config`, and a
+    ``config.toml`` in ``data_dir`` and ``HIVEMESH_*`` variables apply too.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | Path,
+        *,
+        listen: str = "127.0.0.1:0",
+        bootstrap: list[str] | tuple[str, ...] = (),
+        name: str | None = None,
+        **settings: Any,
+    ) -> None:
+        overrides: dict[str, Any] = dict(settings)
+        overrides.update(listen=listen, name=name)
+        if bootstrap:
+            overrides["bootstrap"] = tuple(bootstrap)
+        self.config: Config = load_config(data_dir, overrides=overrides)
+        self._daemon: Daemon | None = None
+
+    @property
+    def daemon(self) -> Daemon:
+        """The running daemon (raises if the node is not started)."""
+        if self._daemon is None:
+            raise LocalProtocolError("the node is not running: use `async with Node(...)`")
+        return self._daemon
+
+    @property
+    def address(self) -> str:
+        """This node's address."""
+        return self.daemon.address
+
+    @property
+    def port(self) -> int:
+        """The TCP port the node accepts peers on."""
+        return self.daemon.listen_port
+
+    @property
+    def endpoint(self) -> str:
+        """``host:port`` other nodes can bootstrap from."""
+        return f"{self.config.listen_endpoint()[0]}:{self.port}"
+
+    async def start(self) -> None:
+        """Open the store, listen and join (``async with`` calls this)."""
+        if self._daemon is None:
+            daemon = Daemon(self.config)
+            await daemon.start()
+            self._daemon = daemon
+
+    async def close(self) -> None:
+        """Shut down cleanly (``async with`` calls this)."""
+        if self._daemon is not None:
+            daemon, self._daemon = self._daemon, None
+            await daemon.stop()
+
+    async def __aenter__(self) -> Node:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # -- shared context ----------------------------------------------------------
+
+    @contextlib.contextmanager
+    def context(self, name: str = "default") -> Iterator[Context]:
+        """A handle on shared context ``name``; writes are published on exit.
+
+        Reads inside the block see the local replica (including the block's
+        own writes). The writes become one signed event when the block ends
+        (even if it raises: what was written is kept, as in a dict).
+        """
+        daemon = self.daemon
+        try:
+            yield daemon.context(name)
+        finally:
+            daemon.commit_nowait()
+
+    def read_context(self, name: str = "default") -> dict[str, Any]:
+        """A snapshot of context ``name`` as plain data."""
+        snap: dict[str, Any] = self.daemon.context_view.snapshot().get(name, {})
+        return snap
+
+    async def flush(self) -> None:
+        """Publish pending writes and wait until they are queued to peers."""
+        await self.daemon.commit()
+
+    # -- journal -------------------------------------------------------------------
+
+    async def append(self, kind: str, body: Any) -> EventRecord:
+        """Append an application event of ``kind`` to this node's feed."""
+        return EventRecord.of(await self.daemon.append(kind, body))
+
+    async def subscribe(self, *kinds: str) -> AsyncIterator[EventRecord]:
+        """New events (of ``kinds``, or every kind), as they are applied.
+
+        The queue behind it is bounded; if the consumer falls behind, excess
+        events are counted in ``status()["counters"]["subscriber_dropped"]``.
+        """
+        daemon = self.daemon
+        sub = daemon.subscribe(kinds or None)
+        try:
+            while True:
+                yield EventRecord.of(await sub.queue.get())
+        finally:
+            daemon.unsubscribe(sub)
+
+    # -- names, messages, state ---------------------------------------------------
+
+    async def claim_name(self, name: str) -> bool:
+        """Claim ``name``; True if this node now owns it."""
+        return await self.daemon.claim_name(name) == self.address
+
+    def resolve(self, name_or_address: str) -> str:
+        """The address behind a name (or the address itself)."""
+        return self.daemon.resolve(name_or_address)
+
+    async def send(self, to: str, data: Any, *, timeout_s: float = 10.0) -> Mapping[str, Any]:
+        """Send an acknowledged direct message to an address or a name."""
+        return await self.daemon.send_direct(to, data, timeout_s=timeout_s)
+
+    def inbox(self, limit: int = 100) -> list[dict[str, Any]]:
+        """Direct messages received, oldest first."""
+        return self.daemon.inbox(limit)
+
+    def status(self) -> dict[str, Any]:
+        """The same record as ``hivemesh status --json``."""
+        return self.daemon.status()
+
+    def peers(self) -> list[dict[str, Any]]:
+        """The same list as ``hivemesh peers --json``."""
+        return self.daemon.peers()

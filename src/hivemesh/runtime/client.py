@@ -1,0 +1,181 @@
+"""A small typed client for a local daemon's control socket.
+
+Blocking (plain :mod:`socket` with deadlines), so the CLI and tests can use
+it without an event loop::
+
+    c = Client("~/.hivemesh")
+    c.status()["journal"]["events"]
+    c.ctx_set("default", "goal", "ship it")
+
+Errors come back as the daemon raised them: the ``type`` of an error
+response is looked up in :mod:`hivemesh.errors`, so ``except UnknownPeer``
+works across the socket. A daemon that is not running raises
+:class:`~hivemesh.errors.DaemonNotRunning`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from hivemesh import errors
+from hivemesh.errors import DaemonNotRunning, DeadlineExceeded, HivemeshError
+
+__all__ = ["Client"]
+
+_SOCKET_NAME = "ctl.sock"
+
+
+def _raise(err: dict[str, Any]) -> None:
+    cls = getattr(errors, str(err.get("type")), None)
+    if not (isinstance(cls, type) and issubclass(cls, HivemeshError)):
+        cls = HivemeshError
+    raise cls(str(err.get("message", "")))
+
+
+class Client:
+    """Talk to the daemon whose data dir is ``data_dir``."""
+
+    def __init__(self, data_dir: str | Path, *, timeout_s: float = 10.0) -> None:
+        self.data_dir = Path(data_dir).expanduser()
+        self.path = self.data_dir / _SOCKET_NAME
+        self.timeout_s = timeout_s
+        self._ids = itertools.count(1)
+
+    def _connect(self, timeout_s: float) -> socket.socket:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(timeout_s)
+        try:
+            s.connect(str(self.path))
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
+            s.close()
+            raise DaemonNotRunning(f"no daemon answering at {self.path}: {exc}") from None
+        except OSError as exc:
+            s.close()
+            raise DaemonNotRunning(f"cannot reach {self.path}: {exc}") from None
+        return s
+
+    def call(self, op: str, timeout_s: float | None = None, **args: Any) -> Any:
+        """Run one operation and return its result (or raise its error)."""
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        if timeout_s is not None:
+            args["timeout_s"] = timeout_s
+        s = self._connect(timeout + 2.0)
+        try:
+            rid = next(self._ids)
+            s.sendall(json.dumps({"id": rid, "op": op, "args": args}).encode() + b"\n")
+            f = s.makefile("rb")
+            try:
+                line = f.readline()
+            except TimeoutError:
+                raise DeadlineExceeded(f"{op}: no answer in {timeout + 2.0:.1f}s") from None
+            if not line:
+                raise DaemonNotRunning(f"daemon at {self.path} closed the connection")
+            resp = json.loads(line)
+        finally:
+            s.close()
+        if not resp.get("ok"):
+            _raise(resp.get("error") or {})
+        return resp.get("result")
+
+    def stream(self, op: str, *, idle_timeout_s: float | None = None, **args: Any) -> Iterator[Any]:
+        """Yield the events of a streaming op until the caller stops.
+
+        With ``idle_timeout_s`` the iterator ends when no event came for that
+        long; without it, it blocks until the daemon goes away.
+        """
+        s = self._connect(self.timeout_s)
+        try:
+            s.sendall(json.dumps({"id": 1, "op": op, "args": args}).encode() + b"\n")
+            f = s.makefile("rb")
+            first = json.loads(f.readline() or b"{}")
+            if not first.get("ok"):
+                _raise(first.get("error") or {"message": "stream refused"})
+            s.settimeout(idle_timeout_s)
+            while True:
+                try:
+                    line = f.readline()
+                except TimeoutError:
+                    return
+                if not line:
+                    return
+                yield json.loads(line)["event"]
+        finally:
+            s.close()
+
+    def is_running(self) -> bool:
+        """True if a daemon answers ``status``."""
+        try:
+            self.call("status", timeout_s=2.0)
+        except HivemeshError:
+            return False
+        return True
+
+    def wait_running(self, timeout_s: float) -> dict[str, Any]:
+        """Poll until the daemon answers; returns its status."""
+        deadline = time.monotonic() + timeout_s
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            try:
+                st: dict[str, Any] = self.call("status", timeout_s=2.0)
+                return st
+            except HivemeshError as exc:
+                last = exc
+                time.sleep(0.05)
+        raise DeadlineExceeded(f"daemon at {self.data_dir} not up in {timeout_s}s: {last}")
+
+    # -- typed shortcuts ---------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """The daemon's status record."""
+        result: dict[str, Any] = self.call("status")
+        return result
+
+    def peers(self) -> list[dict[str, Any]]:
+        """Known members and channels."""
+        result: list[dict[str, Any]] = self.call("peers")
+        return result
+
+    def ctx_get(self, context: str = "default", key: str | None = None) -> Any:
+        """A context's state, or one key of it."""
+        if key is None:
+            return self.call("ctx.get", context=context)
+        return self.call("ctx.get", context=context, key=key)
+
+    def ctx_set(self, context: str, key: str, value: Any) -> dict[str, Any]:
+        """Set ``key`` in ``context`` (replicated to the swarm)."""
+        result: dict[str, Any] = self.call("ctx.set", context=context, key=key, value=value)
+        return result
+
+    def claim_name(self, name: str) -> dict[str, Any]:
+        """Claim a name for the daemon's node."""
+        result: dict[str, Any] = self.call("name.claim", name=name)
+        return result
+
+    def send(self, to: str, data: Any, *, timeout_s: float = 10.0) -> dict[str, Any]:
+        """Send an acknowledged direct message to an address or a name."""
+        result: dict[str, Any] = self.call("send", timeout_s=timeout_s, to=to, data=data)
+        return result
+
+    def inbox(self, *, limit: int = 100, remove: bool = False) -> list[dict[str, Any]]:
+        """Direct messages received, oldest first (``remove`` takes them out)."""
+        result: list[dict[str, Any]] = self.call("inbox", limit=limit, remove=remove)
+        return result
+
+    def ping(self, address: str, *, timeout_s: float = 5.0) -> dict[str, Any]:
+        """Round-trip time to ``address`` (or a name)."""
+        result: dict[str, Any] = self.call("ping", timeout_s=timeout_s, address=address)
+        return result
+
+    def revoke(self, address: str) -> None:
+        """Revoke ``address`` on this node."""
+        self.call("trust.revoke", address=address)
+
+    def stop(self) -> None:
+        """Ask the daemon to shut down cleanly."""
+        self.call("stop")

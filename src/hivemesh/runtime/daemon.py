@@ -1,0 +1,578 @@
+"""The node daemon: an asyncio pump around the sans-IO core.
+
+Theory of operation
+-------------------
+A :class:`Daemon` owns one node's parts -- identity, SQLite store, the core
+:class:`~hivemesh.core.node.Node` with its views, the connection manager and
+the control socket -- and moves bytes and time between them. It holds no
+protocol logic of its own; that lives in the core (as aioquic's asyncio
+package wraps its sans-IO connection):
+
+* **Input.** Each channel's reader task hands frames to
+  ``node.receive(peer, frame, now_ms)``; local writes call ``node.append``.
+* **Output.** After every input, :meth:`Daemon.flush` drains
+  ``node.outbox()`` into the per-peer bounded send queues (awaiting when one
+  is full: backpressure reaches the reader that caused the traffic) and
+  ``node.events()`` into subscribers' bounded queues.
+* **Time.** One timer task sleeps until the earliest deadline of the core
+  and of the liveness table, then calls ``handle_timer(now_ms)``. Time is
+  wall-clock milliseconds; randomness is a ``random.Random`` seeded from
+  :mod:`secrets`.
+
+**Start.** Open (or create) the key file and store, verify and replay every
+stored feed into the views (rehydration), listen, announce our endpoint in a
+``node.hello`` event if it changed, dial bootstrap endpoints and every
+endpoint learnt from the journal, open the control socket.
+
+**Stop.** Close the control socket, stop dialling, close channels, flush and
+close the store. Every append was already committed when it returned, so a
+``kill -9`` loses nothing that was acknowledged either.
+
+**Parts wired in.** SWIM membership (:mod:`hivemesh.runtime.members`),
+direct messages with a durable inbox and ping
+(:mod:`hivemesh.runtime.messaging`), the trust store (``trust.json``:
+``authorize`` at the handshake, ``trusted`` at the journal gate), and the
+views: context, names and endpoints (``node.hello``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import secrets
+import socket
+import time
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+from hivemesh.config import Config, parse_endpoint
+from hivemesh.core.event import Event, decode_event
+from hivemesh.core.identity import Identity, address_of, public_key_of, short
+from hivemesh.core.node import Node, NodeConfig
+from hivemesh.core.views.context import Context, ContextView
+from hivemesh.core.views.names import NamesView
+from hivemesh.errors import (
+    ConfigError,
+    DeadlineExceeded,
+    InvalidAddress,
+    InvalidArgument,
+    UnknownPeer,
+)
+from hivemesh.runtime.connections import ConnectionManager
+from hivemesh.runtime.endpoints import KIND_HELLO, EndpointsView, hello_body
+from hivemesh.runtime.invites import Invites
+from hivemesh.runtime.members import MemberDriver
+from hivemesh.runtime.messaging import Messaging
+from hivemesh.transports import ChannelOptions
+from hivemesh.trust import TrustStore
+
+__all__ = ["Daemon", "Subscription", "now_ms"]
+
+log = logging.getLogger("hivemesh.runtime")
+
+_SUBSCRIBER_QUEUE = 1024
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds (the time the core is given)."""
+    return time.time_ns() // 1_000_000
+
+
+class Subscription:
+    """A bounded queue of events of some kinds; overflow is counted."""
+
+    def __init__(self, kinds: frozenset[str] | None, maxsize: int = _SUBSCRIBER_QUEUE) -> None:
+        self.kinds = kinds
+        self.queue: asyncio.Queue[Event] = asyncio.Queue(maxsize)
+        self.dropped = 0
+
+    def offer(self, ev: Event) -> None:
+        if self.kinds is not None and ev.kind not in self.kinds:
+            return
+        try:
+            self.queue.put_nowait(ev)
+        except asyncio.QueueFull:
+            self.dropped += 1
+
+
+class Daemon:
+    """One running node (see module docs)."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.counters: Counter[str] = Counter()
+        self.started_ms = 0
+        self.rehydrated = 0
+        self.listen_port = 0
+        self._subs: list[Subscription] = []
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._flush_lock = asyncio.Lock()
+        self._wake = asyncio.Event()
+        self._armed_ms = 0
+        self._flush_scheduled = False
+        self._bg: set[asyncio.Task[None]] = set()
+        self._stopping = asyncio.Event()
+        self._ready = asyncio.Event()
+        self._control: Any = None
+        self._started = False
+        self.identity: Identity
+        self.node: Node
+        self.context_view: ContextView
+        self.names: NamesView
+        self.endpoints: EndpointsView
+        self.conns: ConnectionManager
+        self.trust: TrustStore
+        self.members: MemberDriver
+        self.messaging: Messaging
+        self.invites = Invites(self)
+        self.advertised = ""
+
+    @property
+    def address(self) -> str:
+        """This node's address."""
+        return self.identity.address
+
+    # -- lifecycle -------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open everything and start serving (see module docs)."""
+        from hivemesh.stores.keyfile import load_or_create_identity
+        from hivemesh.stores.sqlite import SQLiteStore
+
+        cfg = self.config
+        cfg.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.identity = load_or_create_identity(cfg.data_dir)
+        self.trust = TrustStore(cfg.data_dir)
+        store = SQLiteStore(cfg.store_path)
+        rng = random.Random(secrets.randbits(128))
+        self.started_ms = now_ms()
+        self.node = Node(
+            self.identity,
+            store,
+            rng,
+            now_ms=self.started_ms,
+            config=NodeConfig(sync_interval_ms=cfg.sync_interval_ms),
+            trusted=self.author_trusted,
+        )
+        self.context_view = ContextView(self.identity.public)
+        self.names = NamesView()
+        self.endpoints = EndpointsView()
+        for view in (self.context_view, self.names, self.endpoints):
+            self.node.add_view(view)
+        self.rehydrated = self.node.rehydrate(self._replay(store))
+        self.conns = ConnectionManager(
+            self.identity,
+            authorize=lambda a: self.invites.admit_channel(a, now_ms()),
+            on_frame=self._on_frame,
+            on_peer=self._on_peer,
+            dial_timeout_s=cfg.dial_timeout_s,
+            reconnect_min_s=cfg.reconnect_min_s,
+            reconnect_max_s=cfg.reconnect_max_s,
+            slow_peer_timeout_s=cfg.slow_peer_timeout_s,
+            rng=random.Random(secrets.randbits(128)),
+            options=ChannelOptions(send_queue_frames=cfg.send_queue_frames),
+        )
+        host, port = cfg.listen_endpoint()
+        self.listen_port = await self.conns.listen(host, port)
+        endpoint = self.advertised = self._announce(host)
+        t = now_ms()
+        self.members = MemberDriver(self, [endpoint], random.Random(secrets.randbits(128)), t)
+        self.messaging = Messaging(
+            self.node,
+            random.Random(secrets.randbits(128)),
+            cfg.data_dir / "inbox.db",
+            inbox_max=cfg.inbox_max,
+            relays=self._relays,
+        )
+        self._ready.set()
+        if cfg.name and self.names.resolve(cfg.name) != self.address:
+            self.node.append(*NamesView.claim(cfg.name), t)
+        for address, eps in self.endpoints.known().items():
+            self.learn(address, eps)
+        for b in cfg.bootstrap:
+            addr, _, ep = b.rpartition("@")
+            h, p = parse_endpoint(ep)
+            self.conns.want(h, p, addr or None)
+        from hivemesh.runtime.control import ControlServer
+
+        self._control = ControlServer(self, cfg.control_path, timeout_s=cfg.control_timeout_s)
+        await self._control.start()
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._timer_loop()))
+        self._started = True
+        await self.flush()
+        log.info(
+            "node %s listening on %s:%d (%d events replayed)",
+            short(self.address),
+            host,
+            self.listen_port,
+            self.rehydrated,
+        )
+
+    async def stop(self) -> None:
+        """Shut down cleanly: stop serving, close channels, close the store."""
+        if not self._started:
+            return
+        self._started = False
+        self._stopping.set()
+        if self._control is not None:
+            await self._control.close()
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(BaseException):
+                await t
+        for t in list(self._bg):
+            with contextlib.suppress(BaseException):
+                await t
+        self.commit_nowait()
+        self.members.m.leave(now_ms())
+        await self.flush()
+        await self.conns.close()
+        self.messaging.close()
+        self.node.journal.store.close()
+        log.info("node %s stopped", short(self.address))
+
+    def request_stop(self) -> None:
+        """Ask :meth:`run_until_stopped` to return (signal handlers, ``stop`` op)."""
+        self._stopping.set()
+
+    async def run_until_stopped(self) -> None:
+        """Wait until :meth:`request_stop`; then :meth:`stop`."""
+        await self._stopping.wait()
+        await self.stop()
+
+    def _replay(self, store: Any) -> Iterable[Event]:
+        try:
+            from hivemesh.stores.replay import verify_feeds
+        except ImportError:  # pragma: no cover - until stores.replay lands
+            for _author, raws, _sigs in store.scan():
+                for raw in raws:
+                    yield decode_event(raw)
+            return
+        yield from verify_feeds(store)
+
+    def _announce(self, host: str) -> str:
+        if self.config.advertise:
+            ep = self.config.advertise
+        else:
+            if host in ("0.0.0.0", "", "::"):
+                try:
+                    host = socket.gethostbyname(socket.gethostname())
+                except OSError:
+                    host = "127.0.0.1"
+            ep = f"{host}:{self.listen_port}"
+        if self.endpoints.endpoints(self.address) != [ep]:
+            self.node.append(KIND_HELLO, hello_body([ep]), now_ms())
+        return ep
+
+    # -- trust -------------------------------------------------------------------
+
+    def authorize(self, address: str) -> bool:
+        """May ``address`` connect (and be a member)? Revoked never may."""
+        if self.trust.is_revoked(address):
+            return False
+        return self.config.trust_mode == "open" or self.trust.is_trusted(address)
+
+    def author_trusted(self, author: bytes) -> bool:
+        """The journal gate: may events authored by ``author`` be stored?"""
+        return self.authorize(address_of(author))
+
+    async def revoke(self, address: str) -> None:
+        """Revoke ``address``: drop its channel, forget it, refuse its new events."""
+        public_key_of(address)
+        self.trust.revoke(address, now_ms() // 1000)
+        self.conns.forget(address)
+        await self.conns.disconnect(address, "revoked", revoked=True)
+        self.node.remove_peer(address)
+        self.members.m.forget(address, now_ms())
+        await self.flush()
+
+    def admit(self, address: str) -> None:
+        """Trust ``address`` (invite mode) and lift any revocation."""
+        public_key_of(address)
+        self.trust.add(address, now_ms() // 1000)
+        self.learn(address, self.endpoints.endpoints(address))
+
+    def record(self, kind: str, address: str, incarnation: int, t: int) -> None:
+        """Append a membership observation to our feed."""
+        body = {"address": address, "incarnation": incarnation, "observed_ms": t}
+        self.node.append(kind, body, t)
+
+    def _relays(self, destination: str) -> list[str]:
+        peers = set(self.node.peers)
+        return [a for a in sorted(self.conns.links) if a in peers and a != destination]
+
+    # -- the pump ------------------------------------------------------------------
+
+    async def _on_frame(self, peer: str, frame: bytes) -> None:
+        await self._ready.wait()
+        t = now_ms()
+        if peer in self.invites.probation:
+            if self.invites.on_probation_frame(peer, frame, t):
+                await self._on_peer(peer, True)
+            return
+        self.node.receive(peer, frame, t)
+        await self.flush()
+
+    def disconnect_later(self, peer: str, reason: str) -> None:
+        """Close the channel to ``peer`` from synchronous code."""
+        task = asyncio.get_running_loop().create_task(self.conns.disconnect(peer, reason))
+        self._bg.add(task)
+        task.add_done_callback(self._bg.discard)
+
+    async def _on_peer(self, peer: str, up: bool) -> None:
+        await self._ready.wait()
+        if up and peer in self.invites.probation:
+            return  # not a member until it presents a valid join proof
+        if up:
+            self.invites.send_proof(peer)
+            eps = self.endpoints.endpoints(peer)
+            link = self.conns.links.get(peer)
+            if link is not None and link.endpoint is not None and not eps:
+                eps = [f"{link.endpoint[0]}:{link.endpoint[1]}"]
+            self.members.channel_up(peer, eps, now_ms())
+        else:
+            self.invites.probation.pop(peer, None)
+            self.node.remove_peer(peer)
+            self.learn(peer, self.endpoints.endpoints(peer))
+        await self.flush()
+
+    def learn(self, address: str, endpoints: list[str]) -> None:
+        """Keep dialling ``address`` at ``endpoints`` (if it may connect)."""
+        if address == self.address or not self.authorize(address):
+            return
+        for ep in endpoints:
+            try:
+                h, p = parse_endpoint(ep)
+            except ConfigError:
+                self.counters["bad_endpoint"] += 1
+                continue
+            self.conns.want(h, p, address)
+
+    async def flush(self) -> None:
+        """Drain the core's outbox and events (see module docs)."""
+        async with self._flush_lock:
+            while True:
+                t = now_ms()
+                self.members.after_input(t)
+                self.messaging.after_input()
+                out = self.node.outbox()
+                events = self.node.events()
+                if not out and not events:
+                    break
+                for peer, frame in out:
+                    await self.conns.send(peer, frame)
+                for ev in events:
+                    self._dispatch(ev)
+        if self._started and self._next_deadline() < self._armed_ms:
+            self._wake.set()
+
+    def _dispatch(self, ev: Event) -> None:
+        if ev.kind == KIND_HELLO and ev.author != self.identity.public:
+            addr = address_of(ev.author)
+            self.learn(addr, self.endpoints.endpoints(addr))
+        for sub in self._subs:
+            sub.offer(ev)
+
+    async def _timer_loop(self) -> None:
+        while self._started:
+            t = now_ms()
+            self.node.handle_timer(t)
+            self.members.m.handle_timer(t)
+            self.messaging.handle_timer(t)
+            self.invites.expire(t)
+            await self.flush()
+            self._wake.clear()
+            self._armed_ms = min(self._next_deadline(), now_ms() + 1000)
+            delay_s = max(0.0, (self._armed_ms - now_ms()) / 1000)
+            try:
+                async with asyncio.timeout(delay_s):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+
+    def _next_deadline(self) -> int:
+        d = min(self.node.next_deadline(), self.members.m.next_deadline())
+        for extra in (self.messaging.next_deadline(), self.invites.next_deadline()):
+            if extra is not None:
+                d = min(d, extra)
+        return d
+
+    def _schedule_flush(self) -> None:
+        """Flush soon from a synchronous caller (coalesced into one task)."""
+        if self._flush_scheduled or not self._started:
+            return
+        self._flush_scheduled = True
+
+        async def run() -> None:
+            self._flush_scheduled = False
+            await self.flush()
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._bg.add(task)
+        task.add_done_callback(self._bg.discard)
+
+    # -- API used by the control socket and hivemesh.Node -----------------------
+
+    def subscribe(self, kinds: Iterable[str] | None = None) -> Subscription:
+        """A bounded queue receiving new events (of ``kinds``, or all)."""
+        sub = Subscription(frozenset(kinds) if kinds is not None else None)
+        self._subs.append(sub)
+        return sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        """Stop feeding ``sub``; its drops are added to the counters."""
+        if sub in self._subs:
+            self._subs.remove(sub)
+            self.counters["subscriber_dropped"] += sub.dropped
+
+    def context(self, name: str = "default") -> Context:
+        """A handle on a shared context; call :meth:`commit` after writing."""
+        return self.context_view.context(name)
+
+    async def commit(self) -> int:
+        """Append pending local context writes to our feed and send them."""
+        n = self.commit_nowait()
+        await self.flush()
+        return n
+
+    def commit_nowait(self) -> int:
+        """Append pending local context writes (sent by the next flush)."""
+        items = []
+        while (upd := self.context_view.pending_update()) is not None:
+            items.append(upd)
+        if items:
+            self.node.append_many(items, now_ms())
+            self._schedule_flush()
+        return len(items)
+
+    async def append(self, kind: str, body: Any) -> Event:
+        """Append one event of our own and send it."""
+        ev = self.node.append(kind, body, now_ms())
+        await self.flush()
+        return ev
+
+    async def claim_name(self, name: str) -> str:
+        """Claim ``name`` for this node; returns the current owner."""
+        kind, body = NamesView.claim(name)
+        await self.append(kind, body)
+        owner = self.names.resolve(name)
+        return owner or self.address
+
+    def resolve(self, target: str) -> str:
+        """An address for ``target`` (an address or a claimed name)."""
+        if target.startswith("hm") and len(target) == 58:
+            try:
+                public_key_of(target)
+                return target
+            except InvalidAddress:
+                pass
+        owner = self.names.resolve(target)
+        if owner is None:
+            raise UnknownPeer(f"no node has claimed the name {target!r}")
+        return owner
+
+    def status(self) -> dict[str, Any]:
+        """Everything ``hivemesh status`` shows."""
+        j = self.node.journal
+        counters: Counter[str] = Counter()
+        counters.update(self.node.counters)
+        counters.update(self.conns.counters)
+        counters.update(self.counters)
+        counters.update({f"membership_{k}": v for k, v in self.members.m.counters.items()})
+        counters.update({f"direct_{k}": v for k, v in self.messaging.direct.counters.items()})
+        counters.update({f"direct_{k}": v for k, v in self.messaging.counters.items()})
+        counters["subscriber_dropped"] += sum(s.dropped for s in self._subs)
+        for view in (self.context_view, self.names, self.endpoints):
+            for code, n in view.rejected.items():
+                counters[f"view_rejected_{code}"] += n
+        dropped = {k: v for k, v in counters.items() if "dropped" in k or "undelivered" in k}
+        return {
+            "address": self.address,
+            "names": self.names.names_of(self.address),
+            "listen": f"{self.config.listen_endpoint()[0]}:{self.listen_port}",
+            "data_dir": str(self.config.data_dir),
+            "uptime_s": round((now_ms() - self.started_ms) / 1000, 3),
+            "journal": {
+                "events": j.total_events,
+                "feeds": len(j.heads),
+                "own_seq": j.head(self.identity.public).seq,
+                "rehydrated": self.rehydrated,
+                "version_vector": {address_of(a): s for a, s in sorted(j.version_vector().items())},
+            },
+            "peers_connected": len(self.conns.links),
+            "members": self.members.snapshot(),
+            "detection_bound_ms": self.members.detection_bound_ms(),
+            "inbox": self.messaging.inbox.count(),
+            "counters": dict(sorted(counters.items())),
+            "transport": self.conns.transport_counters.snapshot(),
+            "dropped_total": sum(dropped.values()),
+        }
+
+    def peers(self) -> list[dict[str, Any]]:
+        """Known members with their channel figures."""
+        chans = self.conns.statistics()
+        members = self.members.snapshot()
+        out = []
+        for addr in sorted(set(members) | set(chans)):
+            m = members.get(addr)
+            out.append(
+                {
+                    "address": addr,
+                    "names": self.names.names_of(addr),
+                    "state": m["state"] if m else "connecting",
+                    "endpoints": m["endpoints"] if m else self.endpoints.endpoints(addr),
+                    "channel": chans.get(addr),
+                    "revoked": self.trust.is_revoked(addr),
+                }
+            )
+        return out
+
+    async def send_direct(self, to: str, data: Any, *, timeout_s: float) -> dict[str, Any]:
+        """Send an acknowledged direct message to an address or a name.
+
+        Returns when the receiver acknowledged (it is in its inbox); raises
+        :class:`DeadlineExceeded` if no ack came within ``timeout_s``.
+        """
+        address = self.resolve(to)
+        t0 = now_ms()
+        fut = self.messaging.send(address, data, t0, int(timeout_s * 1000))
+        await self.flush()
+        result = await fut
+        result["rtt_ms"] = now_ms() - t0
+        return result
+
+    def inbox(self, limit: int = 100, *, remove: bool = False) -> list[dict[str, Any]]:
+        """Direct messages received, oldest first (removed if ``remove``)."""
+        return self.messaging.inbox.list(limit, remove=remove)
+
+    async def ping(self, target: str, *, timeout_s: float) -> dict[str, Any]:
+        """Round-trip time to a connected peer (by address or name)."""
+        address = self.resolve(target)
+        if address not in self.conns.links:
+            raise UnknownPeer(f"no channel to {address[:12]} (state: {self._state_of(address)})")
+        nonce, fut = self.messaging.ping(address, now_ms())
+        await self.flush()
+        try:
+            async with asyncio.timeout(timeout_s):
+                rtt = await fut
+        except TimeoutError:
+            self.messaging.forget_ping(nonce)
+            raise DeadlineExceeded(f"no pong from {address[:12]} in {timeout_s}s") from None
+        return {"address": address, "rtt_ms": rtt}
+
+    def _state_of(self, address: str) -> str:
+        st = self.members.state(address)
+        return "unknown" if st is None else st.value
+
+    def check_address(self, address: str) -> str:
+        """Validate an address argument (raises :class:`InvalidArgument`)."""
+        try:
+            public_key_of(address)
+        except InvalidAddress as exc:
+            raise InvalidArgument(str(exc)) from None
+        return address

@@ -1,0 +1,336 @@
+"""Who this node lets in: the trust store and invite tokens.
+
+Theory of operation
+-------------------
+Nodes are private by default: a node talks only to addresses in its
+:class:`TrustStore` (``trust.json`` in the data dir, mode 0600, written
+atomically under an advisory lock so the CLI and a running daemon can share
+it). ``trust revoke`` moves an address to the revoked set, which wins over
+everything: the runtime drops the connection, calls ``node.remove_peer`` and
+``membership.forget``, and the node's journal ``trusted`` hook refuses the
+address's new events. A running daemon sees CLI edits because every read
+checks the file's identity (inode, size, mtime) and reloads when it changed.
+
+**Invites.** ``hivemesh invite`` prints a token::
+
+    "hmi1" + base64url(msgpack([1, inviter_pub, endpoints, expires_s, nonce, sig]))
+
+where ``sig`` is the inviter's Ed25519 signature over
+``msgpack(["hivemesh/invite/v1", inviter_pub, endpoints, expires_s, nonce])``
+and ``nonce`` is 16 secret random bytes. The inviter records the nonce in its
+store (:meth:`TrustStore.issue_invite`): single use, until ``expires_s``.
+
+**The join flow** (``hivemesh join TOKEN``):
+
+1. The joiner checks the token (:func:`accept_invite`: signature, expiry,
+   form), trusts the inviter's address and dials the endpoints in it
+   (:meth:`TrustStore.accept`). The transport proves the inviter's identity
+   (the address *is* the key), so a token cannot send the joiner elsewhere.
+2. In its handshake payload the joiner sends ``join_proof(invite, joiner)``
+   = ``blake2b(key=nonce, "hivemesh/join/v1" || inviter_pub || joiner_pub)``.
+   It proves possession of the token without revealing the nonce and is
+   bound to both identities, so it is useless to anyone else.
+3. The inviter's transport, facing an authenticated but untrusted peer that
+   presents a proof, calls :meth:`TrustStore.redeem`: if the proof matches
+   an unexpired, unused invite, the invite is consumed and the joiner's
+   address is trusted; otherwise the connection is refused
+   (:class:`~hivemesh.errors.UnknownPeer`). Revoked addresses cannot redeem.
+4. Membership then runs :meth:`~hivemesh.core.membership.Membership.join`
+   with the inviter as seed, and peer exchange introduces the others.
+
+Trust is per node. For a swarm larger than a pair, the runtime should
+publish ``trust.add`` / ``trust.revoke`` journal events signed by the
+trusting node, and admit an address trusted by any member it trusts
+(revocations winning); that view lives above this module.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import hashlib
+import hmac
+import json
+import os
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hivemesh.core.codec import pack, unpack
+from hivemesh.core.identity import Identity, address_of, public_key_of, verify
+from hivemesh.core.pex import check_endpoints
+from hivemesh.errors import (
+    DecodeError,
+    InvalidArgument,
+    InviteBadSignature,
+    InviteError,
+    InviteExpired,
+    InviteMalformed,
+    InviteUsed,
+    StoreCorrupt,
+)
+
+__all__ = [
+    "INVITE_PREFIX",
+    "Invite",
+    "TrustStore",
+    "accept_invite",
+    "join_proof",
+    "make_invite",
+]
+
+INVITE_PREFIX = "hmi1"
+_INVITE_DOMAIN = "hivemesh/invite/v1"
+_PROOF_DOMAIN = b"hivemesh/join/v1"
+_NONCE_BYTES = 16
+_MAX_TOKEN_CHARS = 4096
+_FILE = "trust.json"
+
+
+@dataclass(frozen=True, slots=True)
+class Invite:
+    """A verified invite: who invites, where to dial them, until when."""
+
+    inviter: str
+    endpoints: tuple[str, ...]
+    expires_s: int
+    nonce: bytes
+
+
+def _signed_part(pub: bytes, endpoints: list[str], expires_s: int, nonce: bytes) -> bytes:
+    return pack([_INVITE_DOMAIN, pub, endpoints, expires_s, nonce])
+
+
+def make_invite(
+    identity: Identity, endpoints: list[str], ttl_s: int, now_s: int, nonce: bytes
+) -> str:
+    """A signed invite token for ``identity`` reachable at ``endpoints``."""
+    if len(nonce) != _NONCE_BYTES:
+        raise InvalidArgument(f"invite nonce must be {_NONCE_BYTES} bytes")
+    if ttl_s <= 0:
+        raise InvalidArgument("invite ttl_s must be > 0")
+    try:
+        eps = list(check_endpoints(list(endpoints)))
+    except DecodeError as exc:
+        raise InvalidArgument(str(exc)) from None
+    expires_s = int(now_s) + int(ttl_s)
+    sig = identity.sign(_signed_part(identity.public, eps, expires_s, nonce))
+    raw = pack([1, identity.public, eps, expires_s, nonce, sig])
+    return INVITE_PREFIX + base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+
+def accept_invite(token: str, now_s: int) -> Invite:
+    """Verify an invite token; raises InviteMalformed/InviteBadSignature/InviteExpired."""
+    token = token.strip() if isinstance(token, str) else ""
+    if not token.startswith(INVITE_PREFIX) or len(token) > _MAX_TOKEN_CHARS:
+        raise InviteMalformed(f"an invite starts with {INVITE_PREFIX!r} and is short")
+    body = token[len(INVITE_PREFIX) :]
+    try:
+        raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+        obj = unpack(raw, limit=_MAX_TOKEN_CHARS)
+    except (ValueError, DecodeError) as exc:
+        raise InviteMalformed(f"invite is not base64url msgpack: {exc}") from None
+    if type(obj) is not list or len(obj) != 6 or obj[0] != 1:
+        raise InviteMalformed("invite must be [1, key, endpoints, expires, nonce, sig]")
+    _, pub, eps, expires_s, nonce, sig = obj
+    if type(pub) is not bytes or len(pub) != 32 or type(sig) is not bytes:
+        raise InviteMalformed("invite key or signature has the wrong form")
+    if type(nonce) is not bytes or len(nonce) != _NONCE_BYTES or type(expires_s) is not int:
+        raise InviteMalformed("invite nonce or expiry has the wrong form")
+    try:
+        endpoints = check_endpoints(eps)
+    except DecodeError as exc:
+        raise InviteMalformed(str(exc)) from None
+    if not verify(pub, sig, _signed_part(pub, list(endpoints), expires_s, nonce)):
+        raise InviteBadSignature("invite signature does not verify")
+    if now_s >= expires_s:
+        raise InviteExpired(f"invite expired {now_s - expires_s} s ago")
+    return Invite(address_of(pub), endpoints, expires_s, nonce)
+
+
+def join_proof(invite: Invite, joiner_address: str) -> bytes:
+    """The joiner's proof of holding ``invite`` (sent in its handshake)."""
+    msg = _PROOF_DOMAIN + public_key_of(invite.inviter) + public_key_of(joiner_address)
+    return hashlib.blake2b(msg, key=invite.nonce, digest_size=32).digest()
+
+
+class TrustStore:
+    """Trusted and revoked addresses and issued invites, in ``data_dir/trust.json``."""
+
+    def __init__(self, data_dir: str | os.PathLike[str]) -> None:
+        self.dir = Path(data_dir)
+        self.path = self.dir / _FILE
+        self._lock_path = self.dir / (_FILE + ".lock")
+        self._stamp: tuple[int, int, int] | None = None
+        self._data: dict[str, Any] = _empty()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._refresh()
+
+    # -- queries -------------------------------------------------------------------
+
+    def is_trusted(self, address: str) -> bool:
+        """True if ``address`` is trusted and not revoked."""
+        self._refresh()
+        return address in self._data["trusted"] and address not in self._data["revoked"]
+
+    def is_revoked(self, address: str) -> bool:
+        """True if ``address`` was revoked."""
+        self._refresh()
+        return address in self._data["revoked"]
+
+    def trusts_author(self, public_key: bytes) -> bool:
+        """``is_trusted`` by public key: the core node's ``trusted`` hook."""
+        try:
+            return self.is_trusted(address_of(public_key))
+        except ValueError:
+            return False
+
+    def trusted(self) -> list[str]:
+        """Trusted (not revoked) addresses, sorted."""
+        self._refresh()
+        revoked = self._data["revoked"]
+        return sorted(a for a in self._data["trusted"] if a not in revoked)
+
+    def revoked(self) -> list[str]:
+        """Revoked addresses, sorted."""
+        self._refresh()
+        return sorted(self._data["revoked"])
+
+    # -- changes ---------------------------------------------------------------------
+
+    def add(self, address: str, now_s: int, *, note: str = "") -> None:
+        """Trust ``address`` (an explicit add also lifts a revocation)."""
+        public_key_of(address)  # raises InvalidAddress
+        with self._edit() as data:
+            data["revoked"].pop(address, None)
+            data["trusted"][address] = {"since_s": int(now_s), "note": note[:200]}
+
+    def revoke(self, address: str, now_s: int) -> None:
+        """Revoke ``address``: no longer trusted, and invites cannot re-admit it."""
+        public_key_of(address)
+        with self._edit() as data:
+            data["trusted"].pop(address, None)
+            data["revoked"][address] = {"since_s": int(now_s)}
+
+    def issue_invite(
+        self,
+        identity: Identity,
+        endpoints: list[str],
+        ttl_s: int,
+        now_s: int,
+        nonce: bytes | None = None,
+    ) -> str:
+        """Make a single-use invite token and remember it until it expires."""
+        nonce = secrets.token_bytes(_NONCE_BYTES) if nonce is None else nonce
+        token = make_invite(identity, endpoints, ttl_s, now_s, nonce)
+        with self._edit() as data:
+            _prune(data, now_s)
+            data["invites"][nonce.hex()] = {
+                "inviter": identity.address,
+                "expires_s": int(now_s) + int(ttl_s),
+            }
+        return token
+
+    def accept(self, token: str, now_s: int) -> Invite:
+        """Joiner side: verify ``token`` and trust its inviter."""
+        invite = accept_invite(token, now_s)
+        self.add(invite.inviter, now_s, note="inviter")
+        return invite
+
+    def redeem(self, joiner_address: str, proof: bytes, now_s: int) -> None:
+        """Inviter side: consume the invite ``proof`` matches and trust the joiner.
+
+        Raises :class:`InviteUsed` if no unexpired, unused invite matches and
+        :class:`InviteError` if the joiner was revoked.
+        """
+        joiner_pub = public_key_of(joiner_address)
+        with self._edit() as data:
+            _prune(data, now_s)
+            if joiner_address in data["revoked"]:
+                raise InviteError("a revoked address cannot redeem an invite")
+            for nonce_hex in sorted(data["invites"]):
+                inv = data["invites"][nonce_hex]
+                msg = _PROOF_DOMAIN + public_key_of(inv["inviter"]) + joiner_pub
+                want = hashlib.blake2b(msg, key=bytes.fromhex(nonce_hex), digest_size=32).digest()
+                if isinstance(proof, bytes) and hmac.compare_digest(want, proof):
+                    del data["invites"][nonce_hex]
+                    data["trusted"][joiner_address] = {"since_s": int(now_s), "note": "invited"}
+                    return
+        raise InviteUsed("no unexpired, unused invite matches this proof")
+
+    def pending_invites(self, now_s: int) -> int:
+        """How many issued invites are still redeemable."""
+        self._refresh()
+        return sum(1 for v in self._data["invites"].values() if v["expires_s"] > now_s)
+
+    # -- file handling -----------------------------------------------------------------
+
+    def _refresh(self) -> None:
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            self._stamp, self._data = None, _empty()
+            return
+        stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if stamp != self._stamp:
+            self._data = _load(self.path)
+            self._stamp = stamp
+
+    @contextlib.contextmanager
+    def _edit(self) -> Iterator[dict[str, Any]]:
+        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._stamp = None
+            self._refresh()
+            data = json.loads(json.dumps(self._data))  # a private copy
+            yield data
+            _atomic_write(self.path, data)
+            self._stamp = None
+            self._refresh()
+        finally:
+            os.close(fd)  # closing releases the lock
+
+
+def _empty() -> dict[str, Any]:
+    return {"version": 1, "trusted": {}, "revoked": {}, "invites": {}}
+
+
+def _prune(data: dict[str, Any], now_s: int) -> None:
+    for k in sorted(data["invites"]):
+        if data["invites"][k]["expires_s"] <= now_s:
+            del data["invites"][k]
+
+
+def _load(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError) as exc:
+        raise StoreCorrupt(f"{path}: unreadable trust store: {exc}") from None
+    if (
+        type(data) is not dict
+        or data.get("version") != 1
+        or not all(type(data.get(k)) is dict for k in ("trusted", "revoked", "invites"))
+    ):
+        raise StoreCorrupt(f"{path}: not a version-1 trust store")
+    return data
+
+
+def _atomic_write(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, json.dumps(data, indent=1, sort_keys=True).encode("utf-8"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)

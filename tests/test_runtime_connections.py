@@ -1,0 +1,123 @@
+"""ConnectionManager over the real transport on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+from hivemesh.core.identity import Identity
+from hivemesh.runtime.connections import ConnectionManager
+from hivemesh.transports import ChannelOptions, SecureChannel, serve
+
+
+def _manager(ident: Identity, events: list[tuple[str, bool]], **kw: Any) -> ConnectionManager:
+    async def on_frame(peer: str, frame: bytes) -> None:
+        return None
+
+    async def on_peer(peer: str, up: bool) -> None:
+        events.append((peer, up))
+
+    opts = {
+        "dial_timeout_s": 2.0,
+        "reconnect_min_s": 0.05,
+        "reconnect_max_s": 0.2,
+        "slow_peer_timeout_s": 5.0,
+    }
+    opts.update(kw)
+    return ConnectionManager(
+        ident,
+        authorize=lambda _a: True,
+        on_frame=on_frame,
+        on_peer=on_peer,
+        rng=random.Random(1),
+        **opts,
+    )
+
+
+async def _until(pred: Any, timeout_s: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not pred():
+        if loop.time() > deadline:
+            raise AssertionError("condition not reached")
+        await asyncio.sleep(0.01)
+
+
+def test_simultaneous_dials_leave_one_shared_channel() -> None:
+    async def main() -> None:
+        ia, ib = Identity.from_seed(b"\x01" * 32), Identity.from_seed(b"\x02" * 32)
+        ea: list[tuple[str, bool]] = []
+        eb: list[tuple[str, bool]] = []
+        a, b = _manager(ia, ea), _manager(ib, eb)
+        pa = await a.listen("127.0.0.1", 0)
+        pb = await b.listen("127.0.0.1", 0)
+        a.want("127.0.0.1", pb, ib.address)
+        b.want("127.0.0.1", pa, ia.address)
+
+        def same() -> bool:
+            la, lb = a.links.get(ib.address), b.links.get(ia.address)
+            return (
+                la is not None
+                and lb is not None
+                and la.channel.handshake_hash == lb.channel.handshake_hash
+                and not la.channel.is_closed
+            )
+
+        await _until(same)
+        await asyncio.sleep(0.5)  # let any losing channel be closed
+        assert same()
+        # each side reported the peer up exactly once, never down
+        assert ea == [(ib.address, True)] and eb == [(ia.address, True)]
+        await a.close()
+        await b.close()
+
+    asyncio.run(main())
+
+
+def test_a_hopelessly_slow_peer_is_disconnected_and_the_drop_counted() -> None:
+    async def main() -> None:
+        ia, ib = Identity.from_seed(b"\x03" * 32), Identity.from_seed(b"\x04" * 32)
+        stalled: list[SecureChannel] = []
+
+        async def never_read(ch: SecureChannel) -> None:
+            stalled.append(ch)
+
+        listener = await serve(
+            "127.0.0.1",
+            0,
+            ib,
+            authorize=lambda _a: True,
+            on_channel=never_read,
+            options=ChannelOptions(recv_queue_frames=4),
+        )
+        events: list[tuple[str, bool]] = []
+        a = _manager(
+            ia, events, slow_peer_timeout_s=0.3, options=ChannelOptions(send_queue_frames=4)
+        )
+        a.want("127.0.0.1", listener.port, ib.address)
+        await _until(lambda: ib.address in a.links)
+        frame = b"x" * (256 * 1024)
+        sent = 0
+        for _ in range(400):  # bounded: ~100 MB at most
+            if not await a.send(ib.address, frame):
+                break
+            sent += 1
+        assert sent < 400, "the stalled peer never applied backpressure"
+        assert a.counters["dropped_slow_peer"] >= 1
+        assert a.counters["send_backpressure_waits"] >= 1
+        assert (ib.address, False) in events
+        await a.close()
+        listener.close()
+        await listener.wait_closed()
+
+    asyncio.run(main())
+
+
+def test_frames_for_a_peer_without_a_channel_are_counted() -> None:
+    async def main() -> None:
+        a = _manager(Identity.from_seed(b"\x05" * 32), [])
+        assert not await a.send(Identity.from_seed(b"\x06" * 32).address, b"frame")
+        assert a.counters["dropped_no_channel"] == 1
+
+    asyncio.run(main())

@@ -1,0 +1,87 @@
+"""The Python API: two in-process nodes on loopback (real sockets, real SQLite)."""
+
+from __future__ import annotations
+
+import asyncio
+import stat
+from pathlib import Path
+
+import pytest
+
+import hivemesh
+from hivemesh.errors import LocalProtocolError
+
+FAST = {"sync_interval_ms": 200, "reconnect_min_s": 0.05, "reconnect_max_s": 0.5}
+
+
+async def _until(pred, timeout_s: float = 10.0, what: str = "condition"):  # type: ignore[no-untyped-def]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        value = pred()
+        if value:
+            return value
+        if loop.time() > deadline:
+            raise AssertionError(f"{what} not reached in {timeout_s}s")
+        await asyncio.sleep(0.02)
+
+
+def test_context_replicates_and_subscribe_sees_it(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with (
+            hivemesh.Node(tmp_path / "a", **FAST) as a,
+            hivemesh.Node(tmp_path / "b", bootstrap=[a.endpoint], **FAST) as b,
+        ):
+            await _until(
+                lambda: b.address in {p["address"] for p in a.peers() if p["state"] == "up"}
+            )
+            events = b.subscribe("ctx.update")
+            waiter = asyncio.ensure_future(events.__anext__())
+            with a.context("task-42") as ctx:
+                ctx["status"] = "running"
+                ctx.list("log").append("started")
+            ev = await asyncio.wait_for(waiter, 10)
+            assert ev.author == a.address and ev.kind == "ctx.update"
+            await _until(lambda: b.read_context("task-42").get("kv") == {"status": "running"})
+            assert b.read_context("task-42")["list"] == {"log": ["started"]}
+            await events.aclose()
+            assert b.status()["counters"].get("subscriber_dropped", 0) == 0
+
+    asyncio.run(main())
+
+
+def test_state_survives_restart_and_control_socket_is_private(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with hivemesh.Node(tmp_path / "a") as a:
+            with a.context() as ctx:
+                ctx["k"] = 1
+            await a.flush()
+            addr = a.address
+            mode = stat.S_IMODE((tmp_path / "a" / "ctl.sock").stat().st_mode)
+            assert mode == 0o600
+        assert not (tmp_path / "a" / "ctl.sock").exists()
+        async with hivemesh.Node(tmp_path / "a") as a2:
+            assert a2.address == addr
+            assert a2.read_context()["kv"] == {"k": 1}
+            assert a2.status()["journal"]["rehydrated"] >= 2
+
+    asyncio.run(main())
+
+
+def test_client_talks_to_an_in_process_node(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with hivemesh.Node(tmp_path / "a") as a:
+            client = hivemesh.Client(tmp_path / "a")
+            st = await asyncio.to_thread(client.status)
+            assert st["address"] == a.address
+            r = await asyncio.to_thread(client.ctx_set, "default", "x", [1, 2])
+            assert r["seq"] >= 2
+            assert a.read_context()["kv"]["x"] == [1, 2]
+
+    asyncio.run(main())
+
+
+def test_node_not_started_is_a_local_error(tmp_path: Path) -> None:
+    node = hivemesh.Node(tmp_path / "a")
+    with pytest.raises(LocalProtocolError):
+        _ = node.address
