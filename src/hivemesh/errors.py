@@ -25,6 +25,7 @@ Every class carries a short stable ``code`` used as the counter name in
     │   ├── ConfigError
     │   ├── InvalidAddress
     │   ├── QueueFull
+    │   ├── BenchWorkerFailed      (bench fanout area)
     │   └── InviteError
     │       ├── InviteMalformed
     │       ├── InviteBadSignature
@@ -70,6 +71,7 @@ __all__ = [
     "BackendUnavailable",
     "BadRecord",
     "BadSignature",
+    "BenchWorkerFailed",
     "BlobMismatch",
     "BrokenChain",
     "ConfigError",
@@ -400,3 +402,12 @@ class InviteUsed(InviteError):
     """No unexpired, unused invite matches this join proof."""
 
     code = "invite_used"
+
+
+# -- bench fanout ------------------------------------------------------------
+
+
+class BenchWorkerFailed(LocalProtocolError):
+    """A benchmark worker process died, refused a request or answered garbage."""
+
+    code = "bench_worker_failed"
