@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import resource
 import time
 from typing import Any
@@ -124,7 +125,19 @@ def main() -> None:
     p.add_argument("--sync-interval-ms", type=int, default=1000)
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    asyncio.run(_main(args))
+    prof_dir = os.environ.get("HIVEMESH_BENCH_PROFILE")
+    if not prof_dir:
+        asyncio.run(_main(args))
+        return
+    import cProfile  # profiling the node under load: where does a delivered event's time go?
+
+    prof = cProfile.Profile()
+    prof.enable()
+    try:
+        asyncio.run(_main(args))
+    finally:
+        prof.disable()
+        prof.dump_stats(os.path.join(prof_dir, f"node{args.index}.prof"))
 
 
 if __name__ == "__main__":
