@@ -23,15 +23,15 @@ import sys
 import time
 from typing import Any
 
-import multiaddr  # type: ignore[import-not-found,unused-ignore]
-import trio  # type: ignore[import-not-found,unused-ignore]
-from _fanout_wire import Receipts, body, decode, encode, paced_due  # type: ignore[import-not-found,unused-ignore]
-from libp2p import new_host  # type: ignore[import-not-found,unused-ignore]
-from libp2p.crypto.ed25519 import create_new_key_pair  # type: ignore[import-not-found,unused-ignore]
-from libp2p.peer.peerinfo import info_from_p2p_addr  # type: ignore[import-not-found,unused-ignore]
-from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11, GossipSub  # type: ignore[import-not-found,unused-ignore]
-from libp2p.pubsub.pubsub import Pubsub  # type: ignore[import-not-found,unused-ignore]
-from libp2p.tools.anyio_service.context import (  # type: ignore[import-not-found,unused-ignore]
+import multiaddr  # type: ignore[import-not-found,import-untyped,unused-ignore]
+import trio  # type: ignore[import-not-found,import-untyped,unused-ignore]
+from _fanout_wire import Receipts, body, decode, encode, paced_due  # type: ignore[import-not-found,import-untyped,unused-ignore]
+from libp2p import new_host  # type: ignore[import-not-found,import-untyped,unused-ignore]
+from libp2p.crypto.ed25519 import create_new_key_pair  # type: ignore[import-not-found,import-untyped,unused-ignore]
+from libp2p.peer.peerinfo import info_from_p2p_addr  # type: ignore[import-not-found,import-untyped,unused-ignore]
+from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11, GossipSub  # type: ignore[import-not-found,import-untyped,unused-ignore]
+from libp2p.pubsub.pubsub import Pubsub  # type: ignore[import-not-found,import-untyped,unused-ignore]
+from libp2p.tools.anyio_service.context import (  # type: ignore[import-not-found,import-untyped,unused-ignore]
     background_trio_service,
 )
 
@@ -120,33 +120,41 @@ async def _main(args: argparse.Namespace) -> None:
         "pace": pace,
         "report": report,
     }
-    async with host.run(listen_addrs=[listen]), trio.open_nursery() as nursery:
-        async with background_trio_service(pubsub), background_trio_service(router):
-            await pubsub.wait_until_ready()
-            sub = await pubsub.subscribe(TOPIC)
-            nursery.start_soon(receive, sub)
-            _reply({"ok": True, "maddr": str(host.get_addrs()[0])})
-            stdin = trio.lowlevel.FdStream(sys.stdin.fileno())
-            buf = b""
-            while True:
-                while b"\n" not in buf:
-                    chunk = await stdin.receive_some(65536)
-                    if not chunk:
-                        nursery.cancel_scope.cancel()
-                        return
-                    buf += chunk
-                line, _, buf = buf.partition(b"\n")
-                try:
-                    req = json.loads(line)
-                    if req["op"] == "stop":
-                        _reply({"ok": True})
-                        nursery.cancel_scope.cancel()
-                        return
-                    result = await handlers[req["op"]](req)
-                except Exception as exc:  # reported to the parent, which fails the run
-                    _reply({"ok": False, "error": f"{type(exc).__name__}: {exc}"})
-                    continue
-                _reply({"ok": True, **result})
+    async with (
+        host.run(listen_addrs=[listen]),
+        trio.open_nursery() as nursery,
+        background_trio_service(pubsub),
+        background_trio_service(router),
+    ):
+        await pubsub.wait_until_ready()
+        sub = await pubsub.subscribe(TOPIC)
+        nursery.start_soon(receive, sub)
+        _reply({"ok": True, "maddr": str(host.get_addrs()[0])})
+        await _serve(handlers)
+        nursery.cancel_scope.cancel()
+
+
+async def _serve(handlers: dict[str, Any]) -> None:
+    """Answer the parent's JSON-line requests until ``stop`` or EOF."""
+    stdin = trio.lowlevel.FdStream(sys.stdin.fileno())
+    buf = b""
+    while True:
+        while b"\n" not in buf:
+            chunk = await stdin.receive_some(65536)
+            if not chunk:
+                return
+            buf += chunk
+        line, _, buf = buf.partition(b"\n")
+        try:
+            req = json.loads(line)
+            if req["op"] == "stop":
+                _reply({"ok": True})
+                return
+            result = await handlers[req["op"]](req)
+        except Exception as exc:  # reported to the parent, which fails the run
+            _reply({"ok": False, "error": f"{type(exc).__name__}: {exc}"})
+            continue
+        _reply({"ok": True, **result})
 
 
 def main() -> None:

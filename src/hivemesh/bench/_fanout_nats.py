@@ -53,7 +53,7 @@ async def _main(args: argparse.Namespace) -> None:
         except ValueError:
             receipts.malformed += 1
 
-    sub = await nc.subscribe(SUBJECT, cb=on_msg)
+    await nc.subscribe(SUBJECT, cb=on_msg)
     await nc.flush(timeout=5)
 
     async def status(req: dict[str, Any]) -> dict[str, Any]:

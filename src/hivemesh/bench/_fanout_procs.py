@@ -48,7 +48,9 @@ class Worker:
         try:
             line = await asyncio.wait_for(self.proc.stdout.readline(), timeout_s)
         except TimeoutError:
-            raise DeadlineExceeded(f"worker {self.name}: no answer to {what} in {timeout_s}s") from None
+            raise DeadlineExceeded(
+                f"worker {self.name}: no answer to {what} in {timeout_s}s"
+            ) from None
         if not line:
             raise WorkerFailed(f"worker {self.name} exited during {what}:\n{self._log_tail()}")
         try:

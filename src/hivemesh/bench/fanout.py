@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from hivemesh.bench import BenchResult, Metric
-from hivemesh.bench._fanout_procs import Fleet, Worker
+from hivemesh.bench._fanout_procs import Fleet
 
 __all__ = ["DESCRIPTION", "GOAL_EVENTS_PER_S", "add_arguments", "libp2p_python", "run"]
 
@@ -254,13 +254,23 @@ async def _run_hivemesh(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     env = _python_env()
     async with Fleet(tmp) as fleet:
         argv = [sys.executable, "-m", "hivemesh.bench._fanout_node"]
-        first = await fleet.spawn("hm0", [*argv, "--index", "0", "--data-dir", str(tmp / "n0")], env=env)
+        first = await fleet.spawn(
+            "hm0", [*argv, "--index", "0", "--data-dir", str(tmp / "n0")], env=env
+        )
         boot = f"{first.hello['address']}@{first.hello['endpoint']}"
         await asyncio.gather(
             *(
                 fleet.spawn(
                     f"hm{i}",
-                    [*argv, "--index", str(i), "--data-dir", str(tmp / f"n{i}"), "--bootstrap", boot],
+                    [
+                        *argv,
+                        "--index",
+                        str(i),
+                        "--data-dir",
+                        str(tmp / f"n{i}"),
+                        "--bootstrap",
+                        boot,
+                    ],
                     env=env,
                 )
                 for i in range(1, args.nodes)
@@ -335,7 +345,9 @@ async def _run_libp2p(args: argparse.Namespace, tmp: Path, py: Path) -> dict[str
     async with Fleet(tmp) as fleet:
         await asyncio.gather(
             *(
-                fleet.spawn(f"p2p{i}", [str(py), script, "--index", str(i)], env=env, ready_timeout_s=60)
+                fleet.spawn(
+                    f"p2p{i}", [str(py), script, "--index", str(i)], env=env, ready_timeout_s=60
+                )
                 for i in range(args.nodes)
             )
         )
@@ -377,7 +389,8 @@ async def _run(args: argparse.Namespace) -> BenchResult:
         if not args.skip_libp2p:
             py = libp2p_python(args.libp2p_venv)
             if py is None:
-                p2p = {"error": f"unavailable: no py-libp2p venv; create it with: bash {BENCH_ENV_SCRIPT}"}
+                hint = f"create it with: bash {BENCH_ENV_SCRIPT}"
+                p2p = {"error": f"unavailable: no py-libp2p venv; {hint}"}
             else:
                 (tmp / "p2p").mkdir()
                 try:
