@@ -30,8 +30,10 @@ def test_receipts_count_distinct_from_others_and_sample_latency() -> None:
     r.record(wire.body(0, "lat", 1, 2_000_000), now_ns=4_000_000)  # our own: not a delivery
     r.record({"p": "x"})
     r.record(["not", "a", "dict"])
+    r.record({"p": 1, "ph": 5, "i": 1, "t": 0})
+    r.record(wire.body(1, "lat", wire.MAX_MESSAGES, 0))  # would need a huge bitmap
     rep = r.report("lat")
-    assert rep["count"] == 2 and rep["duplicates"] == 1 and rep["malformed"] == 2
+    assert rep["count"] == 2 and rep["duplicates"] == 1 and rep["malformed"] == 4
     assert sorted(rep["latency_us"]) == [2000, 2000]
     assert rep["first_ns"] == 3_000_000 and rep["last_ns"] == 4_000_000
     assert r.report("tp")["count"] == 0

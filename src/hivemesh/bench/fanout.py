@@ -209,6 +209,7 @@ async def _zero_loss_rate(fleet: Fleet, args: argparse.Namespace) -> dict[str, A
     tried = []
     for rate in _ZERO_LOSS_RATES:
         total = int(min(max(40, rate * 2), 2000))  # about 2 s of traffic, bounded
+        await _settle(fleet)
         res = await _phase_paced(fleet, args, f"zl{rate:g}", rate, total, stall_s=5.0)
         tried.append({"rate": rate, "lost": res["lost"]})
         if res["lost"] == 0:
@@ -216,12 +217,28 @@ async def _zero_loss_rate(fleet: Fleet, args: argparse.Namespace) -> dict[str, A
     return {"rate": 0.0, "events_per_s": 0.0, "tried": tried}
 
 
+async def _settle(fleet: Fleet, timeout_s: float = 30.0) -> None:
+    """Wait (bounded) until the workers are nearly idle, so a backlog left by
+    one phase does not run into the next one's figures."""
+    window_s, idle_cpu_s = 0.5, 0.05 * len(fleet.workers)
+    deadline = time.monotonic() + timeout_s
+    prev = sum(r["cpu_s"] for r in await fleet.gather("report", 30.0, phase="", samples=False))
+    while time.monotonic() < deadline:
+        await asyncio.sleep(window_s)
+        now = sum(r["cpu_s"] for r in await fleet.gather("report", 30.0, phase="", samples=False))
+        if now - prev < idle_cpu_s:
+            return
+        prev = now
+
+
 async def _measure(fleet: Fleet, args: argparse.Namespace, events: int) -> dict[str, Any]:
-    before = await fleet.gather("report", 30.0, phase="none", samples=False)
     warm = await _phase_paced(fleet, args, "warm", 100.0, 50, args.stall_s)
+    await _settle(fleet)
+    before = await fleet.gather("report", 30.0, phase="none", samples=False)
     tp = await _phase_throughput(fleet, args, events, "tp")
     mid = await fleet.gather("report", 30.0, phase="none", samples=False)
     out: dict[str, Any] = {"warmup_lost": warm["lost"], "throughput": tp}
+    await _settle(fleet)
     if tp["complete"]:
         out["zero_loss_events_per_s"] = tp["events_per_s"]
     else:
