@@ -180,6 +180,14 @@ def test_bad_input_gets_typed_errors_and_exit_1(pair: LocalSwarm) -> None:
     assert a.client.status()["counters"]["control_bad_request"] >= 1
 
 
+def test_a_second_daemon_on_the_same_data_dir_is_refused(pair: LocalSwarm) -> None:
+    a = pair.nodes["a"]
+    out = cli("up", "--listen", "127.0.0.1:0", "--json", data_dir=a.data_dir)
+    assert out.returncode == 1
+    assert json.loads(out.stdout)["error"]["code"] == "config_error"
+    assert a.client.status()["address"] == a.address  # the first one is unharmed
+
+
 def test_sigterm_stops_cleanly_and_sigint_too(pair: LocalSwarm) -> None:
     import signal
 

@@ -60,3 +60,41 @@ def test_a_used_token_is_refused_even_while_other_invites_are_open(swarm: LocalS
     )
     assert swarm.member_state("a", "c") is None
     assert c.address not in a.client.call("trust.list")["trusted"]
+
+
+def test_invitees_of_one_node_trust_each_other_and_a_revocation_spreads(
+    swarm: LocalSwarm,
+) -> None:
+    a = swarm.start("a", extra_args=INVITE)
+    b = swarm.start("b", extra_args=INVITE)
+    c = swarm.start("c", extra_args=INVITE)
+    b.client.call("join", token=a.client.call("invite")["token"])
+    c.client.call("join", token=a.client.call("invite")["token"])
+    # b and c never met: a's vouches in the journal admit them to each other
+    wait_until(
+        lambda: _up(swarm, "b", "c") and _up(swarm, "c", "b"),
+        20,
+        what="b and c admit each other through a's vouches",
+    )
+    assert any(p["address"] == c.address and p["channel"] for p in b.client.peers())
+    c.client.ctx_set("default", "from-c", 1)
+    wait_until(lambda: b.client.ctx_get("default", "from-c")["found"], 10, what="c -> b")
+
+    # a revokes c: b follows a's signed revocation, drops c, refuses its events
+    a.client.revoke(c.address)
+    wait_until(
+        lambda: not any(p["address"] == c.address and p["channel"] for p in b.client.peers()),
+        10,
+        what="b disconnects c",
+    )
+    held = b.client.status()["journal"]["version_vector"][c.address]
+    c.client.ctx_set("default", "after-revoke", 1)
+    # b keeps syncing with a; c's new event must never be stored on b
+    a_seq = a.client.ctx_set("default", "marker", 1)["seq"]
+    wait_until(
+        lambda: b.client.status()["journal"]["version_vector"][a.address] >= a_seq,
+        10,
+        what="b still replicates with a",
+    )
+    assert b.client.status()["journal"]["version_vector"][c.address] == held
+    assert not b.client.ctx_get("default", "after-revoke")["found"]

@@ -135,3 +135,17 @@ def test_clean_shutdown_on_sigterm_flushes_and_removes_socket(swarm: LocalSwarm)
     swarm.restart("late")
     st = node.client.status()
     assert st["journal"]["own_seq"] == seq
+
+
+def test_nodes_find_each_other_by_mdns_on_loopback(tmp_path: Path) -> None:
+    """No bootstrap at all: two nodes advertise and browse on 127.0.0.1."""
+    with LocalSwarm(tmp_path) as s:
+        a = s.start("a", extra_args=["--mdns"])
+        b = s.start("b", extra_args=["--mdns"])
+        wait_until(
+            lambda: s.member_state("a", "b") == "up" and s.member_state("b", "a") == "up",
+            20,
+            what="a and b find each other over mDNS",
+        )
+        a.client.ctx_set("default", "found-by", "mdns")
+        wait_until(lambda: b.client.ctx_get("default", "found-by")["found"], 10, what="replication")

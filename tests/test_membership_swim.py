@@ -25,9 +25,16 @@ class Net:
     """Timed delivery with seeded loss and delay; crashed nodes go silent."""
 
     def __init__(
-        self, seed: int, *, loss: float = 0.0, cfg: MembershipConfig = CFG, delay_ms: int = 10
+        self,
+        seed: int,
+        *,
+        loss: float = 0.0,
+        cfg: MembershipConfig = CFG,
+        delay_ms: int = 10,
+        dup: float = 0.0,
     ) -> None:
         self.seed = seed
+        self.dup = dup
         self.cfg = cfg
         self.loss = loss
         self.delay_ms = delay_ms
@@ -61,9 +68,10 @@ class Net:
     def _send(self, src: str, dst: str, frame: bytes) -> None:
         if (src, dst) in self.cut or self.rng.random() < self.loss:
             return
-        self.order += 1
-        t = self.now + 1 + self.rng.randrange(self.delay_ms)
-        heapq.heappush(self.heap, (t, self.order, src, dst, frame))
+        for _ in range(2 if self.rng.random() < self.dup else 1):
+            self.order += 1
+            t = self.now + 1 + self.rng.randrange(self.delay_ms)
+            heapq.heappush(self.heap, (t, self.order, src, dst, frame))
 
     def _drain_changes(self) -> None:
         for a in sorted(self.nodes):
@@ -104,8 +112,8 @@ class Net:
         return check
 
 
-def cluster(seed: int, n: int, *, loss: float = 0.0) -> Net:
-    net = Net(seed, loss=loss)
+def cluster(seed: int, n: int, *, loss: float = 0.0, dup: float = 0.0, delay_ms: int = 10) -> Net:
+    net = Net(seed, loss=loss, dup=dup, delay_ms=delay_ms)
     first = net.add(1)
     for i in range(2, n + 1):
         net.add(i).join(first.address, first.endpoints, net.now)
@@ -113,7 +121,7 @@ def cluster(seed: int, n: int, *, loss: float = 0.0) -> Net:
         len(m.members()) == n - 1 and all(x.state is MemberState.UP for x in m.members())
         for m in net.nodes.values()
     )
-    assert net.run(100 * CFG.probe_interval_ms, everyone_up), f"seed {seed}: no convergence"
+    assert net.run(200 * CFG.probe_interval_ms, everyone_up), f"seed {seed}: no convergence"
     return net
 
 
@@ -285,3 +293,31 @@ def test_unadmitted_members_are_ignored() -> None:
     assert [x.address for x in m.members()] == [addr(2)]
     m.receive(addr(3), encode_frame(FrameType.GOSSIP, gossip), 0)
     assert m.counters["untrusted_author"] == 1
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_duplication_and_reordering(seed: int) -> None:
+    # Delays of 1-15 ms reorder freely; 10% of frames are duplicated. (With a
+    # round trip near probe_timeout_ms, indirect probes cannot finish inside
+    # the interval and false suspicions become common: size timeouts to RTT.)
+    n = 6
+    net = cluster(3000 + seed, n, loss=0.10, dup=0.10, delay_ms=15)
+    net.run(100 * CFG.probe_interval_ms)
+    assert not [c for _, c in net.log if c.state is MemberState.DOWN]
+    victim = net.nodes[addr(2)]
+    net.crash(victim)
+    assert net.run(CFG.detection_bound_ms(n), net.all_see(victim.address, MemberState.DOWN))
+
+
+def test_larger_cluster_scales() -> None:
+    n = 32
+    net = cluster(77, n, loss=0.05)
+    net.run(50 * CFG.probe_interval_ms)
+    victim = net.nodes[addr(9)]
+    net.crash(victim)
+    t0 = net.now
+    assert net.run(CFG.detection_bound_ms(n), net.all_see(victim.address, MemberState.DOWN))
+    assert net.now - t0 < CFG.detection_bound_ms(n) / 3
+    assert not [
+        c for _, c in net.log if c.state is MemberState.DOWN and c.address != victim.address
+    ]

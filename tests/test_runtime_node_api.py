@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import hivemesh
-from hivemesh.errors import LocalProtocolError
+from hivemesh.errors import DeadlineExceeded, LocalProtocolError, UnknownPeer
 
 FAST = {"sync_interval_ms": 200, "reconnect_min_s": 0.05, "reconnect_max_s": 0.5}
 
@@ -77,6 +77,48 @@ def test_client_talks_to_an_in_process_node(tmp_path: Path) -> None:
             r = await asyncio.to_thread(client.ctx_set, "default", "x", [1, 2])
             assert r["seq"] >= 2
             assert a.read_context()["kv"]["x"] == [1, 2]
+
+    asyncio.run(main())
+
+
+def test_send_by_name_is_acknowledged_and_lands_in_the_inbox(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with (
+            hivemesh.Node(tmp_path / "a", **FAST) as a,
+            hivemesh.Node(tmp_path / "b", bootstrap=[a.endpoint], name="collector", **FAST) as b,
+        ):
+            await _until(lambda: a.daemon.names.resolve("collector") == b.address)
+            await _until(lambda: b.address in a.daemon.conns.links)
+            receipt = await a.send("collector", {"tokens": 7}, timeout_s=5)
+            assert receipt["acked"] and receipt["to"] == b.address
+            msgs = b.inbox()
+            assert [m["data"] for m in msgs] == [{"tokens": 7}]
+            assert msgs[0]["sender"] == a.address
+            with pytest.raises(UnknownPeer):
+                await a.send("nobody", 1)
+
+    asyncio.run(main())
+
+
+def test_blobs_are_announced_and_fetched_on_demand(tmp_path: Path) -> None:
+    import os
+
+    async def main() -> None:
+        async with (
+            hivemesh.Node(tmp_path / "a", **FAST) as a,
+            hivemesh.Node(tmp_path / "b", bootstrap=[a.endpoint], **FAST) as b,
+        ):
+            await _until(lambda: b.address in a.daemon.node.peers)
+            data = os.urandom(2_500_000)  # three chunks
+            digest = await a.put_blob(data, mime="image/png", name="screenshot")
+            await _until(lambda: b.daemon.blobs.index.by_name("screenshot") is not None)
+            assert b.daemon.node.journal.store.get_blob(bytes.fromhex(digest)) is None
+            got = await b.get_blob("screenshot", timeout_s=10)
+            assert got == data
+            # now held (and verified) locally on b
+            assert b.daemon.node.journal.store.get_blob(bytes.fromhex(digest)) == data
+            with pytest.raises(DeadlineExceeded):
+                await b.get_blob("00" * 32, timeout_s=1)
 
     asyncio.run(main())
 

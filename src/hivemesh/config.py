@@ -56,6 +56,7 @@ class Config:
     advertise: str | None = None
     bootstrap: tuple[str, ...] = ()
     mdns: bool = False
+    mdns_interfaces: tuple[str, ...] = ("127.0.0.1",)
     dial_timeout_s: float = 5.0
     reconnect_min_s: float = 0.2
     reconnect_max_s: float = 10.0
@@ -111,6 +112,7 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
         "advertise",
         "bootstrap",
         "mdns",
+        "mdns_interfaces",
         "dial_timeout_s",
         "reconnect_min_s",
         "reconnect_max_s",
@@ -147,12 +149,12 @@ def _coerce(name: str, value: Any, origin: str) -> Any:
     try:
         if name == "data_dir":
             return Path(str(value)).expanduser()
-        if name == "bootstrap":
+        if kind.startswith("tuple"):
             if isinstance(value, str):
                 return tuple(s.strip() for s in value.split(",") if s.strip())
             if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
                 return tuple(value)
-            raise TypeError("a list of host:port strings")
+            raise TypeError("a list of strings")
         if kind == "bool":
             if isinstance(value, bool):
                 return value

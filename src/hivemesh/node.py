@@ -19,6 +19,7 @@ it too.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,10 @@ from hivemesh.errors import LocalProtocolError
 from hivemesh.runtime.daemon import Daemon
 
 __all__ = ["EventRecord", "Node"]
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +191,20 @@ class Node:
     def inbox(self, limit: int = 100) -> list[dict[str, Any]]:
         """Direct messages received, oldest first."""
         return self.daemon.inbox(limit)
+
+    async def put_blob(
+        self, data: bytes, *, mime: str = "application/octet-stream", name: str | None = None
+    ) -> str:
+        """Store ``data`` as a content-addressed blob and announce it; returns
+        its digest (hex). Only the announcement is gossiped; others fetch the
+        bytes on demand."""
+        return (await self.daemon.blobs.put(data, mime, name)).hex()
+
+    async def get_blob(self, ref: str, *, timeout_s: float = 30.0) -> bytes:
+        """The bytes of blob ``ref`` (hex digest or blob name), fetched from
+        a holder if not held locally and verified against the digest."""
+        blobs = self.daemon.blobs
+        return await blobs.get(blobs.resolve(ref), _now_ms(), timeout_s)
 
     def status(self) -> dict[str, Any]:
         """The same record as ``hivemesh status --json``."""

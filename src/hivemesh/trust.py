@@ -166,7 +166,7 @@ class TrustStore:
         self._lock_path = self.dir / (_FILE + ".lock")
         self._stamp: tuple[int, int, int] | None = None
         self._data: dict[str, Any] = _empty()
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._refresh()
 
     # -- queries -------------------------------------------------------------------

@@ -135,7 +135,16 @@ class _Relay:
 
 
 class Membership:
-    """SWIM membership of one node (see the module docstring)."""
+    """SWIM membership of one node (see the module docstring).
+
+    ``send(address, frame)`` queues a frame for a member (normally
+    ``node.send``; the runtime dials the member's endpoints from
+    :meth:`members`). ``incarnation`` lets a restarted node start above its
+    previous life (optional: refutation gets there anyway). ``admit(address)``
+    filters both frames and news: unadmitted peers' frames are refused
+    (:class:`~hivemesh.errors.UntrustedAuthor`) and unadmitted members are
+    never added (pass ``TrustStore.is_trusted``).
+    """
 
     def __init__(
         self,
@@ -267,7 +276,10 @@ class Membership:
         self._probe = None
 
     def forget(self, address: str, now_ms: int) -> None:
-        """Drop ``address`` locally (e.g. its trust was revoked); reported as down."""
+        """Drop ``address`` locally (e.g. its trust was revoked); reported as down.
+
+        Gossip may re-introduce it unless ``admit`` now refuses it.
+        """
         rec = self._members.pop(address, None)
         self._joins.pop(address, None)
         if rec is not None and rec.state in (MemberState.UP, MemberState.SUSPECT):
@@ -376,11 +388,12 @@ class Membership:
         r = self._members.get(p.target)
         if r is None:
             return
-        if r.state is MemberState.UP:
+        fresh = r.state is MemberState.UP
+        if fresh or (r.state is MemberState.SUSPECT and self.address not in r.confirmers):
+            # A new suspicion, or our independent confirmation of one.
             self._suspect(r, r.incarnation, self.address, now_ms)
-            self._broadcast(
-                Update(UpdateState.SUSPECT, r.address, r.incarnation, r.endpoints, self.address)
-            )
+            news = Update(UpdateState.SUSPECT, r.address, r.incarnation, r.endpoints, self.address)
+            self._broadcast(news)
 
     # -- frame handlers -------------------------------------------------------------
 

@@ -134,7 +134,13 @@ class MemberChange:
 
 @dataclass(frozen=True, slots=True)
 class MembershipConfig:
-    """SWIM tuning; defaults are memberlist's LAN defaults. Units in the names."""
+    """SWIM tuning; defaults are memberlist's LAN defaults. Units in the names.
+
+    ``probe_timeout_ms`` must sit well above the p99 round trip, and the
+    rest of the interval must fit an indirect probe (two round trips):
+    with round trips near the timeout, live members get suspected often and
+    false DOWNs appear under loss (each one undone by refutation).
+    """
 
     probe_interval_ms: int = 1000
     probe_timeout_ms: int = 500

@@ -1,1 +1,38 @@
-"""hivemesh.runtime."""
+"""hivemesh.runtime: the asyncio node daemon around the sans-IO core.
+
+Modules
+-------
+* :mod:`~hivemesh.runtime.daemon` -- :class:`Daemon`: lifecycle and the pump
+  (frames in, outbox out, one timer at the earliest deadline).
+* :mod:`~hivemesh.runtime.connections` -- one secure channel per peer: dial
+  with deadlines and backoff, accept, resolve simultaneous dials, bounded
+  send queues with backpressure and counted drops.
+* :mod:`~hivemesh.runtime.members` -- SWIM membership wired to channels,
+  replication and ``member.*`` journal events.
+* :mod:`~hivemesh.runtime.messaging` -- direct messages, the durable inbox,
+  ping.
+* :mod:`~hivemesh.runtime.blobs` -- content-addressed blobs fetched on demand.
+* :mod:`~hivemesh.runtime.invites`, :mod:`~hivemesh.runtime.trustview` --
+  invite/join over live channels and the swarm-wide web of trust.
+* :mod:`~hivemesh.runtime.endpoints` -- ``node.hello``: where nodes listen,
+  learnt from the journal.
+* :mod:`~hivemesh.runtime.control`, :mod:`~hivemesh.runtime.client` -- the
+  JSON-lines control socket and its blocking client.
+* :mod:`~hivemesh.runtime.status` -- what ``status`` and ``peers`` report.
+* :mod:`~hivemesh.runtime.swarm`, :mod:`~hivemesh.runtime.demo` -- local
+  swarms of real node processes (tests, ``hivemesh demo``).
+
+Data dir layout
+---------------
+============  ===========================================================
+node.key      Ed25519 identity (0600; :mod:`hivemesh.stores.keyfile`)
+store.db      the journal and blobs (SQLite WAL; :mod:`hivemesh.stores`)
+inbox.db      received direct messages (SQLite WAL)
+trust.json    trusted and revoked addresses, invites (0600; :mod:`hivemesh.trust`)
+config.toml   optional configuration (:mod:`hivemesh.config`)
+ctl.sock      the control socket (0600), present while the daemon runs
+daemon.lock   held (flock) by the running daemon: one daemon per data dir
+============  ===========================================================
+
+The data dir itself is created with mode 0700.
+"""

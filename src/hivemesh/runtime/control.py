@@ -21,9 +21,11 @@ Streaming operations (``ctx.watch``, ``events.watch``) answer
 ``{"id": 1, "ok": true, "result": {"stream": true}}`` and then send
 ``{"id": 1, "event": {...}}`` lines until the client hangs up.
 
-Every request runs under a deadline (``control_timeout_s``, or the request's
-own ``timeout_s`` if smaller); a line over :data:`MAX_LINE_BYTES`, bad JSON or
-an unknown op gets a typed error and is counted, never a crash.
+At most :data:`MAX_CLIENTS` connections are served at once (more are
+refused with an error and counted). Every request runs under a deadline
+(``control_timeout_s``, or the request's own ``timeout_s`` plus a second); a
+line over :data:`MAX_LINE_BYTES`, bad JSON or an unknown op gets a typed
+error and is counted, never a crash.
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ __all__ = ["MAX_LINE_BYTES", "ControlServer", "event_json", "jsonable"]
 log = logging.getLogger("hivemesh.runtime.control")
 
 MAX_LINE_BYTES = 1024 * 1024
+#: Concurrent control connections; more are refused (counted).
+MAX_CLIENTS = 64
 
 Op = Callable[["Daemon", dict[str, Any]], Awaitable[Any]]
 
@@ -271,8 +275,14 @@ class ControlServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self._clients.add(task)
         counters = self.daemon.counters
+        if len(self._clients) >= MAX_CLIENTS:
+            counters["control_refused_busy"] += 1
+            with contextlib.suppress(Exception):
+                await _write(writer, _error(None, InvalidArgument("too many control clients")))
+            writer.close()
+            return
+        self._clients.add(task)
         try:
             while True:
                 try:

@@ -39,13 +39,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
+import os
 import random
 import secrets
 import socket
 import time
 from collections import Counter
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from hivemesh.config import Config, parse_endpoint
@@ -61,11 +64,14 @@ from hivemesh.errors import (
     InvalidArgument,
     UnknownPeer,
 )
+from hivemesh.runtime.blobs import Blobs
 from hivemesh.runtime.connections import ConnectionManager
 from hivemesh.runtime.endpoints import KIND_HELLO, EndpointsView, hello_body
 from hivemesh.runtime.invites import Invites
 from hivemesh.runtime.members import MemberDriver
 from hivemesh.runtime.messaging import Messaging
+from hivemesh.runtime.status import Subscription, peers_of, status_of
+from hivemesh.runtime.trustview import KIND_TRUST_ADD, KIND_TRUST_REVOKE, TrustView
 from hivemesh.transports import ChannelOptions
 from hivemesh.trust import TrustStore
 
@@ -73,29 +79,23 @@ __all__ = ["Daemon", "Subscription", "now_ms"]
 
 log = logging.getLogger("hivemesh.runtime")
 
-_SUBSCRIBER_QUEUE = 1024
-
 
 def now_ms() -> int:
     """Wall-clock milliseconds (the time the core is given)."""
     return time.time_ns() // 1_000_000
 
 
-class Subscription:
-    """A bounded queue of events of some kinds; overflow is counted."""
-
-    def __init__(self, kinds: frozenset[str] | None, maxsize: int = _SUBSCRIBER_QUEUE) -> None:
-        self.kinds = kinds
-        self.queue: asyncio.Queue[Event] = asyncio.Queue(maxsize)
-        self.dropped = 0
-
-    def offer(self, ev: Event) -> None:
-        if self.kinds is not None and ev.kind not in self.kinds:
-            return
-        try:
-            self.queue.put_nowait(ev)
-        except asyncio.QueueFull:
-            self.dropped += 1
+def _lock_data_dir(data_dir: Path) -> int:
+    """Hold an exclusive lock on ``data_dir/daemon.lock`` for the process lifetime."""
+    fd = os.open(data_dir / "daemon.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise ConfigError(f"another hivemesh daemon is running on {data_dir}") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
 
 
 class Daemon:
@@ -127,7 +127,11 @@ class Daemon:
         self.trust: TrustStore
         self.members: MemberDriver
         self.messaging: Messaging
+        self.blobs: Blobs
+        self.trust_view: TrustView
         self.invites = Invites(self)
+        self._mdns: Any = None
+        self._lock_fd: int | None = None
         self.advertised = ""
 
     @property
@@ -138,12 +142,42 @@ class Daemon:
     # -- lifecycle -------------------------------------------------------------
 
     async def start(self) -> None:
-        """Open everything and start serving (see module docs)."""
+        """Open everything and start serving (see module docs).
+
+        On failure (port in use, corrupt store, another daemon on the data
+        dir, ...) everything opened so far is closed again and the error
+        propagates.
+        """
+        try:
+            await self._start()
+        except BaseException:
+            await self._abort_start()
+            raise
+
+    async def _abort_start(self) -> None:
+        with contextlib.suppress(Exception):
+            if self._control is not None:
+                await self._control.close()
+        with contextlib.suppress(Exception):
+            if self._mdns is not None:
+                await self._mdns.close()
+        if hasattr(self, "conns"):
+            with contextlib.suppress(Exception):
+                await self.conns.close()
+        if hasattr(self, "node"):
+            with contextlib.suppress(Exception):
+                self.node.journal.store.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    async def _start(self) -> None:
         from hivemesh.stores.keyfile import load_or_create_identity
         from hivemesh.stores.sqlite import SQLiteStore
 
         cfg = self.config
         cfg.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._lock_fd = _lock_data_dir(cfg.data_dir)
         self.identity = load_or_create_identity(cfg.data_dir)
         self.trust = TrustStore(cfg.data_dir)
         store = SQLiteStore(cfg.store_path)
@@ -160,8 +194,10 @@ class Daemon:
         self.context_view = ContextView(self.identity.public)
         self.names = NamesView()
         self.endpoints = EndpointsView()
-        for view in (self.context_view, self.names, self.endpoints):
+        self.trust_view = TrustView()
+        for view in (self.context_view, self.names, self.endpoints, self.trust_view):
             self.node.add_view(view)
+        self.blobs = Blobs(self, random.Random(secrets.randbits(128)))
         self.rehydrated = self.node.rehydrate(self._replay(store))
         self.conns = ConnectionManager(
             self.identity,
@@ -188,6 +224,16 @@ class Daemon:
             relays=self._relays,
         )
         self._ready.set()
+        if cfg.mdns:
+            from hivemesh.discovery.mdns import LanDiscovery
+
+            self._mdns = LanDiscovery(
+                self.address,
+                self.listen_port,
+                interfaces=cfg.mdns_interfaces,
+                on_found=lambda found: self.learn(found.address, list(found.endpoints)),
+            )
+            await self._mdns.start()
         if cfg.name and self.names.resolve(cfg.name) != self.address:
             self.node.append(*NamesView.claim(cfg.name), t)
         for address, eps in self.endpoints.known().items():
@@ -231,9 +277,15 @@ class Daemon:
         self.commit_nowait()
         self.members.m.leave(now_ms())
         await self.flush()
+        if self._mdns is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._mdns.close(), 3.0)
         await self.conns.close()
         self.messaging.close()
         self.node.journal.store.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the data dir lock
+            self._lock_fd = None
         log.info("node %s stopped", short(self.address))
 
     def request_stop(self) -> None:
@@ -272,10 +324,20 @@ class Daemon:
     # -- trust -------------------------------------------------------------------
 
     def authorize(self, address: str) -> bool:
-        """May ``address`` connect (and be a member)? Revoked never may."""
+        """May ``address`` connect (and be a member)? Revoked never may.
+
+        ``open`` mode: anyone not revoked here. ``invite`` mode: the web of
+        trust grown from ``trust.json`` through the journal's vouches
+        (:mod:`hivemesh.runtime.trustview`).
+        """
         if self.trust.is_revoked(address):
             return False
-        return self.config.trust_mode == "open" or self.trust.is_trusted(address)
+        if self.config.trust_mode == "open" or self.trust.is_trusted(address):
+            return True
+        admitted, revoked = self.trust_view.evaluate(
+            self.trust.trusted(), self.trust.revoked(), self.address
+        )
+        return address in admitted and address not in revoked
 
     def author_trusted(self, author: bytes) -> bool:
         """The journal gate: may events authored by ``author`` be stored?"""
@@ -285,6 +347,7 @@ class Daemon:
         """Revoke ``address``: drop its channel, forget it, refuse its new events."""
         public_key_of(address)
         self.trust.revoke(address, now_ms() // 1000)
+        self.node.append(KIND_TRUST_REVOKE, {"address": address}, now_ms())
         self.conns.forget(address)
         await self.conns.disconnect(address, "revoked", revoked=True)
         self.node.remove_peer(address)
@@ -295,7 +358,26 @@ class Daemon:
         """Trust ``address`` (invite mode) and lift any revocation."""
         public_key_of(address)
         self.trust.add(address, now_ms() // 1000)
+        self.vouch(address)
         self.learn(address, self.endpoints.endpoints(address))
+
+    def vouch(self, address: str) -> None:
+        """Publish that we trust ``address`` (others in the swarm may admit it)."""
+        self.node.append(KIND_TRUST_ADD, {"address": address}, now_ms())
+        self._schedule_flush()
+
+    async def _recheck_trust(self) -> None:
+        """After trust changed: drop peers no longer admitted, dial new ones."""
+        for peer in sorted(self.conns.links):
+            if peer not in self.invites.probation and not self.authorize(peer):
+                self.counters["disconnected_revoked"] += 1
+                self.conns.forget(peer)
+                await self.conns.disconnect(peer, "revoked", revoked=True)
+                self.node.remove_peer(peer)
+                self.members.m.forget(peer, now_ms())
+        for address, eps in self.endpoints.known().items():
+            if address not in self.conns.links:
+                self.learn(address, eps)
 
     def record(self, kind: str, address: str, incarnation: int, t: int) -> None:
         """Append a membership observation to our feed."""
@@ -360,6 +442,7 @@ class Daemon:
                 t = now_ms()
                 self.members.after_input(t)
                 self.messaging.after_input()
+                self.blobs.after_input()
                 out = self.node.outbox()
                 events = self.node.events()
                 if not out and not events:
@@ -372,6 +455,10 @@ class Daemon:
             self._wake.set()
 
     def _dispatch(self, ev: Event) -> None:
+        if ev.kind in TrustView.kinds and ev.author != self.identity.public:
+            task = asyncio.get_running_loop().create_task(self._recheck_trust())
+            self._bg.add(task)
+            task.add_done_callback(self._bg.discard)
         if ev.kind == KIND_HELLO and ev.author != self.identity.public:
             addr = address_of(ev.author)
             self.learn(addr, self.endpoints.endpoints(addr))
@@ -385,6 +472,7 @@ class Daemon:
             self.members.m.handle_timer(t)
             self.messaging.handle_timer(t)
             self.invites.expire(t)
+            self.blobs.handle_timer(t)
             await self.flush()
             self._wake.clear()
             self._armed_ms = min(self._next_deadline(), now_ms() + 1000)
@@ -397,7 +485,11 @@ class Daemon:
 
     def _next_deadline(self) -> int:
         d = min(self.node.next_deadline(), self.members.m.next_deadline())
-        for extra in (self.messaging.next_deadline(), self.invites.next_deadline()):
+        for extra in (
+            self.messaging.next_deadline(),
+            self.invites.next_deadline(),
+            self.blobs.next_deadline(),
+        ):
             if extra is not None:
                 d = min(d, extra)
         return d
@@ -477,60 +569,12 @@ class Daemon:
         return owner
 
     def status(self) -> dict[str, Any]:
-        """Everything ``hivemesh status`` shows."""
-        j = self.node.journal
-        counters: Counter[str] = Counter()
-        counters.update(self.node.counters)
-        counters.update(self.conns.counters)
-        counters.update(self.counters)
-        counters.update({f"membership_{k}": v for k, v in self.members.m.counters.items()})
-        counters.update({f"direct_{k}": v for k, v in self.messaging.direct.counters.items()})
-        counters.update({f"direct_{k}": v for k, v in self.messaging.counters.items()})
-        counters["subscriber_dropped"] += sum(s.dropped for s in self._subs)
-        for view in (self.context_view, self.names, self.endpoints):
-            for code, n in view.rejected.items():
-                counters[f"view_rejected_{code}"] += n
-        dropped = {k: v for k, v in counters.items() if "dropped" in k or "undelivered" in k}
-        return {
-            "address": self.address,
-            "names": self.names.names_of(self.address),
-            "listen": f"{self.config.listen_endpoint()[0]}:{self.listen_port}",
-            "data_dir": str(self.config.data_dir),
-            "uptime_s": round((now_ms() - self.started_ms) / 1000, 3),
-            "journal": {
-                "events": j.total_events,
-                "feeds": len(j.heads),
-                "own_seq": j.head(self.identity.public).seq,
-                "rehydrated": self.rehydrated,
-                "version_vector": {address_of(a): s for a, s in sorted(j.version_vector().items())},
-            },
-            "peers_connected": len(self.conns.links),
-            "members": self.members.snapshot(),
-            "detection_bound_ms": self.members.detection_bound_ms(),
-            "inbox": self.messaging.inbox.count(),
-            "counters": dict(sorted(counters.items())),
-            "transport": self.conns.transport_counters.snapshot(),
-            "dropped_total": sum(dropped.values()),
-        }
+        """Everything ``hivemesh status`` shows (see :mod:`hivemesh.runtime.status`)."""
+        return status_of(self)
 
     def peers(self) -> list[dict[str, Any]]:
         """Known members with their channel figures."""
-        chans = self.conns.statistics()
-        members = self.members.snapshot()
-        out = []
-        for addr in sorted(set(members) | set(chans)):
-            m = members.get(addr)
-            out.append(
-                {
-                    "address": addr,
-                    "names": self.names.names_of(addr),
-                    "state": m["state"] if m else "connecting",
-                    "endpoints": m["endpoints"] if m else self.endpoints.endpoints(addr),
-                    "channel": chans.get(addr),
-                    "revoked": self.trust.is_revoked(addr),
-                }
-            )
-        return out
+        return peers_of(self)
 
     async def send_direct(self, to: str, data: Any, *, timeout_s: float) -> dict[str, Any]:
         """Send an acknowledged direct message to an address or a name.

@@ -67,6 +67,7 @@ class Invites:
         """Accept ``token``: trust the inviter and dial it with our proof."""
         d = self.daemon
         invite = d.trust.accept(token, now_ms // 1000)
+        d.vouch(invite.inviter)
         self.proofs[invite.inviter] = join_proof(invite, d.address)
         if invite.inviter in d.conns.links:
             self.send_proof(invite.inviter)
@@ -98,6 +99,7 @@ class Invites:
             return False
         self.probation.pop(peer, None)
         d.counters["invites_redeemed"] += 1
+        d.vouch(peer)
         return True
 
     def expire(self, now_ms: int) -> None:

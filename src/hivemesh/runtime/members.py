@@ -24,6 +24,7 @@ A new channel to an address membership does not know yet starts
 
 from __future__ import annotations
 
+import logging
 import random
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
     from hivemesh.runtime.daemon import Daemon
 
 __all__ = ["MemberDriver", "membership_config"]
+
+log = logging.getLogger("hivemesh.runtime.members")
 
 
 def membership_config(
@@ -90,6 +93,13 @@ class MemberDriver:
         """Act on membership changes (see module docs)."""
         d = self.daemon
         for ch in self.m.changes():
+            log.info(
+                "member %s %s -> %s (incarnation %d)",
+                ch.address[:12],
+                ch.previous.value if ch.previous else "new",
+                ch.state.value,
+                ch.incarnation,
+            )
             if ch.state is MemberState.UP:
                 d.learn(ch.address, list(ch.endpoints))
                 if ch.address in d.conns.links:

@@ -114,7 +114,8 @@ class LocalSwarm:
         self.nodes: dict[str, NodeProc] = {}
         self.start_timeout_s = start_timeout_s
         src = str(Path(hivemesh.__file__).resolve().parent.parent)
-        base = dict(os.environ)
+        # a clean slate: the caller's HIVEMESH_* settings must not leak in
+        base = {k: v for k, v in os.environ.items() if not k.startswith("HIVEMESH_")}
         base.update(FAST_TIMINGS)
         base.update(env or {})
         base["PYTHONPATH"] = os.pathsep.join(p for p in (src, base.get("PYTHONPATH", "")) if p)

@@ -33,6 +33,14 @@ def register(sub: Any) -> None:
         help="[address@]host:port of a node to join through (repeatable)",
     )
     p.add_argument("--name", help="claim this name at startup")
+    p.add_argument(
+        "--mdns", action="store_true", default=None, help="find peers on the LAN with mDNS"
+    )
+    p.add_argument(
+        "--mdns-interface",
+        action="append",
+        help="IPv4 address of an interface for mDNS (repeatable; default 127.0.0.1)",
+    )
     p.add_argument("--trust-mode", choices=["open", "invite"])
     p.add_argument("--probe-interval-ms", type=int)
     p.add_argument("--probe-timeout-ms", type=int)
@@ -48,6 +56,8 @@ def _run(args: argparse.Namespace) -> int:
         "advertise": args.advertise,
         "bootstrap": tuple(args.bootstrap) if args.bootstrap else None,
         "name": args.name,
+        "mdns": args.mdns,
+        "mdns_interfaces": tuple(args.mdns_interface) if args.mdns_interface else None,
         "trust_mode": args.trust_mode,
         "probe_interval_ms": args.probe_interval_ms,
         "probe_timeout_ms": args.probe_timeout_ms,

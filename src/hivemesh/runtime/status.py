@@ -1,0 +1,115 @@
+"""What ``hivemesh status`` and ``hivemesh peers`` report, and event subscriptions.
+
+``status`` gathers every counter of every part of the node in one flat,
+sorted map (core replication, channels, membership, direct messages,
+control socket, views' rejections, transport), so nothing is dropped or
+refused without a visible number. ``dropped_total`` sums every counter that
+records lost work: ``dropped_*`` (no channel, slow peer, channel closed with
+frames queued, subscribers that fell behind), ``events_undelivered`` and the
+transport's ``frames_dropped``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from hivemesh.core.event import Event
+from hivemesh.core.identity import address_of
+
+if TYPE_CHECKING:
+    from hivemesh.runtime.daemon import Daemon
+
+__all__ = ["Subscription", "peers_of", "status_of"]
+
+_SUBSCRIBER_QUEUE = 1024
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Subscription:
+    """A bounded queue of events of some kinds; overflow is counted."""
+
+    def __init__(self, kinds: frozenset[str] | None, maxsize: int = _SUBSCRIBER_QUEUE) -> None:
+        self.kinds = kinds
+        self.queue: asyncio.Queue[Event] = asyncio.Queue(maxsize)
+        self.dropped = 0
+
+    def offer(self, ev: Event) -> None:
+        """Queue ``ev`` if it is of a subscribed kind; count it if the queue is full."""
+        if self.kinds is not None and ev.kind not in self.kinds:
+            return
+        try:
+            self.queue.put_nowait(ev)
+        except asyncio.QueueFull:
+            self.dropped += 1
+
+
+def status_of(d: Daemon) -> dict[str, Any]:
+    """Everything ``hivemesh status`` shows."""
+    j = d.node.journal
+    counters: Counter[str] = Counter()
+    counters.update(d.node.counters)
+    counters.update(d.conns.counters)
+    counters.update(d.counters)
+    counters.update({f"membership_{k}": v for k, v in d.members.m.counters.items()})
+    counters.update({f"direct_{k}": v for k, v in d.messaging.direct.counters.items()})
+    counters.update({f"direct_{k}": v for k, v in d.messaging.counters.items()})
+    if d._mdns is not None:
+        counters.update({f"mdns_{k}": v for k, v in d._mdns.counters.items()})
+    counters["subscriber_dropped"] += sum(s.dropped for s in d._subs)
+    for view in (d.context_view, d.names, d.endpoints, d.blobs.index, d.trust_view):
+        for code, n in view.rejected.items():
+            counters[f"view_rejected_{code}"] += n
+    transport = d.conns.transport_counters.snapshot()
+    dropped = {k: v for k, v in counters.items() if "dropped" in k or "undelivered" in k}
+    dropped["transport_frames_dropped"] = transport.get("frames_dropped", 0)
+    return {
+        "address": d.address,
+        "names": d.names.names_of(d.address),
+        "listen": f"{d.config.listen_endpoint()[0]}:{d.listen_port}",
+        "data_dir": str(d.config.data_dir),
+        "uptime_s": round((_now_ms() - d.started_ms) / 1000, 3),
+        "journal": {
+            "events": j.total_events,
+            "feeds": len(j.heads),
+            "own_seq": j.head(d.identity.public).seq,
+            "rehydrated": d.rehydrated,
+            "version_vector": {address_of(a): s for a, s in sorted(j.version_vector().items())},
+        },
+        "peers_connected": len(d.conns.links),
+        "members": d.members.snapshot(),
+        "detection_bound_ms": d.members.detection_bound_ms(),
+        "inbox": d.messaging.inbox.count(),
+        "blobs": {
+            "known": len(d.blobs.index.snapshot()),
+            "fetching": len(d.blobs.fetcher.active()),
+        },
+        "counters": dict(sorted(counters.items())),
+        "transport": transport,
+        "dropped_total": sum(dropped.values()),
+    }
+
+
+def peers_of(d: Daemon) -> list[dict[str, Any]]:
+    """Known members with their channel figures."""
+    chans = d.conns.statistics()
+    members = d.members.snapshot()
+    out = []
+    for addr in sorted(set(members) | set(chans)):
+        m = members.get(addr)
+        out.append(
+            {
+                "address": addr,
+                "names": d.names.names_of(addr),
+                "state": m["state"] if m else "connecting",
+                "endpoints": m["endpoints"] if m else d.endpoints.endpoints(addr),
+                "channel": chans.get(addr),
+                "revoked": d.trust.is_revoked(addr),
+            }
+        )
+    return out
