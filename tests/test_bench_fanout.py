@@ -85,7 +85,7 @@ def test_smoke_run_three_nodes_zero_loss(tmp_path: Path) -> None:
     doc = json.loads(proc.stdout)
     assert doc["bench"] == "fanout"
     names = [m["name"] for m in doc["metrics"]]
-    assert names[0] == "events/s to all 3 nodes" and len(names) == 5
+    assert names[0] == "events/s to all 3 nodes" and len(names) == 6
     for m in doc["metrics"]:
         assert set(m) >= {"ours", "baseline", "ratio", "unit", "goal", "goal_met"}
     ours = doc["details"]["hivemesh"]

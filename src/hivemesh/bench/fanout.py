@@ -231,11 +231,37 @@ async def _settle(fleet: Fleet, timeout_s: float = 30.0) -> None:
         prev = now
 
 
-async def _measure(fleet: Fleet, args: argparse.Namespace, events: int) -> dict[str, Any]:
+def _proc_cpu_s(pid: int | None) -> float:
+    """CPU seconds used so far by process ``pid`` (0.0 if unknown or gone)."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _find_pid(comm: str) -> int | None:
+    """The pid of the one running process named ``comm`` (None if 0 or > 1)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            with contextlib.suppress(OSError):
+                if (d / "comm").read_text().strip() == comm:
+                    found.append(int(d.name))
+    return found[0] if len(found) == 1 else None
+
+
+async def _measure(
+    fleet: Fleet, args: argparse.Namespace, events: int, server_pid: int | None = None
+) -> dict[str, Any]:
     warm = await _phase_paced(fleet, args, "warm", 100.0, 50, args.stall_s)
     await _settle(fleet)
     before = await fleet.gather("report", 30.0, phase="none", samples=False)
+    server_before = _proc_cpu_s(server_pid)
     tp = await _phase_throughput(fleet, args, events, "tp")
+    server_cpu = _proc_cpu_s(server_pid) - server_before
     mid = await fleet.gather("report", 30.0, phase="none", samples=False)
     out: dict[str, Any] = {"warmup_lost": warm["lost"], "throughput": tp}
     await _settle(fleet)
@@ -248,7 +274,9 @@ async def _measure(fleet: Fleet, args: argparse.Namespace, events: int) -> dict[
     total = max(1, int(args.rate * args.duration_s))
     out["latency"] = await _phase_paced(fleet, args, "lat", args.rate, total, args.stall_s)
     after = await fleet.gather("report", 30.0, phase="none", samples=False)
-    tp_cpu = sum(m["cpu_s"] - b["cpu_s"] for m, b in zip(mid, before, strict=True))
+    tp_cpu = server_cpu + sum(m["cpu_s"] - b["cpu_s"] for m, b in zip(mid, before, strict=True))
+    if server_pid is not None:
+        out["throughput"]["server_cpu_s"] = round(server_cpu, 2)
     copies = tp["delivered_to_all"] * (len(fleet.workers) - args.publishers)
     out["throughput"]["cpu_s"] = round(tp_cpu, 2)
     out["throughput"]["deliveries_per_cpu_s"] = round(copies / max(1e-9, tp_cpu))
@@ -345,8 +373,10 @@ async def _run_nats(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
                 )
             )
             fleet.workers.sort(key=lambda w: int(w.name[4:]))
-            out = await _measure(fleet, args, args.events)
+            pid = server.pid if server is not None else _find_pid("nats-server")
+            out = await _measure(fleet, args, args.events, server_pid=pid)
             out["server"] = url + (" (private)" if server else "")
+            out["server_cpu_counted"] = pid is not None
             return out
     finally:
         if server is not None:
@@ -456,6 +486,13 @@ def _metrics(
             _fig(p2p, "zero_loss_events_per_s"),
             "ev/s",
             "py-libp2p gossipsub (zero-loss rate)",
+        ),
+        Metric(
+            "deliveries per CPU-second",
+            _fig(ours, "throughput", "deliveries_per_cpu_s") or 0.0,
+            _fig(nats, "throughput", "deliveries_per_cpu_s"),
+            "1/cpu-s",
+            "nats core (clients + server)",
         ),
         Metric(
             f"p50 latency @ {args.rate:,.0f} ev/s",
