@@ -10,6 +10,14 @@ Ops (JSON lines, see :mod:`hivemesh.bench._fanout_wire`): ``status``,
 ``publish`` (a burst of ``n`` events appended in batches of ``batch``, each
 batch one signed append that is flushed to the peers' send queues before the
 next), ``pace`` (one append per due tick at ``rate`` events/s), ``report``.
+
+Diagnosis switches (environment, passed through by the bench; never set by
+it): ``HIVEMESH_BENCH_PROFILE=DIR`` writes a CPU-time cProfile per node to
+``DIR/node<i>.prof``; ``HIVEMESH_BENCH_SLOW_MS=N`` logs every event-loop
+step that blocks longer than N ms; ``HIVEMESH_BENCH_LOG_DIR=DIR`` sends the
+node's log there; ``HIVEMESH_BENCH_SQLITE_PRAGMA="name=value"`` runs one
+PRAGMA on the node's store (``wal_autocheckpoint=0`` shows what WAL
+checkpoints cost the latency tail). Figures to publish use none of them.
 """
 
 from __future__ import annotations
@@ -57,9 +65,17 @@ async def _main(args: argparse.Namespace) -> None:
         "sync_interval_ms": args.sync_interval_ms,
     }
     bootstrap = [args.bootstrap] if args.bootstrap else []
+    slow_ms = os.environ.get("HIVEMESH_BENCH_SLOW_MS")
+    if slow_ms:  # diagnosis: log every loop step that blocks longer than this
+        loop = asyncio.get_running_loop()
+        loop.set_debug(True)
+        loop.slow_callback_duration = float(slow_ms) / 1000
     async with Node(args.data_dir, bootstrap=bootstrap, **settings) as node:
         daemon = node.daemon
         daemon.node.add_view(_ReceiptView(receipts))
+        pragma = os.environ.get("HIVEMESH_BENCH_SQLITE_PRAGMA")
+        if pragma:  # diagnosis only: e.g. "wal_autocheckpoint=0" to see checkpoint stalls
+            daemon.node.journal.store.db.execute(f"PRAGMA {pragma}")  # type: ignore[attr-defined]
 
         async def status(req: dict[str, Any]) -> dict[str, Any]:
             return {"peers": len(daemon.node.peers), "links": len(daemon.conns.links)}
@@ -124,7 +140,11 @@ def main() -> None:
     p.add_argument("--bootstrap", default="")
     p.add_argument("--sync-interval-ms", type=int, default=1000)
     args = p.parse_args()
-    logging.basicConfig(level=logging.WARNING)
+    log_dir = os.environ.get("HIVEMESH_BENCH_LOG_DIR")
+    logging.basicConfig(
+        level=logging.WARNING,
+        filename=os.path.join(log_dir, f"node{args.index}.log") if log_dir else None,
+    )
     prof_dir = os.environ.get("HIVEMESH_BENCH_PROFILE")
     if not prof_dir:
         asyncio.run(_main(args))

@@ -272,16 +272,29 @@ async def _measure(
         out["zero_loss"] = zl
         out["zero_loss_events_per_s"] = zl["events_per_s"]
     total = max(1, int(args.rate * args.duration_s))
+    await _settle(fleet)
+    lat_before = await fleet.gather("report", 30.0, phase="none", samples=False)
+    server_before = _proc_cpu_s(server_pid)
+    t_lat = time.monotonic()
     out["latency"] = await _phase_paced(fleet, args, "lat", args.rate, total, args.stall_s)
     after = await fleet.gather("report", 30.0, phase="none", samples=False)
+    lat_cpu = _proc_cpu_s(server_pid) - server_before
+    lat_cpu += sum(a["cpu_s"] - b["cpu_s"] for a, b in zip(after, lat_before, strict=True))
+    out["latency"]["cpu_s"] = round(lat_cpu, 2)
+    out["latency"]["cores_busy"] = round(lat_cpu / max(1e-9, time.monotonic() - t_lat), 2)
     tp_cpu = server_cpu + sum(m["cpu_s"] - b["cpu_s"] for m, b in zip(mid, before, strict=True))
     if server_pid is not None:
         out["throughput"]["server_cpu_s"] = round(server_cpu, 2)
-    copies = tp["delivered_to_all"] * (len(fleet.workers) - args.publishers)
+    copies = tp["delivered_to_all"] * (len(fleet.workers) - 1)  # each event to every other node
     out["throughput"]["cpu_s"] = round(tp_cpu, 2)
     out["throughput"]["deliveries_per_cpu_s"] = round(copies / max(1e-9, tp_cpu))
     out["cpu_s"] = round(sum(r["cpu_s"] for r in after), 2)
     out["dropped_total"] = sum(r["dropped_total"] for r in after)
+    counters: dict[str, int] = {}
+    for r in after:
+        for k, v in r.get("counters", {}).items():
+            counters[k] = counters.get(k, 0) + int(v)
+    out["counters"] = dict(sorted(counters.items()))
     return out
 
 
