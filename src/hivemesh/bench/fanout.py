@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import os
 import shutil
 import socket
@@ -46,6 +47,7 @@ from typing import Any
 
 from hivemesh.bench import BenchResult, Metric
 from hivemesh.bench._fanout_procs import Fleet
+from hivemesh.errors import BenchWorkerFailed
 
 __all__ = ["DESCRIPTION", "GOAL_EVENTS_PER_S", "add_arguments", "libp2p_python", "run"]
 
@@ -440,10 +442,13 @@ async def _run(args: argparse.Namespace) -> BenchResult:
         nats: dict[str, Any] | None = None
         if not args.skip_nats:
             (tmp / "nats").mkdir()
-            try:
-                nats = await _run_nats(args, tmp / "nats")
-            except (OSError, TimeoutError) as exc:
-                nats = {"error": f"unavailable: {exc}"}
+            if importlib.util.find_spec("nats") is None:
+                nats = {"error": "unavailable: nats-py is not installed (pip install nats-py)"}
+            else:
+                try:
+                    nats = await _run_nats(args, tmp / "nats")
+                except (OSError, TimeoutError, BenchWorkerFailed) as exc:
+                    nats = {"error": f"failed: {exc}"}
             details["nats"] = nats
         p2p: dict[str, Any] | None = None
         if not args.skip_libp2p:
@@ -455,7 +460,7 @@ async def _run(args: argparse.Namespace) -> BenchResult:
                 (tmp / "p2p").mkdir()
                 try:
                     p2p = await _run_libp2p(args, tmp / "p2p", py)
-                except (OSError, TimeoutError) as exc:
+                except (OSError, TimeoutError, BenchWorkerFailed) as exc:
                     p2p = {"error": f"failed: {exc}"}
             details["libp2p"] = p2p
     details["load_average_1m"] = round(os.getloadavg()[0], 2)
