@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -188,11 +189,67 @@ def test_a_second_daemon_on_the_same_data_dir_is_refused(pair: LocalSwarm) -> No
     assert a.client.status()["address"] == a.address  # the first one is unharmed
 
 
-def test_sigterm_stops_cleanly_and_sigint_too(pair: LocalSwarm) -> None:
-    import signal
+def test_a_port_in_use_is_a_config_error_not_a_traceback(pair: LocalSwarm, tmp_path: Path) -> None:
+    a = pair.nodes["a"]
+    out = cli("up", "--listen", a.endpoint, "--json", data_dir=tmp_path / "x")
+    assert out.returncode == 1, out.stderr
+    err = json.loads(out.stdout)["error"]
+    assert err["code"] == "config_error" and "cannot listen" in err["message"]
+    assert "Traceback" not in out.stderr
 
+
+def test_a_tampered_journal_is_refused_at_start_with_a_typed_error(tmp_path: Path) -> None:
+    import sqlite3
+
+    with LocalSwarm(tmp_path) as s:
+        n = s.start("n")
+        n.client.ctx_set("default", "k", "v")
+        s.kill("n", signal.SIGTERM)
+    db = sqlite3.connect(n.data_dir / "store.db")
+    (raw,) = db.execute("SELECT raw FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+    evil = raw[:-1] + bytes([raw[-1] ^ 1])  # one flipped bit in the newest event
+    db.execute("UPDATE events SET raw = ? WHERE raw = ?", (evil, raw))
+    db.commit()
+    db.close()
+    out = cli("up", "--listen", "127.0.0.1:0", "--json", data_dir=n.data_dir)
+    assert out.returncode == 1, out.stderr
+    assert json.loads(out.stdout)["error"]["code"] == "store_corrupt"
+    assert "Traceback" not in out.stderr
+
+
+def test_sigterm_stops_cleanly_and_sigint_too(pair: LocalSwarm) -> None:
     b = pair.nodes["b"]
     pair.kill("b", signal.SIGINT)
     assert b.proc is not None and b.proc.returncode == 0
     assert not (b.data_dir / "ctl.sock").exists()
     pair.restart("b")
+
+
+def test_offline_trust_edit_applies_at_next_start(tmp_path: Path) -> None:
+    d = tmp_path / "n"
+    cli_json("init", data_dir=d)
+    other = cli_json("init", data_dir=tmp_path / "other")["address"]
+    out = cli_json("trust", "revoke", other, data_dir=d)
+    assert out == {"offline": True, "revoked": other}
+    from hivemesh.trust import TrustStore
+
+    assert TrustStore(d).is_revoked(other)
+
+
+def test_trust_file_edited_while_running_disconnects_the_peer(pair: LocalSwarm) -> None:
+    from hivemesh.trust import TrustStore
+
+    a, b = pair.nodes["a"], pair.nodes["b"]
+    wait_until(lambda: b.address in a.client.status()["members"], 10, what="b known")
+    wait_until(
+        lambda: any(p["address"] == b.address and p["channel"] for p in a.client.peers()),
+        10,
+        what="a has a channel to b",
+    )
+    TrustStore(a.data_dir).revoke(b.address, 0)  # as another tool would
+    wait_until(
+        lambda: not any(p["address"] == b.address and p["channel"] for p in a.client.peers()),
+        10,
+        what="a notices the edited trust.json and drops b",
+    )
+    assert a.client.status()["counters"]["disconnected_revoked"] >= 1

@@ -25,7 +25,7 @@ from hivemesh.core.store import MemoryStore
 from hivemesh.errors import HivemeshError
 from hivemesh.runtime.client import Client
 from hivemesh.runtime.daemon import now_ms
-from hivemesh.runtime.swarm import LocalSwarm
+from hivemesh.runtime.swarm import LocalSwarm, wait_until
 from hivemesh.transports import SecureChannel, connect
 
 
@@ -153,3 +153,17 @@ def test_revoked_peer_is_disconnected_and_its_new_events_refused(swarm: LocalSwa
         relay.close()
 
     asyncio.run(scenario())
+
+
+def test_a_pinned_bootstrap_address_defeats_an_impostor_endpoint(swarm: LocalSwarm) -> None:
+    a, b = swarm.nodes["a"], swarm.nodes["b"]
+    # c is told "b lives at a's endpoint": the handshake proves otherwise
+    c = swarm.start("c", bootstrap=[f"{b.address}@{a.endpoint}"])
+
+    def refused() -> bool:
+        counters = c.client.status()["counters"]
+        return counters.get("dial_failed_identity_mismatch", 0) >= 1
+
+    wait_until(refused, 10, what="c refuses the impostor")
+    assert c.client.peers() == [] or all(p["channel"] is None for p in c.client.peers())
+    assert a.address not in c.client.status()["journal"]["version_vector"]

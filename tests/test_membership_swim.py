@@ -45,6 +45,7 @@ class Net:
         self.nodes: dict[str, Membership] = {}
         self.log: list[tuple[str, MemberChange]] = []
         self.cut: set[tuple[str, str]] = set()
+        self.stalled: dict[str, list[tuple[str, bytes]]] = {}
         self.gen = 0
 
     def add(self, i: int, *, incarnation: int = 0) -> Membership:
@@ -65,6 +66,12 @@ class Net:
     def crash(self, m: Membership) -> None:
         del self.nodes[m.address]
 
+    def resume(self, m: Membership) -> None:
+        """End a stall the worst way round: timers first, then the queued input."""
+        m.handle_timer(self.now)
+        for src, frame in self.stalled.pop(m.address):
+            m.receive(src, frame, self.now)
+
     def _send(self, src: str, dst: str, frame: bytes) -> None:
         if (src, dst) in self.cut or self.rng.random() < self.loss:
             return
@@ -83,7 +90,10 @@ class Net:
         for _ in range(2_000_000):
             if until is not None and until():
                 return True
-            t = min((m.next_deadline() for m in self.nodes.values()), default=end)
+            t = min(
+                (m.next_deadline() for a, m in self.nodes.items() if a not in self.stalled),
+                default=end,
+            )
             if self.heap:
                 t = min(t, self.heap[0][0])
             if t > end:
@@ -92,11 +102,13 @@ class Net:
             self.now = max(self.now, t)
             while self.heap and self.heap[0][0] <= self.now:
                 _, _, src, dst, frame = heapq.heappop(self.heap)
-                if src in self.nodes and dst in self.nodes:
+                if dst in self.stalled:
+                    self.stalled[dst].append((src, frame))
+                elif src in self.nodes and dst in self.nodes:
                     self.nodes[dst].receive(src, frame, self.now)
             for a in sorted(self.nodes):
                 m = self.nodes[a]
-                if m.next_deadline() <= self.now:
+                if a not in self.stalled and m.next_deadline() <= self.now:
                     m.handle_timer(self.now)
             self._drain_changes()
         raise AssertionError("simulation did not finish")
@@ -321,3 +333,19 @@ def test_larger_cluster_scales() -> None:
     assert not [
         c for _, c in net.log if c.state is MemberState.DOWN and c.address != victim.address
     ]
+
+
+def test_a_stalled_loop_accuses_nobody() -> None:
+    net = cluster(11, 5)
+    slow = net.nodes[addr(3)]
+    net.run(5 * CFG.probe_interval_ms)
+    # Worst moment: a PING just went out and its ACK is not processed yet.
+    in_flight = lambda: slow._probe is not None and not slow._probe.acked  # noqa: E731
+    assert net.run(5 * CFG.probe_interval_ms, in_flight)
+    net.stalled[slow.address] = []  # its event loop blocks for 20 intervals
+    net.run(20 * CFG.probe_interval_ms)
+    net.resume(slow)
+    net.run(30 * CFG.probe_interval_ms)
+    assert slow.counters["timer_stall"] == 1
+    accusations = [c for a, c in net.log if c.state is not MemberState.UP and a == slow.address]
+    assert accusations == []

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hivemesh.config import Config, load_config, parse_endpoint
+from hivemesh.config import Config, bootstrap_targets, load_config, parse_endpoint
 from hivemesh.errors import ConfigError
 
 
@@ -70,6 +70,17 @@ def test_bad_environment_names_the_variable(tmp_path: Path) -> None:
         load_config(tmp_path, environ={"HIVEMESH_SYNC_INTERVAL_MS": "soon"})
     with pytest.raises(ConfigError, match=r"\$HIVEMESH_MDNS"):
         load_config(tmp_path, environ={"HIVEMESH_MDNS": "maybe"})
+
+
+def test_bootstrap_entries_with_and_without_address() -> None:
+    from hivemesh.core.identity import Identity
+
+    addr = Identity.from_seed(b"\x01" * 32).address
+    got = bootstrap_targets(("10.0.0.1:7420", f"{addr}@10.0.0.2:1,10.0.0.3:2"))
+    assert got == [(None, "10.0.0.1", 7420), (addr, "10.0.0.2", 1), (addr, "10.0.0.3", 2)]
+    for bad in ("nothing", "hmbad@10.0.0.1:1", "10.0.0.1:0"):
+        with pytest.raises(ConfigError):
+            bootstrap_targets((bad,))
 
 
 def test_parse_endpoint() -> None:

@@ -32,9 +32,7 @@ def test_context_replicates_and_subscribe_sees_it(tmp_path: Path) -> None:
             hivemesh.Node(tmp_path / "a", **FAST) as a,
             hivemesh.Node(tmp_path / "b", bootstrap=[a.endpoint], **FAST) as b,
         ):
-            await _until(
-                lambda: b.address in {p["address"] for p in a.peers() if p["state"] == "up"}
-            )
+            assert b.address in await a.wait_peers(1, timeout_s=10)
             events = b.subscribe("ctx.update")
             waiter = asyncio.ensure_future(events.__anext__())
             with a.context("task-42") as ctx:
@@ -117,8 +115,28 @@ def test_blobs_are_announced_and_fetched_on_demand(tmp_path: Path) -> None:
             assert got == data
             # now held (and verified) locally on b
             assert b.daemon.node.journal.store.get_blob(bytes.fromhex(digest)) == data
+            assert b.status()["blobs"]["known"] == 1
             with pytest.raises(DeadlineExceeded):
                 await b.get_blob("00" * 32, timeout_s=1)
+
+    asyncio.run(main())
+
+
+def test_a_subscriber_that_falls_behind_is_counted_not_silent(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with hivemesh.Node(tmp_path / "a") as a:
+            events = a.subscribe("app.tick")
+            waiter = asyncio.ensure_future(events.__anext__())
+            await asyncio.sleep(0)  # let the generator subscribe
+            for i in range(1100):  # the queue holds 1024
+                await a.append("app.tick", i)
+            first = await asyncio.wait_for(waiter, 5)
+            assert first.body == 0
+            dropped = a.status()["counters"]["subscriber_dropped"]
+            # 1024 queued, at most one already taken by the waiter, the rest counted
+            assert 1100 - 1024 - 1 <= dropped <= 1100 - 1024
+            assert a.status()["dropped_total"] >= dropped
+            await events.aclose()
 
     asyncio.run(main())
 

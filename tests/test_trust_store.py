@@ -107,7 +107,10 @@ def test_store_is_private_and_atomic(tmp_path: Path) -> None:
 def test_revoke_wins_and_other_processes_see_it(tmp_path: Path) -> None:
     daemon = TrustStore(tmp_path)
     cli = TrustStore(tmp_path)
+    gen = daemon.poll()
+    assert daemon.poll() == gen  # nothing changed
     cli.add(BOB.address, 1)
+    assert daemon.poll() > gen
     assert daemon.is_trusted(BOB.address)  # picked up without restart
     assert daemon.trusts_author(BOB.public)
     cli.revoke(BOB.address, 2)

@@ -37,7 +37,7 @@ from typing import Any
 
 from hivemesh.errors import ConfigError
 
-__all__ = ["Config", "load_config", "parse_endpoint"]
+__all__ = ["Config", "bootstrap_targets", "load_config", "parse_endpoint"]
 
 _ENV_PREFIX = "HIVEMESH_"
 _DEFAULT_DATA_DIR = Path("~/.hivemesh").expanduser()
@@ -142,6 +142,29 @@ def parse_endpoint(text: str) -> tuple[str, int]:
     return host, p
 
 
+def bootstrap_targets(entries: tuple[str, ...]) -> list[tuple[str | None, str, int]]:
+    """``(address or None, host, port)`` for each bootstrap entry.
+
+    An entry is ``host:port`` (the address is learnt from the handshake) or
+    ``ADDRESS@host:port[,host:port...]`` (the handshake must prove ADDRESS).
+    """
+    out: list[tuple[str | None, str, int]] = []
+    for entry in entries:
+        if "@" in entry:
+            from hivemesh.discovery.bootstrap import parse_peer
+
+            peer = parse_peer(entry)
+            for ep in peer.endpoints:
+                host, port = parse_endpoint(ep)
+                out.append((peer.address, host, port))
+        else:
+            host, port = parse_endpoint(entry)
+            if port == 0:
+                raise ConfigError(f"bootstrap endpoint {entry!r} needs a port")
+            out.append((None, host, port))
+    return out
+
+
 def _coerce(name: str, value: Any, origin: str) -> Any:
     """Convert ``value`` for field ``name``; strings come from env or flags."""
     f = _FIELDS[name]
@@ -208,8 +231,7 @@ def _validate(cfg: Config) -> None:
     parse_endpoint(cfg.listen)
     if cfg.advertise is not None:
         parse_endpoint(cfg.advertise)
-    for b in cfg.bootstrap:
-        parse_endpoint(b.rpartition("@")[2])
+    bootstrap_targets(cfg.bootstrap)
     if cfg.trust_mode not in _TRUST_MODES:
         raise ConfigError(f"trust_mode must be one of {_TRUST_MODES}")
     if cfg.log_level not in _LOG_LEVELS:

@@ -45,7 +45,7 @@ Every class carries a short stable ``code`` used as the counter name in
     │   ├── BlobMismatch
     │   ├── OpsOutOfOrder
     │   ├── InvalidName
-    │   ├── BadRecord              (transport area)
+    │   ├── BadRecord
     │   └── ForgedSender
     ├── StoreError
     │   └── StoreCorrupt
@@ -55,14 +55,23 @@ Every class carries a short stable ``code`` used as the counter name in
     │   ├── UnknownPeer
     │   ├── ConnectionClosed
     │   ├── DeadlineExceeded
-    │   ├── PeerUnreachable        (transport area)
-    │   ├── WouldBlock             (transport area)
+    │   ├── PeerUnreachable
+    │   ├── WouldBlock
     │   └── DaemonNotRunning       (runtime area)
     └── CoordinationError
         ├── LeaseUnavailable
         ├── LeaseLost
         ├── StaleFencingToken
         └── BackendUnavailable
+
+    planner and LLM providers (multiple inheritance keeps the categories):
+    InvalidPlanEvent(RemoteProtocolError)     a plan.* body that fails validation
+    LLMNotConfigured(ConfigError)             no endpoint/model configured
+    LLMError(TransportError)                  any LLM call failure
+    ├── LLMTimeout(LLMError, DeadlineExceeded)
+    ├── LLMUnavailable                        connection refused/reset
+    ├── LLMHTTPError                          non-2xx answer (has .status)
+    └── LLMBadOutput(LLMError, RemoteProtocolError)  malformed or off-schema reply
 """
 
 from __future__ import annotations
@@ -90,11 +99,18 @@ __all__ = [
     "InvalidAddress",
     "InvalidArgument",
     "InvalidName",
+    "InvalidPlanEvent",
     "InviteBadSignature",
     "InviteError",
     "InviteExpired",
     "InviteMalformed",
     "InviteUsed",
+    "LLMBadOutput",
+    "LLMError",
+    "LLMHTTPError",
+    "LLMNotConfigured",
+    "LLMTimeout",
+    "LLMUnavailable",
     "LeaseLost",
     "LeaseUnavailable",
     "LocalProtocolError",
@@ -350,15 +366,6 @@ class WouldBlock(TransportError):
     code = "would_block"
 
 
-# -- runtime -----------------------------------------------------------------
-
-
-class DaemonNotRunning(TransportError):
-    """No node daemon answers on the data dir's control socket."""
-
-    code = "daemon_not_running"
-
-
 # -- membership, direct messages, trust --------------------------------------
 
 
@@ -402,6 +409,64 @@ class InviteUsed(InviteError):
     """No unexpired, unused invite matches this join proof."""
 
     code = "invite_used"
+
+
+# -- planner (issue 6) ---------------------------------------------------------
+
+
+class InvalidPlanEvent(RemoteProtocolError):
+    """A ``plan.*`` event body fails validation; the plan view ignores and counts it."""
+
+    code = "plan_invalid"
+
+
+class LLMNotConfigured(ConfigError):
+    """No LLM endpoint or model is configured (flags, config or environment)."""
+
+    code = "llm_not_configured"
+
+
+class LLMError(TransportError):
+    """A call to a language model failed (after any retries)."""
+
+    code = "llm_error"
+
+
+class LLMTimeout(LLMError, DeadlineExceeded):
+    """A language-model call did not finish before its deadline."""
+
+    code = "llm_timeout"
+
+
+class LLMUnavailable(LLMError):
+    """The language-model endpoint could not be reached (refused, reset, DNS)."""
+
+    code = "llm_unavailable"
+
+
+class LLMHTTPError(LLMError):
+    """The endpoint answered with a non-2xx status (see :attr:`status`)."""
+
+    code = "llm_http_error"
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class LLMBadOutput(LLMError, RemoteProtocolError):
+    """The model's reply is malformed or does not match the requested JSON schema."""
+
+    code = "llm_bad_output"
+
+
+# -- runtime -----------------------------------------------------------------
+
+
+class DaemonNotRunning(TransportError):
+    """No node daemon answers on the data dir's control socket."""
+
+    code = "daemon_not_running"
 
 
 # -- bench fanout ------------------------------------------------------------

@@ -18,6 +18,7 @@ it too.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
@@ -30,7 +31,7 @@ from hivemesh.config import Config, load_config
 from hivemesh.core.event import Event
 from hivemesh.core.identity import address_of
 from hivemesh.core.views.context import Context
-from hivemesh.errors import LocalProtocolError
+from hivemesh.errors import DeadlineExceeded, LocalProtocolError
 from hivemesh.runtime.daemon import Daemon
 
 __all__ = ["EventRecord", "Node"]
@@ -128,6 +129,26 @@ class Node:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+    async def wait_peers(self, n: int = 1, *, timeout_s: float = 30.0) -> list[str]:
+        """Wait until at least ``n`` members are up and connected; returns them.
+
+        Raises :class:`~hivemesh.errors.DeadlineExceeded` after ``timeout_s``.
+        """
+        daemon = self.daemon
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            up = [
+                p["address"]
+                for p in daemon.peers()
+                if p["state"] == "up" and p["channel"] is not None
+            ]
+            if len(up) >= n:
+                return up
+            if loop.time() >= deadline:
+                raise DeadlineExceeded(f"{len(up)} of {n} peers up after {timeout_s}s")
+            await asyncio.sleep(0.02)
 
     # -- shared context ----------------------------------------------------------
 

@@ -166,10 +166,18 @@ class TrustStore:
         self._lock_path = self.dir / (_FILE + ".lock")
         self._stamp: tuple[int, int, int] | None = None
         self._data: dict[str, Any] = _empty()
+        #: Bumped whenever the file is (re)loaded; see :meth:`poll`.
+        self.generation = 0
         self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._refresh()
 
     # -- queries -------------------------------------------------------------------
+
+    def poll(self) -> int:
+        """Reload if the file changed (e.g. ``hivemesh trust revoke`` ran) and
+        return :attr:`generation`; the runtime re-checks its peers when it moves."""
+        self._refresh()
+        return self.generation
 
     def is_trusted(self, address: str) -> bool:
         """True if ``address`` is trusted and not revoked."""
@@ -272,12 +280,15 @@ class TrustStore:
         try:
             st = self.path.stat()
         except FileNotFoundError:
+            if self._stamp is not None:
+                self.generation += 1
             self._stamp, self._data = None, _empty()
             return
         stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
         if stamp != self._stamp:
             self._data = _load(self.path)
             self._stamp = stamp
+            self.generation += 1
 
     @contextlib.contextmanager
     def _edit(self) -> Iterator[dict[str, Any]]:

@@ -24,6 +24,11 @@ al., "Lifeguard", 2017; hashicorp/memberlist uses the same formula), so a
 node that only one member cannot reach is not killed quickly, while a real
 crash, seen by many, is.
 
+**Stalls.** When :meth:`handle_timer` runs more than a probe interval late
+(the event loop was blocked), the current probe is abandoned rather than
+failed and due suspicion timers get one more interval, since ACKs and
+refutations may be waiting unread.
+
 **Incarnations and refutation.** Every node owns an incarnation number. News
 about a member is ordered by it: ``alive(i)`` overrides ``suspect(j)`` and
 ``dead(j)`` only when ``i > j``; ``suspect(i)`` overrides ``alive(i)``. A live
@@ -59,7 +64,8 @@ the member's endpoints and ``node.add_peer``; on ``down``/``left``
 ``node.remove_peer``, and append a journal event ``member.down`` /
 ``member.left`` with body ``{"address", "incarnation", "observed_ms"}`` so
 that views (claims, leases, health) can release a down member's work
-deterministically from the journal; ``member.up`` likewise on recovery.
+deterministically from the journal (every observer appends its own; views
+key them by ``(address, incarnation)``); ``member.up`` likewise on recovery.
 
 Wire frames (fields after the frame type; ``updates`` is a list of
 :class:`~hivemesh.core.pex.Update` records):
@@ -292,6 +298,12 @@ class Membership:
     def handle_timer(self, now_ms: int) -> None:
         """Advance probes, suspicion timers, gossip, push-pull and joins."""
         cfg = self.config
+        # Far past the probe deadline: our own loop stalled, so a missing ACK
+        # proves nothing, and refutations may still sit unread.
+        stalled = now_ms - self._next_probe_ms > cfg.probe_interval_ms
+        if stalled:
+            self.counters["timer_stall"] += 1
+            self._probe = None
         p = self._probe
         if p is not None and not p.acked and not p.indirect_sent and now_ms >= p.timeout_at_ms:
             self._send_indirect(p)
@@ -302,7 +314,11 @@ class Membership:
                 self._start_probe(now_ms)
         for addr in sorted(self._members):
             r = self._members[addr]
-            if r.state is MemberState.SUSPECT and now_ms >= r.suspect_deadline_ms:
+            if r.state is not MemberState.SUSPECT or now_ms < r.suspect_deadline_ms:
+                continue
+            if stalled:
+                r.suspect_deadline_ms = now_ms + cfg.probe_interval_ms
+            else:
                 self._set_state(r, MemberState.DOWN, now_ms)
                 self._broadcast(
                     Update(UpdateState.DEAD, addr, r.incarnation, r.endpoints, self.address)

@@ -1,1 +1,46 @@
-"""hivemesh.roles."""
+"""Planner roles: agents that read the plan view and return events to append.
+
+* :class:`Decomposer` -- proposes splits of open goals (one strategy each);
+* :class:`Scorer` -- votes on competing proposals with scores and notes;
+* :class:`Executor` -- claims tasks it can do, runs them, publishes results;
+* :class:`Observer` -- never writes; renders the tree from the journal.
+
+:class:`MCPToolBox` gives executors the tools of an MCP server.
+
+Roles do no networking: a driver polls them (:class:`LocalSwarm` in-process,
+the node runtime across processes) and appends what they emit. See
+:mod:`hivemesh.roles.base` for the contract and :func:`failure_events` for
+what failure detection writes.
+"""
+
+from __future__ import annotations
+
+from hivemesh.roles.base import Action as Action
+from hivemesh.roles.base import Emit as Emit
+from hivemesh.roles.base import Job as Job
+from hivemesh.roles.base import Role as Role
+from hivemesh.roles.base import failure_events as failure_events
+from hivemesh.roles.decomposer import Decomposer as Decomposer
+from hivemesh.roles.executor import Executor as Executor
+from hivemesh.roles.executor import ToolBox as ToolBox
+from hivemesh.roles.local import LocalJournal as LocalJournal
+from hivemesh.roles.mcp_tools import MCPToolBox as MCPToolBox
+from hivemesh.roles.observer import Observer as Observer
+from hivemesh.roles.scorer import Scorer as Scorer
+from hivemesh.roles.swarm import LocalSwarm as LocalSwarm
+
+__all__ = [
+    "Action",
+    "Decomposer",
+    "Emit",
+    "Executor",
+    "Job",
+    "LocalJournal",
+    "LocalSwarm",
+    "MCPToolBox",
+    "Observer",
+    "Role",
+    "Scorer",
+    "ToolBox",
+    "failure_events",
+]

@@ -24,7 +24,11 @@ peer address and hands every received frame to ``on_frame(peer, frame)``.
   anti-entropy re-sends what mattered after reconnect). Frames for a peer
   with no channel are counted as ``dropped_no_channel``, frames still queued
   when a channel dies as ``dropped_on_close``. Nothing is dropped without a
-  counter.
+  counter. While :meth:`send` waits, the daemon's pump waits with it (that is
+  the backpressure: inputs are not read faster than outputs drain). In
+  practice the wait is short-lived: a peer that stops reading is declared
+  down by SWIM within seconds, after which the core stops pushing to it, so
+  its queue (4096 frames / 8 MiB) rarely fills at all.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from typing import Any
 
 from hivemesh.core.identity import Identity, short
 from hivemesh.errors import (
+    ConfigError,
     DeadlineExceeded,
     HivemeshError,
     TransportError,
@@ -120,15 +125,18 @@ class ConnectionManager:
 
     async def listen(self, host: str, port: int) -> int:
         """Start accepting on ``host:port``; returns the bound port."""
-        self._server = await serve(
-            host,
-            port,
-            self.identity,
-            authorize=self._authorize,
-            on_channel=self._accepted,
-            counters=self.transport_counters,
-            options=self._options,
-        )
+        try:
+            self._server = await serve(
+                host,
+                port,
+                self.identity,
+                authorize=self._authorize,
+                on_channel=self._accepted,
+                counters=self.transport_counters,
+                options=self._options,
+            )
+        except OSError as exc:
+            raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
         self.listen_port = _bound_port(self._server, port)
         return self.listen_port
 

@@ -310,6 +310,8 @@ class ControlServer:
                 await _write(writer, await self._call(rid, op, args))
         except (ConnectionError, asyncio.CancelledError):
             pass
+        except TimeoutError:  # the client stopped reading its answers
+            counters["control_slow_client"] += 1
         finally:
             self._clients.discard(task)
             writer.close()

@@ -51,8 +51,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from hivemesh.config import Config, parse_endpoint
-from hivemesh.core.event import Event, decode_event
+from hivemesh.config import Config, bootstrap_targets, parse_endpoint
+from hivemesh.core.event import Event
 from hivemesh.core.identity import Identity, address_of, public_key_of, short
 from hivemesh.core.node import Node, NodeConfig
 from hivemesh.core.views.context import Context, ContextView
@@ -83,6 +83,24 @@ log = logging.getLogger("hivemesh.runtime")
 def now_ms() -> int:
     """Wall-clock milliseconds (the time the core is given)."""
     return time.time_ns() // 1_000_000
+
+
+def _primary_ipv4() -> str:
+    """The IPv4 address of the interface that routes off-host (for 0.0.0.0).
+
+    A UDP ``connect`` only consults the routing table: no packet is sent.
+    Falls back to the host name's address, then to loopback.
+    """
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect(("192.0.2.1", 9))  # TEST-NET-1: routed, never contacted
+        ip: str = s.getsockname()[0]
+        if not ip.startswith("127.") and ip != "0.0.0.0":
+            return ip
+    with contextlib.suppress(OSError):
+        ip = socket.gethostbyname(socket.gethostname())
+        if not ip.startswith("127."):
+            return ip
+    return "127.0.0.1"
 
 
 def _lock_data_dir(data_dir: Path) -> int:
@@ -132,6 +150,7 @@ class Daemon:
         self.invites = Invites(self)
         self._mdns: Any = None
         self._lock_fd: int | None = None
+        self._trust_generation = 0
         self.advertised = ""
 
     @property
@@ -164,6 +183,9 @@ class Daemon:
         if hasattr(self, "conns"):
             with contextlib.suppress(Exception):
                 await self.conns.close()
+        if hasattr(self, "messaging"):
+            with contextlib.suppress(Exception):
+                self.messaging.close()
         if hasattr(self, "node"):
             with contextlib.suppress(Exception):
                 self.node.journal.store.close()
@@ -180,6 +202,7 @@ class Daemon:
         self._lock_fd = _lock_data_dir(cfg.data_dir)
         self.identity = load_or_create_identity(cfg.data_dir)
         self.trust = TrustStore(cfg.data_dir)
+        self._trust_generation = self.trust.generation
         store = SQLiteStore(cfg.store_path)
         rng = random.Random(secrets.randbits(128))
         self.started_ms = now_ms()
@@ -238,10 +261,8 @@ class Daemon:
             self.node.append(*NamesView.claim(cfg.name), t)
         for address, eps in self.endpoints.known().items():
             self.learn(address, eps)
-        for b in cfg.bootstrap:
-            addr, _, ep = b.rpartition("@")
-            h, p = parse_endpoint(ep)
-            self.conns.want(h, p, addr or None)
+        for addr, h, p in bootstrap_targets(cfg.bootstrap):
+            self.conns.want(h, p, addr)
         from hivemesh.runtime.control import ControlServer
 
         self._control = ControlServer(self, cfg.control_path, timeout_s=cfg.control_timeout_s)
@@ -298,13 +319,8 @@ class Daemon:
         await self.stop()
 
     def _replay(self, store: Any) -> Iterable[Event]:
-        try:
-            from hivemesh.stores.replay import verify_feeds
-        except ImportError:  # pragma: no cover - until stores.replay lands
-            for _author, raws, _sigs in store.scan():
-                for raw in raws:
-                    yield decode_event(raw)
-            return
+        from hivemesh.stores.replay import verify_feeds
+
         yield from verify_feeds(store)
 
     def _announce(self, host: str) -> str:
@@ -312,10 +328,7 @@ class Daemon:
             ep = self.config.advertise
         else:
             if host in ("0.0.0.0", "", "::"):
-                try:
-                    host = socket.gethostbyname(socket.gethostname())
-                except OSError:
-                    host = "127.0.0.1"
+                host = _primary_ipv4()
             ep = f"{host}:{self.listen_port}"
         if self.endpoints.endpoints(self.address) != [ep]:
             self.node.append(KIND_HELLO, hello_body([ep]), now_ms())
@@ -472,6 +485,9 @@ class Daemon:
             self.members.m.handle_timer(t)
             self.messaging.handle_timer(t)
             self.invites.expire(t)
+            if self.trust.poll() != self._trust_generation:  # trust.json edited
+                self._trust_generation = self.trust.generation
+                await self._recheck_trust()
             self.blobs.handle_timer(t)
             await self.flush()
             self._wake.clear()
@@ -583,11 +599,11 @@ class Daemon:
         :class:`DeadlineExceeded` if no ack came within ``timeout_s``.
         """
         address = self.resolve(to)
-        t0 = now_ms()
-        fut = self.messaging.send(address, data, t0, int(timeout_s * 1000))
+        t0 = time.perf_counter()
+        fut = self.messaging.send(address, data, now_ms(), int(timeout_s * 1000))
         await self.flush()
         result = await fut
-        result["rtt_ms"] = now_ms() - t0
+        result["rtt_ms"] = round((time.perf_counter() - t0) * 1000, 3)
         return result
 
     def inbox(self, limit: int = 100, *, remove: bool = False) -> list[dict[str, Any]]:
@@ -599,11 +615,13 @@ class Daemon:
         address = self.resolve(target)
         if address not in self.conns.links:
             raise UnknownPeer(f"no channel to {address[:12]} (state: {self._state_of(address)})")
+        t0 = time.perf_counter()
         nonce, fut = self.messaging.ping(address, now_ms())
         await self.flush()
         try:
             async with asyncio.timeout(timeout_s):
-                rtt = await fut
+                await fut
+                rtt = round((time.perf_counter() - t0) * 1000, 3)
         except TimeoutError:
             self.messaging.forget_ping(nonce)
             raise DeadlineExceeded(f"no pong from {address[:12]} in {timeout_s}s") from None

@@ -199,7 +199,7 @@ def run_demo(
             r = sender.client.send("planner", {"task": "triage", "priority": 1}, timeout_s=10)
             inbox = swarm.nodes[named].client.inbox()
             assert any(m["msg_id"] == r["msg_id"] for m in inbox), "not in the inbox"
-            return f"{labels[2]} → planner acknowledged in {r['rtt_ms']} ms, found in its inbox"
+            return f"{labels[2]} → planner acknowledged in {r['rtt_ms']:.1f} ms, found in its inbox"
 
         check("a direct message is delivered and acknowledged", message)
 

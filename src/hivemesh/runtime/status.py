@@ -86,7 +86,7 @@ def status_of(d: Daemon) -> dict[str, Any]:
         "detection_bound_ms": d.members.detection_bound_ms(),
         "inbox": d.messaging.inbox.count(),
         "blobs": {
-            "known": len(d.blobs.index.snapshot()),
+            "known": len(d.blobs.index.snapshot()["blobs"]),
             "fetching": len(d.blobs.fetcher.active()),
         },
         "counters": dict(sorted(counters.items())),

@@ -5,13 +5,16 @@ own data dir under one root, on ``127.0.0.1`` with ephemeral ports, and talks
 to each through its control socket (:class:`~hivemesh.runtime.client.Client`).
 It can ``kill -9`` a node and restart it on the same data dir and port.
 Every wait has a deadline (:func:`wait_until`); :meth:`LocalSwarm.close`
-terminates every child (SIGTERM, then SIGKILL after a grace period), so a
-test or demo never leaks processes.
+terminates every child (SIGTERM, then SIGKILL after a grace period), and
+each child asks the kernel to SIGKILL it if its parent dies (Linux
+``PR_SET_PDEATHSIG``), so a test or demo never leaks processes, even when
+it is itself killed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import select
@@ -42,6 +45,13 @@ FAST_TIMINGS: dict[str, str] = {
     "HIVEMESH_RECONNECT_MAX_S": "0.5",
     "HIVEMESH_DIAL_TIMEOUT_S": "2",
 }
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGKILL if the parent dies (Linux), so nodes never leak."""
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
 def wait_until(
@@ -169,6 +179,7 @@ class LocalSwarm:
                 stdin=subprocess.DEVNULL,
                 env=self.env,
                 start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
         finally:
             log.close()

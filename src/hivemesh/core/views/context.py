@@ -242,11 +242,13 @@ class ListHandle:
 
     def append(self, value: Any) -> None:
         """Append ``value`` at the end."""
+        self._ctx._live()
         self._ctx._writable()
         self._list.push(_checked(value))
 
     def insert(self, index: int, value: Any) -> None:
         """Insert ``value`` before position ``index``."""
+        self._ctx._live()
         self._ctx._writable()
         if not 0 <= index <= len(self):
             raise InvalidArgument(f"index {index} out of range")
@@ -254,22 +256,27 @@ class ListHandle:
 
     def delete(self, index: int, count: int = 1) -> None:
         """Delete ``count`` items starting at ``index``."""
+        self._ctx._live()
         self._ctx._writable()
         if not (index >= 0 and count >= 0 and index + count <= len(self)):
             raise InvalidArgument(f"range {index}+{count} out of bounds")
         self._list.delete(index, count)
 
     def __len__(self) -> int:
+        self._ctx._live()
         return len(self._list)
 
     def __getitem__(self, index: int) -> Any:
+        self._ctx._live()
         return self.to_list()[index]
 
     def __iter__(self) -> Iterator[Any]:
+        self._ctx._live()
         return iter(self.to_list())
 
     def to_list(self) -> list[Any]:
         """The items as a plain list."""
+        self._ctx._live()
         return list(_deep(self._list))
 
 
@@ -284,6 +291,7 @@ class CounterHandle:
 
     def add(self, n: int | float = 1) -> None:
         """Add ``n`` (may be negative)."""
+        self._ctx._live()
         self._ctx._writable()
         if isinstance(n, bool) or not isinstance(n, (int, float)) or not math.isfinite(n):
             raise InvalidArgument("counter increments must be finite numbers")
@@ -292,6 +300,7 @@ class CounterHandle:
     @property
     def value(self) -> int | float:
         """The sum of all additions (an int when integral)."""
+        self._ctx._live()
         return _number(self._counter.value)
 
 
@@ -306,6 +315,7 @@ class TextHandle:
 
     def insert(self, pos: int, s: str) -> None:
         """Insert ``s`` at code point ``pos``."""
+        self._ctx._live()
         self._ctx._writable()
         if not isinstance(s, str) or not 0 <= pos <= len(self):
             raise InvalidArgument("bad text insert")
@@ -318,15 +328,18 @@ class TextHandle:
 
     def delete(self, pos: int, count: int) -> None:
         """Delete ``count`` code points at ``pos``."""
+        self._ctx._live()
         self._ctx._writable()
         if not (pos >= 0 and count >= 0 and pos + count <= len(self)):
             raise InvalidArgument("bad text range")
         self._text.delete(pos, count)
 
     def __len__(self) -> int:
+        self._ctx._live()
         return int(self._text.len_unicode)
 
     def __str__(self) -> str:
+        self._ctx._live()
         return str(self._text.to_string())
 
 
@@ -345,42 +358,53 @@ class Context:
         self._doc = doc
         self._kv = doc.get_map(_KV_ROOT)
 
+    def _live(self) -> None:
+        """Bring the doc's state up to date before reading or writing."""
+        self._view._attach(self._doc)
+
     def _writable(self) -> None:
         if self._view.author is None:
             raise InvalidArgument("this context view is read-only (no local author)")
 
     def __setitem__(self, key: str, value: Any) -> None:
+        self._live()
         self._writable()
         if not isinstance(key, str):
             raise InvalidArgument("keys must be strings")
         self._kv.insert(key, _checked(value))
 
     def __getitem__(self, key: str) -> Any:
+        self._live()
         v = self._kv.get(key)
         if v is None:
             raise KeyError(key)
         return _plain(v)
 
     def __delitem__(self, key: str) -> None:
+        self._live()
         self._writable()
         if self._kv.get(key) is None:
             raise KeyError(key)
         self._kv.delete(key)
 
     def __contains__(self, key: object) -> bool:
+        self._live()
         return isinstance(key, str) and self._kv.get(key) is not None
 
     def get(self, key: str, default: Any = None) -> Any:
         """``ctx[key]`` or ``default``."""
+        self._live()
         v = self._kv.get(key)
         return default if v is None else _plain(v)
 
     def keys(self) -> list[str]:
         """The keys of the map, sorted."""
+        self._live()
         return sorted(self._kv.keys())
 
     def to_dict(self) -> dict[str, Any]:
         """The key/value map as a plain dict (keys sorted)."""
+        self._live()
         value = _deep(self._kv)
         return {k: value[k] for k in sorted(value)}
 
@@ -425,6 +449,21 @@ class ContextView(ViewBase):
                 doc.peer_id = self._peer
             self._docs[name] = doc
         return doc
+
+    @staticmethod
+    def _attach(doc: LoroDoc) -> None:
+        """Materialise a detached doc's state (imports are applied lazily)."""
+        if doc.is_detached():
+            doc.checkout_to_latest()
+
+    @staticmethod
+    def _detach(doc: LoroDoc) -> None:
+        # Imports into an attached doc recompute its state each time (hundreds
+        # of microseconds for concurrent list edits); detached, an import only
+        # grows the oplog and the state is computed once, on the next read.
+        if not doc.is_detached():
+            doc.commit()
+            doc.detach()
 
     def context(self, name: str = "default") -> Context:
         """A typed handle on the context called ``name`` (created on first use)."""
@@ -490,6 +529,7 @@ class ContextView(ViewBase):
         if start != expected:
             raise OpsOutOfOrder(f"update starts at op {start}, expected {expected}")
         doc = self._doc(name)
+        self._detach(doc)
         if event.author == self.author:
             # Our own write coming back: already in the doc (or being rebuilt).
             self._exported[name] = max(self._exported.get(name, 0), end)
@@ -510,6 +550,7 @@ class ContextView(ViewBase):
         """
         out: dict[str, dict[str, Any]] = {}
         for name in sorted(self._docs):
+            self._attach(self._docs[name])
             snap = _doc_snapshot(self._docs[name])
             if snap:
                 out[name] = snap

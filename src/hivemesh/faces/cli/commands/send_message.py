@@ -34,7 +34,7 @@ def _run(args: argparse.Namespace) -> int:
         args,
         lambda c: c.send(args.to, data, timeout_s=args.timeout_s),
         lambda r: (
-            f"delivered {r['msg_id']} to {r['to'][:16]} in {r['rtt_ms']} ms"
+            f"delivered {r['msg_id']} to {r['to'][:16]} in {r['rtt_ms']:.1f} ms"
             f" ({r['attempts']} attempt{'s' if r['attempts'] != 1 else ''})"
         ),
     )

@@ -27,7 +27,12 @@ def _text(st: dict[str, Any]) -> str:
     for m in st["members"].values():
         states[m["state"]] = states.get(m["state"], 0) + 1
     if states:
-        lines.append("members   " + ", ".join(f"{n} {s}" for s, n in sorted(states.items())))
+        lines.append(
+            "members   "
+            + ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
+            + f"   (a crash is detected within {st['detection_bound_ms'] / 1000:.1f}s)"
+        )
+    lines.append(f"inbox     {st['inbox']} messages   blobs {st['blobs']['known']} known")
     lines.append(f"dropped   {st['dropped_total']} (every drop is counted below)")
     counters = st["counters"]
     if counters:

@@ -1,11 +1,20 @@
-"""``hivemesh trust list|revoke|add``: who may connect and write."""
+"""``hivemesh trust list|revoke|add``: who may connect and write.
+
+With a running daemon the change applies at once (a revoked peer is
+disconnected and the revocation is published to the swarm). Without one,
+``trust.json`` is edited directly and the change applies at the next start.
+"""
 
 from __future__ import annotations
 
 import argparse
+import time
+from collections.abc import Callable
 from typing import Any
 
-from hivemesh.runtime.cliutil import add_common, run_with_client
+from hivemesh.core.identity import public_key_of
+from hivemesh.errors import DaemonNotRunning, HivemeshError, InvalidAddress, InvalidArgument
+from hivemesh.runtime.cliutil import add_common, data_dir_of, emit, emit_error, run_with_client
 
 
 def register(sub: Any) -> None:
@@ -35,17 +44,43 @@ def _list(args: argparse.Namespace) -> int:
     return run_with_client(args, lambda c: c.call("trust.list"), text)
 
 
-def _revoke(args: argparse.Namespace) -> int:
-    return run_with_client(
+def _change(args: argparse.Namespace, op: str, key: str, offline: Callable[[Any], None]) -> int:
+    from hivemesh.runtime.client import Client
+
+    try:
+        public_key_of(args.address)
+    except InvalidAddress as exc:
+        return emit_error(args, InvalidArgument(str(exc)))
+    try:
+        result = Client(data_dir_of(args)).call(op, address=args.address)
+    except DaemonNotRunning:
+        result = None
+    except HivemeshError as exc:
+        return emit_error(args, exc)
+    if result is None:
+        from hivemesh.trust import TrustStore
+
+        try:
+            offline(TrustStore(data_dir_of(args)))
+        except HivemeshError as exc:
+            return emit_error(args, exc)
+        result = {key: args.address, "offline": True}
+    emit(
         args,
-        lambda c: c.call("trust.revoke", address=args.address),
-        lambda r: f"revoked {r['revoked']}",
+        result,
+        lambda r: (
+            f"{key} {r[key]}"
+            + (" (daemon not running: trust.json updated)" if r.get("offline") else "")
+        ),
     )
+    return 0
+
+
+def _revoke(args: argparse.Namespace) -> int:
+    now_s = int(time.time())
+    return _change(args, "trust.revoke", "revoked", lambda t: t.revoke(args.address, now_s))
 
 
 def _add(args: argparse.Namespace) -> int:
-    return run_with_client(
-        args,
-        lambda c: c.call("trust.admit", address=args.address),
-        lambda r: f"trusted {r['trusted']}",
-    )
+    now_s = int(time.time())
+    return _change(args, "trust.admit", "trusted", lambda t: t.add(args.address, now_s))

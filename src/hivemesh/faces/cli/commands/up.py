@@ -1,8 +1,9 @@
 """``hivemesh up``: run a node daemon in the foreground.
 
 Stops cleanly on SIGINT or SIGTERM (channels closed, store flushed, control
-socket removed). With ``--json`` it prints one line ``{"address", "listen",
-"control"}`` when the node is ready, then only logs (on stderr).
+socket removed); a second signal during the shutdown exits at once. With
+``--json`` it prints one line ``{"address", "listen", "control"}`` when the
+node is ready, then only logs (on stderr).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import signal
 import sys
 from typing import Any
@@ -86,8 +88,18 @@ async def _serve(cfg: Any, as_json: bool) -> int:
     daemon = Daemon(cfg)
     await daemon.start()
     loop = asyncio.get_running_loop()
+    signals = [0]
+
+    def on_signal() -> None:
+        signals[0] += 1
+        if signals[0] == 1:
+            daemon.request_stop()
+        else:  # a second signal while stopping: leave now (appends are already durable)
+            logging.getLogger("hivemesh").warning("second signal: exiting without cleanup")
+            os._exit(1)
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, daemon.request_stop)
+        loop.add_signal_handler(sig, on_signal)
     ready = {
         "address": daemon.address,
         "listen": f"{cfg.listen_endpoint()[0]}:{daemon.listen_port}",
