@@ -58,8 +58,8 @@ def _cpu_s() -> float:
 async def _main(args: argparse.Namespace) -> None:
     me: int = args.index
     receipts = Receipts(me)
+    # Daemon defaults, except quick re-dials so the mesh forms fast at start.
     settings: dict[str, Any] = {
-        "probe_interval_ms": 200,
         "reconnect_min_s": 0.05,
         "reconnect_max_s": 0.5,
         "sync_interval_ms": args.sync_interval_ms,
