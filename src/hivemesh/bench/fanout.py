@@ -42,6 +42,7 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +92,9 @@ def libp2p_python(venv: str | None = None) -> Path | None:
 # -- waiting ---------------------------------------------------------------------
 
 
-async def _until(what: str, check: Any, timeout_s: float, interval_s: float = 0.1) -> None:
+async def _until(
+    what: str, check: Callable[[], Awaitable[bool]], timeout_s: float, interval_s: float = 0.1
+) -> None:
     """Await ``check()`` (async, truthy when done) with a deadline."""
     deadline = time.monotonic() + timeout_s
     while not await check():
@@ -129,9 +132,10 @@ def _shares(total: int, publishers: int) -> list[int]:
     return [total // publishers + (1 if i < total % publishers else 0) for i in range(publishers)]
 
 
-def _pct(sorted_vals: list[int], q: float) -> float:
+def _pct(sorted_vals: list[int], q: float) -> float | None:
+    """Percentile ``q`` of microsecond samples, in ms (None without samples: valid JSON)."""
     if not sorted_vals:
-        return float("nan")
+        return None
     k = min(len(sorted_vals) - 1, max(0, round(q * (len(sorted_vals) - 1))))
     return sorted_vals[k] / 1000.0
 
@@ -198,7 +202,7 @@ async def _phase_paced(
         "samples": len(samples),
         "p50_ms": _pct(samples, 0.50),
         "p99_ms": _pct(samples, 0.99),
-        "max_ms": samples[-1] / 1000.0 if samples else float("nan"),
+        "max_ms": samples[-1] / 1000.0 if samples else None,
     }
 
 
