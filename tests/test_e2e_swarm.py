@@ -65,6 +65,8 @@ def test_context_written_on_one_node_appears_on_all(swarm: LocalSwarm) -> None:
 def test_late_joiner_gets_the_whole_journal(swarm: LocalSwarm) -> None:
     for i in range(30):
         swarm.nodes[LABELS[i % 5]].client.ctx_set("work", f"k{i}", i)
+    for i in range(600):  # a journal of some size, in every node's feed
+        swarm.nodes[LABELS[i % 5]].client.call("append", kind="app.note", body={"i": i})
     wait_until(swarm.converged, 15, what="journals converge before the late joiner")
     late = swarm.start("late", bootstrap=[swarm.nodes["n2"].endpoint])
     vv = wait_until(lambda: swarm.converged(), 15, what="late joiner converges")
@@ -72,6 +74,7 @@ def test_late_joiner_gets_the_whole_journal(swarm: LocalSwarm) -> None:
     state = late.client.ctx_get("work")
     assert state["kv"] == {f"k{i}": i for i in range(30)}
     total = sum(vv.values())
+    assert total > 630
     assert late.client.status()["journal"]["events"] == total
 
 

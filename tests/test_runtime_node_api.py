@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -137,6 +138,60 @@ def test_a_subscriber_that_falls_behind_is_counted_not_silent(tmp_path: Path) ->
             assert 1100 - 1024 - 1 <= dropped <= 1100 - 1024
             assert a.status()["dropped_total"] >= dropped
             await events.aclose()
+
+    asyncio.run(main())
+
+
+def test_an_application_view_sees_stored_and_new_events(tmp_path: Path) -> None:
+    class Tally:
+        kinds = frozenset({"app.vote"})
+
+        def __init__(self) -> None:
+            self.votes: dict[str, int] = {}
+
+        def apply(self, ev: Any) -> None:
+            self.votes[ev.body] = self.votes.get(ev.body, 0) + 1
+
+    async def main() -> None:
+        async with hivemesh.Node(tmp_path / "a") as a:
+            await a.append("app.vote", "yes")
+            await a.append("app.other", "ignored")
+        async with hivemesh.Node(tmp_path / "a") as a:
+            tally = Tally()
+            assert a.add_view(tally) == 1  # replayed from the store
+            await a.append("app.vote", "yes")
+            await a.append("app.vote", "no")
+            assert tally.votes == {"yes": 2, "no": 1}
+
+    asyncio.run(main())
+
+
+def test_request_reply_bypasses_the_inbox(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with (
+            hivemesh.Node(tmp_path / "a", name="metrics-collector", **FAST) as a,
+            hivemesh.Node(tmp_path / "b", bootstrap=[a.endpoint], **FAST) as b,
+        ):
+            seen: list[tuple[str, Any]] = []
+
+            async def collect(sender: str, body: Any) -> dict[str, Any]:
+                seen.append((sender, body))
+                if body == "boom":
+                    raise ValueError("bad batch")
+                return {"ok": True, "acked_through": len(body)}
+
+            a.on_message("metrics", collect)
+            await _until(lambda: b.daemon.names.resolve("metrics-collector") == a.address)
+            await b.wait_peers(1, timeout_s=10)
+            reply = await b.request("metrics-collector", "metrics", [1, 2, 3], timeout_s=5)
+            assert reply == {"ok": True, "acked_through": 3}
+            assert seen == [(b.address, [1, 2, 3])]
+            failed = await b.request("metrics-collector", "metrics", "boom", timeout_s=5)
+            assert failed["ok"] is False and "bad batch" in failed["error"]
+            assert a.inbox() == [] and b.inbox() == []  # neither went to an inbox
+            with pytest.raises(DeadlineExceeded):  # no handler for this kind on b
+                await a.request(b.address, "nobody-handles-this", 1, timeout_s=1)
+            assert len(b.inbox()) == 1  # an unhandled request is an ordinary message
 
     asyncio.run(main())
 

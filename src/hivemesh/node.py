@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -177,6 +177,14 @@ class Node:
 
     # -- journal -------------------------------------------------------------------
 
+    def add_view(self, view: Any) -> int:
+        """Fold the journal into ``view`` -- any object with ``kinds`` (a set of
+        event kinds, ``"*"`` for all) and ``apply(event)`` -- now and from now
+        on: stored events are replayed (verified) first, in per-author order.
+        Views must not depend on the interleaving across authors. Returns the
+        number of events replayed."""
+        return self.daemon.add_view(view)
+
     async def append(self, kind: str, body: Any) -> EventRecord:
         """Append an application event of ``kind`` to this node's feed."""
         return EventRecord.of(await self.daemon.append(kind, body))
@@ -208,6 +216,17 @@ class Node:
     async def send(self, to: str, data: Any, *, timeout_s: float = 10.0) -> Mapping[str, Any]:
         """Send an acknowledged direct message to an address or a name."""
         return await self.daemon.send_direct(to, data, timeout_s=timeout_s)
+
+    async def request(self, to: str, kind: str, body: Any, *, timeout_s: float = 10.0) -> Any:
+        """Ask the node ``to`` (address or name) to handle ``body`` with its
+        handler for ``kind``; returns the handler's reply. Raises
+        :class:`~hivemesh.errors.DeadlineExceeded` if no reply in time."""
+        return await self.daemon.request(to, kind, body, timeout_s=timeout_s)
+
+    def on_message(self, kind: str, handler: Callable[[str, Any], Awaitable[Any]]) -> None:
+        """Answer requests of ``kind``: ``await handler(sender_address, body)``
+        is sent back as the reply (an exception becomes ``{"ok": False, ...}``)."""
+        self.daemon.messaging.on_message(kind, handler)
 
     def inbox(self, limit: int = 100) -> list[dict[str, Any]]:
         """Direct messages received, oldest first."""

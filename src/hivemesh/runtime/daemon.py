@@ -14,8 +14,9 @@ package wraps its sans-IO connection):
   ``node.outbox()`` into the per-peer bounded send queues (awaiting when one
   is full: backpressure reaches the reader that caused the traffic) and
   ``node.events()`` into subscribers' bounded queues.
-* **Time.** One timer task sleeps until the earliest deadline of the core
-  and of the liveness table, then calls ``handle_timer(now_ms)``. Time is
+* **Time.** One timer task sleeps until the earliest deadline of the core,
+  membership, direct messages, blob fetches and invite probation, then calls
+  each ``handle_timer(now_ms)``. Time is
   wall-clock milliseconds; randomness is a ``random.Random`` seeded from
   :mod:`secrets`.
 
@@ -24,31 +25,33 @@ stored feed into the views (rehydration), listen, announce our endpoint in a
 ``node.hello`` event if it changed, dial bootstrap endpoints and every
 endpoint learnt from the journal, open the control socket.
 
-**Stop.** Close the control socket, stop dialling, close channels, flush and
-close the store. Every append was already committed when it returned, so a
-``kill -9`` loses nothing that was acknowledged either.
+**Stop.** Close the control socket, announce ``left`` to the members, send
+what is queued (briefly), close channels, close the store. Every append was
+already committed when it returned, so a ``kill -9`` loses nothing that was
+acknowledged either.
 
 **Parts wired in.** SWIM membership (:mod:`hivemesh.runtime.members`),
-direct messages with a durable inbox and ping
-(:mod:`hivemesh.runtime.messaging`), the trust store (``trust.json``:
-``authorize`` at the handshake, ``trusted`` at the journal gate), and the
-views: context, names and endpoints (``node.hello``).
+direct messages with a durable inbox, request/reply and ping
+(:mod:`hivemesh.runtime.messaging`), blobs (:mod:`hivemesh.runtime.blobs`),
+trust (``trust.json`` plus the journal's web of trust: ``authorize`` at the
+handshake and for membership, ``author_trusted`` at the journal gate;
+:mod:`hivemesh.runtime.trustview`, :mod:`hivemesh.runtime.invites`), the
+views (context, names, endpoints, blob index, trust) and any application
+view added with :meth:`Daemon.add_view` (verified replay first). Only one
+daemon runs per data dir (``daemon.lock``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import logging
 import os
 import random
 import secrets
-import socket
 import time
 from collections import Counter
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 from hivemesh.config import Config, bootstrap_targets, parse_endpoint
@@ -59,7 +62,6 @@ from hivemesh.core.views.context import Context, ContextView
 from hivemesh.core.views.names import NamesView
 from hivemesh.errors import (
     ConfigError,
-    DeadlineExceeded,
     InvalidAddress,
     InvalidArgument,
     UnknownPeer,
@@ -67,9 +69,10 @@ from hivemesh.errors import (
 from hivemesh.runtime.blobs import Blobs
 from hivemesh.runtime.connections import ConnectionManager
 from hivemesh.runtime.endpoints import KIND_HELLO, EndpointsView, hello_body
+from hivemesh.runtime.hostutil import lock_data_dir, primary_ipv4
 from hivemesh.runtime.invites import Invites
 from hivemesh.runtime.members import MemberDriver
-from hivemesh.runtime.messaging import Messaging
+from hivemesh.runtime.messaging import Messaging, ping, request, send_direct
 from hivemesh.runtime.status import Subscription, peers_of, status_of
 from hivemesh.runtime.trustview import KIND_TRUST_ADD, KIND_TRUST_REVOKE, TrustView
 from hivemesh.transports import ChannelOptions
@@ -83,37 +86,6 @@ log = logging.getLogger("hivemesh.runtime")
 def now_ms() -> int:
     """Wall-clock milliseconds (the time the core is given)."""
     return time.time_ns() // 1_000_000
-
-
-def _primary_ipv4() -> str:
-    """The IPv4 address of the interface that routes off-host (for 0.0.0.0).
-
-    A UDP ``connect`` only consults the routing table: no packet is sent.
-    Falls back to the host name's address, then to loopback.
-    """
-    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.connect(("192.0.2.1", 9))  # TEST-NET-1: routed, never contacted
-        ip: str = s.getsockname()[0]
-        if not ip.startswith("127.") and ip != "0.0.0.0":
-            return ip
-    with contextlib.suppress(OSError):
-        ip = socket.gethostbyname(socket.gethostname())
-        if not ip.startswith("127."):
-            return ip
-    return "127.0.0.1"
-
-
-def _lock_data_dir(data_dir: Path) -> int:
-    """Hold an exclusive lock on ``data_dir/daemon.lock`` for the process lifetime."""
-    fd = os.open(data_dir / "daemon.lock", os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        raise ConfigError(f"another hivemesh daemon is running on {data_dir}") from None
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
-    return fd
 
 
 class Daemon:
@@ -199,7 +171,7 @@ class Daemon:
 
         cfg = self.config
         cfg.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self._lock_fd = _lock_data_dir(cfg.data_dir)
+        self._lock_fd = lock_data_dir(cfg.data_dir)
         self.identity = load_or_create_identity(cfg.data_dir)
         self.trust = TrustStore(cfg.data_dir)
         self._trust_generation = self.trust.generation
@@ -246,6 +218,7 @@ class Daemon:
             inbox_max=cfg.inbox_max,
             relays=self._relays,
         )
+        self.messaging.on_output = self._schedule_flush
         self._ready.set()
         if cfg.mdns:
             from hivemesh.discovery.mdns import LanDiscovery
@@ -328,7 +301,7 @@ class Daemon:
             ep = self.config.advertise
         else:
             if host in ("0.0.0.0", "", "::"):
-                host = _primary_ipv4()
+                host = primary_ipv4()
             ep = f"{host}:{self.listen_port}"
         if self.endpoints.endpoints(self.address) != [ep]:
             self.node.append(KIND_HELLO, hello_body([ep]), now_ms())
@@ -526,6 +499,19 @@ class Daemon:
 
     # -- API used by the control socket and hivemesh.Node -----------------------
 
+    def add_view(self, view: Any) -> int:
+        """Register an application view (a reducer with ``kinds`` and
+        ``apply(event)``); it first gets every stored event of its kinds
+        (verified replay), then every new one. Returns the replayed count."""
+        kinds = frozenset(view.kinds)
+        n = 0
+        for ev in self._replay(self.node.journal.store):
+            if "*" in kinds or ev.kind in kinds:
+                view.apply(ev)
+                n += 1
+        self.node.add_view(view)
+        return n
+
     def subscribe(self, kinds: Iterable[str] | None = None) -> Subscription:
         """A bounded queue receiving new events (of ``kinds``, or all)."""
         sub = Subscription(frozenset(kinds) if kinds is not None else None)
@@ -598,38 +584,19 @@ class Daemon:
         Returns when the receiver acknowledged (it is in its inbox); raises
         :class:`DeadlineExceeded` if no ack came within ``timeout_s``.
         """
-        address = self.resolve(to)
-        t0 = time.perf_counter()
-        fut = self.messaging.send(address, data, now_ms(), int(timeout_s * 1000))
-        await self.flush()
-        result = await fut
-        result["rtt_ms"] = round((time.perf_counter() - t0) * 1000, 3)
-        return result
+        return await send_direct(self, to, data, timeout_s=timeout_s)
 
     def inbox(self, limit: int = 100, *, remove: bool = False) -> list[dict[str, Any]]:
         """Direct messages received, oldest first (removed if ``remove``)."""
         return self.messaging.inbox.list(limit, remove=remove)
 
+    async def request(self, to: str, kind: str, body: Any, *, timeout_s: float) -> Any:
+        """Send a request to a handler of ``kind`` on ``to``; return its reply."""
+        return await request(self, to, kind, body, timeout_s=timeout_s)
+
     async def ping(self, target: str, *, timeout_s: float) -> dict[str, Any]:
         """Round-trip time to a connected peer (by address or name)."""
-        address = self.resolve(target)
-        if address not in self.conns.links:
-            raise UnknownPeer(f"no channel to {address[:12]} (state: {self._state_of(address)})")
-        t0 = time.perf_counter()
-        nonce, fut = self.messaging.ping(address, now_ms())
-        await self.flush()
-        try:
-            async with asyncio.timeout(timeout_s):
-                await fut
-                rtt = round((time.perf_counter() - t0) * 1000, 3)
-        except TimeoutError:
-            self.messaging.forget_ping(nonce)
-            raise DeadlineExceeded(f"no pong from {address[:12]} in {timeout_s}s") from None
-        return {"address": address, "rtt_ms": rtt}
-
-    def _state_of(self, address: str) -> str:
-        st = self.members.state(address)
-        return "unknown" if st is None else st.value
+        return await ping(self, target, timeout_s=timeout_s)
 
     def check_address(self, address: str) -> str:
         """Validate an address argument (raises :class:`InvalidArgument`)."""

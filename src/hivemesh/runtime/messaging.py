@@ -14,8 +14,17 @@ acks, dedup, one-hop relay). This module adds what needs I/O:
   senders retry -- backpressure, not loss. (A crash in the instant between
   the core's ack and the SQLite commit can lose that one message; the
   window is one event-loop turn.)
+* **Request/reply.** A message ``{"$type": t, "body": b}`` for which the
+  receiver registered a handler (:meth:`Messaging.on_message`) bypasses the
+  inbox: the handler's result travels back as a direct message
+  ``{"$reply_to": msg_id, "body": result}``, which resolves the sender's
+  :func:`request` future (also bypassing the inbox). At most
+  :data:`MAX_HANDLERS` handlers run at once; beyond that messages wait in the
+  core's bounded inbox (backpressure: they are not acknowledged meanwhile).
+  Used by telemetry (records to ``metrics-collector``, the collector's ack
+  dict as the reply).
 * **Ping.** ``RT_PING``/``RT_PONG`` frames carry a nonce; the round-trip
-  time is measured on the sender with wall-clock milliseconds.
+  time is measured on the sender (``perf_counter``).
 """
 
 from __future__ import annotations
@@ -24,18 +33,43 @@ import asyncio
 import contextlib
 import random
 import sqlite3
+import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hivemesh.core.codec import pack, unpack
 from hivemesh.core.direct import Direct, DirectAcked, DirectConfig, InboxMessage
 from hivemesh.core.frames import encode_frame
 from hivemesh.core.node import Node
-from hivemesh.errors import DeadlineExceeded, DecodeError, StoreError
+from hivemesh.errors import (
+    DeadlineExceeded,
+    DecodeError,
+    HivemeshError,
+    StoreError,
+    UnknownPeer,
+)
 
-__all__ = ["RT_PING", "RT_PONG", "Inbox", "Messaging"]
+if TYPE_CHECKING:
+    from hivemesh.runtime.daemon import Daemon
+
+__all__ = [
+    "MAX_HANDLERS",
+    "RT_PING",
+    "RT_PONG",
+    "Handler",
+    "Inbox",
+    "Messaging",
+    "ping",
+    "request",
+    "send_direct",
+]
+
+#: Concurrent request handlers.
+MAX_HANDLERS = 256
+#: ``handler(sender_address, body) -> reply`` for a request type.
+Handler = Callable[[str, Any], Awaitable[Any]]
 
 #: Runtime frame types (outside the core table's ranges; see core.frames).
 RT_PING = 60
@@ -128,6 +162,11 @@ class Messaging:
         self.counters: Counter[str] = Counter()
         self._waiters: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._pings: dict[int, tuple[asyncio.Future[float], int]] = {}
+        self.handlers: dict[str, Handler] = {}
+        self._replies: dict[str, tuple[str, asyncio.Future[Any]]] = {}
+        self._handling: set[asyncio.Task[None]] = set()
+        #: Called after sending from a task (the daemon schedules a flush).
+        self.on_output: Callable[[], None] | None = None
         node.register_handler(RT_PING, self._on_ping)
         node.register_handler(RT_PONG, self._on_pong)
 
@@ -141,6 +180,62 @@ class Messaging:
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._waiters[msg_id] = fut
         return fut
+
+    def on_message(self, kind: str, handler: Handler) -> None:
+        """Answer requests of ``kind`` with ``handler`` (instead of the inbox)."""
+        self.handlers[kind] = handler
+
+    def expect_reply(
+        self, to: str, now_ms: int, kind: str, body: Any, timeout_ms: int
+    ) -> tuple[str, asyncio.Future[dict[str, Any]], asyncio.Future[Any]]:
+        """Send a request; returns (msg_id, ack future, reply future)."""
+        data = {"$type": kind, "body": body}
+        msg_id = self.direct.send(to, data, now_ms, deadline_ms=timeout_ms)
+        loop = asyncio.get_running_loop()
+        ack: asyncio.Future[dict[str, Any]] = loop.create_future()
+        reply: asyncio.Future[Any] = loop.create_future()
+        self._waiters[msg_id] = ack
+        self._replies[msg_id] = (to, reply)
+        return msg_id, ack, reply
+
+    def forget_reply(self, msg_id: str) -> None:
+        """Stop waiting for the reply to ``msg_id``."""
+        self._replies.pop(msg_id, None)
+
+    def _route(self, messages: list[InboxMessage]) -> list[InboxMessage]:
+        """Handle replies and requests; return the messages for the inbox."""
+        keep = []
+        for m in messages:
+            data = m.data
+            if isinstance(data, dict) and isinstance(data.get("$reply_to"), str):
+                got = self._replies.pop(data["$reply_to"], None)
+                if got is None or got[0] != m.sender:
+                    self.counters["stale_reply"] += 1
+                elif not got[1].done():
+                    got[1].set_result(data.get("body"))
+                continue
+            kind = data.get("$type") if isinstance(data, dict) else None
+            handler = self.handlers.get(kind) if isinstance(kind, str) else None
+            if handler is None:
+                keep.append(m)
+                continue
+            task = asyncio.get_running_loop().create_task(self._answer(handler, m))
+            self._handling.add(task)
+            task.add_done_callback(self._handling.discard)
+        return keep
+
+    async def _answer(self, handler: Handler, m: InboxMessage) -> None:
+        try:
+            reply = await handler(m.sender, m.data.get("body"))
+        except Exception as exc:  # the handler's failure is the requester's answer
+            self.counters["handler_failed"] += 1
+            reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        try:
+            self.direct.send(m.sender, {"$reply_to": m.msg_id, "body": reply}, _now_ms())
+        except HivemeshError as exc:
+            self.counters[f"reply_refused_{exc.code}"] += 1
+        if self.on_output is not None:
+            self.on_output()
 
     def ping(self, to: str, now_ms: int) -> tuple[int, asyncio.Future[float]]:
         """Send a ping; the future resolves with the round trip in ms."""
@@ -176,6 +271,8 @@ class Messaging:
         """Resolve finished sends; move accepted messages into the durable inbox."""
         for res in self.direct.results():
             fut = self._waiters.pop(res.msg_id, None)
+            if fut is None and not isinstance(res, DirectAcked):
+                self.counters["reply_failed"] += 1  # replies are the only untracked sends
             if fut is None or fut.done():
                 continue
             if isinstance(res, DirectAcked):
@@ -189,9 +286,13 @@ class Messaging:
                         f" ({res.reason}, {res.attempts} attempts)"
                     )
                 )
-        room = self.inbox_max - self.inbox.count() if self.direct.inbox() else 0
+        if not self.direct.inbox() or len(self._handling) >= MAX_HANDLERS:
+            return
+        room = self.inbox_max - self.inbox.count()
         if room > 0:
-            self.inbox.add(self.direct.drain_inbox(room))
+            keep = self._route(self.direct.drain_inbox(room))
+            if keep:
+                self.inbox.add(keep)
 
     def next_deadline(self) -> int | None:
         """The core's next retransmission or expiry."""
@@ -209,4 +310,62 @@ class Messaging:
         for ping, _ in self._pings.values():
             if not ping.done():
                 ping.cancel()
+        for _to, reply in self._replies.values():
+            if not reply.done():
+                reply.set_exception(DeadlineExceeded("the node is shutting down"))
+        for task in self._handling:
+            task.cancel()
         self.inbox.close()
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+async def send_direct(d: Daemon, to: str, data: Any, *, timeout_s: float) -> dict[str, Any]:
+    """Send through ``d`` and wait for the acknowledgement (see Daemon.send_direct)."""
+    address = d.resolve(to)
+    t0 = time.perf_counter()
+    fut = d.messaging.send(address, data, _now_ms(), int(timeout_s * 1000))
+    await d.flush()
+    result = await fut
+    result["rtt_ms"] = round((time.perf_counter() - t0) * 1000, 3)
+    return result
+
+
+async def request(d: Daemon, to: str, kind: str, body: Any, *, timeout_s: float) -> Any:
+    """Send a request of ``kind`` and return the handler's reply (see module docs)."""
+    address = d.resolve(to)
+    deadline = time.perf_counter() + timeout_s
+    msg_id, ack, reply = d.messaging.expect_reply(
+        address, _now_ms(), kind, body, int(timeout_s * 1000)
+    )
+    await d.flush()
+    try:
+        await ack
+        async with asyncio.timeout(max(0.0, deadline - time.perf_counter())):
+            return await reply
+    except TimeoutError:
+        raise DeadlineExceeded(f"no reply from {address[:12]} in {timeout_s}s") from None
+    finally:
+        d.messaging.forget_reply(msg_id)
+
+
+async def ping(d: Daemon, target: str, *, timeout_s: float) -> dict[str, Any]:
+    """Ping a connected peer of ``d`` (see Daemon.ping)."""
+    address = d.resolve(target)
+    if address not in d.conns.links:
+        st = d.members.state(address)
+        state = "unknown" if st is None else st.value
+        raise UnknownPeer(f"no channel to {address[:12]} (state: {state})")
+    t0 = time.perf_counter()
+    nonce, fut = d.messaging.ping(address, _now_ms())
+    await d.flush()
+    try:
+        async with asyncio.timeout(timeout_s):
+            await fut
+            rtt = round((time.perf_counter() - t0) * 1000, 3)
+    except TimeoutError:
+        d.messaging.forget_ping(nonce)
+        raise DeadlineExceeded(f"no pong from {address[:12]} in {timeout_s}s") from None
+    return {"address": address, "rtt_ms": rtt}
