@@ -72,7 +72,7 @@ async def _main(args: argparse.Namespace) -> None:
         loop.slow_callback_duration = float(slow_ms) / 1000
     async with Node(args.data_dir, bootstrap=bootstrap, **settings) as node:
         daemon = node.daemon
-        daemon.node.add_view(_ReceiptView(receipts))
+        node.add_view(_ReceiptView(receipts))  # fresh data dir: nothing to replay
         pragma = os.environ.get("HIVEMESH_BENCH_SQLITE_PRAGMA")
         if pragma:  # diagnosis only: e.g. "wal_autocheckpoint=0" to see checkpoint stalls
             daemon.node.journal.store.db.execute(f"PRAGMA {pragma}")  # type: ignore[attr-defined]
