@@ -25,6 +25,7 @@ Every class carries a short stable ``code`` used as the counter name in
     │   ├── ConfigError
     │   ├── InvalidAddress
     │   ├── QueueFull
+    │   ├── BenchWorkerFailed      (bench fanout area)
     │   └── InviteError
     │       ├── InviteMalformed
     │       ├── InviteBadSignature
@@ -87,6 +88,7 @@ __all__ = [
     "BackendUnavailable",
     "BadRecord",
     "BadSignature",
+    "BenchWorkerFailed",
     "BlobMismatch",
     "BrokenChain",
     "ConfigError",
@@ -511,3 +513,12 @@ class DaemonNotRunning(TransportError):
     """No node daemon answers on the data dir's control socket."""
 
     code = "daemon_not_running"
+
+
+# -- bench fanout ------------------------------------------------------------
+
+
+class BenchWorkerFailed(LocalProtocolError):
+    """A benchmark worker process died, refused a request or answered garbage."""
+
+    code = "bench_worker_failed"

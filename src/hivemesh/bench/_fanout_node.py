@@ -1,0 +1,164 @@
+"""One hivemesh node process for ``bench fanout`` (run with ``python -m``).
+
+The worker runs :class:`hivemesh.Node` -- the same daemon as ``hivemesh
+up`` -- on its own asyncio loop, with its own data dir, listening on
+127.0.0.1. A journal view for the benchmark's event kind records each event
+the moment the journal applies it (verified and stored), which is what
+"delivered" means here; events this node authored itself are not counted.
+
+Ops (JSON lines, see :mod:`hivemesh.bench._fanout_wire`): ``status``,
+``publish`` (a burst of ``n`` events appended in batches of ``batch``, each
+batch one signed append that is flushed to the peers' send queues before the
+next), ``pace`` (one append per due tick at ``rate`` events/s), ``report``.
+
+Diagnosis switches (environment, passed through by the bench; never set by
+it): ``HIVEMESH_BENCH_PROFILE=DIR`` writes a CPU-time cProfile per node to
+``DIR/node<i>.prof``; ``HIVEMESH_BENCH_SLOW_MS=N`` logs every event-loop
+step that blocks longer than N ms; ``HIVEMESH_BENCH_LOG_DIR=DIR`` sends the
+node's log there; ``HIVEMESH_BENCH_SQLITE_PRAGMA="name=value"`` runs one
+PRAGMA on the node's store (``wal_autocheckpoint=0`` shows what WAL
+checkpoints cost the latency tail). Figures to publish use none of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import resource
+import time
+from typing import Any
+
+from hivemesh.bench._fanout_wire import Receipts, body, paced_due, serve_stdio
+from hivemesh.core.event import Event
+from hivemesh.node import Node
+from hivemesh.runtime.daemon import now_ms
+
+KIND = "bench.fanout"
+
+
+class _ReceiptView:
+    """A journal view that hands every benchmark event to :class:`Receipts`."""
+
+    kinds = frozenset({KIND})
+
+    def __init__(self, receipts: Receipts) -> None:
+        self.receipts = receipts
+
+    def apply(self, event: Event) -> None:
+        self.receipts.record(event.body)
+
+
+def _cpu_s() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+async def _main(args: argparse.Namespace) -> None:
+    me: int = args.index
+    receipts = Receipts(me)
+    # Daemon defaults, except quick re-dials so the mesh forms fast at start.
+    settings: dict[str, Any] = {
+        "reconnect_min_s": 0.05,
+        "reconnect_max_s": 0.5,
+        "sync_interval_ms": args.sync_interval_ms,
+    }
+    bootstrap = [args.bootstrap] if args.bootstrap else []
+    slow_ms = os.environ.get("HIVEMESH_BENCH_SLOW_MS")
+    if slow_ms:  # diagnosis: log every loop step that blocks longer than this
+        loop = asyncio.get_running_loop()
+        loop.set_debug(True)
+        loop.slow_callback_duration = float(slow_ms) / 1000
+    async with Node(args.data_dir, bootstrap=bootstrap, **settings) as node:
+        daemon = node.daemon
+        node.add_view(_ReceiptView(receipts))  # fresh data dir: nothing to replay
+        pragma = os.environ.get("HIVEMESH_BENCH_SQLITE_PRAGMA")
+        if pragma:  # diagnosis only: e.g. "wal_autocheckpoint=0" to see checkpoint stalls
+            daemon.node.journal.store.db.execute(f"PRAGMA {pragma}")  # type: ignore[attr-defined]
+
+        async def status(req: dict[str, Any]) -> dict[str, Any]:
+            return {"peers": len(daemon.node.peers), "links": len(daemon.conns.links)}
+
+        async def publish(req: dict[str, Any]) -> dict[str, Any]:
+            n, batch, phase = int(req["n"]), int(req["batch"]), str(req["phase"])
+            t0 = time.time_ns()
+            i = 0
+            while i < n:
+                k = min(batch, n - i)
+                t = time.time_ns()
+                items = [(KIND, body(me, phase, j, t)) for j in range(i, i + k)]
+                daemon.node.append_many(items, now_ms())
+                await daemon.flush()
+                await asyncio.sleep(0)  # let the channel writers run between batches
+                i += k
+            return {"sent": n, "t0_ns": t0, "t1_ns": time.time_ns()}
+
+        async def pace(req: dict[str, Any]) -> dict[str, Any]:
+            rate, total, phase = float(req["rate"]), int(req["n"]), str(req["phase"])
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            t0 = time.time_ns()
+            i = 0
+            while i < total:
+                due = paced_due(loop.time() - start, rate, total)
+                if due <= i:
+                    await asyncio.sleep(max(0.0, start + i / rate - loop.time()))
+                    continue
+                t = time.time_ns()
+                items = [(KIND, body(me, phase, j, t)) for j in range(i, due)]
+                daemon.node.append_many(items, now_ms())
+                await daemon.flush()
+                i = due
+            return {"sent": total, "t0_ns": t0, "t1_ns": time.time_ns()}
+
+        async def report(req: dict[str, Any]) -> dict[str, Any]:
+            st = daemon.status()
+            counters = {
+                k: v
+                for k, v in st["counters"].items()
+                if k.startswith(("dropped", "duplicate", "events_", "gap", "pull", "send_"))
+            }
+            return {
+                **receipts.report(str(req["phase"]), samples=bool(req.get("samples", True))),
+                "cpu_s": _cpu_s(),
+                "dropped_total": st["dropped_total"],
+                "counters": counters,
+            }
+
+        await serve_stdio(
+            {"status": status, "publish": publish, "pace": pace, "report": report},
+            {"address": node.address, "endpoint": node.endpoint, "pid_cpu_s": _cpu_s()},
+        )
+
+
+def main() -> None:
+    """Parse the worker's arguments and serve until told to stop."""
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--index", type=int, required=True)
+    p.add_argument("--data-dir", required=True)
+    p.add_argument("--bootstrap", default="")
+    p.add_argument("--sync-interval-ms", type=int, default=1000)
+    args = p.parse_args()
+    log_dir = os.environ.get("HIVEMESH_BENCH_LOG_DIR")
+    logging.basicConfig(
+        level=logging.WARNING,
+        filename=os.path.join(log_dir, f"node{args.index}.log") if log_dir else None,
+    )
+    prof_dir = os.environ.get("HIVEMESH_BENCH_PROFILE")
+    if not prof_dir:
+        asyncio.run(_main(args))
+        return
+    import cProfile  # profiling the node under load: where does a delivered event's time go?
+
+    prof = cProfile.Profile(time.process_time)  # CPU, not wall: the box is shared
+    prof.enable()
+    try:
+        asyncio.run(_main(args))
+    finally:
+        prof.disable()
+        prof.dump_stats(os.path.join(prof_dir, f"node{args.index}.prof"))
+
+
+if __name__ == "__main__":
+    main()
