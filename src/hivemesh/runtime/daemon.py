@@ -366,8 +366,20 @@ class Daemon:
                 self.learn(address, eps)
 
     def record(self, kind: str, address: str, incarnation: int, t: int) -> None:
-        """Append a membership observation to our feed."""
-        body = {"address": address, "incarnation": incarnation, "observed_ms": t}
+        """Append a membership observation to our feed.
+
+        ``a`` (the member's key) and ``upto`` (the last seq of its feed we
+        hold) let claim and plan views release exactly the claims this
+        observation is causally after (see :mod:`hivemesh.core.claims`).
+        """
+        author = public_key_of(address)
+        body = {
+            "address": address,
+            "incarnation": incarnation,
+            "observed_ms": t,
+            "a": author,
+            "upto": self.node.journal.head(author).seq,
+        }
         self.node.append(kind, body, t)
 
     def _relays(self, destination: str) -> list[str]:
