@@ -141,7 +141,7 @@ def _replay(path: Path, *, views: bool) -> int:
         installed = standard_views(None)
         for view in installed:
             journal.add_view(view)
-        n = rehydrate(store, apply=journal.apply_to_views).events
+        n = rehydrate(store, apply=lambda evs: journal.apply_to_views(evs, replay=True)).events
         rejected = sum(sum(v.rejected.values()) for v in installed)
         if rejected:
             raise RuntimeError(f"views rejected {rejected} events of an honest journal")

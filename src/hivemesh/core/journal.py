@@ -14,9 +14,12 @@ covered by a stored head signature. That single invariant gives:
   stored signed seq (:meth:`Journal.read_chunk`).
 
 :meth:`Journal.ingest` is the one gate for remote input: it verifies (see
-:mod:`hivemesh.core.feed`), persists atomically, then applies to the views.
-It stores nothing that fails verification and raises a
-:class:`~hivemesh.errors.RemoteProtocolError` for the caller to count.
+:mod:`hivemesh.core.feed`), lets views that validate content vet the batch
+(a context update carrying another author's operations is refused here, so
+it is never stored and the author's feed stops at that point, on every
+replica alike), persists atomically, then applies to the views. It stores
+nothing that fails and raises a :class:`~hivemesh.errors.RemoteProtocolError`
+for the caller to count.
 
 Views receive each event exactly once, in per-author seq order, with an
 arbitrary interleaving across authors; they must be order-independent.
@@ -27,7 +30,7 @@ from __future__ import annotations
 import bisect
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from hivemesh.core.codec import MAX_BATCH_EVENTS, MAX_FRAME_BYTES
 from hivemesh.core.event import Event, decode_event, event_hash
@@ -38,6 +41,8 @@ from hivemesh.errors import BadSignature, DecodeError, ForkError, ReplayError, U
 
 __all__ = ["Journal", "View"]
 
+#: Internal key for views of every kind ("" is never a valid event kind).
+_ALL = ""
 #: Bytes of frame overhead we keep free when sizing a chunk.
 _CHUNK_SLACK = 4096
 
@@ -66,6 +71,9 @@ class Journal:
         self._signed: dict[bytes, list[int]] = {}
         self._views: dict[str, list[View]] = {}
         self._all_views: list[View] = []
+        self._validators: list[Any] = []
+        self._apply_fns: dict[str, list[Callable[[Event], None]]] = {}
+        self._replay_fns: dict[str, list[Callable[[Event], None]]] = {}
         self.counters: Counter[str] = Counter()
         self.total_events = 0
         for author, (seq, h) in store.heads().items():
@@ -76,20 +84,33 @@ class Journal:
     # -- views ---------------------------------------------------------------
 
     def add_view(self, view: View) -> None:
-        """Register ``view`` for its event kinds (``"*"`` means every kind)."""
-        self._all_views.append(view)
-        for kind in sorted(view.kinds):
-            self._views.setdefault(kind, []).append(view)
+        """Register ``view`` for its event kinds (``"*"`` means every kind).
 
-    def apply_to_views(self, events: Iterable[Event]) -> None:
-        """Fold events into the registered views (used by ingest and replay)."""
-        by_kind = self._views
-        star = by_kind.get("*", ())
+        A view with a ``validate_batch(events)`` method also vets remote
+        batches *before* they are stored (see :meth:`ingest`), and a view
+        with a ``replay(event)`` method is fed stored events through it when
+        the node rehydrates (it may skip checks its validation already made).
+        """
+        self._all_views.append(view)
+        replay = getattr(view, "replay", view.apply)
+        for kind in sorted(view.kinds):
+            key = _ALL if kind == "*" else kind
+            self._views.setdefault(key, []).append(view)
+            self._apply_fns.setdefault(key, []).append(view.apply)
+            self._replay_fns.setdefault(key, []).append(replay)
+        if hasattr(view, "validate_batch"):
+            self._validators.append(view)
+
+    def apply_to_views(self, events: Iterable[Event], *, replay: bool = False) -> None:
+        """Fold events into the registered views (ingest, own appends, replay)."""
+        fns = self._replay_fns if replay else self._apply_fns
+        star = self._apply_fns.get(_ALL, ())
+        get = fns.get
         for ev in events:
-            for v in by_kind.get(ev.kind, ()):
-                v.apply(ev)
-            for v in star:
-                v.apply(ev)
+            for fn in get(ev.kind, ()):
+                fn(ev)
+            for fn in star:
+                fn(ev)
 
     # -- reading -------------------------------------------------------------
 
@@ -172,6 +193,8 @@ class Journal:
         if last.seq <= head.seq:
             self._check_replay(author, last, sig)
         events = verify_batch(author, raws, sig, head)
+        for validator in self._validators:
+            validator.validate_batch(events)
         self._commit(author, events, sig)
         return events
 

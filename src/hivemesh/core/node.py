@@ -125,11 +125,15 @@ class Node:
         self._handlers[ftype] = handler
 
     def rehydrate(self, events: Iterable[Event]) -> int:
-        """Rebuild views from stored events (verified by the caller); returns count."""
+        """Rebuild views from stored events (verified by the caller); returns count.
+
+        Stored remote events passed the views' validation when they were
+        ingested, so views may take them through their trusted ``replay``.
+        """
         n = 0
         max_hlc = self.clock.last
         for ev in events:
-            self.journal.apply_to_views((ev,))
+            self.journal.apply_to_views((ev,), replay=True)
             if ev.hlc > max_hlc:
                 max_hlc = ev.hlc
             n += 1

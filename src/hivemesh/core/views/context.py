@@ -70,7 +70,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import loro
@@ -113,6 +113,7 @@ _KV_ROOT = "kv"
 _UPDATES = EncodedBlobMode.Updates
 _decode_meta = LoroDoc.decode_import_blob_meta
 _MAX_DEPTH = 32
+_MAX_VALIDATED = 100_000
 _INT_MIN, _INT_MAX = -(1 << 63), (1 << 63) - 1
 
 
@@ -440,6 +441,8 @@ class ContextView(ViewBase):
         self._next: dict[tuple[str, int], int] = {}
         # context -> local counter exported so far
         self._exported: dict[str, int] = {}
+        # event id -> (context, peer, end) of updates vetted by validate_batch
+        self._validated: dict[bytes, tuple[str, int, int]] = {}
 
     def _doc(self, name: str) -> LoroDoc:
         doc = self._docs.get(name)
@@ -504,15 +507,67 @@ class ContextView(ViewBase):
     # -- events -> state -------------------------------------------------------
 
     def apply(self, event: Event) -> None:
-        """Import one ``ctx.update`` event (never raises for bad bodies)."""
+        """Import one ``ctx.update`` event (never raises for bad bodies).
+
+        An event this view already vetted in :meth:`validate_batch` skips the
+        header checks; anything else is checked in full here.
+        """
         if event.kind != KIND_UPDATE:
             return
         try:
-            self._apply(event)
+            checked = self._validated.pop(event.id, None)
+            if checked is None:
+                name, blob, peer = self._parse(event)
+                start, end = _check_update(blob, peer)
+                self._check_order(name, peer, start, self._next)
+            else:
+                name, peer, end = checked
+                blob = event.body["u"]
+            self._import(event, name, blob, peer, end)
         except RemoteProtocolError as exc:
             self._reject(exc)
 
-    def _apply(self, event: Event) -> None:
+    def validate_batch(self, events: Sequence[Event]) -> None:
+        """Vet a remote batch before the journal stores it; raise on the first
+        bad ``ctx.update`` (foreign operations, out of order, malformed).
+
+        Called by :meth:`hivemesh.core.journal.Journal.ingest`: a refused
+        batch is never stored, so stored updates are known good and
+        :meth:`replay` can import them without decoding their headers again.
+        """
+        nxt: dict[tuple[str, int], int] = {}
+        vetted: list[tuple[bytes, tuple[str, int, int]]] = []
+        for event in events:
+            if event.kind != KIND_UPDATE:
+                continue
+            try:
+                name, blob, peer = self._parse(event)
+                start, end = _check_update(blob, peer)
+                key = (name, peer)
+                self._check_order(name, peer, start, nxt if key in nxt else self._next)
+            except RemoteProtocolError as exc:
+                self._reject(exc)
+                raise
+            nxt[key] = end
+            vetted.append((event.id, (name, peer, end)))
+        if len(self._validated) > _MAX_VALIDATED:  # only a refused batch leaves entries
+            self._validated.clear()
+        self._validated.update(vetted)
+
+    def replay(self, event: Event) -> None:
+        """Import a stored event at rehydration (it was vetted when ingested,
+        or it is our own); malformed bodies still go through :meth:`apply`."""
+        body = event.body
+        if event.kind != KIND_UPDATE or type(body) is not dict or type(body.get("u")) is not bytes:
+            self.apply(event)
+            return
+        try:
+            name, blob, peer = self._parse(event)
+            self._import(event, name, blob, peer, None)
+        except RemoteProtocolError as exc:
+            self._reject(exc)
+
+    def _parse(self, event: Event) -> tuple[str, bytes, int]:
         body = event.body
         if type(body) is not dict or len(body) != 2 or "c" not in body or "u" not in body:
             raise DecodeError("ctx.update body must be {c, u}")
@@ -524,17 +579,28 @@ class ContextView(ViewBase):
         peer = self._peers.get(event.author)
         if peer is None:
             peer = self._peers[event.author] = peer_id_of(event.author)
-        start, end = _check_update(blob, peer)
-        expected = self._next.get((name, peer), 0)
+        return name, blob, peer
+
+    @staticmethod
+    def _check_order(name: str, peer: int, start: int, nxt: dict[tuple[str, int], int]) -> None:
+        expected = nxt.get((name, peer), 0)
         if start != expected:
             raise OpsOutOfOrder(f"update starts at op {start}, expected {expected}")
+
+    def _import(self, event: Event, name: str, blob: bytes, peer: int, end: int | None) -> None:
         doc = self._doc(name)
         self._detach(doc)
-        if event.author == self.author:
-            # Our own write coming back: already in the doc (or being rebuilt).
+        own = event.author == self.author
+        if own:
+            doc.commit()  # our own write coming back: already in the doc (or being rebuilt)
+        status = _loro_call(doc.import_, blob)
+        if end is None:  # trusted replay: read the range from the import status
+            span = status.success.get(peer)
+            if span is None and status.pending is not None:
+                span = status.pending.get(peer)
+            end = max(self._next.get((name, peer), 0), span[1] if span else 0)
+        if own:
             self._exported[name] = max(self._exported.get(name, 0), end)
-            doc.commit()
-        _loro_call(doc.import_, blob)
         self._next[(name, peer)] = end
         self.applied += 1
 
