@@ -558,11 +558,23 @@ class ContextView(ViewBase):
         """Import a stored event at rehydration (it was vetted when ingested,
         or it is our own); malformed bodies still go through :meth:`apply`."""
         body = event.body
-        if event.kind != KIND_UPDATE or type(body) is not dict or type(body.get("u")) is not bytes:
+        if event.kind != KIND_UPDATE or type(body) is not dict or len(body) != 2:
             self.apply(event)
             return
+        name, blob = body.get("c"), body.get("u")
+        peer = self._peers.get(event.author)
+        if (
+            type(blob) is not bytes
+            or type(name) is not str
+            or peer is None
+            or (name not in self._docs and not CONTEXT_PATTERN.match(name))
+        ):
+            try:
+                name, blob, peer = self._parse(event)
+            except RemoteProtocolError as exc:
+                self._reject(exc)
+                return
         try:
-            name, blob, peer = self._parse(event)
             self._import(event, name, blob, peer, None)
         except RemoteProtocolError as exc:
             self._reject(exc)
@@ -588,8 +600,9 @@ class ContextView(ViewBase):
             raise OpsOutOfOrder(f"update starts at op {start}, expected {expected}")
 
     def _import(self, event: Event, name: str, blob: bytes, peer: int, end: int | None) -> None:
-        doc = self._doc(name)
-        self._detach(doc)
+        doc = self._docs.get(name) or self._doc(name)
+        if not doc.is_detached():
+            self._detach(doc)
         own = event.author == self.author
         if own:
             doc.commit()  # our own write coming back: already in the doc (or being rebuilt)
