@@ -1,0 +1,168 @@
+"""The planner over the real mesh: every role a separate ``hivemesh agent`` process.
+
+One swarm per module (an observer seed, 2 decomposers, 3 scorers, 3
+executors; loopback, fast membership timings) and one scripted
+OpenAI-compatible server on 127.0.0.1 (real HTTP). The tests run in order:
+a plan completes; a late observer rebuilds the identical tree; then an
+executor (holding a claim) and a scorer are killed with SIGKILL mid-plan and
+a second plan still finishes. Every wait is a condition with a deadline;
+the swarm's teardown kills every child.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hivemesh.core.identity import public_key_of
+from hivemesh.roles.demo import DemoPlanner
+from hivemesh.roles.meshplan import TERMINAL, started_swarm
+from hivemesh.roles.prompts import EXECUTE_TAG, tag_of
+from hivemesh.runtime.client import Client
+from hivemesh.runtime.swarm import LocalSwarm, wait_until
+from llm_server import ScriptedServer, Step
+
+COUNTS = {"decomposers": 2, "scorers": 3, "executors": 3}
+GOAL_ARGS = {"scorers": 3, "max_depth": 2, "settle_ms": 200}
+
+
+class Script:
+    """The scripted model: a 2 x 3 plan; execution can be made slow."""
+
+    def __init__(self) -> None:
+        self.planner = DemoPlanner((2, 3))
+        self.exec_delay_s = 0.0
+        self.lock = threading.Lock()
+
+    def __call__(self, req: dict[str, Any]) -> Any:
+        with self.lock:
+            reply = self.planner(req["messages"], None)
+        if tag_of(req["messages"]) == EXECUTE_TAG and self.exec_delay_s:
+            return Step(content=reply, delay_s=self.exec_delay_s)
+        return reply
+
+
+class Mesh:
+    def __init__(self, swarm: LocalSwarm, client: Client, script: Script) -> None:
+        self.swarm = swarm
+        self.client = client
+        self.script = script
+        self.goals: dict[str, str] = {}
+
+
+@pytest.fixture(scope="module")
+def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
+    root: Path = tmp_path_factory.mktemp("planmesh")
+    script = Script()
+    with ScriptedServer.in_thread(script) as srv:
+        env = {"HIVEMESH_LLM_BASE_URL": srv.base_url, "HIVEMESH_LLM_MODEL": "scripted"}
+        with started_swarm(COUNTS, env, root=root) as (swarm, client):
+            yield Mesh(swarm, client, script)
+
+
+def show(client: Client, goal: str | None = None) -> dict[str, Any]:
+    if goal is None:
+        res: dict[str, Any] = client.call("plan.show")
+    else:
+        res = client.call("plan.show", goal=goal)
+    return res
+
+
+def run_to_end(client: Client, gid: str, timeout_s: float) -> dict[str, Any]:
+    return wait_until(
+        lambda: (s := show(client, gid))["tree"]["status"] in TERMINAL and s,
+        timeout_s,
+        what=f"goal {gid[:8]} ends",
+    )
+
+
+def nodes(tree: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield tree
+    for c in tree["children"]:
+        yield from nodes(c)
+
+
+def key_of(node_address: str) -> str:
+    return public_key_of(node_address).hex()
+
+
+def all_digests_equal(m: Mesh) -> str | None:
+    digests = {show(n.client)["digest"] for n in m.swarm.running()}
+    return digests.pop() if len(digests) == 1 else None
+
+
+def test_separate_processes_reach_a_complete_tree_and_a_final_answer(mesh: Mesh) -> None:
+    gid = mesh.client.call("plan.goal", title="weekend in Porto", **GOAL_ARGS)["goal"]
+    mesh.goals["porto"] = gid
+    shown = run_to_end(mesh.client, gid, 30)
+    tree = shown["tree"]
+    assert tree["status"] == "done"
+    # the root was synthesised from its two accepted children (the scripted
+    # model's answer for a synthesis over 2 inputs)
+    assert shown["answer"] == "weekend in Porto: combined 2 results"
+    assert [len(c["children"]) for c in tree["children"]] == [3, 3]
+    executors = {key_of(n.address) for n in mesh.swarm.nodes.values() if "executor" in n.label}
+    leaves = [n for n in nodes(tree) if n["kind"] == "leaf"]
+    assert len(leaves) == 6
+    for leaf in leaves:
+        assert leaf["status"] == "done"
+        assert leaf["result"]["text"] == f"done: {leaf['title']}"
+        assert leaf["result"]["author"] in executors
+    # every replica (all 9 processes) ends with the same plan
+    wait_until(lambda: all_digests_equal(mesh), 15, what="every node holds the same plan")
+
+
+def test_an_observer_started_after_the_plan_shows_the_identical_tree(mesh: Mesh) -> None:
+    gid = mesh.goals["porto"]
+    seed = show(mesh.client, gid)
+    via = mesh.swarm.nodes["executor1"].endpoint  # any member will do
+    late = mesh.swarm.start(
+        "late-observer", bootstrap=[via], command=("agent",), extra_args=["--role", "observer"]
+    )
+
+    def caught_up() -> dict[str, Any] | None:
+        mine = show(late.client)
+        return mine if mine["digest"] == show(mesh.client)["digest"] else None
+
+    wait_until(caught_up, 15, what="the late observer rebuilds the plan")
+    got = show(late.client, gid)
+    assert got["tree"] == seed["tree"]
+    assert got["answer"] == seed["answer"]
+    # it rebuilt it from the journal alone: it wrote nothing plan-related
+    vv = late.client.status()["journal"]["version_vector"]
+    assert vv[late.address] == 1  # its node.hello only
+
+
+def test_killing_an_executor_and_a_scorer_mid_plan_still_finishes(mesh: Mesh) -> None:
+    mesh.script.exec_delay_s = 2.0  # executions hang around long enough to kill one
+    gid = mesh.client.call("plan.goal", title="two weeks in Japan", **GOAL_ARGS)["goal"]
+    by_key = {key_of(n.address): n.label for n in mesh.swarm.nodes.values()}
+
+    def a_running_claim() -> tuple[str, str] | None:
+        for n in nodes(show(mesh.client, gid)["tree"]):
+            if n["kind"] == "leaf" and n["status"] == "claimed":
+                live = sorted((c["hlc"], c["author"]) for c in n["claims"] if not c["released"])
+                return n["id"], by_key[live[0][1]]
+        return None
+
+    task, victim = wait_until(a_running_claim, 20, what="an executor holds a claim")
+    assert victim.startswith("executor")
+    assert show(mesh.client, gid)["tree"]["status"] != "done"
+    mesh.swarm.kill(victim)
+    mesh.swarm.kill("scorer0")
+    mesh.script.exec_delay_s = 0.0
+    shown = run_to_end(mesh.client, gid, 40)
+    assert shown["tree"]["status"] == "done"
+    assert shown["answer"] == "two weeks in Japan: combined 2 results"
+    victim_key = key_of(mesh.swarm.nodes[victim].address)
+    node = next(n for n in nodes(shown["tree"]) if n["id"] == task)
+    # the victim's claim was released by failure detection (member.down), and
+    # another executor re-claimed and finished the task
+    assert [c["released"] for c in node["claims"] if c["author"] == victim_key] == [True]
+    assert node["result"]["author"] != victim_key
+    assert by_key[node["result"]["author"]].startswith("executor")
+    wait_until(lambda: all_digests_equal(mesh), 15, what="survivors hold the same plan")
