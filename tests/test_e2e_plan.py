@@ -11,6 +11,10 @@ the swarm's teardown kills every child.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +22,7 @@ from typing import Any
 
 import pytest
 
+import hivemesh
 from hivemesh.core.identity import public_key_of
 from hivemesh.roles.demo import DemoPlanner
 from hivemesh.roles.meshplan import TERMINAL, started_swarm
@@ -52,6 +57,21 @@ class Mesh:
         self.client = client
         self.script = script
         self.goals: dict[str, str] = {}
+        self.env: dict[str, str] = {}
+
+
+def cli(*args: str, env: dict[str, str], timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+    src = str(Path(hivemesh.__file__).resolve().parent.parent)
+    full = {k: v for k, v in os.environ.items() if not k.startswith("HIVEMESH_")}
+    full.update(env, PYTHONPATH=src)
+    return subprocess.run(
+        [sys.executable, "-m", "hivemesh", *args],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +81,9 @@ def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
     with ScriptedServer.in_thread(script) as srv:
         env = {"HIVEMESH_LLM_BASE_URL": srv.base_url, "HIVEMESH_LLM_MODEL": "scripted"}
         with started_swarm(COUNTS, env, root=root) as (swarm, client):
-            yield Mesh(swarm, client, script)
+            m = Mesh(swarm, client, script)
+            m.env = env
+            yield m
 
 
 def show(client: Client, goal: str | None = None) -> dict[str, Any]:
@@ -166,3 +188,51 @@ def test_killing_an_executor_and_a_scorer_mid_plan_still_finishes(mesh: Mesh) ->
     assert node["result"]["author"] != victim_key
     assert by_key[node["result"]["author"]].startswith("executor")
     wait_until(lambda: all_digests_equal(mesh), 15, what="survivors hold the same plan")
+
+
+def test_plan_show_and_cancel_talk_to_the_local_daemon(mesh: Mesh) -> None:
+    seed_dir = str(mesh.swarm.nodes["observer"].data_dir)
+    gid = mesh.goals["porto"]
+    res = cli("plan", "show", gid, "--json", "--data-dir", seed_dir, env={})
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["tree"] == show(mesh.client, gid)["tree"]
+    assert cli("plan", "show", "f" * 32, "--data-dir", seed_dir, env={}).returncode == 1
+    # cancel a plan that cannot finish (executions hang) from another node's daemon
+    mesh.script.exec_delay_s = 30.0
+    try:
+        gid2 = mesh.client.call("plan.goal", title="a slow plan", **GOAL_ARGS)["goal"]
+        wait_until(
+            lambda: any(n["status"] == "claimed" for n in nodes(show(mesh.client, gid2)["tree"])),
+            20,
+            what="execution under way",
+        )
+        other = str(mesh.swarm.nodes["decomposer1"].data_dir)
+        res = cli("plan", "cancel", gid2, "--data-dir", other, env={})
+        assert res.returncode == 0, res.stderr
+        for n in mesh.swarm.running():
+            wait_until(
+                lambda n=n: show(n.client, gid2)["tree"]["status"] == "cancelled",
+                10,
+                what=f"{n.label} sees the cancel",
+            )
+    finally:
+        mesh.script.exec_delay_s = 0.0
+
+
+def test_hivemesh_plan_starts_its_own_swarm_of_processes(mesh: Mesh) -> None:
+    res = cli(
+        "plan",
+        "a day in Kyoto",
+        "--swarm",
+        "decomposers=1,scorers=1,executors=2",
+        "--max-depth",
+        "2",
+        "--json",
+        env=mesh.env,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    doc = json.loads(res.stdout)
+    assert doc["answer"] == "a day in Kyoto: combined 2 results"
+    assert doc["tree"]["status"] == "done"
+    # the swarm it started was its own: this module's mesh never saw the goal
+    assert doc["goal"] not in show(mesh.client)["goals"]
