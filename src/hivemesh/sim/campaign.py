@@ -31,6 +31,10 @@ def parse_seeds(spec: str) -> list[int]:
 
 def run_seed(seed: int, opts: SimOptions) -> SimResult:
     """One seeded run."""
+    if opts.plan:
+        from hivemesh.sim.plan import PlanCluster  # the planner workload (roles)
+
+        return PlanCluster(str(seed), opts).run()
     return Cluster(str(seed), opts).run()
 
 
@@ -72,7 +76,11 @@ def run_campaign(seeds: Iterable[int], opts: SimOptions, jobs: int = 1) -> dict[
         "trace_digest": digest.hexdigest(),
         "examples": examples,
         "totals": totals,
-        "replay": [f"hivemesh sim --seeds {s}..{s} --nodes {opts.nodes}" for s in failed[:5]],
+        "replay": [
+            f"hivemesh sim --seeds {s}..{s} --nodes {opts.nodes}"
+            + (" --workload plan" if opts.plan else "")
+            for s in failed[:5]
+        ],
     }
 
 
@@ -82,7 +90,13 @@ def default_options(nodes: int, workload: str = "journal") -> SimOptions:
     ``workload="claims"``: nodes compete for 40 tasks with optimistic claims
     under 10% loss and 100 ms jitter, with crashes (issue goal: <= 1%
     duplicate executions).
+
+    ``workload="plan"``: every node runs a decomposer, scorer and executor on
+    one goal (6 leaves) under the standard fault mix; every replica must end
+    with the same accepted tree and each leaf with exactly one accepted result.
     """
+    if workload == "plan":
+        return SimOptions(nodes=nodes, appends=0, active_ms=12_000, heal_ms=40_000, plan=True)
     if workload == "claims":
         return SimOptions(
             nodes=nodes,
