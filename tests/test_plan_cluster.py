@@ -1,6 +1,6 @@
 """The planning workload on the deterministic cluster simulator.
 
-:class:`hivemesh.sim.plan.PlanCluster` runs real core nodes (signed feeds,
+:class:`hivemesh.roles.simplan.PlanCluster` runs real core nodes (signed feeds,
 gossip, anti-entropy), each with a decomposer, a scorer and an executor,
 against an instant stand-in model whose replies land 800 ms of simulated
 time later, while the simulator loses, duplicates and delays frames,
@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
+from hivemesh.roles.simplan import PlanCluster, plan_problems
 from hivemesh.sim.campaign import default_options, run_campaign, run_seed
-from hivemesh.sim.plan import PlanCluster, plan_problems
 
 OPTS = default_options(5, "plan")
 
@@ -38,12 +38,14 @@ def test_plan_workload_converges_under_faults(seed: int) -> None:
 
 
 def test_the_campaign_is_deterministic_and_counts_its_faults() -> None:
-    a = run_campaign(range(3), OPTS)
-    b = run_campaign(range(3), OPTS)
+    a = run_campaign(range(3), OPTS, factory=PlanCluster, workload="plan")
+    b = run_campaign(range(3), OPTS, factory=PlanCluster, workload="plan")
     assert a["trace_digest"] == b["trace_digest"]
     assert a["violations"] == 0 and a["totals"]["plan_leaves"] == 18
     assert a["totals"]["frames_lost"] > 0  # faults were really injected
-    assert run_seed(7, OPTS).trace_digest == run_seed(7, OPTS).trace_digest
+    assert (
+        run_seed(7, OPTS, PlanCluster).trace_digest == run_seed(7, OPTS, PlanCluster).trace_digest
+    )
 
 
 def _done_snapshot() -> dict[str, Any]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from typing import Any
@@ -11,7 +11,7 @@ from typing import Any
 from hivemesh.sim.cluster import Cluster, SimResult
 from hivemesh.sim.options import FaultOptions, NetworkOptions, SimOptions
 
-__all__ = ["parse_seeds", "run_campaign", "run_seed"]
+__all__ = ["ClusterFactory", "parse_seeds", "run_campaign", "run_seed"]
 
 
 def parse_seeds(spec: str) -> list[int]:
@@ -29,23 +29,33 @@ def parse_seeds(spec: str) -> list[int]:
     return seeds
 
 
-def run_seed(seed: int, opts: SimOptions) -> SimResult:
+#: Builds the cluster for one seed (a picklable class or top-level function:
+#: campaigns run in worker processes). Workloads above the core, such as the
+#: planner's :class:`hivemesh.roles.simplan.PlanCluster`, come in this way.
+ClusterFactory = Callable[[str, SimOptions], Cluster]
+
+
+def run_seed(seed: int, opts: SimOptions, factory: ClusterFactory = Cluster) -> SimResult:
     """One seeded run."""
-    if opts.plan:
-        from hivemesh.sim.plan import PlanCluster  # the planner workload (roles)
-
-        return PlanCluster(str(seed), opts).run()
-    return Cluster(str(seed), opts).run()
+    return factory(str(seed), opts).run()
 
 
-def _run(args: tuple[int, SimOptions]) -> SimResult:
+def _run(args: tuple[int, SimOptions, ClusterFactory]) -> SimResult:
     return run_seed(*args)
 
 
-def run_campaign(seeds: Iterable[int], opts: SimOptions, jobs: int = 1) -> dict[str, Any]:
-    """Run ``seeds``; summary with runs, violations, failed_seeds, trace_digest."""
+def run_campaign(
+    seeds: Iterable[int],
+    opts: SimOptions,
+    jobs: int = 1,
+    *,
+    factory: ClusterFactory = Cluster,
+    workload: str = "journal",
+) -> dict[str, Any]:
+    """Run ``seeds``; summary with runs, violations, failed_seeds, trace_digest.
+    ``workload`` names the ``--workload`` in the replay commands."""
     seeds = list(seeds)
-    work = [(s, opts) for s in seeds]
+    work = [(s, opts, factory) for s in seeds]
     if jobs > 1:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             results = list(pool.map(_run, work, chunksize=8))
@@ -78,7 +88,7 @@ def run_campaign(seeds: Iterable[int], opts: SimOptions, jobs: int = 1) -> dict[
         "totals": totals,
         "replay": [
             f"hivemesh sim --seeds {s}..{s} --nodes {opts.nodes}"
-            + (" --workload plan" if opts.plan else "")
+            + (f" --workload {workload}" if workload != "journal" else "")
             for s in failed[:5]
         ],
     }
@@ -95,8 +105,8 @@ def default_options(nodes: int, workload: str = "journal") -> SimOptions:
     one goal (6 leaves) under the standard fault mix; every replica must end
     with the same accepted tree and each leaf with exactly one accepted result.
     """
-    if workload == "plan":
-        return SimOptions(nodes=nodes, appends=0, active_ms=12_000, heal_ms=40_000, plan=True)
+    if workload == "plan":  # run with factory=hivemesh.roles.simplan.PlanCluster
+        return SimOptions(nodes=nodes, appends=0, active_ms=12_000, heal_ms=40_000)
     if workload == "claims":
         return SimOptions(
             nodes=nodes,

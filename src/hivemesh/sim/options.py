@@ -35,9 +35,6 @@ class SimOptions:
     With ``claim_tasks`` > 0 the nodes also compete for that many tasks with
     optimistic claims (:mod:`hivemesh.core.claims`); a crash is reported as
     ``member.down`` by a live node after ``failure_detect_ms``.
-
-    With ``plan`` every node runs planner roles on one goal
-    (:mod:`hivemesh.sim.plan`).
     """
 
     nodes: int = 5
@@ -49,6 +46,5 @@ class SimOptions:
     failure_detect_ms: int = 1_500
     sync_interval_ms: int = 500
     want_timeout_ms: int = 1_500
-    plan: bool = False
     network: NetworkOptions = field(default_factory=NetworkOptions)
     faults: FaultOptions = field(default_factory=FaultOptions)

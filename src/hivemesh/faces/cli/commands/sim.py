@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 from hivemesh.sim.campaign import default_options, parse_seeds, run_campaign
+from hivemesh.sim.cluster import Cluster
 
 
 def register(sub: Any) -> None:
@@ -23,7 +24,18 @@ def register(sub: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     seeds = parse_seeds(args.seeds)
-    summary = run_campaign(seeds, default_options(args.nodes, args.workload), jobs=args.jobs)
+    factory: Any = Cluster
+    if args.workload == "plan":
+        from hivemesh.roles.simplan import PlanCluster
+
+        factory = PlanCluster
+    summary = run_campaign(
+        seeds,
+        default_options(args.nodes, args.workload),
+        jobs=args.jobs,
+        factory=factory,
+        workload=args.workload,
+    )
     if args.json:
         print(json.dumps(summary, sort_keys=True))
     else:

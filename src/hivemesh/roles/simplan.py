@@ -1,4 +1,4 @@
-"""The planning workload on the cluster simulator (``hivemesh sim --workload plan``).
+"""The planning workload for the cluster simulator (``hivemesh sim --workload plan``).
 
 Theory of operation
 -------------------
@@ -26,8 +26,9 @@ Checks added to the simulator's own (durability, integrity, convergence):
 Stats: ``plan_leaves``, ``plan_duplicate_results`` (executions beyond the
 first, detected and ignored by the view), ``plan_invalid_events``.
 
-Layering note: this module drives the planner *roles* (the apps layer) from
-the simulator; it is the one place the simulator reaches above the core.
+It lives with the roles (the simulator imports only the core): the ``sim``
+command passes :class:`PlanCluster` to
+:func:`~hivemesh.sim.campaign.run_campaign` as the cluster factory.
 """
 
 from __future__ import annotations
