@@ -24,6 +24,7 @@ import pytest
 
 import hivemesh
 from hivemesh.core.identity import public_key_of
+from hivemesh.errors import InvalidArgument
 from hivemesh.roles.demo import DemoPlanner
 from hivemesh.roles.meshplan import TERMINAL, started_swarm
 from hivemesh.roles.prompts import EXECUTE_TAG, tag_of
@@ -197,6 +198,15 @@ def test_plan_show_and_cancel_talk_to_the_local_daemon(mesh: Mesh) -> None:
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["tree"] == show(mesh.client, gid)["tree"]
     assert cli("plan", "show", "f" * 32, "--data-dir", seed_dir, env={}).returncode == 1
+    for op, bad in [
+        ("plan.goal", {"title": ""}),
+        ("plan.goal", {"title": "x", "quorum": "dictator"}),
+        ("plan.goal", {"title": "x", "max_depth": 99}),
+        ("plan.show", {"goal": 7}),
+        ("plan.cancel", {"goal": "no-such-goal"}),
+    ]:
+        with pytest.raises(InvalidArgument):
+            mesh.client.call(op, **bad)
     # cancel a plan that cannot finish (executions hang) from another node's daemon
     mesh.script.exec_delay_s = 30.0
     try:
@@ -236,3 +246,38 @@ def test_hivemesh_plan_starts_its_own_swarm_of_processes(mesh: Mesh) -> None:
     assert doc["tree"]["status"] == "done"
     # the swarm it started was its own: this module's mesh never saw the goal
     assert doc["goal"] not in show(mesh.client)["goals"]
+
+
+def test_plan_mesh_uses_the_agents_already_in_the_mesh(mesh: Mesh) -> None:
+    seed_dir = str(mesh.swarm.nodes["observer"].data_dir)
+    before = len(mesh.swarm.running())
+    res = cli(
+        "plan",
+        "an evening in Osaka",
+        "--mesh",
+        "--data-dir",
+        seed_dir,
+        "--swarm",
+        "decomposers=0,scorers=0,executors=0",
+        "--max-depth",
+        "2",
+        "--json",
+        env=mesh.env,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    doc = json.loads(res.stdout)
+    assert doc["answer"] == "an evening in Osaka: combined 2 results"
+    # the goal is in this mesh's journal, on every node
+    for n in mesh.swarm.running():
+        wait_until(
+            lambda n=n: show(n.client, doc["goal"])["answer"] == doc["answer"],
+            10,
+            what=f"{n.label} holds the answer",
+        )
+    assert len(mesh.swarm.running()) == before
+
+
+def test_an_agent_without_an_llm_explains_and_exits_2(tmp_path: Path) -> None:
+    res = cli("agent", "--role", "scorer", "--data-dir", str(tmp_path / "a"), env={})
+    assert res.returncode == 2
+    assert "HIVEMESH_LLM_BASE_URL" in res.stderr

@@ -15,8 +15,9 @@ between a :class:`hivemesh.Node` and a role (the networked twin of
   settle deadline passes, or every ``max_idle_ms``; each :class:`Emit` is
   appended through the node (signed, stored, gossiped), each :class:`Job`
   runs as a task whose emits are appended when it finishes;
-* an append that fails (an event over the size limit) is logged and counted
-  in :attr:`RoleDriver.counters`, never fatal.
+* an append that fails (an event over the size limit) or a ``poll`` that
+  raises is logged and counted in :attr:`RoleDriver.counters`, never fatal
+  (a failing poll is retried on the next wake-up).
 
 Why separate processes rather than roles inside ``hivemesh up``: a role's
 identity is its node's key, so one role per node keeps claims, votes and
@@ -123,7 +124,12 @@ class RoleDriver:
 
     async def step(self) -> int:
         """Poll the role once and act; returns the number of actions."""
-        actions = self.role.poll(self.view, _now_ms())
+        try:
+            actions = self.role.poll(self.view, _now_ms())
+        except Exception:  # a role bug must not take the node down: count, retry later
+            self.counters["poll_errors"] += 1
+            log.exception("%s: poll failed", self.role.name)
+            return 0
         for a in actions:
             if isinstance(a, Emit):
                 await self._append(a)
