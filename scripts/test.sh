@@ -13,4 +13,6 @@ bash scripts/services.sh
 "$PY" -m mypy
 # The deterministic simulator over 1,000 seeds (partitions, loss, crashes, forgeries).
 "$PY" -m hivemesh sim --seeds 1..1000 --nodes 5
+# The planner on the simulator: same accepted tree everywhere, one result per leaf.
+"$PY" -m hivemesh sim --seeds 1..200 --nodes 5 --workload plan
 "$PY" -m pytest -q -p no:cacheprovider "$@"

@@ -111,9 +111,21 @@ class ScriptedServer:
         try:
             yield srv
         finally:
-            asyncio.run_coroutine_threadsafe(srv.stop(), loop).result(5)
+
+            async def shutdown() -> None:
+                await srv.stop()
+                # connections still open (clients in other processes): end them
+                # here rather than leave pending tasks to a garbage-collected loop
+                tasks = [x for x in asyncio.all_tasks() if x is not asyncio.current_task()]
+                for x in tasks:
+                    x.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+            asyncio.run_coroutine_threadsafe(shutdown(), loop).result(5)
             loop.call_soon_threadsafe(loop.stop)
             t.join(5)
+            if not t.is_alive():
+                loop.close()
 
     def _next(self, request: dict[str, Any]) -> Step:
         if self._responder is not None:

@@ -34,6 +34,7 @@ EXPECTED = {
         "MCPToolBox",
         "Observer",
         "Role",
+        "RoleDriver",
         "Scorer",
         "ToolBox",
         "failure_events",

@@ -8,13 +8,21 @@
 :class:`MCPToolBox` gives executors the tools of an MCP server.
 
 Roles do no networking: a driver polls them (:class:`LocalSwarm` in-process,
-the node runtime across processes) and appends what they emit. See
+:class:`RoleDriver` on a running :class:`hivemesh.Node`, which is what
+``hivemesh agent --role ROLE`` runs) and appends what they emit. A custom
+role is any object with ``name``, ``me`` and ``poll(view, now_ms)``::
+
+    async with hivemesh.Node("./agent") as node:
+        driver = RoleDriver(node, MyRole(node.daemon.identity.public))
+        await driver.run(stop_event)
+ See
 :mod:`hivemesh.roles.base` for the contract and :func:`failure_events` for
 what failure detection writes.
 """
 
 from __future__ import annotations
 
+from hivemesh.roles.agent import RoleDriver as RoleDriver
 from hivemesh.roles.base import Action as Action
 from hivemesh.roles.base import Emit as Emit
 from hivemesh.roles.base import Job as Job
@@ -40,6 +48,7 @@ __all__ = [
     "MCPToolBox",
     "Observer",
     "Role",
+    "RoleDriver",
     "Scorer",
     "ToolBox",
     "failure_events",

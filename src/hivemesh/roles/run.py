@@ -1,9 +1,12 @@
 """``hivemesh plan``: run a goal through a swarm of roles and show the tree live.
 
-Until the node runtime exists, the swarm runs in this process over a
-:class:`~hivemesh.roles.local.LocalJournal` (the roles are the same objects
-the runtime will drive in separate node processes). ``plan show`` and
-``plan cancel`` need a running mesh and say so.
+By default the swarm is separate node processes on loopback, or agents that
+join the running local daemon's mesh with ``--mesh``
+(:mod:`hivemesh.roles.meshplan`); ``--in-process`` runs the same roles in this
+process over a :class:`~hivemesh.roles.local.LocalJournal` (:func:`run_plan`,
+also what ``hivemesh bench plan`` uses). ``plan show GOAL_ID`` and ``plan
+cancel GOAL_ID`` ask the local daemon (``--data-dir``), whose journal holds
+the plan events.
 
 Wiring: a CLI module ``faces/cli/commands/plan.py`` containing
 ``from hivemesh.roles.run import register`` makes this ``hivemesh plan``.
@@ -23,7 +26,7 @@ from typing import Any, TextIO
 
 from hivemesh.core.plan import PlanView
 from hivemesh.core.plan_events import KIND_GOAL, goal_body, goal_id
-from hivemesh.errors import ConfigError, LLMNotConfigured
+from hivemesh.errors import ConfigError, DaemonNotRunning, HivemeshError, LLMNotConfigured
 from hivemesh.llm import LLMConfig, LLMProvider, provider_from_config
 from hivemesh.roles.decomposer import Decomposer
 from hivemesh.roles.executor import Executor
@@ -31,22 +34,33 @@ from hivemesh.roles.local import LocalJournal, author_key
 from hivemesh.roles.observer import render_rich, render_text
 from hivemesh.roles.scorer import Scorer
 from hivemesh.roles.swarm import LocalSwarm
+from hivemesh.runtime.client import Client
+from hivemesh.runtime.cliutil import data_dir_of
 
-__all__ = ["UsageTotals", "main", "parse_swarm", "register", "run_plan"]
+__all__ = [
+    "UsageTotals",
+    "main",
+    "parse_swarm",
+    "register",
+    "run_on_nodes",
+    "run_plan",
+    "show_or_cancel",
+]
 
 _STRATEGIES = ("by activity", "by place", "by day", "by dependency order")
 _ROLES = ("decomposers", "scorers", "executors")
 
 
-def parse_swarm(spec: str) -> dict[str, int]:
-    """``"decomposers=2,scorers=3,executors=3"`` -> counts (missing keys default)."""
+def parse_swarm(spec: str, *, allow_zero: bool = False) -> dict[str, int]:
+    """``"decomposers=2,scorers=3,executors=3"`` -> counts (missing keys default;
+    ``allow_zero`` when agents already in the mesh may do the work)."""
     out = {"decomposers": 2, "scorers": 3, "executors": 3}
     for part in filter(None, (p.strip() for p in spec.split(","))):
         key, _, val = part.partition("=")
         if key not in _ROLES or not val.isdigit():
             raise ConfigError(f"bad --swarm entry {part!r}; want e.g. decomposers=2,scorers=3")
         out[key] = int(val)
-    if out["decomposers"] < 1 or out["scorers"] < 1 or out["executors"] < 1:
+    if not allow_zero and min(out.values()) < 1:
         raise ConfigError("a swarm needs at least one decomposer, scorer and executor")
     return out
 
@@ -133,12 +147,20 @@ def register(sub: Any) -> None:
     )
     p.add_argument("words", nargs="+", metavar="GOAL", help='the goal, or "show ID" / "cancel ID"')
     p.add_argument("--swarm", default="", help="decomposers=2,scorers=3,executors=3")
-    p.add_argument("--mesh", action="store_true", help="join the running mesh (needs a node)")
+    p.add_argument(
+        "--mesh", action="store_true", help="join the running local daemon's mesh (--data-dir)"
+    )
+    p.add_argument(
+        "--data-dir", help="the local daemon (default $HIVEMESH_DATA_DIR or ~/.hivemesh)"
+    )
+    p.add_argument(
+        "--in-process", action="store_true", help="run the roles in this process (no nodes)"
+    )
     p.add_argument("--json", action="store_true", help="print the final tree as JSON")
     p.add_argument("--quorum", default="majority", choices=["count", "majority", "fraction"])
     p.add_argument("--quorum-value", type=float, default=0)
     p.add_argument("--max-depth", type=int, default=3)
-    p.add_argument("--settle-ms", type=int, default=50)
+    p.add_argument("--settle-ms", type=int, default=None, help="default 200 (50 in-process)")
     p.add_argument("--timeout-s", type=float, default=900.0)
     p.add_argument("--base-url", default="", help="OpenAI-compatible base URL (overrides env)")
     p.add_argument("--model", default="", help="model name (overrides env)")
@@ -157,17 +179,9 @@ def main(
     err = err or sys.stderr
     words: list[str] = list(args.words)
     if words[0] in ("show", "cancel") and len(words) == 2:
-        print(
-            f"hivemesh plan {words[0]} needs a running hivemesh node (mesh); "
-            "in-process plans end with their command.",
-            file=err,
-        )
-        return 2
-    if args.mesh:
-        print("hivemesh plan --mesh needs a running hivemesh node.", file=err)
-        return 2
+        return show_or_cancel(args, words[0], words[1], out=out, err=err)
     try:
-        swarm = parse_swarm(args.swarm)
+        swarm = parse_swarm(args.swarm, allow_zero=args.mesh)
         cfg = LLMConfig.resolve(
             None, os.environ if env is None else env, base_url=args.base_url, model=args.model
         )
@@ -177,9 +191,11 @@ def main(
     except ConfigError as exc:
         print(f"hivemesh plan: {exc}", file=err)
         return 2
+    goal = " ".join(words)
+    if not args.in_process:
+        return run_on_nodes(args, goal, swarm, cfg, out=out, err=err)
     usage = UsageTotals()
     llm = provider_from_config(cfg, on_usage=usage)
-    goal = " ".join(words)
     live = _LiveDisplay(out) if not args.json else None
     try:
         view, gid, ok = asyncio.run(
@@ -190,7 +206,7 @@ def main(
                 quorum=args.quorum,
                 quorum_value=args.quorum_value,
                 max_depth=args.max_depth,
-                settle_ms=args.settle_ms,
+                settle_ms=50 if args.settle_ms is None else args.settle_ms,
                 timeout_s=args.timeout_s,
                 on_update=live.update if live else None,
             )
@@ -213,6 +229,84 @@ def main(
         answer = view.final_answer(gid)
         print("\n" + (answer if answer is not None else "(no final answer)"), file=out)
     return 0 if ok and view.final_answer(gid) is not None else 1
+
+
+def _client(args: argparse.Namespace) -> Client:
+    return Client(data_dir_of(args), timeout_s=10.0)
+
+
+def show_or_cancel(
+    args: argparse.Namespace, what: str, gid: str, *, out: TextIO, err: TextIO
+) -> int:
+    """``plan show GOAL_ID`` / ``plan cancel GOAL_ID`` against the local daemon.
+    Exit codes as the other daemon commands: 1 failed, 3 no daemon."""
+    client = _client(args)
+    try:
+        if what == "cancel":
+            res = client.call("plan.cancel", goal=gid, reason="cancelled from the CLI")
+            print(json.dumps(res) if args.json else f"cancelled {gid}", file=out)
+            return 0
+        shown = client.call("plan.show", goal=gid)
+    except HivemeshError as exc:
+        print(f"hivemesh plan {what}: {exc} [{exc.code}]", file=err)
+        return 3 if isinstance(exc, DaemonNotRunning) else 1
+    if args.json:
+        print(json.dumps(shown, sort_keys=True), file=out)
+    else:
+        print(render_text(shown["tree"]), file=out)
+        answer = shown["answer"]
+        print("\n" + (answer if answer is not None else "(no final answer yet)"), file=out)
+    return 0
+
+
+def run_on_nodes(
+    args: argparse.Namespace,
+    goal: str,
+    swarm: Mapping[str, int],
+    cfg: LLMConfig,
+    *,
+    out: TextIO,
+    err: TextIO,
+) -> int:
+    """Run ``goal`` on a swarm of node processes (see :mod:`hivemesh.roles.meshplan`)."""
+    from hivemesh.roles.meshplan import drive, llm_env, started_swarm
+
+    goal_args = {
+        "title": goal[:300],
+        "detail": goal[300:4000],
+        "quorum": args.quorum,
+        "quorum_value": args.quorum_value,
+        "scorers": max(1, swarm["scorers"]),
+        "max_depth": args.max_depth,
+        "settle_ms": 200 if args.settle_ms is None else args.settle_ms,
+    }
+    live = _LiveDisplay(out) if not args.json else None
+    try:
+        mesh = str(data_dir_of(args)) if args.mesh else None
+        with started_swarm(swarm, llm_env(cfg), mesh=mesh) as (_procs, client):
+            gid, shown, ok = drive(
+                client,
+                goal_args,
+                timeout_s=args.timeout_s,
+                on_update=live.update_tree if live else None,
+            )
+    except HivemeshError as exc:
+        print(f"hivemesh plan: {exc} [{exc.code}]", file=err)
+        return 3 if isinstance(exc, DaemonNotRunning) else 1
+    finally:
+        if live is not None:
+            live.stop()
+    tree = shown.get("tree") or {}
+    answer = shown.get("answer")
+    if args.json:
+        doc = {"goal": gid, "tree": tree, "answer": answer, "digest": shown.get("digest")}
+        print(json.dumps(doc, sort_keys=True), file=out)
+    else:
+        if live is None or not live.rich:
+            print(render_text(tree), file=out)
+        print(f"\ngoal {gid}: {tree.get('status')}", file=out)
+        print("\n" + (answer if answer is not None else "(no final answer)"), file=out)
+    return 0 if ok and answer is not None else 1
 
 
 async def _run_and_close(goal: str, llm: LLMProvider, **kw: Any) -> tuple[PlanView, str, bool]:
@@ -238,7 +332,9 @@ class _LiveDisplay:
             self._live.start()
 
     def update(self, view: PlanView, gid: str) -> None:
-        tree = view.tree(gid)
+        self.update_tree(view.tree(gid))
+
+    def update_tree(self, tree: dict[str, Any] | None) -> None:
         if self._live is not None and tree is not None:
             self._live.update(render_rich(tree))
 

@@ -92,6 +92,8 @@ class NodeProc:
     proc: subprocess.Popen[bytes] | None = None
     bootstrap: list[str] = field(default_factory=list)
     extra_args: list[str] = field(default_factory=list)
+    #: The subcommand that runs the node (``up``, or ``agent`` for a planner role).
+    command: tuple[str, ...] = ("up",)
 
     @property
     def client(self) -> Client:
@@ -140,8 +142,12 @@ class LocalSwarm:
         *,
         bootstrap: list[str] | None = None,
         extra_args: list[str] | None = None,
+        command: tuple[str, ...] = ("up",),
     ) -> NodeProc:
-        """Start a new node process and wait until it is ready."""
+        """Start a new node process and wait until it is ready.
+
+        ``command`` is the subcommand (any that prints ``up --json``'s ready
+        line and takes ``--data-dir``, ``--listen`` and ``--bootstrap``)."""
         if label in self.nodes:
             raise ValueError(f"node {label} exists; use restart()")
         node = NodeProc(
@@ -149,6 +155,7 @@ class LocalSwarm:
             self.root / label,
             bootstrap=list(bootstrap or []),
             extra_args=list(extra_args or []),
+            command=tuple(command),
         )
         self.nodes[label] = node
         self._spawn(node)
@@ -159,7 +166,7 @@ class LocalSwarm:
             sys.executable,
             "-m",
             "hivemesh",
-            "up",
+            *node.command,
             "--json",
             "--data-dir",
             str(node.data_dir),

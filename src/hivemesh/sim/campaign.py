@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from typing import Any
@@ -11,7 +11,7 @@ from typing import Any
 from hivemesh.sim.cluster import Cluster, SimResult
 from hivemesh.sim.options import FaultOptions, NetworkOptions, SimOptions
 
-__all__ = ["parse_seeds", "run_campaign", "run_seed"]
+__all__ = ["ClusterFactory", "parse_seeds", "run_campaign", "run_seed"]
 
 
 def parse_seeds(spec: str) -> list[int]:
@@ -29,19 +29,33 @@ def parse_seeds(spec: str) -> list[int]:
     return seeds
 
 
-def run_seed(seed: int, opts: SimOptions) -> SimResult:
+#: Builds the cluster for one seed (a picklable class or top-level function:
+#: campaigns run in worker processes). Workloads above the core, such as the
+#: planner's :class:`hivemesh.roles.simplan.PlanCluster`, come in this way.
+ClusterFactory = Callable[[str, SimOptions], Cluster]
+
+
+def run_seed(seed: int, opts: SimOptions, factory: ClusterFactory = Cluster) -> SimResult:
     """One seeded run."""
-    return Cluster(str(seed), opts).run()
+    return factory(str(seed), opts).run()
 
 
-def _run(args: tuple[int, SimOptions]) -> SimResult:
+def _run(args: tuple[int, SimOptions, ClusterFactory]) -> SimResult:
     return run_seed(*args)
 
 
-def run_campaign(seeds: Iterable[int], opts: SimOptions, jobs: int = 1) -> dict[str, Any]:
-    """Run ``seeds``; summary with runs, violations, failed_seeds, trace_digest."""
+def run_campaign(
+    seeds: Iterable[int],
+    opts: SimOptions,
+    jobs: int = 1,
+    *,
+    factory: ClusterFactory = Cluster,
+    workload: str = "journal",
+) -> dict[str, Any]:
+    """Run ``seeds``; summary with runs, violations, failed_seeds, trace_digest.
+    ``workload`` names the ``--workload`` in the replay commands."""
     seeds = list(seeds)
-    work = [(s, opts) for s in seeds]
+    work = [(s, opts, factory) for s in seeds]
     if jobs > 1:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             results = list(pool.map(_run, work, chunksize=8))
@@ -72,7 +86,11 @@ def run_campaign(seeds: Iterable[int], opts: SimOptions, jobs: int = 1) -> dict[
         "trace_digest": digest.hexdigest(),
         "examples": examples,
         "totals": totals,
-        "replay": [f"hivemesh sim --seeds {s}..{s} --nodes {opts.nodes}" for s in failed[:5]],
+        "replay": [
+            f"hivemesh sim --seeds {s}..{s} --nodes {opts.nodes}"
+            + (f" --workload {workload}" if workload != "journal" else "")
+            for s in failed[:5]
+        ],
     }
 
 
@@ -82,7 +100,13 @@ def default_options(nodes: int, workload: str = "journal") -> SimOptions:
     ``workload="claims"``: nodes compete for 40 tasks with optimistic claims
     under 10% loss and 100 ms jitter, with crashes (issue goal: <= 1%
     duplicate executions).
+
+    ``workload="plan"``: every node runs a decomposer, scorer and executor on
+    one goal (6 leaves) under the standard fault mix; every replica must end
+    with the same accepted tree and each leaf with exactly one accepted result.
     """
+    if workload == "plan":  # run with factory=hivemesh.roles.simplan.PlanCluster
+        return SimOptions(nodes=nodes, appends=0, active_ms=12_000, heal_ms=40_000)
     if workload == "claims":
         return SimOptions(
             nodes=nodes,

@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 from hivemesh.sim.campaign import default_options, parse_seeds, run_campaign
+from hivemesh.sim.cluster import Cluster
 
 
 def register(sub: Any) -> None:
@@ -15,7 +16,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("sim", help="run the deterministic simulator over many seeds")
     p.add_argument("--seeds", default="1..100", help="A..B inclusive, or a list A,B,C")
     p.add_argument("--nodes", type=int, default=5)
-    p.add_argument("--workload", choices=["journal", "claims"], default="journal")
+    p.add_argument("--workload", choices=["journal", "claims", "plan"], default="journal")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_run)
@@ -23,7 +24,18 @@ def register(sub: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     seeds = parse_seeds(args.seeds)
-    summary = run_campaign(seeds, default_options(args.nodes, args.workload), jobs=args.jobs)
+    factory: Any = Cluster
+    if args.workload == "plan":
+        from hivemesh.roles.simplan import PlanCluster
+
+        factory = PlanCluster
+    summary = run_campaign(
+        seeds,
+        default_options(args.nodes, args.workload),
+        jobs=args.jobs,
+        factory=factory,
+        workload=args.workload,
+    )
     if args.json:
         print(json.dumps(summary, sort_keys=True))
     else:
@@ -35,6 +47,11 @@ def _run(args: argparse.Namespace) -> int:
             f"{t.get('crashes', 0)} crashes, {t.get('forgeries', 0)} forgeries"
         )
         print(f"violations: {summary['violations']}  trace digest: {summary['trace_digest']}")
+        if "plan_leaves" in t:
+            print(
+                f"plan: {t['plan_leaves']} leaves, "
+                f"{t.get('plan_duplicate_results', 0)} duplicate results (detected, ignored)"
+            )
         if summary["claim_duplicate_rate"] is not None:
             print(
                 f"claims: {t.get('claim_executions', 0)} executions, "

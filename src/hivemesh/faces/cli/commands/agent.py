@@ -1,0 +1,101 @@
+"""``hivemesh agent --role ROLE``: a node that runs one planner role.
+
+The node is a full hivemesh node (its own identity and store in
+``--data-dir``, connections, control socket); see :mod:`hivemesh.roles.agent`.
+The LLM comes from ``HIVEMESH_LLM_*`` (or ``--base-url``/``--model``); an
+observer needs none. With ``--json`` it prints ``up --json``'s ready line
+``{"address", "listen", "control", "role"}``. SIGINT/SIGTERM stop it cleanly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+from hivemesh.errors import HivemeshError, LLMNotConfigured
+from hivemesh.runtime.cliutil import add_common, data_dir_of, emit_error
+
+__all__ = ["register"]
+
+
+def register(sub: Any) -> None:
+    """Add the ``agent`` subcommand."""
+    from hivemesh.roles.agent import ROLE_NAMES
+
+    p = sub.add_parser("agent", help="run a node hosting one planner role")
+    add_common(p)
+    p.add_argument("--role", required=True, choices=ROLE_NAMES)
+    p.add_argument("--strategy", default="", help="decomposer strategy, e.g. 'by day'")
+    p.add_argument("--caps", default="", help="executor capabilities, comma separated")
+    p.add_argument("--max-concurrent", type=int, default=4, help="executor parallel tasks")
+    p.add_argument("--listen", default="127.0.0.1:0", help="host:port to accept peers on")
+    p.add_argument("--bootstrap", action="append", help="[address@]host:port (repeatable)")
+    p.add_argument("--base-url", default="", help="OpenAI-compatible base URL (overrides env)")
+    p.add_argument("--model", default="", help="model name (overrides env)")
+    p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return asyncio.run(_serve(args))
+    except LLMNotConfigured as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    except HivemeshError as exc:
+        return emit_error(args, exc)
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    from hivemesh.llm import LLMConfig, provider_from_config
+    from hivemesh.node import Node
+    from hivemesh.roles.agent import RoleDriver, make_role
+
+    llm = None
+    if args.role != "observer":
+        cfg = LLMConfig.resolve(None, os.environ, base_url=args.base_url, model=args.model)
+        llm = provider_from_config(cfg)
+    caps = tuple(sorted(c.strip() for c in args.caps.split(",") if c.strip()))
+    node = Node(data_dir_of(args), listen=args.listen, bootstrap=list(args.bootstrap or ()))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with node:
+        role = make_role(
+            args.role,
+            node.daemon.identity.public,
+            llm,
+            strategy=args.strategy,
+            caps=caps,
+            max_concurrent=args.max_concurrent,
+        )
+        driver = RoleDriver(node, role)
+        ready = {
+            "address": node.address,
+            "listen": node.endpoint,
+            "control": str(node.config.control_path),
+            "role": args.role,
+        }
+        if args.json:
+            print(json.dumps(ready, sort_keys=True), flush=True)
+        else:
+            print(f"{args.role} {node.address} up on {node.endpoint} (Ctrl-C to stop)", flush=True)
+        try:
+            await driver.run(stop)
+        finally:
+            close = getattr(llm, "aclose", None)
+            if close is not None:
+                await close()
+    return 0
