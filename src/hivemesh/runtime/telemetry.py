@@ -297,6 +297,8 @@ async def _op_record(d: Daemon, args: dict[str, Any]) -> Any:
     m = d.telemetry.metrics
     seqs = []
     for i in range(count):
-        seq = m.record(name, float(value), kind=kind, attrs={**attrs, "i": i} if count > 1 else attrs)
+        seq = m.record(
+            name, float(value), kind=kind, attrs={**attrs, "i": i} if count > 1 else attrs
+        )
         seqs.append(seq)
     return {"recorded": count, "first_seq": seqs[0], "last_seq": seqs[-1]}
