@@ -30,7 +30,6 @@ import pytest
 
 from hivemesh.runtime.swarm import LocalSwarm, NodeProc, wait_until
 
-
 ENV = {
     "HIVEMESH_TELEMETRY_TIMEOUT_S": "1",
     "HIVEMESH_TELEMETRY_MAX_BACKOFF_S": "0.3",
