@@ -34,7 +34,8 @@ Theory of operation
   member that ``left`` is not alerted on), the last heartbeat and the spool
   backlog each sender reported.
 * **Local queries.** Control operations ``metrics.record`` (record on this
-  node) and ``metrics`` (``gaps``, ``senders``, ``stats``, ``query``, ``top``,
+  node), ``metrics.send`` (start sending when configured ``telemetry =
+  false``, which only spools) and ``metrics`` (``gaps``, ``senders``, ``stats``, ``query``, ``top``,
   ``alerts`` against the running collector's store, which DuckDB does not let
   a second process open) back ``hivemesh metrics ... --data-dir``.
 """
@@ -132,6 +133,7 @@ class DaemonTelemetry:
         self._stopped = False
         register_op("metrics", _op_metrics)
         register_op("metrics.record", _op_record)
+        register_op("metrics.send", _op_send)
 
     @property
     def metrics(self) -> Metrics:
@@ -147,8 +149,16 @@ class DaemonTelemetry:
             if self.d.names.resolve(COLLECTOR_NAME) != self.d.address:
                 await self.d.claim_name(COLLECTOR_NAME)
         if self.d.config.telemetry:
-            await self.node.start()
-            self._hb_task = asyncio.get_running_loop().create_task(self._heartbeat())
+            await self.start_sending()
+
+    async def start_sending(self) -> bool:
+        """Start the sender and heartbeat (at start unless ``telemetry = false``;
+        control op ``metrics.send``); False if already sending."""
+        if self._hb_task is not None or self._stopped:
+            return False
+        await self.node.start()
+        self._hb_task = asyncio.get_running_loop().create_task(self._heartbeat())
+        return True
 
     async def stop(self) -> None:
         """Send what is spooled (briefly), then stop; the rest waits in the spool."""
@@ -159,7 +169,7 @@ class DaemonTelemetry:
             self._hb_task.cancel()
             with contextlib.suppress(BaseException):
                 await self._hb_task
-        await self.node.stop(flush_timeout_s=1.0 if self.d.config.telemetry else 0.0)
+        await self.node.stop(flush_timeout_s=1.0 if self._hb_task is not None else 0.0)
         if self.collector is not None:
             await self.collector.stop()
 
@@ -282,6 +292,10 @@ async def _op_metrics(d: Daemon, args: dict[str, Any]) -> Any:
     if what not in _WHAT:
         raise InvalidArgument(f"what must be one of {list(_WHAT)}")
     return await d.telemetry.query(what, args)
+
+
+async def _op_send(d: Daemon, args: dict[str, Any]) -> Any:
+    return {"started": await d.telemetry.start_sending()}
 
 
 async def _op_record(d: Daemon, args: dict[str, Any]) -> Any:
