@@ -8,6 +8,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import hivemesh
 from hivemesh.runtime.telemetry import HEARTBEAT, usage_hook
 
@@ -72,3 +74,18 @@ def test_without_a_collector_records_wait_in_the_spool(tmp_path: Path) -> None:
             assert node.status()["telemetry"]["spool_backlog"] >= 5
 
     asyncio.run(scenario())
+
+
+def test_telemetry_config_section(tmp_path: Path) -> None:
+    from hivemesh.config import load_config
+    from hivemesh.errors import ConfigError
+
+    (tmp_path / "config.toml").write_text(
+        '[telemetry]\ncollector = true\nmetrics_senders = ["sender-1"]\ntelemetry_timeout_s = 2.5\n'
+    )
+    cfg = load_config(tmp_path, environ={})
+    assert cfg.collector and cfg.metrics_senders == ("sender-1",)
+    assert cfg.telemetry_timeout_s == 2.5 and cfg.telemetry
+    (tmp_path / "config.toml").write_text("[telemetry]\ntelemetry_timeout_s = 0\n")
+    with pytest.raises(ConfigError, match="telemetry_timeout_s"):
+        load_config(tmp_path, environ={})
