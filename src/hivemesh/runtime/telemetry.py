@@ -55,7 +55,7 @@ from hivemesh.runtime.control import register_op
 from hivemesh.telemetry.health import NodeStatus, Thresholds
 from hivemesh.telemetry.node import COLLECTOR_NAME, CollectorNode, NodeTelemetry
 from hivemesh.telemetry.recorder import Metrics
-from hivemesh.telemetry.schema import KINDS, MAX_BATCH_RECORDS
+from hivemesh.telemetry.schema import KINDS
 
 if TYPE_CHECKING:
     from hivemesh.runtime.daemon import Daemon
@@ -114,7 +114,7 @@ class DaemonTelemetry:
             cfg.data_dir,
             self._deliver,
             agent=cfg.name or daemon.address[:12],
-            batch_max=MAX_BATCH_RECORDS,
+            batch_max=1000,  # no linger while a full batch waits (~190 B a record)
             batch_max_bytes=BATCH_MAX_BYTES,
             deliver_timeout_s=cfg.telemetry_timeout_s + 1.0,
             max_backoff_s=cfg.telemetry_max_backoff_s,
