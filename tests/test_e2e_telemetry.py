@@ -166,6 +166,13 @@ def test_spool_deleted_is_reported_as_a_gap(swarm: LocalSwarm) -> None:
     mine = [(g["first_missing"], g["last_missing"]) for g in gaps if g["sender"] == s2.address]
     assert mine == [lost]
     assert _stored(c, s2, "fd.lost") == (0, 0)
+    count_sql = f"SELECT count(*) FROM metrics WHERE sender = '{s2.address}'"
+    before = _sql(c, count_sql)[0][0]
+    top = _cli("metrics", "top", "--by", "sender", "--data-dir", str(c.data_dir))
+    (row,) = [r for r in top if r["sender"] == s2.address]
+    assert before <= row["records"] <= _sql(c, count_sql)[0][0]  # heartbeats keep coming
+    failures = _cli("metrics", "failures", "--data-dir", str(c.data_dir))
+    assert {"by", "key", "records", "failures", "failure_rate"} <= set(failures[0])
 
 
 def test_bad_input_over_the_mesh_is_rejected_and_counted(swarm: LocalSwarm) -> None:

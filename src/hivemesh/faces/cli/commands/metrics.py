@@ -157,17 +157,20 @@ def _top(args: argparse.Namespace) -> int:
 
 @_guard
 def _failures(args: argparse.Namespace) -> int:
-    store = _open(args)
-    try:
-        now = int(time.time() * 1000)
-        out: list[tuple[Any, ...]] = []
-        for by in ("agent", "tool"):
-            names, rows = store.top(by, _since_ms(args), now, 1000)
-            for r in rows:
-                d = dict(zip(names, r, strict=True))
-                out.append((by, d[by], d["records"], d["failures"], d["failure_rate"]))
-    finally:
-        store.close()
+    out: list[tuple[Any, ...]] = []
+    for by in ("agent", "tool"):
+        live = _live(args, "top", by=by, since_ms=_since_ms(args), limit=1000)
+        if live is not None:
+            names, rows = live["columns"], live["rows"]
+        else:
+            store = _open(args)
+            try:
+                names, rows = store.top(by, _since_ms(args), int(time.time() * 1000), 1000)
+            finally:
+                store.close()
+        for r in rows:
+            d = dict(zip(names, r, strict=True))
+            out.append((by, d[by], d["records"], d["failures"], d["failure_rate"]))
     out.sort(key=lambda r: (r[0], -(r[4] or 0), str(r[1])))
     _emit(args, ["by", "key", "records", "failures", "failure_rate"], out)
     return 0
