@@ -15,6 +15,8 @@ built by :func:`load_config` from four layers, later layers winning:
        [membership]
        probe_interval_ms = 1000     # SWIM: probe one member per interval
        suspicion_mult = 4           # suspect -> down after ~mult * interval
+       [telemetry]
+       collector = true             # run the metrics-collector on this node
 
 3. environment variables ``HIVEMESH_<FIELD>`` (``HIVEMESH_LISTEN``,
    ``HIVEMESH_BOOTSTRAP=a:1,b:2``, ``HIVEMESH_PROBE_INTERVAL_MS=200``, ...);
@@ -74,6 +76,14 @@ class Config:
     slow_peer_timeout_s: float = 10.0
     control_timeout_s: float = 10.0
     inbox_max: int = 10_000
+    # [telemetry] (see hivemesh.runtime.telemetry)
+    telemetry: bool = True
+    collector: bool = False
+    telemetry_timeout_s: float = 5.0
+    telemetry_max_backoff_s: float = 5.0
+    telemetry_heartbeat_s: float = 10.0
+    metrics_senders: tuple[str, ...] = ()
+    health_interval_s: float = 10.0
 
     @property
     def key_path(self) -> Path:
@@ -121,6 +131,15 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
     "replication": ("sync_interval_ms",),
     "trust": ("trust_mode",),
     "limits": ("send_queue_frames", "slow_peer_timeout_s", "control_timeout_s", "inbox_max"),
+    "telemetry": (
+        "telemetry",
+        "collector",
+        "telemetry_timeout_s",
+        "telemetry_max_backoff_s",
+        "telemetry_heartbeat_s",
+        "metrics_senders",
+        "health_interval_s",
+    ),
 }
 _FIELDS = {f.name: f for f in dataclasses.fields(Config)}
 _TRUST_MODES = ("open", "invite")
@@ -248,6 +267,10 @@ def _validate(cfg: Config) -> None:
         "slow_peer_timeout_s",
         "control_timeout_s",
         "inbox_max",
+        "telemetry_timeout_s",
+        "telemetry_max_backoff_s",
+        "telemetry_heartbeat_s",
+        "health_interval_s",
     )
     for name in positive:
         if getattr(cfg, name) <= 0:

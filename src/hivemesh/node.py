@@ -33,6 +33,7 @@ from hivemesh.core.identity import address_of
 from hivemesh.core.views.context import Context
 from hivemesh.errors import DeadlineExceeded, LocalProtocolError
 from hivemesh.runtime.daemon import Daemon
+from hivemesh.telemetry.recorder import Metrics
 
 __all__ = ["EventRecord", "Node"]
 
@@ -245,6 +246,13 @@ class Node:
         a holder if not held locally and verified against the digest."""
         blobs = self.daemon.blobs
         return await blobs.get(blobs.resolve(ref), _now_ms(), timeout_s)
+
+    @property
+    def metrics(self) -> Metrics:  # -- telemetry --
+        """Record telemetry (``record``, ``count``, ``timer``, ``track_llm``,
+        ``track_tool``, ``track_task``); delivered to the node named
+        ``metrics-collector`` (see :mod:`hivemesh.runtime.telemetry`)."""
+        return self.daemon.telemetry.metrics
 
     def status(self) -> dict[str, Any]:
         """The same record as ``hivemesh status --json``."""

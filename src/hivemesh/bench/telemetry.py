@@ -14,7 +14,10 @@ core's worth of Python doing all the work (``--transport inproc`` calls
 ``ingest`` directly, ``tcp`` goes through the loopback transport); ``split``
 runs the collector in its own process and the 50 senders in another, over
 loopback TCP, as deployed -- on a shared 2-core machine its figure swings
-with the load, so it is not the default.
+with the load, so it is not the default; ``mesh`` runs every sender as a
+real node process (``hivemesh up``) and the collector as ``hivemesh up
+--collector``, records travelling as acknowledged direct requests over the
+encrypted mesh (:mod:`hivemesh.bench._telemetry_mesh`).
 
 Baselines, same run, same rows: the same records, already as Python dicts,
 turned into the store's columns and inserted into a fresh DuckDB table as
@@ -53,10 +56,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=int, default=1000, help="records per delivered batch")
     parser.add_argument(
         "--layout",
-        choices=("single", "split"),
+        choices=("single", "split", "mesh"),
         default="single",
         help="single: one process (default); split: collector and senders in two processes "
-        "over loopback TCP",
+        "over loopback TCP; mesh: each sender a node process, over the real mesh",
     )
     parser.add_argument(
         "--transport", choices=("inproc", "tcp"), default="inproc", help="for --layout single"
@@ -248,6 +251,18 @@ def run(args: argparse.Namespace) -> BenchResult:
         try:
             all_recs: list[dict[str, Any]] = []
             spools = []
+            if args.layout == "mesh":
+                from hivemesh.bench._telemetry_mesh import mesh_run
+
+                per = [_records(i, args.records) for i in range(args.senders)]
+                all_recs = [r for recs in per for r in recs]
+                total = len(all_recs)
+                dt, flushes, rows = mesh_run(tmp, per)
+                ours_runs.append(dt)
+                chunk = max(1, rows // max(1, flushes))
+                raw_batch_runs.append(_raw_insert(str(tmp / "raw1.duckdb"), all_recs, args.batch))
+                raw_flush_runs.append(_raw_insert(str(tmp / "raw2.duckdb"), all_recs, chunk))
+                continue
             for i in range(args.senders):
                 recs = _records(i, args.records)
                 all_recs.extend(recs)
@@ -304,8 +319,8 @@ def run(args: argparse.Namespace) -> BenchResult:
             "senders": args.senders,
             "records": total,
             "layout": args.layout,
-            "transport": "tcp" if args.layout == "split" else args.transport,
-            "batch": args.batch,
+            "transport": {"split": "tcp", "mesh": "mesh"}.get(args.layout, args.transport),
+            "batch": "daemon's (<= 192 KiB)" if args.layout == "mesh" else args.batch,
             "flushes": flushes,
             "mean_flush_rows": chunk,
             "repeat": f"best of {args.repeat} runs each",

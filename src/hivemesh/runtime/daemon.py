@@ -236,6 +236,10 @@ class Daemon:
             self.learn(address, eps)
         for addr, h, p in bootstrap_targets(cfg.bootstrap):
             self.conns.want(h, p, addr)
+        from hivemesh.runtime.telemetry import DaemonTelemetry  # -- telemetry --
+
+        self.telemetry = DaemonTelemetry(self)
+        await self.telemetry.start()  # -- end telemetry --
         from hivemesh.runtime.control import ControlServer
 
         self._control = ControlServer(self, cfg.control_path, timeout_s=cfg.control_timeout_s)
@@ -256,6 +260,7 @@ class Daemon:
         """Shut down cleanly: stop serving, close channels, close the store."""
         if not self._started:
             return
+        await self.telemetry.stop()  # -- telemetry: send what is spooled, briefly --
         self._started = False
         self._stopping.set()
         if self._control is not None:
@@ -584,7 +589,7 @@ class Daemon:
 
     def status(self) -> dict[str, Any]:
         """Everything ``hivemesh status`` shows (see :mod:`hivemesh.runtime.status`)."""
-        return status_of(self)
+        return {**status_of(self), "telemetry": self.telemetry.status()}  # -- telemetry --
 
     def peers(self) -> list[dict[str, Any]]:
         """Known members with their channel figures."""

@@ -22,7 +22,11 @@ acks, dedup, one-hop relay). This module adds what needs I/O:
   :data:`MAX_HANDLERS` handlers run at once; beyond that messages wait in the
   core's bounded inbox (backpressure: they are not acknowledged meanwhile).
   Used by telemetry (records to ``metrics-collector``, the collector's ack
-  dict as the reply).
+  dict as the reply). A plain message ``{"type": t, ...}`` for which a
+  handler was registered with :meth:`Messaging.on_plain` (a hand-sent
+  ``hivemesh send-message metrics-collector --data '{"type": "metrics", ...}'``)
+  goes to that handler instead of the inbox; no reply is sent (the ack
+  already was).
 * **Ping.** ``RT_PING``/``RT_PONG`` frames carry a nonce; the round-trip
   time is measured on the sender (``perf_counter``).
 """
@@ -163,6 +167,7 @@ class Messaging:
         self._waiters: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._pings: dict[int, tuple[asyncio.Future[float], int]] = {}
         self.handlers: dict[str, Handler] = {}
+        self.plain_handlers: dict[str, Handler] = {}
         self._replies: dict[str, tuple[str, asyncio.Future[Any]]] = {}
         self._handling: set[asyncio.Task[None]] = set()
         #: Called after sending from a task (the daemon schedules a flush).
@@ -184,6 +189,10 @@ class Messaging:
     def on_message(self, kind: str, handler: Handler) -> None:
         """Answer requests of ``kind`` with ``handler`` (instead of the inbox)."""
         self.handlers[kind] = handler
+
+    def on_plain(self, kind: str, handler: Handler) -> None:
+        """Give plain messages ``{"type": kind, ...}`` to ``handler`` (its result is dropped)."""
+        self.plain_handlers[kind] = handler
 
     def expect_reply(
         self, to: str, now_ms: int, kind: str, body: Any, timeout_ms: int
@@ -216,6 +225,13 @@ class Messaging:
                 continue
             kind = data.get("$type") if isinstance(data, dict) else None
             handler = self.handlers.get(kind) if isinstance(kind, str) else None
+            plain = data.get("type") if handler is None and isinstance(data, dict) else None
+            if isinstance(plain, str) and plain in self.plain_handlers:
+                coro = self.plain_handlers[plain](m.sender, data)
+                task = asyncio.get_running_loop().create_task(self._consume(coro))
+                self._handling.add(task)
+                task.add_done_callback(self._handling.discard)
+                continue
             if handler is None:
                 keep.append(m)
                 continue
@@ -223,6 +239,12 @@ class Messaging:
             self._handling.add(task)
             task.add_done_callback(self._handling.discard)
         return keep
+
+    async def _consume(self, coro: Awaitable[Any]) -> None:
+        try:
+            await coro
+        except Exception:  # counted; a plain message has no one to answer
+            self.counters["handler_failed"] += 1
 
     async def _answer(self, handler: Handler, m: InboxMessage) -> None:
         try:

@@ -61,6 +61,7 @@ class Sender:
         deliver: Deliver,
         *,
         batch_max: int = 1000,
+        batch_max_bytes: int = 1_000_000,
         linger_s: float = 0.05,
         idle_poll_s: float = 1.0,
         deliver_timeout_s: float = 10.0,
@@ -73,6 +74,7 @@ class Sender:
         self.spool = spool
         self._deliver = deliver
         self.batch_max = batch_max
+        self.batch_max_bytes = batch_max_bytes
         self.linger_s = linger_s
         self.idle_poll_s = idle_poll_s
         self.deliver_timeout_s = deliver_timeout_s
@@ -94,7 +96,7 @@ class Sender:
 
         Raises whatever ``deliver`` raised, or :class:`DeadlineExceeded`.
         """
-        batch = self.spool.take_batch(self.batch_max)
+        batch = self.spool.take_batch(self.batch_max, self.batch_max_bytes)
         if batch is None:
             return 0
         try:

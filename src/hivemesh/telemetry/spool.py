@@ -153,8 +153,11 @@ class Spool:
 
     # -- reading and acknowledging ---------------------------------------------
 
-    def take_batch(self, max_n: int = 1000) -> SpoolBatch | None:
-        """The oldest waiting records (at most ``max_n``) as one batch, or None.
+    def take_batch(
+        self, max_n: int = 1000, max_bytes: int = _BATCH_BYTES_TARGET
+    ) -> SpoolBatch | None:
+        """The oldest waiting records (at most ``max_n``, and about ``max_bytes`` of
+        records, but at least one) as one batch, or None.
 
         Does not remove them: call :meth:`ack` once the collector acknowledged.
         """
@@ -169,7 +172,7 @@ class Spool:
             n = 0
             for _seq, rec in rows:
                 total += len(rec)
-                if total > _BATCH_BYTES_TARGET and n:
+                if total > max_bytes and n:
                     break
                 n += 1
             rows = rows[:n]

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from hivemesh.errors import HivemeshError
-from hivemesh.faces.cli.commands.metrics import _emit, _open
+from hivemesh.faces.cli.commands.metrics import _emit, _live, _open
 
 __all__ = ["register"]
 
@@ -19,6 +19,7 @@ def register(sub: Any) -> None:
     p.add_argument("--all", action="store_true", help="include resolved alerts")
     p.add_argument("--store", default=None, help="collector DuckDB file")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--data-dir", default=None, help="ask the running collector node of this dir")
     p.set_defaults(func=_alerts)
 
 
@@ -30,11 +31,13 @@ def _when(ms: Any) -> str:
 
 def _alerts(args: argparse.Namespace) -> int:
     try:
-        store = _open(args)
-        try:
-            alerts = store.alerts(active_only=not args.all)
-        finally:
-            store.close()
+        alerts = _live(args, "alerts", all=args.all)
+        if alerts is None:
+            store = _open(args)
+            try:
+                alerts = store.alerts(active_only=not args.all)
+            finally:
+                store.close()
     except (HivemeshError, FileNotFoundError) as exc:
         print(f"hivemesh alerts: {exc}", file=sys.stderr)
         return 1

@@ -5,7 +5,9 @@ Subcommands: ``top [--by agent|model|tool] [--since 1h]``, ``failures``
 ranges per sender) and ``senders``. The store path comes from ``--store``,
 else ``$HIVEMESH_METRICS_STORE``, else ``$HIVEMESH_HOME/metrics.duckdb``
 (``~/.hivemesh``). The file is opened read-only; DuckDB refuses while a
-running collector holds it for writing, and the command says so.
+running collector holds it for writing, and the command says so. With
+``--data-dir DIR`` the query goes instead to the running collector node of
+that data dir, through its control socket (``hivemesh up --collector``).
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("metrics", help="query the local telemetry collector store")
     p.add_argument("--store", default=None, help="DuckDB file (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--data-dir", default=None, help="ask the running collector node of this dir")
     msub = p.add_subparsers(dest="metrics_cmd", metavar="QUERY", required=True)
     t = msub.add_parser("top", help="records, failures, tokens, p50/p99 per agent, model or tool")
     t.add_argument("--by", choices=("agent", "model", "tool", "sender", "name"), default="agent")
@@ -90,6 +93,33 @@ def register(sub: Any) -> None:
     for sp in (t, f, q, g, s):
         sp.add_argument("--store", default=argparse.SUPPRESS)
         sp.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+        sp.add_argument("--data-dir", default=argparse.SUPPRESS)
+
+
+def _live(args: argparse.Namespace, what: str, **kw: Any) -> Any:
+    """Ask the running collector of ``--data-dir`` (None without ``--data-dir``)."""
+    if not getattr(args, "data_dir", None):
+        return None
+    from hivemesh.runtime.client import Client
+
+    return Client(args.data_dir, timeout_s=30.0).call("metrics", what=what, **kw)
+
+
+def _reports_live(args: argparse.Namespace) -> list[Any] | None:
+    from hivemesh.telemetry.collector import SenderReport
+
+    got = _live(args, "senders")
+    if got is None:
+        return None
+    return [
+        SenderReport(
+            sender=r["sender"], stored=r["stored"], max_seq=r["max_seq"],
+            gaps=[(lo, hi) for lo, hi in r["gaps"]],
+            pending=(r["pending"][0], r["pending"][1]) if r["pending"] else None,
+            backlog=r["backlog"], last_seen_ms=r["last_seen_ms"],
+        )
+        for r in got
+    ]  # fmt: skip
 
 
 def _guard(func: Any) -> Any:
@@ -111,6 +141,10 @@ def _since_ms(args: argparse.Namespace) -> int | None:
 
 @_guard
 def _top(args: argparse.Namespace) -> int:
+    got = _live(args, "top", by=args.by, since_ms=_since_ms(args), limit=args.limit)
+    if got is not None:
+        _emit(args, got["columns"], got["rows"])
+        return 0
     store = _open(args)
     try:
         now = int(time.time() * 1000)
@@ -123,17 +157,20 @@ def _top(args: argparse.Namespace) -> int:
 
 @_guard
 def _failures(args: argparse.Namespace) -> int:
-    store = _open(args)
-    try:
-        now = int(time.time() * 1000)
-        out: list[tuple[Any, ...]] = []
-        for by in ("agent", "tool"):
-            names, rows = store.top(by, _since_ms(args), now, 1000)
-            for r in rows:
-                d = dict(zip(names, r, strict=True))
-                out.append((by, d[by], d["records"], d["failures"], d["failure_rate"]))
-    finally:
-        store.close()
+    out: list[tuple[Any, ...]] = []
+    for by in ("agent", "tool"):
+        live = _live(args, "top", by=by, since_ms=_since_ms(args), limit=1000)
+        if live is not None:
+            names, rows = live["columns"], live["rows"]
+        else:
+            store = _open(args)
+            try:
+                names, rows = store.top(by, _since_ms(args), int(time.time() * 1000), 1000)
+            finally:
+                store.close()
+        for r in rows:
+            d = dict(zip(names, r, strict=True))
+            out.append((by, d[by], d["records"], d["failures"], d["failure_rate"]))
     out.sort(key=lambda r: (r[0], -(r[4] or 0), str(r[1])))
     _emit(args, ["by", "key", "records", "failures", "failure_rate"], out)
     return 0
@@ -141,6 +178,10 @@ def _failures(args: argparse.Namespace) -> int:
 
 @_guard
 def _query(args: argparse.Namespace) -> int:
+    got = _live(args, "query", sql=args.sql)
+    if got is not None:
+        _emit(args, got["columns"], got["rows"])
+        return 0
     store = _open(args)
     try:
         names, rows = store.query(args.sql)
@@ -153,6 +194,9 @@ def _query(args: argparse.Namespace) -> int:
 def _reports(args: argparse.Namespace) -> list[Any]:
     from hivemesh.telemetry.collector import Collector
 
+    live = _reports_live(args)
+    if live is not None:
+        return live
     store = _open(args)
     try:
         return Collector(store).senders()

@@ -43,6 +43,12 @@ def register(sub: Any) -> None:
         action="append",
         help="IPv4 address of an interface for mDNS (repeatable; default 127.0.0.1)",
     )
+    p.add_argument(
+        "--collector",
+        action="store_true",
+        default=None,
+        help="run the telemetry collector here (claims the name metrics-collector)",
+    )
     p.add_argument("--trust-mode", choices=["open", "invite"])
     p.add_argument("--probe-interval-ms", type=int)
     p.add_argument("--probe-timeout-ms", type=int)
@@ -60,6 +66,7 @@ def _run(args: argparse.Namespace) -> int:
         "name": args.name,
         "mdns": args.mdns,
         "mdns_interfaces": tuple(args.mdns_interface) if args.mdns_interface else None,
+        "collector": args.collector,
         "trust_mode": args.trust_mode,
         "probe_interval_ms": args.probe_interval_ms,
         "probe_timeout_ms": args.probe_timeout_ms,

@@ -1,0 +1,317 @@
+"""Fleet telemetry wired into the daemon: every node sends, one node collects.
+
+Theory of operation
+-------------------
+:class:`DaemonTelemetry` is the daemon's telemetry part (``daemon.telemetry``;
+``hivemesh.Node.metrics`` is its :attr:`~DaemonTelemetry.metrics`).
+
+* **Sending (every node).** A :class:`~hivemesh.telemetry.node.NodeTelemetry`
+  spools records in the data dir (``telemetry-spool.sqlite3``) and its sender
+  delivers each batch as a request of kind ``metrics`` to the node *named*
+  ``metrics-collector`` (``daemon.request(..., timeout_s=telemetry_timeout_s)``:
+  an acknowledged direct message with retransmission, and the collector's ack
+  dict as the reply). The name is resolved at every attempt, so whichever node
+  holds it receives the records. No reply in time, no collector named yet, or
+  ``ok: False``: the records stay spooled and the sender retries with backoff;
+  the collector de-duplicates resends by ``(sender, seq)``.
+* **Heartbeat.** Every ``telemetry_heartbeat_s`` the node records the gauge
+  :data:`HEARTBEAT` (value: its spool backlog). At the collector this is the
+  node's "last heard" time and its backlog, which the health monitor uses.
+* **Collecting (``collector = true`` / ``hivemesh up --collector``).** The node
+  claims the name ``metrics-collector`` and runs a
+  :class:`~hivemesh.telemetry.node.CollectorNode` (DuckDB store
+  ``metrics.duckdb`` in the data dir, health monitor). It answers ``metrics``
+  requests with the collector's ack, and also ingests plain direct messages
+  ``{"type": "metrics", ...}`` (``hivemesh send-message metrics-collector
+  --data ...``); those are acknowledged by the mesh when received, so a crash
+  before the store commits (milliseconds) can lose a hand-sent batch. Its own
+  records skip the mesh and go straight to the local collector.
+* **Trust.** A batch is accepted from a sender the daemon admits
+  (``Daemon.authorize``) and, when ``metrics_senders`` lists addresses or
+  names, only from those; anything else is refused (``untrusted_author``) and
+  counted, as are malformed, oversized and unknown-field records.
+* **Health.** The monitor sees membership (``up``/``suspect``/``down``; a
+  member that ``left`` is not alerted on), the last heartbeat and the spool
+  backlog each sender reported.
+* **Local queries.** Control operations ``metrics.record`` (record on this
+  node), ``metrics.send`` (start sending when configured ``telemetry =
+  false``, which only spools) and ``metrics`` (``gaps``, ``senders``, ``stats``, ``query``, ``top``,
+  ``alerts`` against the running collector's store, which DuckDB does not let
+  a second process open) back ``hivemesh metrics ... --data-dir``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from hivemesh.errors import HivemeshError, InvalidArgument, LocalProtocolError
+from hivemesh.runtime.control import register_op
+from hivemesh.telemetry.health import NodeStatus, Thresholds
+from hivemesh.telemetry.node import COLLECTOR_NAME, CollectorNode, NodeTelemetry
+from hivemesh.telemetry.recorder import Metrics
+from hivemesh.telemetry.schema import KINDS
+
+if TYPE_CHECKING:
+    from hivemesh.runtime.daemon import Daemon
+
+__all__ = ["BATCH_MAX_BYTES", "HEARTBEAT", "MESSAGE_KIND", "DaemonTelemetry", "usage_hook"]
+
+log = logging.getLogger("hivemesh.runtime.telemetry")
+
+#: Request kind (and plain message ``type``) of a metrics batch.
+MESSAGE_KIND = "metrics"
+#: The heartbeat gauge each node records (value: its spool backlog).
+HEARTBEAT = "hivemesh.telemetry.spool_backlog"
+#: Bytes of records per batch: well under the direct-message limit (256 KiB).
+BATCH_MAX_BYTES = 192 * 1024
+
+_STATES = {"up": "alive", "suspect": "suspect", "down": "dead"}
+_WHAT = ("alerts", "gaps", "query", "senders", "stats", "top")
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def usage_hook(metrics: Metrics) -> Callable[[str, int, int, float, bool], None]:
+    """An LLM provider ``on_usage`` callback that records every call in ``metrics``.
+
+    ``hivemesh.llm.make_provider(config, on_usage=usage_hook(node.metrics))``.
+    """
+
+    def on_usage(model: str, input_tokens: int, output_tokens: int, ms: float, ok: bool) -> None:
+        with contextlib.suppress(HivemeshError):  # a full spool is counted there
+            metrics.llm_call(
+                model=model,
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
+                latency_ms=ms,
+                error_type=None if ok else "llm_error",
+            )
+
+    return on_usage
+
+
+def _plain(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+class DaemonTelemetry:
+    """The telemetry part of one daemon (see module docs)."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.d = daemon
+        cfg = daemon.config
+        self.node = NodeTelemetry(
+            cfg.data_dir,
+            self._deliver,
+            agent=cfg.name or daemon.address[:12],
+            batch_max=1000,  # no linger while a full batch waits (~190 B a record)
+            batch_max_bytes=BATCH_MAX_BYTES,
+            deliver_timeout_s=cfg.telemetry_timeout_s + 1.0,
+            max_backoff_s=cfg.telemetry_max_backoff_s,
+        )
+        self.collector: CollectorNode | None = None
+        if cfg.collector:
+            hb_ms = int(cfg.telemetry_heartbeat_s * 1000)
+            self.collector = CollectorNode(
+                cfg.data_dir,
+                trusted=self.trusted,
+                members=self._members,
+                thresholds=Thresholds(heartbeat_timeout_ms=max(3 * hb_ms, 3000)),
+                health_interval_s=cfg.health_interval_s,
+            )
+        self._hb_task: asyncio.Task[None] | None = None
+        self._stopped = False
+        register_op("metrics", _op_metrics)
+        register_op("metrics.record", _op_record)
+        register_op("metrics.send", _op_send)
+
+    @property
+    def metrics(self) -> Metrics:
+        """The recording API (``record``, ``count``, ``timer``, ``track_llm``, ...)."""
+        return self.node.metrics
+
+    async def start(self) -> None:
+        """Start sending; on a collector, serve ``metrics`` and claim the name."""
+        if self.collector is not None:
+            self.d.messaging.on_message(MESSAGE_KIND, self._on_request)
+            self.d.messaging.on_plain(MESSAGE_KIND, self._on_plain)
+            await self.collector.start()
+            if self.d.names.resolve(COLLECTOR_NAME) != self.d.address:
+                await self.d.claim_name(COLLECTOR_NAME)
+        if self.d.config.telemetry:
+            await self.start_sending()
+
+    async def start_sending(self) -> bool:
+        """Start the sender and heartbeat (at start unless ``telemetry = false``;
+        control op ``metrics.send``); False if already sending."""
+        if self._hb_task is not None or self._stopped:
+            return False
+        await self.node.start()
+        self._hb_task = asyncio.get_running_loop().create_task(self._heartbeat())
+        return True
+
+    async def stop(self) -> None:
+        """Send what is spooled (briefly), then stop; the rest waits in the spool."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._hb_task is not None:
+            self._hb_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._hb_task
+        await self.node.stop(flush_timeout_s=1.0 if self._hb_task is not None else 0.0)
+        if self.collector is not None:
+            await self.collector.stop()
+
+    # -- sending ---------------------------------------------------------------------
+
+    async def _deliver(self, payload: bytes) -> Mapping[str, Any]:
+        if self.collector is not None:  # we are the collector: no mesh hop
+            return await self.collector.handle_message(self.d.address, payload)
+        reply = await self.d.request(
+            COLLECTOR_NAME, MESSAGE_KIND, payload, timeout_s=self.d.config.telemetry_timeout_s
+        )
+        if not isinstance(reply, Mapping):
+            raise LocalProtocolError(f"collector replied {type(reply).__name__}, not a map")
+        return reply
+
+    async def _heartbeat(self) -> None:
+        while True:
+            with contextlib.suppress(HivemeshError):
+                self.metrics.gauge(HEARTBEAT, self.node.spool.backlog)
+            await asyncio.sleep(self.d.config.telemetry_heartbeat_s)
+
+    # -- collecting --------------------------------------------------------------------
+
+    def trusted(self, address: str) -> bool:
+        """May ``address`` report metrics here? (see module docs)"""
+        if not self.d.authorize(address):
+            return False
+        allowed = self.d.config.metrics_senders
+        if not allowed:
+            return True
+        for entry in allowed:
+            with contextlib.suppress(HivemeshError):
+                if self.d.resolve(entry) == address:
+                    return True
+        return False
+
+    async def _on_request(self, sender: str, body: Any) -> dict[str, Any]:
+        assert self.collector is not None
+        # any type: the collector refuses what is not a batch (bytes or a map) and counts it
+        return await self.collector.handle_message(sender, body)
+
+    async def _on_plain(self, sender: str, data: Any) -> None:
+        assert self.collector is not None
+        ack = await self.collector.handle_message(sender, data)
+        if not ack.get("ok"):
+            log.info("hand-sent metrics from %s refused: %s", sender[:12], ack.get("error"))
+
+    def _members(self) -> list[NodeStatus]:
+        assert self.collector is not None
+        reports = {r.sender: r for r in self.collector.collector.senders()}
+        out = []
+        for address, m in sorted(self.d.members.snapshot().items()):
+            state = _STATES.get(m["state"])
+            if state is None or address == self.d.address:
+                continue
+            r = reports.get(address)
+            seen = max(r.last_seen_ms if r else 0, int(m["since_ms"]))
+            out.append(
+                NodeStatus(
+                    address=address,
+                    state=state,  # type: ignore[arg-type]
+                    last_heartbeat_ms=seen,
+                    name=",".join(self.d.names.names_of(address)),
+                    spool_backlog=r.backlog if r else None,
+                )
+            )
+        return out
+
+    # -- status and queries -------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """The ``telemetry`` section of ``hivemesh status``."""
+        spool = dataclasses.asdict(self.node.spool.statistics())
+        sender = dataclasses.asdict(self.node.sender.statistics())
+        out: dict[str, Any] = {
+            "spool_backlog": spool["backlog"],
+            "spool": spool,
+            "sender": sender,
+            "recorded": self.node.metrics.recorded,
+            "collector": None,
+        }
+        if self.collector is not None:
+            c = self.collector.collector
+            out["collector"] = {
+                "counters": c.statistics(),
+                "flushes": c.flushes,
+                "flushed_rows": c.flushed_rows,
+                "senders": len(c.senders()),
+                "gaps": sum(hi - lo + 1 for g in c.gaps().values() for lo, hi in g),
+            }
+        return out
+
+    async def query(self, what: str, args: Mapping[str, Any]) -> Any:
+        """Answer one ``metrics`` control operation (see module docs)."""
+        if self.collector is None:
+            raise InvalidArgument("this node does not run the collector (hivemesh up --collector)")
+        c = self.collector.collector
+        if what == "stats":
+            return self.status()["collector"]
+        if what in ("gaps", "senders"):
+            reports = [dataclasses.asdict(r) for r in c.senders()]
+            return [r for r in reports if r["gaps"]] if what == "gaps" else reports
+        if what == "alerts":
+            active = not bool(args.get("all", False))
+            return await c.call_store(lambda s: s.alerts(active_only=active))
+        if what == "query":
+            sql = args.get("sql")
+            if not isinstance(sql, str):
+                raise InvalidArgument("query needs sql")
+            names, rows = await c.call_store(lambda s: s.query(sql))
+        else:
+            by, since, limit = args.get("by", "agent"), args.get("since_ms"), args.get("limit", 20)
+            names, rows = await c.call_store(lambda s: s.top(by, since, _now_ms(), limit))
+        return {"columns": names, "rows": [[_plain(v) for v in r] for r in rows]}
+
+
+async def _op_metrics(d: Daemon, args: dict[str, Any]) -> Any:
+    what = args.get("what")
+    if what not in _WHAT:
+        raise InvalidArgument(f"what must be one of {list(_WHAT)}")
+    return await d.telemetry.query(what, args)
+
+
+async def _op_send(d: Daemon, args: dict[str, Any]) -> Any:
+    return {"started": await d.telemetry.start_sending()}
+
+
+async def _op_record(d: Daemon, args: dict[str, Any]) -> Any:
+    name, value = args.get("name"), args.get("value", 1.0)
+    kind, count = args.get("kind", "gauge"), args.get("count", 1)
+    attrs = args.get("attrs") or {}
+    if not isinstance(name, str) or kind not in KINDS or not isinstance(attrs, dict):
+        raise InvalidArgument("metrics.record needs name, a known kind, attrs as a map")
+    if type(count) is not int or not 0 < count <= 10_000:
+        raise InvalidArgument("count must be 1..10000")
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise InvalidArgument("value must be a number")
+    m = d.telemetry.metrics
+    seqs = []
+    for i in range(count):
+        seq = m.record(
+            name, float(value), kind=kind, attrs={**attrs, "i": i} if count > 1 else attrs
+        )
+        seqs.append(seq)
+    return {"recorded": count, "first_seq": seqs[0], "last_seq": seqs[-1]}
