@@ -61,11 +61,12 @@ async def _serve(args: argparse.Namespace) -> int:
     from hivemesh.llm import LLMConfig, provider_from_config
     from hivemesh.node import Node
     from hivemesh.roles.agent import RoleDriver, make_role
+    from hivemesh.runtime.telemetry import usage_hook
 
     llm = None
-    if args.role != "observer":
+    cfg = None
+    if args.role != "observer":  # resolve first: no LLM configured -> explain and exit 2
         cfg = LLMConfig.resolve(None, os.environ, base_url=args.base_url, model=args.model)
-        llm = provider_from_config(cfg)
     caps = tuple(sorted(c.strip() for c in args.caps.split(",") if c.strip()))
     node = Node(data_dir_of(args), listen=args.listen, bootstrap=list(args.bootstrap or ()))
     stop = asyncio.Event()
@@ -73,6 +74,8 @@ async def _serve(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     async with node:
+        if cfg is not None:  # every LLM call is recorded in the node's telemetry
+            llm = provider_from_config(cfg, on_usage=usage_hook(node.metrics))
         role = make_role(
             args.role,
             node.daemon.identity.public,
