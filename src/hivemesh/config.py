@@ -74,6 +74,8 @@ class Config:
     slow_peer_timeout_s: float = 10.0
     control_timeout_s: float = 10.0
     inbox_max: int = 10_000
+    # [leases] quorum voters (addresses); empty: members seen up at first use
+    lease_voters: tuple[str, ...] = ()
 
     @property
     def key_path(self) -> Path:
@@ -121,6 +123,7 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
     "replication": ("sync_interval_ms",),
     "trust": ("trust_mode",),
     "limits": ("send_queue_frames", "slow_peer_timeout_s", "control_timeout_s", "inbox_max"),
+    "leases": ("lease_voters",),
 }
 _FIELDS = {f.name: f for f in dataclasses.fields(Config)}
 _TRUST_MODES = ("open", "invite")

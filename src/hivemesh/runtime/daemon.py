@@ -219,6 +219,9 @@ class Daemon:
             relays=self._relays,
         )
         self.messaging.on_output = self._schedule_flush
+        from hivemesh.runtime.leases import attach as attach_leases
+
+        self.leases, self.claims = attach_leases(self)  # quorum voter/proposer, claims view
         self._ready.set()
         if cfg.mdns:
             from hivemesh.discovery.mdns import LanDiscovery
@@ -268,6 +271,7 @@ class Daemon:
         for t in list(self._bg):
             with contextlib.suppress(BaseException):
                 await t
+        self.leases.close()
         self.commit_nowait()
         self.members.m.leave(now_ms())
         await self.flush()
