@@ -69,6 +69,7 @@ from hivemesh.errors import (
     LeaseContended,
 )
 from hivemesh.leases._api import LeaseInfo
+from hivemesh.leases._client import LeaseClient
 
 if TYPE_CHECKING:
     from hivemesh.runtime.daemon import Daemon
@@ -103,6 +104,7 @@ class MeshLeases:
         self._proposer: Proposer | None = None
         self._futures: dict[int, asyncio.Future[Outcome]] = {}
         self._timer: asyncio.TimerHandle | None = None
+        self._client: LeaseClient | None = None
         daemon.node.register_handler(FrameType.LEASE, self._on_frame)
 
     # -- voter set ----------------------------------------------------------------
@@ -254,6 +256,12 @@ class MeshLeases:
                 fut.set_exception(BackendUnavailable("node stopped"))
         self._futures.clear()
 
+    def client(self) -> LeaseClient:
+        """A LeaseClient over this quorum, holder id = this node's address (cached)."""
+        if self._client is None:
+            self._client = LeaseClient(DaemonLeaseBackend(self), self.d.address)
+        return self._client
+
     def statistics(self) -> dict[str, Any]:
         """Counters of the voter, proposer and pump, and the voter set if fixed."""
         return {
@@ -381,8 +389,17 @@ class MeshClaims:
         await self.d.append("claim.done", {"r": self._resource(resource)})
 
     def snapshot(self) -> dict[str, Any]:
-        """Per resource: winner, done_by, live count; and duplicate executions."""
-        return {"resources": self.view.snapshot(), "duplicates": self.view.duplicates()}
+        """Per resource: winner and done_by (addresses), live claim count; and
+        duplicate executions (resource -> extra runs)."""
+        res: dict[str, dict[str, Any]] = {}
+        for r, row in self.view.snapshot().items():
+            w, done = row["winner"], row["done_by"]
+            res[r] = {
+                "winner": None if w is None else address_of(bytes.fromhex(str(w))),
+                "done_by": [address_of(bytes.fromhex(a)) for a in done],  # type: ignore[attr-defined]
+                "live": row["live"],
+            }
+        return {"resources": res, "duplicates": self.view.duplicates()}
 
 
 def attach(daemon: Daemon) -> tuple[MeshLeases, MeshClaims]:
