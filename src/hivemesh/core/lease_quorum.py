@@ -332,6 +332,7 @@ class Proposer:
         retransmit_ms: int = 50,
         max_pending: int = 10_000,
         proposer_id: str = "",
+        fanout: int = 0,
     ) -> None:
         ids = sorted(set(voters))
         if not ids or len(ids) != len(voters):
@@ -346,6 +347,12 @@ class Proposer:
         #: unique per proposer (a node id, or random): names acquire attempts and
         #: requests so an abort can never release another attempt's grant
         self.proposer_id = _str(proposer_id, 128)
+        #: voters contacted first in each phase (0: all). Thrifty mode: with
+        #: ``fanout = majority`` only a majority is asked; silent voters and
+        #: the rest are asked at the first retransmission. Fewer messages, same
+        #: safety (decisions still need a majority of replies).
+        self.fanout = fanout if 0 < fanout < len(ids) else 0
+        self._preferred: list[str] = list(ids)
         self._next_rid = 1
         self._pending: dict[int, _Pending] = {}
         self._outbox: list[tuple[str, list[object]]] = []
@@ -357,6 +364,14 @@ class Proposer:
         self.counters[name] = self.counters.get(name, 0) + 1
 
     # -- inputs -----------------------------------------------------------------
+
+    def prefer(self, order: Sequence[str]) -> None:
+        """Voters to contact first in thrifty mode (e.g. self, then live peers).
+
+        Unknown ids are ignored; voters not named keep their sorted order after.
+        """
+        named = [v for v in order if v in self.voters]
+        self._preferred = list(dict.fromkeys(named + self.voters))
 
     def start(self, op: Op, now_ms: int, *, timeout_ms: int | None = None) -> int:
         """Begin ``op``; returns its request id (echoed in its Outcome).
@@ -472,7 +487,10 @@ class Proposer:
 
     def _send_phase(self, p: _Pending, now_ms: int, only_silent: bool = False) -> None:
         msg = self._message(p)
-        for v in self.voters:
+        targets = self.voters
+        if self.fanout and not only_silent:
+            targets = self._preferred[: self.fanout]
+        for v in targets:
             if not (only_silent and v in p.replies):
                 self._outbox.append((v, list(msg)))
         p.retransmit_at_ms = now_ms + self.retransmit_ms

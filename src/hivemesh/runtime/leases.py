@@ -33,6 +33,10 @@ of UDP):
   or the json file), and restart; tokens stay monotonic only if the new set's
   majorities intersect the old set's majorities (e.g. add or remove one voter
   at a time, with all old voters' state kept).
+* **Thrifty rounds.** Each phase is first sent to a majority only: this
+  node's own voter and the voters it has a live channel to (membership up);
+  the rest are asked at the first retransmission (50 ms) if those do not
+  all answer. Half the frames and CPU of asking everyone, same safety.
 * **Failure.** A crashed holder's lease simply expires after its TTL at the
   voters (nothing to release); up to ``N - majority`` voters may be down.
   Every operation has the caller's deadline; no majority in time ->
@@ -140,8 +144,9 @@ class MeshLeases:
         self._proposer = Proposer(
             voters,
             timeout_ms=2000,
-            retransmit_ms=100,
+            retransmit_ms=50,
             proposer_id=f"{self.d.address[:20]}/{secrets.token_hex(6)}",
+            fanout=len(voters) // 2 + 1,  # thrifty: ask a majority of live voters first
         )
         return list(voters)
 
@@ -218,6 +223,14 @@ class MeshLeases:
             self._pump()
             self.d._schedule_flush()
 
+    def _live_first(self, voters: list[str]) -> list[str]:
+        """Self, then voters with an open channel that membership sees up."""
+        links = self.d.conns.links
+        live = [
+            v for v in voters if v in links and self.d.members.state(v) in (MemberState.UP, None)
+        ]
+        return [self.d.address, *live]
+
     async def run(self, op: Op, timeout_s: float) -> Outcome:
         """Run one lease operation against a majority; raises BackendUnavailable."""
         what = type(op).__name__.lower()
@@ -226,6 +239,7 @@ class MeshLeases:
         self.voters()
         p = self._proposer
         assert p is not None
+        p.prefer(self._live_first(p.voters))
         rid = None
         try:
             async with asyncio.timeout(timeout_s):
