@@ -212,6 +212,24 @@ def test_simulated_three_voters_many_clients_two_resources() -> None:
     assert t["acquire:ok"] > 300, t
 
 
+def test_simulated_thrifty_proposers_with_crashes_and_loss_have_no_violations() -> None:
+    # each client prefers a different majority, so thrifty rounds overlap partially
+    opts = SimOptions(thrifty=True, voter_crash_per_s=1.0, packet_loss_probability=0.15)
+    t = _campaign(range(SEEDS // 2), opts, spurious=False)
+    assert t["acquire:ok"] > 200 and t["crashes"] > 20, t
+    t = _campaign(range(SEEDS // 2), SimOptions(thrifty=True), spurious=True)
+    assert t["acquire:ok"] > 300 and t["release:ok"] > 150, t
+
+
+def test_thrifty_proposer_asks_a_majority_then_the_rest_on_retransmit() -> None:
+    p = Proposer(VOTERS, fanout=3, retransmit_ms=10)
+    p.prefer(["v4", "v2", "nobody"])
+    p.start(Show("r"), 0)
+    assert sorted(v for v, _ in p.outbox()) == ["v0", "v2", "v4"]
+    p.handle_timer(10)
+    assert sorted(v for v, _ in p.outbox()) == list(VOTERS)
+
+
 def test_simulation_replays_exactly_from_its_seed() -> None:
     assert run_sim(7).ops == run_sim(7).ops
     assert run_sim(7).ops != run_sim(8).ops
