@@ -165,6 +165,15 @@ class Voter:
             "max_tokens": {r: s.max_token for r, s in sorted(self._slots.items())},
         }
 
+    def durable(self, resource: str) -> tuple[int, int]:
+        """``(max_token of resource, longest TTL granted)``: what must be on disk.
+
+        Compare before and after :meth:`receive` to know whether a write
+        changed durable state (persist it before sending the reply).
+        """
+        slot = self._slots.get(resource)
+        return (0 if slot is None else slot.max_token), self._max_ttl_ms
+
     def receive(self, msg: Sequence[object], now_ms: int) -> list[object]:
         """Handle one request; return the reply. Raises DecodeError on garbage."""
         if not isinstance(msg, list | tuple) or len(msg) < 3:

@@ -15,8 +15,8 @@ of UDP):
   votes or gets a vote. The proposer ignores replies from outside its voter
   set. The node's own vote is handled in process, without a frame.
 * **Durability.** The voter's state (per-resource highest token, longest TTL)
-  is written to ``<data_dir>/lease_voter.state`` and fsynced (then renamed)
-  before the reply to any write that changed it, so fencing tokens survive a
+  is appended to ``<data_dir>/lease_voter.log`` (:mod:`hivemesh.runtime.voterlog`)
+  and ``fdatasync``ed before the reply to any write that changed it, so fencing tokens survive a
   ``kill -9``; a restored voter refuses writes for the longest TTL it ever
   granted (see the core module).
 * **Clocks.** Voter expiries and proposer deadlines use the event loop's
@@ -57,7 +57,6 @@ import secrets
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from hivemesh.core import codec
 from hivemesh.core.claims import ClaimsView
 from hivemesh.core.frames import FrameType, encode_frame
 from hivemesh.core.identity import address_of, public_key_of
@@ -74,6 +73,7 @@ from hivemesh.errors import (
 )
 from hivemesh.leases._api import LeaseInfo
 from hivemesh.leases._client import LeaseClient
+from hivemesh.runtime.voterlog import VoterLog
 
 if TYPE_CHECKING:
     from hivemesh.runtime.daemon import Daemon
@@ -81,7 +81,7 @@ if TYPE_CHECKING:
 __all__ = ["DaemonLeaseBackend", "MeshClaims", "MeshLeases", "attach"]
 
 SUB_REQUEST, SUB_REPLY = 0, 1
-_VOTER_STATE = "lease_voter.state"
+_VOTER_STATE = "lease_voter.log"
 _VOTERS_FILE = "lease_voters.json"
 #: Claims settle window default (ms): must exceed the usual propagation delay.
 DEFAULT_SETTLE_MS = 500
@@ -97,13 +97,8 @@ class MeshLeases:
     def __init__(self, daemon: Daemon) -> None:
         self.d = daemon
         self.counters: Counter[str] = Counter()
-        self._state_path = daemon.config.data_dir / _VOTER_STATE
-        state = None
-        if self._state_path.exists():
-            try:
-                state = codec.unpack(self._state_path.read_bytes())
-            except DecodeError as e:
-                raise ConfigError(f"corrupt lease voter state {self._state_path}: {e}") from e
+        self.log = VoterLog(daemon.config.data_dir / _VOTER_STATE)
+        state = self.log.open()
         self.voter = Voter(daemon.address, state=state, now_ms=_mono_ms())
         self._proposer: Proposer | None = None
         self._futures: dict[int, asyncio.Future[Outcome]] = {}
@@ -153,21 +148,15 @@ class MeshLeases:
     # -- voter side -----------------------------------------------------------------
 
     def _vote(self, msg: Any) -> list[object]:
-        c = self.voter.counters
-        before = (c.get("accept_ok", 0), c.get("renew_ok", 0))
+        resource = msg[2] if isinstance(msg, list) and len(msg) > 2 else None
+        before = self.voter.durable(resource) if isinstance(resource, str) else None
         reply = self.voter.receive(msg, _mono_ms())  # DecodeError: counted by the node
-        if before != (c.get("accept_ok", 0), c.get("renew_ok", 0)):
-            self._persist()
+        if before is not None:
+            after = self.voter.durable(str(resource))
+            if after != before:  # durable before the reply leaves (see module docs)
+                self.log.append(str(resource), *after)
+                self.counters["voter_fsync"] += 1
         return reply
-
-    def _persist(self) -> None:
-        tmp = self._state_path.with_suffix(".tmp")
-        with open(tmp, "wb") as f:
-            f.write(codec.pack(self.voter.snapshot()))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self._state_path)
-        self.counters["voter_fsync"] += 1
 
     def _on_frame(self, peer: str, fields: list[Any], now_ms: int) -> None:
         if len(fields) != 2 or fields[0] not in (SUB_REQUEST, SUB_REPLY):
@@ -261,7 +250,8 @@ class MeshLeases:
         return ev
 
     def close(self) -> None:
-        """Stop the timer; pending operations fail with BackendUnavailable."""
+        """Stop the timer and close the log; pending operations fail (BackendUnavailable)."""
+        self.log.close()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
