@@ -42,6 +42,7 @@ class SimOptions:
     ttls_ms: tuple[int, ...] = (60, 100, 200)
     max_sim_ms: float = 120_000.0
     thrifty: bool = False  # proposers ask a majority first (Proposer(fanout=majority))
+    fast: bool = False  # Proposer(fast_acquire=True): accept without prepare when known
 
 
 @dataclass
@@ -114,6 +115,7 @@ def run_sim(seed: int | str, opts: SimOptions = SimOptions()) -> SimResult:
                 retransmit_ms=opts.retransmit_ms,
                 proposer_id=name,
                 fanout=opts.voters // 2 + 1 if opts.thrifty else 0,
+                fast_acquire=opts.fast,
             ),
             clock(),
             random.Random(f"{seed}/client/{i}"),

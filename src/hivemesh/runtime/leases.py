@@ -37,6 +37,9 @@ of UDP):
   node's own voter and the voters it has a live channel to (membership up);
   the rest are asked at the first retransmission (50 ms) if those do not
   all answer. Half the frames and CPU of asking everyone, same safety.
+* **Fast acquire.** A resource this node already ran operations on is
+  acquired in one round (accept with the next token; the voters' own checks
+  keep it safe); any refusal falls back to prepare + accept.
 * **Failure.** A crashed holder's lease simply expires after its TTL at the
   voters (nothing to release); up to ``N - majority`` voters may be down.
   Every operation has the caller's deadline; no majority in time ->
@@ -147,6 +150,7 @@ class MeshLeases:
             retransmit_ms=50,
             proposer_id=f"{self.d.address[:20]}/{secrets.token_hex(6)}",
             fanout=len(voters) // 2 + 1,  # thrifty: ask a majority of live voters first
+            fast_acquire=True,  # known resource: accept without prepare (one round)
         )
         return list(voters)
 
