@@ -58,8 +58,6 @@ import json
 import os
 import secrets
 from collections import Counter
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from hivemesh.core.claims import ClaimsView
@@ -109,9 +107,8 @@ class MeshLeases:
         self._futures: dict[int, asyncio.Future[Outcome]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._client: LeaseClient | None = None
-        self._disk = ThreadPoolExecutor(1, thread_name_prefix="hivemesh-voterlog")
-        self._pending_write: asyncio.Future[None] | None = None
-        self._pumping = False
+        self._local: list[Any] = []  # own votes waiting for _local_votes
+        self._local_scheduled = False
         daemon.node.register_handler(FrameType.LEASE, self._on_frame)
 
     # -- voter set ----------------------------------------------------------------
@@ -156,48 +153,36 @@ class MeshLeases:
 
     # -- voter side -----------------------------------------------------------------
 
-    def _vote(self, msg: Any, deliver: Callable[[list[object]], None]) -> None:
-        """Apply a request now; ``deliver`` its reply once every change is durable.
-
-        The log write runs on one worker thread (``fdatasync`` releases the
-        GIL), so the loop keeps sending frames meanwhile. Replies leave in
-        order: a reply that changed nothing still waits for earlier pending
-        writes (a duplicate accept must not be acknowledged before the first
-        one is on disk). A failed write is never acknowledged.
-        """
+    def _vote(self, msg: Any) -> list[object]:
+        """Apply a request; make any durable change durable; return the reply."""
         resource = msg[2] if isinstance(msg, list) and len(msg) > 2 else None
         before = self.voter.durable(resource) if isinstance(resource, str) else None
         reply = self.voter.receive(msg, _mono_ms())  # DecodeError: counted by the node
-        if before is not None and self.voter.durable(str(resource)) != before:
+        if before is not None:
             after = self.voter.durable(str(resource))
-            loop = asyncio.get_running_loop()
-            self._pending_write = loop.run_in_executor(
-                self._disk, self.log.append, str(resource), *after
-            )
-            self.counters["voter_fsync"] += 1
-        pending = self._pending_write
-        if pending is None or (pending.done() and not pending.exception()):
-            deliver(reply)
-            return
-
-        def done(f: asyncio.Future[None]) -> None:
-            if f.cancelled() or f.exception() is not None:
-                self.counters["voter_write_failed"] += 1
-                return
-            deliver(reply)
-            self.d._schedule_flush()
-
-        pending.add_done_callback(done)
+            if after != before:  # on disk before the reply leaves (see module docs)
+                self.log.append(str(resource), *after)
+                self.counters["voter_fsync"] += 1
+        return reply
 
     def _reply(self, peer: str, reply: list[object]) -> None:
         self.d.node.send(peer, encode_frame(FrameType.LEASE, SUB_REPLY, reply))
         self.counters["voted"] += 1
 
-    def _local_reply(self, reply: list[object]) -> None:
-        if self._proposer is not None:
-            self._proposer.receive(self.d.address, reply, _mono_ms())
-            if not self._pumping:  # else the running pump picks up what this caused
-                self._pump()
+    def _local_votes(self) -> None:
+        """This node's own votes, run after the frames to the other voters left:
+        its ``fdatasync`` overlaps with their work instead of delaying it."""
+        todo, self._local, self._local_scheduled = self._local, [], False
+        p = self._proposer
+        if p is None or not self.d._started:
+            return
+        for msg in todo:
+            try:
+                p.receive(self.d.address, self._vote(msg), _mono_ms())
+            except DecodeError:
+                self.counters["lease_local_decode"] += 1
+        self._pump()
+        self.d._schedule_flush()
 
     def _on_frame(self, peer: str, fields: list[Any], now_ms: int) -> None:
         if len(fields) != 2 or fields[0] not in (SUB_REQUEST, SUB_REPLY):
@@ -207,7 +192,7 @@ class MeshLeases:
             if not self.d.authorize(peer):
                 self.counters["lease_unauthorized"] += 1
                 return
-            self._vote(msg, lambda reply: self._reply(peer, reply))
+            self._reply(peer, self._vote(msg))
             return
         if self._proposer is None:
             self.counters["lease_stale_reply"] += 1
@@ -222,20 +207,19 @@ class MeshLeases:
         p = self._proposer
         if p is None:
             return
-        self._pumping = True
-        try:
-            while out := p.outbox():
-                for vid, msg in out:
-                    if vid != self.d.address:
-                        self.d.node.send(vid, encode_frame(FrameType.LEASE, SUB_REQUEST, msg))
-                for vid, msg in out:  # own vote last: the frames above go out first
-                    if vid == self.d.address:
-                        try:
-                            self._vote(msg, self._local_reply)
-                        except DecodeError:
-                            self.counters["lease_local_decode"] += 1
-        finally:
-            self._pumping = False
+        local = False
+        for vid, msg in p.outbox():
+            if vid == self.d.address:
+                self._local.append(msg)
+                local = True
+            else:
+                self.d.node.send(vid, encode_frame(FrameType.LEASE, SUB_REQUEST, msg))
+        if local and not self._local_scheduled:
+            self._local_scheduled = True
+            # Two hops: the caller flushes (queueing the frames' writer tasks) in
+            # this step; callbacks run in FIFO order, so the writers go first.
+            loop = asyncio.get_running_loop()
+            loop.call_soon(loop.call_soon, self._local_votes)
         for ev in p.events():
             fut = self._futures.pop(ev.rid, None)
             if fut is not None and not fut.done():
@@ -293,7 +277,6 @@ class MeshLeases:
 
     def close(self) -> None:
         """Stop the timer and close the log; pending operations fail (BackendUnavailable)."""
-        self._disk.shutdown(wait=True)  # finish acknowledged-pending writes first
         self.log.close()
         if self._timer is not None:
             self._timer.cancel()
