@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Awaitable, Iterator
@@ -205,6 +208,36 @@ def test_node_leases_python_api_and_typed_errors(swarm: LocalSwarm, tmp_path: Pa
         await dead.aclose()
 
     run(main())
+
+
+def cli(swarm: LocalSwarm, *argv: str) -> tuple[int, dict[str, Any]]:
+    out = subprocess.run(
+        [sys.executable, "-m", "hivemesh", *argv],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=swarm.env,
+    )
+    return out.returncode, json.loads(out.stdout or out.stderr)
+
+
+def test_cli_lease_defaults_to_the_local_swarm_and_claim_takes_work(swarm: LocalSwarm) -> None:
+    d1, d2 = (str(swarm.nodes[label].data_dir) for label in ("n1", "n2"))
+    rc, got = cli(swarm, "lease", "--data-dir", d1, "acquire", "cli-res", "--holder", "ci-1")
+    assert rc == 0 and got["holder"] == "ci-1" and got["fencing_token"] >= 1
+    rc, busy = cli(swarm, "lease", "--data-dir", d2, "acquire", "cli-res", "--holder", "ci-2")
+    assert rc == 3 and busy["error"] == "lease_unavailable"
+    rc, shown = cli(swarm, "lease", "--data-dir", d2, "show", "cli-res")
+    assert rc == 0 and shown["holder"] == "ci-1"
+    token = str(got["fencing_token"])
+    rc, _ = cli(
+        swarm, "lease", "--data-dir", d2, "release", "cli-res", "--holder", "ci-1", "--token", token
+    )
+    assert rc == 0
+    rc, won = cli(swarm, "claim", "take", "cli-job", "--wait-s", "5", "--data-dir", d1, "--json")
+    assert rc == 0 and won["ours"] and won["winner"] == swarm.nodes["n1"].address
+    rc, lost = cli(swarm, "claim", "take", "cli-job", "--wait-s", "5", "--data-dir", d2, "--json")
+    assert rc == 5 and not lost["ours"] and lost["winner"] == swarm.nodes["n1"].address
 
 
 def test_no_majority_is_a_typed_error_within_the_deadline(swarm: LocalSwarm) -> None:
