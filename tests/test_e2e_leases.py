@@ -86,6 +86,12 @@ def test_every_node_votes_and_agrees_on_the_voter_set(swarm: LocalSwarm) -> None
         if label != "n2"
     )
     assert voted >= 4  # prepare + accept from at least two remote voters
+    # a late joiner adopts the published set (once its journal caught up)
+    late = swarm.start("late", bootstrap=[first.endpoint])
+    wait_until(lambda: swarm.converged(), 15, what="the late joiner's journal converges")
+    assert late.client.call("lease.voters")["voters"] == addresses
+    swarm.kill("late")
+    del swarm.nodes["late"]
 
 
 def test_concurrent_clients_on_three_nodes_with_a_voter_minority_killed(

@@ -16,21 +16,24 @@ of UDP):
   set. The node's own vote is handled in process, without a frame.
 * **Durability.** The voter's state (per-resource highest token, longest TTL)
   is appended to ``<data_dir>/lease_voter.log`` (:mod:`hivemesh.runtime.voterlog`)
-  and ``fdatasync``ed before the reply to any write that changed it, so fencing tokens survive a
-  ``kill -9``; a restored voter refuses writes for the longest TTL it ever
-  granted (see the core module).
+  and ``fdatasync``ed before the reply to any write that changed it, so
+  fencing tokens survive a ``kill -9``; a restored voter refuses writes for
+  the longest TTL it ever granted (see the core module).
 * **Clocks.** Voter expiries and proposer deadlines use the event loop's
   monotonic clock, never wall time; only rates matter (see :mod:`hivemesh.leases._api`).
 * **Voter set.** Every proposer must use the *same* voter set, else two
   majorities need not intersect. It is ``lease_voters`` from the config (a
-  list of addresses, the recommended way) or, when empty, this node and every
-  member it sees up *when it first needs the set*, written to
-  ``<data_dir>/lease_voters.json`` and reused after restarts. That default is
-  only right for a swarm that is fully formed before the first lease
-  operation on any node (the e2e tests check all nodes agree, with
-  ``lease.voters``). **Reconfiguration is not supported online:** to change
-  the set, stop lease users, make every node's set the same new list (config
-  or the json file), and restart; tokens stay monotonic only if the new set's
+  list of addresses, the recommended way) or, when empty: the earliest set
+  published in the journal (``lease.voters`` events, :class:`VotersView`),
+  else this node and every member it sees up *when it first needs the set*
+  (then published). It is written to ``<data_dir>/lease_voters.json`` and
+  reused after restarts. That default is only right for a swarm that is
+  fully formed before the first lease operation (the e2e tests check all
+  nodes agree, with the ``lease.voters`` op); two nodes fixing their sets at
+  the same moment from different membership views would disagree.
+  **Reconfiguration is not supported online:** to change the set, stop
+  lease users, make every node's set the same new list (config or the json
+  file), and restart; tokens stay monotonic only if the new set's
   majorities intersect the old set's majorities (e.g. add or remove one voter
   at a time, with all old voters' state kept).
 * **Thrifty rounds.** Each phase is first sent to a majority only: this
@@ -57,7 +60,9 @@ import asyncio
 import json
 import os
 import secrets
+import time
 from collections import Counter
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hivemesh.core.claims import ClaimsView
@@ -81,13 +86,54 @@ from hivemesh.runtime.voterlog import VoterLog
 if TYPE_CHECKING:
     from hivemesh.runtime.daemon import Daemon
 
-__all__ = ["DaemonLeaseBackend", "MeshClaims", "MeshLeases", "attach"]
+__all__ = ["DaemonLeaseBackend", "MeshClaims", "MeshLeases", "VotersView", "attach"]
 
 SUB_REQUEST, SUB_REPLY = 0, 1
 _VOTER_STATE = "lease_voter.log"
 _VOTERS_FILE = "lease_voters.json"
 #: Claims settle window default (ms): must exceed the usual propagation delay.
 DEFAULT_SETTLE_MS = 500
+
+
+KIND_VOTERS = "lease.voters"
+
+
+def wall_ms() -> int:
+    """Wall-clock milliseconds (event timestamps)."""
+    return time.time_ns() // 1_000_000
+
+
+class VotersView:
+    """The earliest ``lease.voters {v: [addresses]}`` event by ``(hlc, author)``.
+
+    A node that fixes its voter set from membership publishes it; a node that
+    needs a set later adopts the earliest published one, so late joiners use
+    the swarm's set instead of their own view of membership.
+    """
+
+    kinds = frozenset({KIND_VOTERS})
+
+    def __init__(self) -> None:
+        self._best: tuple[int, bytes] | None = None
+        self.earliest: list[str] | None = None
+        self.rejected = 0
+
+    def apply(self, event: Any) -> None:
+        """Fold one ``lease.voters`` event in (malformed bodies are counted)."""
+        body = event.body
+        v = body.get("v") if isinstance(body, dict) else None
+        if not (isinstance(v, list) and 0 < len(v) <= 99 and all(isinstance(a, str) for a in v)):
+            self.rejected += 1
+            return
+        try:
+            for a in v:
+                public_key_of(a)
+        except InvalidAddress:
+            self.rejected += 1
+            return
+        key = (event.hlc, event.author)
+        if self._best is None or key < self._best:
+            self._best, self.earliest = key, sorted(set(v))
 
 
 def _mono_ms() -> int:
@@ -109,6 +155,8 @@ class MeshLeases:
         self._client: LeaseClient | None = None
         self._local: list[Any] = []  # own votes waiting for _local_votes
         self._local_scheduled = False
+        self.published = VotersView()
+        daemon.add_view(self.published)
         daemon.node.register_handler(FrameType.LEASE, self._on_frame)
 
     # -- voter set ----------------------------------------------------------------
@@ -126,6 +174,9 @@ class MeshLeases:
                 voters = sorted(json.loads(path.read_text())["voters"])
             except (ValueError, KeyError, TypeError) as e:
                 raise ConfigError(f"bad {path}: {e!r}") from e
+        elif self.published.earliest is not None:
+            voters = list(self.published.earliest)  # a late joiner adopts the swarm's set
+            self._save_voters(path, voters)
         else:
             up = [
                 m.address
@@ -133,9 +184,9 @@ class MeshLeases:
                 if m.state in (MemberState.UP, MemberState.SUSPECT)
             ]
             voters = sorted({self.d.address, *up})
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"voters": voters}))
-            os.replace(tmp, path)
+            self._save_voters(path, voters)
+            self.d.node.append(KIND_VOTERS, {"v": voters}, wall_ms())
+            self.d._schedule_flush()
         for v in voters:
             try:
                 public_key_of(v)
@@ -150,6 +201,12 @@ class MeshLeases:
             fast_acquire=True,  # known resource: accept without prepare (one round)
         )
         return list(voters)
+
+    @staticmethod
+    def _save_voters(path: Path, voters: list[str]) -> None:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"voters": voters}))
+        os.replace(tmp, path)
 
     # -- voter side -----------------------------------------------------------------
 
