@@ -192,6 +192,9 @@ class Daemon:
         self.trust_view = TrustView()
         for view in (self.context_view, self.names, self.endpoints, self.trust_view):
             self.node.add_view(view)
+        from hivemesh.runtime.leases import attach as attach_leases
+
+        self.leases, self.claims = attach_leases(self)  # quorum voter/proposer, claims view
         self.blobs = Blobs(self, random.Random(secrets.randbits(128)))
         self.rehydrated = self.node.rehydrate(self._replay(store))
         self.conns = ConnectionManager(
@@ -219,9 +222,6 @@ class Daemon:
             relays=self._relays,
         )
         self.messaging.on_output = self._schedule_flush
-        from hivemesh.runtime.leases import attach as attach_leases
-
-        self.leases, self.claims = attach_leases(self)  # quorum voter/proposer, claims view
         self._ready.set()
         if cfg.mdns:
             from hivemesh.discovery.mdns import LanDiscovery

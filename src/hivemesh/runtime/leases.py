@@ -156,7 +156,7 @@ class MeshLeases:
         self._local: list[Any] = []  # own votes waiting for _local_votes
         self._local_scheduled = False
         self.published = VotersView()
-        daemon.add_view(self.published)
+        daemon.node.add_view(self.published)
         daemon.node.register_handler(FrameType.LEASE, self._on_frame)
 
     # -- voter set ----------------------------------------------------------------
@@ -490,10 +490,12 @@ class MeshClaims:
 
 
 def attach(daemon: Daemon) -> tuple[MeshLeases, MeshClaims]:
-    """Wire leases and claims into ``daemon`` (call after its node and members exist)."""
+    """Wire leases and claims into ``daemon``: call after its core node exists
+    and *before* rehydration, so the views get the stored events in that one
+    replay (membership and channels are only used later, lazily)."""
     leases = MeshLeases(daemon)
     claims = MeshClaims(daemon)
-    daemon.add_view(claims.view)
+    daemon.node.add_view(claims.view)
     from hivemesh.runtime import leases_ops
 
     leases_ops.register()
