@@ -158,6 +158,9 @@ class Daemon:
         if hasattr(self, "messaging"):
             with contextlib.suppress(Exception):
                 self.messaging.close()
+        if hasattr(self, "leases"):
+            with contextlib.suppress(Exception):
+                self.leases.close()
         if hasattr(self, "node"):
             with contextlib.suppress(Exception):
                 self.node.journal.store.close()
