@@ -41,6 +41,8 @@ class SimOptions:
     retransmit_ms: int = 30
     ttls_ms: tuple[int, ...] = (60, 100, 200)
     max_sim_ms: float = 120_000.0
+    thrifty: bool = False  # proposers ask a majority first (Proposer(fanout=majority))
+    fast: bool = False  # Proposer(fast_acquire=True): accept without prepare when known
 
 
 @dataclass
@@ -112,11 +114,18 @@ def run_sim(seed: int | str, opts: SimOptions = SimOptions()) -> SimResult:
                 timeout_ms=opts.timeout_ms,
                 retransmit_ms=opts.retransmit_ms,
                 proposer_id=name,
+                fanout=opts.voters // 2 + 1 if opts.thrifty else 0,
+                fast_acquire=opts.fast,
             ),
             clock(),
             random.Random(f"{seed}/client/{i}"),
             opts.ops_per_client,
         )
+
+    if opts.thrifty:  # each client prefers a different majority: partial overlaps
+        for i, c in enumerate(clients.values()):
+            k = i % opts.voters
+            c.proposer.prefer(voter_ids[k:] + voter_ids[:k])
 
     def send(deliver: Callable[[], None]) -> None:
         res.messages += 1

@@ -1,7 +1,9 @@
 """Backend agreement: one hypothesis state machine drives every lease backend.
 
 Every step runs the same operation against each backend (real Redis, real
-NATS, five quorum voters on loopback UDP) and asserts they
+NATS, five quorum voters on loopback UDP, and the quorum embedded in a real
+swarm of five ``hivemesh up`` processes, each client on a different node's
+control socket) and asserts they
 all show the same observable behaviour, and the behaviour of a tiny reference
 model kept by the machine itself: who holds, acquire fails while held,
 release/renew by a non-holder is rejected, tokens increase, expiry frees.
@@ -15,23 +17,52 @@ import uuid
 from collections.abc import Callable
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from hivemesh.errors import LeaseLost, LeaseUnavailable
 from hivemesh.leases import Lease, LeaseClient, LocalQuorum, open_backend
+from hivemesh.runtime.swarm import LocalSwarm, wait_until
 
 #: name -> backend URL; None means 5 fresh quorum voters on loopback per example.
 URLS: dict[str, str | None] = {
     "redis": "redis://127.0.0.1:6379/0",
     "nats": "nats://127.0.0.1:4222/hivemesh_test_leases?skew_ms=10",
     "quorum": None,
+    "mesh": "mesh",  # the module's swarm (see the fixture below)
 }
 FACTORIES = URLS  # the names every step runs against
 CLIENTS = ("alice", "bob", "carol")
 RESOURCES = ("r0", "r1")
 LONG_TTL_MS = 60_000
 SHORT_TTL_MS = 60
+
+
+#: mesh:// URLs of the module's swarm nodes, one per client (set by the fixture)
+MESH_URLS: list[str] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def mesh_swarm(tmp_path_factory: pytest.TempPathFactory) -> object:
+    """One swarm of 5 node processes for every example (resources are per example)."""
+    with LocalSwarm(tmp_path_factory.mktemp("agree")) as swarm:
+        first = swarm.start("n0")
+        for i in range(1, 5):
+            swarm.start(f"n{i}", bootstrap=[first.endpoint])
+        addrs = {n.address for n in swarm.nodes.values()}
+        for n in swarm.nodes.values():
+            wait_until(
+                lambda n=n: (
+                    {a for a, m in n.client.status()["members"].items() if m["state"] == "up"}
+                    >= addrs - {n.address}
+                ),
+                20,
+                what="the agreement swarm forms",
+            )
+        MESH_URLS[:] = [f"mesh://{swarm.nodes[f'n{i}'].data_dir.resolve()}" for i in range(3)]
+        yield swarm
+        MESH_URLS.clear()
 
 
 class LeaseAgreement(RuleBasedStateMachine):
@@ -47,7 +78,10 @@ class LeaseAgreement(RuleBasedStateMachine):
             for name, url in URLS.items()
         }
         self.clients = {
-            name: {c: LeaseClient(open_backend(url), c) for c in CLIENTS}
+            name: {
+                c: LeaseClient(open_backend(MESH_URLS[i] if url == "mesh" else url), c)
+                for i, c in enumerate(CLIENTS)
+            }
             for name, url in urls.items()
         }
         # reference model: resource -> holder; per backend: (client, resource) -> Lease

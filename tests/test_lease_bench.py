@@ -27,6 +27,7 @@ def test_bench_lease_json_reports_every_backend_beside_its_baseline() -> None:
         "redis acquire+release p50",
         "nats acquire+release p50",
         "quorum(5 procs) acquire+release p50",
+        "quorum over the mesh (5 node procs, data on disk, fdatasync) acquire+release p50",
     } <= names, d
     for m in d["metrics"]:
         assert m["ours"] > 0 and m["baseline"] > 0 and m["ratio"] is not None

@@ -212,6 +212,69 @@ def test_simulated_three_voters_many_clients_two_resources() -> None:
     assert t["acquire:ok"] > 300, t
 
 
+def test_simulated_thrifty_proposers_with_crashes_and_loss_have_no_violations() -> None:
+    # each client prefers a different majority, so thrifty rounds overlap partially
+    opts = SimOptions(thrifty=True, voter_crash_per_s=1.0, packet_loss_probability=0.15)
+    t = _campaign(range(SEEDS // 2), opts, spurious=False)
+    assert t["acquire:ok"] > 200 and t["crashes"] > 20, t
+    t = _campaign(range(SEEDS // 2), SimOptions(thrifty=True), spurious=True)
+    assert t["acquire:ok"] > 300 and t["release:ok"] > 150, t
+
+
+def test_simulated_fast_acquire_with_crashes_and_loss_has_no_violations() -> None:
+    opts = SimOptions(fast=True, voter_crash_per_s=1.0, packet_loss_probability=0.15)
+    t = _campaign(range(SEEDS // 2), opts, spurious=False)
+    assert t["acquire:ok"] > 200 and t["crashes"] > 20, t
+    for thrifty in (False, True):
+        t = _campaign(range(SEEDS // 2), SimOptions(fast=True, thrifty=thrifty), spurious=True)
+        assert t["acquire:ok"] > 300 and t["release:ok"] > 150, t
+
+
+def test_fast_acquire_skips_prepare_when_known_and_falls_back_when_refused() -> None:
+    vs = {v: Voter(v) for v in VOTERS}
+    p = Proposer(VOTERS, fast_acquire=True)
+
+    def settle() -> list[Outcome]:
+        while out := p.outbox():
+            for v, msg in out:
+                p.receive(v, vs[v].receive(msg, 0), 0)
+        return p.events()
+
+    rid = p.start(Acquire("r", "a", 1000), 0)
+    (ev,) = settle()
+    assert (ev.rid, ev.status, ev.token) == (rid, "ok", 1)
+    p.start(Release("r", "a", 1), 0)
+    settle()
+    rid = p.start(Acquire("r", "a", 1000), 0)
+    assert {m[0] for _, m in p.outbox()} == {"acc"}  # straight to accept with token 2
+    p.cancel(rid, 0)
+    settle()
+    # another proposer moved the resource on: the fast attempt is refused, falls back
+    other = Proposer(VOTERS)
+    other.start(Acquire("r", "b", 1000), 0)
+    while out := other.outbox():
+        for v, msg in out:
+            other.receive(v, vs[v].receive(msg, 0), 0)
+    (won,) = other.events()
+    other.start(Release("r", "b", won.token or 0), 0)
+    while out := other.outbox():
+        for v, msg in out:
+            other.receive(v, vs[v].receive(msg, 0), 0)
+    rid = p.start(Acquire("r", "a", 1000), 0)
+    (ev,) = settle()
+    assert (ev.rid, ev.status) == (rid, "ok") and ev.token is not None
+    assert ev.token > (won.token or 0) and p.counters["fast_fallback"] == 1
+
+
+def test_thrifty_proposer_asks_a_majority_then_the_rest_on_retransmit() -> None:
+    p = Proposer(VOTERS, fanout=3, retransmit_ms=10)
+    p.prefer(["v4", "v2", "nobody"])
+    p.start(Show("r"), 0)
+    assert sorted(v for v, _ in p.outbox()) == ["v0", "v2", "v4"]
+    p.handle_timer(10)
+    assert sorted(v for v, _ in p.outbox()) == list(VOTERS)
+
+
 def test_simulation_replays_exactly_from_its_seed() -> None:
     assert run_sim(7).ops == run_sim(7).ops
     assert run_sim(7).ops != run_sim(8).ops

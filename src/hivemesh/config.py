@@ -84,6 +84,8 @@ class Config:
     telemetry_heartbeat_s: float = 10.0
     metrics_senders: tuple[str, ...] = ()
     health_interval_s: float = 10.0
+    # [leases] quorum voters (addresses); empty: members seen up at first use
+    lease_voters: tuple[str, ...] = ()
 
     @property
     def key_path(self) -> Path:
@@ -140,6 +142,7 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
         "metrics_senders",
         "health_interval_s",
     ),
+    "leases": ("lease_voters",),
 }
 _FIELDS = {f.name: f for f in dataclasses.fields(Config)}
 _TRUST_MODES = ("open", "invite")

@@ -32,7 +32,9 @@ from hivemesh.core.event import Event
 from hivemesh.core.identity import address_of
 from hivemesh.core.views.context import Context
 from hivemesh.errors import DeadlineExceeded, LocalProtocolError
+from hivemesh.leases import LeaseClient
 from hivemesh.runtime.daemon import Daemon
+from hivemesh.runtime.leases import MeshClaims
 from hivemesh.telemetry.recorder import Metrics
 
 __all__ = ["EventRecord", "Node"]
@@ -261,3 +263,22 @@ class Node:
     def peers(self) -> list[dict[str, Any]]:
         """The same list as ``hivemesh peers --json``."""
         return self.daemon.peers()
+
+    # -- leases and claims (see hivemesh.runtime.leases) ----------------------------
+
+    @property
+    def leases(self) -> LeaseClient:
+        """Leases with fencing tokens on the swarm's embedded quorum.
+
+        A :class:`~hivemesh.leases.LeaseClient` whose holder id is this
+        node's address: ``async with node.leases.hold("r") as held: ...``.
+        """
+        return self.daemon.leases.client()
+
+    @property
+    def claims(self) -> MeshClaims:
+        """Optimistic claims: ``await node.claims.claim(r)``, then
+        ``await node.claims.wait_decided(r)`` -> the winner's address;
+        ``release(r)``, ``done(r)``. A crashed winner's claims are released
+        when failure detection writes ``member.down``."""
+        return self.daemon.claims

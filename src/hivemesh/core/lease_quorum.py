@@ -165,6 +165,15 @@ class Voter:
             "max_tokens": {r: s.max_token for r, s in sorted(self._slots.items())},
         }
 
+    def durable(self, resource: str) -> tuple[int, int]:
+        """``(max_token of resource, longest TTL granted)``: what must be on disk.
+
+        Compare before and after :meth:`receive` to know whether a write
+        changed durable state (persist it before sending the reply).
+        """
+        slot = self._slots.get(resource)
+        return (0 if slot is None else slot.max_token), self._max_ttl_ms
+
     def receive(self, msg: Sequence[object], now_ms: int) -> list[object]:
         """Handle one request; return the reply. Raises DecodeError on garbage."""
         if not isinstance(msg, list | tuple) or len(msg) < 3:
@@ -319,6 +328,8 @@ class _Pending:
     token: int | None = None
     internal: bool = False
     attempt: str = ""  # an abort: release only this acquire attempt's grant
+    orig: int = 0  # the caller's rid when a fast acquire fell back (rid is new then)
+    fast: bool = False  # a fast acquire: accept without prepare, any refusal falls back
 
 
 class Proposer:
@@ -332,6 +343,8 @@ class Proposer:
         retransmit_ms: int = 50,
         max_pending: int = 10_000,
         proposer_id: str = "",
+        fanout: int = 0,
+        fast_acquire: bool = False,
     ) -> None:
         ids = sorted(set(voters))
         if not ids or len(ids) != len(voters):
@@ -346,6 +359,21 @@ class Proposer:
         #: unique per proposer (a node id, or random): names acquire attempts and
         #: requests so an abort can never release another attempt's grant
         self.proposer_id = _str(proposer_id, 128)
+        #: voters contacted first in each phase (0: all). Thrifty mode: with
+        #: ``fanout = majority`` only a majority is asked; silent voters and
+        #: the rest are asked at the first retransmission. Fewer messages, same
+        #: safety (decisions still need a majority of replies).
+        self.fanout = fanout if 0 < fanout < len(ids) else 0
+        self._preferred: list[str] = list(ids)
+        #: Fast acquire: when this proposer knows a resource's highest token
+        #: (it ran operations on it), an acquire goes straight to the accept
+        #: phase with ``known + 1``. Safe by the voters' own checks (free on
+        #: their clock, token above their max, a majority); the prepare phase
+        #: only picks a token. Any refusal: abort this attempt, fall back to
+        #: prepare + accept under a new request id.
+        self.fast_acquire = fast_acquire
+        self._known: dict[str, int] = {}
+        self._alias: dict[int, int] = {}
         self._next_rid = 1
         self._pending: dict[int, _Pending] = {}
         self._outbox: list[tuple[str, list[object]]] = []
@@ -357,6 +385,14 @@ class Proposer:
         self.counters[name] = self.counters.get(name, 0) + 1
 
     # -- inputs -----------------------------------------------------------------
+
+    def prefer(self, order: Sequence[str]) -> None:
+        """Voters to contact first in thrifty mode (e.g. self, then live peers).
+
+        Unknown ids are ignored; voters not named keep their sorted order after.
+        """
+        named = [v for v in order if v in self.voters]
+        self._preferred = list(dict.fromkeys(named + self.voters))
 
     def start(self, op: Op, now_ms: int, *, timeout_ms: int | None = None) -> int:
         """Begin ``op``; returns its request id (echoed in its Outcome).
@@ -377,6 +413,9 @@ class Proposer:
         p = _Pending(rid, op, phase, now_ms, deadline, now_ms)
         if isinstance(op, Renew | Release):
             p.token = op.token
+        elif isinstance(op, Acquire) and self.fast_acquire and op.resource in self._known:
+            p.phase, p.fast, p.token = ACCEPT, True, self._known[op.resource] + 1
+            self._count("fast_acquire")
         self._pending[rid] = p
         self._send_phase(p, now_ms)
         return rid
@@ -387,10 +426,10 @@ class Proposer:
         A cancelled acquire that had reached its accept phase is aborted (a
         best-effort release of its token), like one that timed out.
         """
-        p = self._pending.get(rid)
+        p = self._pending.get(self._alias.pop(rid, rid))
         if p is None or p.internal:
             return
-        del self._pending[rid]
+        del self._pending[p.rid]
         if p.phase == ACCEPT:
             self._abort(p, now_ms)
 
@@ -472,7 +511,10 @@ class Proposer:
 
     def _send_phase(self, p: _Pending, now_ms: int, only_silent: bool = False) -> None:
         msg = self._message(p)
-        for v in self.voters:
+        targets = self.voters
+        if self.fanout and not only_silent:
+            targets = self._preferred[: self.fanout]
+        for v in targets:
             if not (only_silent and v in p.replies):
                 self._outbox.append((v, list(msg)))
         p.retransmit_at_ms = now_ms + self.retransmit_ms
@@ -487,13 +529,45 @@ class Proposer:
         remaining_ms: int = 0,
     ) -> None:
         del self._pending[p.rid]
+        self._alias.pop(p.orig, None)
         if not p.internal:
             token = p.token if status == "ok" or isinstance(p.op, Renew | Release) else None
+            if token is not None and status == "ok":
+                self._learn(p.op.resource, token)
             self._events.append(
                 Outcome(
-                    p.rid, p.op, status, token, p.started_ms, now_ms, partial, holder, remaining_ms
+                    p.orig or p.rid,
+                    p.op,
+                    status,
+                    token,
+                    p.started_ms,
+                    now_ms,
+                    partial,
+                    holder,
+                    remaining_ms,
                 )
             )
+
+    def _learn(self, resource: str, token: int) -> None:
+        if not self.fast_acquire:
+            return
+        if resource not in self._known and len(self._known) >= self.max_pending:
+            self._known.clear()  # bounded: forget, the next acquire just prepares
+        self._known[resource] = max(self._known.get(resource, 0), token)
+
+    def _fall_back(self, p: _Pending, now_ms: int) -> None:
+        """A fast acquire was refused somewhere: abort it, run prepare + accept."""
+        self._count("fast_fallback")
+        self._abort(p, now_ms)  # names the fast attempt (old rid): only its grants
+        del self._pending[p.rid]
+        self._known.pop(p.op.resource, None)
+        rid = self._next_rid
+        self._next_rid += 1
+        p.orig = p.orig or p.rid
+        p.rid, p.phase, p.fast, p.token, p.replies = rid, PREPARE, False, None, {}
+        self._pending[rid] = p
+        self._alias[p.orig] = rid
+        self._send_phase(p, now_ms)
 
     def _abort(self, p: _Pending, now_ms: int) -> None:
         """Best effort: clear a failed acquire's partial acceptances."""
@@ -536,6 +610,7 @@ class Proposer:
                 self._finish(p, "fail", now_ms)
             elif len(free) >= m:
                 p.token = max(r.max_token for r in p.replies.values()) + 1
+                self._learn(p.op.resource, p.token - 1)
                 p.phase = ACCEPT
                 p.replies = {}
                 self._send_phase(p, now_ms)
@@ -545,6 +620,8 @@ class Proposer:
         if p.internal:
             if len(p.replies) == n:
                 self._finish(p, "ok", now_ms)
+        elif p.fast and no > 0 and yes < m:
+            self._fall_back(p, now_ms)
         elif yes >= m:
             self._finish(p, "ok", now_ms)
         elif no > n - m:

@@ -10,7 +10,7 @@ from hivemesh.leases._api import LeaseBackend
 __all__ = ["SCHEMES", "open_backend"]
 
 #: URL schemes open_backend understands.
-SCHEMES = ("nats", "quorum", "redis", "rediss")
+SCHEMES = ("mesh", "nats", "quorum", "redis", "rediss")
 
 
 def open_backend(url: str) -> LeaseBackend:
@@ -21,6 +21,8 @@ def open_backend(url: str) -> LeaseBackend:
 
     * ``quorum://IP:PORT,IP:PORT,...`` -- :class:`QuorumLeaseBackend` (UDP voters,
       see :class:`VoterServer` / :class:`LocalQuorum`; no external service)
+    * ``mesh://`` or ``mesh:///DATA_DIR`` -- :class:`MeshLeaseBackend`: the
+      embedded quorum of the local hivemesh daemon's swarm
 
     Unknown schemes raise InvalidArgument.
     """
@@ -39,4 +41,8 @@ def open_backend(url: str) -> LeaseBackend:
         from hivemesh.leases._quorum import QuorumLeaseBackend
 
         return QuorumLeaseBackend(url)
+    if scheme == "mesh":
+        from hivemesh.leases._mesh import MeshLeaseBackend
+
+        return MeshLeaseBackend(url)
     raise InvalidArgument(f"unknown lease backend scheme {scheme!r} in {url!r}; use {SCHEMES}")

@@ -158,6 +158,9 @@ class Daemon:
         if hasattr(self, "messaging"):
             with contextlib.suppress(Exception):
                 self.messaging.close()
+        if hasattr(self, "leases"):
+            with contextlib.suppress(Exception):
+                self.leases.close()
         if hasattr(self, "node"):
             with contextlib.suppress(Exception):
                 self.node.journal.store.close()
@@ -192,6 +195,9 @@ class Daemon:
         self.trust_view = TrustView()
         for view in (self.context_view, self.names, self.endpoints, self.trust_view):
             self.node.add_view(view)
+        from hivemesh.runtime.leases import attach as attach_leases
+
+        self.leases, self.claims = attach_leases(self)  # quorum voter/proposer, claims view
         self.blobs = Blobs(self, random.Random(secrets.randbits(128)))
         self.rehydrated = self.node.rehydrate(self._replay(store))
         self.conns = ConnectionManager(
@@ -273,6 +279,7 @@ class Daemon:
         for t in list(self._bg):
             with contextlib.suppress(BaseException):
                 await t
+        self.leases.close()
         self.commit_nowait()
         self.members.m.leave(now_ms())
         await self.flush()

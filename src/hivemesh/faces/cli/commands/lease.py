@@ -1,8 +1,10 @@
 """``hivemesh lease acquire|release|show RESOURCE``: leases from the shell.
 
-The backend comes from ``--backend URL`` or ``$HIVEMESH_LEASE_URL``
-(``redis://...``, ``nats://...`` or ``quorum://IP:PORT,...``; run each
-quorum voter with ``hivemesh lease voter --listen IP:PORT --state FILE``).
+The backend comes from ``--backend URL`` or ``$HIVEMESH_LEASE_URL``; the
+default is ``mesh://``: the embedded quorum of the swarm of the local daemon
+(``--data-dir``, ``$HIVEMESH_DATA_DIR`` or ``~/.hivemesh``). Other backends:
+``redis://...``, ``nats://...`` or ``quorum://IP:PORT,...`` (standalone UDP
+voters: ``hivemesh lease voter --listen IP:PORT --state FILE``).
 A lease acquired here outlives the command until its TTL; release it with the
 printed holder and token::
 
@@ -21,6 +23,7 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from hivemesh.errors import (
@@ -33,7 +36,7 @@ from hivemesh.errors import (
 from hivemesh.leases import Lease, LeaseClient, VoterServer, open_backend
 from hivemesh.leases._quorum import parse_voters
 
-DEFAULT_URL = "redis://127.0.0.1:6379/0"
+DEFAULT_URL = "mesh://"
 _EXIT = {InvalidArgument: 2, LeaseUnavailable: 3, LeaseLost: 3, BackendUnavailable: 4}
 
 
@@ -43,8 +46,9 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--backend",
         default=os.environ.get("HIVEMESH_LEASE_URL", DEFAULT_URL),
-        help="backend URL (default $HIVEMESH_LEASE_URL or %(default)s)",
+        help="backend URL (default $HIVEMESH_LEASE_URL or %(default)s: the local swarm)",
     )
+    p.add_argument("--data-dir", default=None, help="node data dir for mesh:// (the default)")
     p.add_argument("--timeout-s", type=float, default=2.0, help="deadline of each backend call")
     lsub = p.add_subparsers(dest="lease_cmd", metavar="ACTION", required=True)
 
@@ -71,9 +75,15 @@ def register(sub: Any) -> None:
     v.set_defaults(func=_voter)
 
 
+def _url(args: argparse.Namespace) -> str:
+    if args.backend == DEFAULT_URL and args.data_dir:
+        return "mesh://" + str(Path(args.data_dir).expanduser().resolve())
+    return str(args.backend)
+
+
 async def _act(args: argparse.Namespace) -> dict[str, Any]:
     client = LeaseClient(
-        open_backend(args.backend), getattr(args, "holder", None), call_timeout_s=args.timeout_s
+        open_backend(_url(args)), getattr(args, "holder", None), call_timeout_s=args.timeout_s
     )
     try:
         if args.lease_cmd == "acquire":

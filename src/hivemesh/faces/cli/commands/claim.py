@@ -1,0 +1,66 @@
+"""``hivemesh claim take|wait|release|done|show RESOURCE``: optimistic claims.
+
+A claim is intent registered in the journal: the earliest ``(hlc, author)``
+live claim wins once older than the settle window; a claim of a member that
+failure detection marks down is released. ``take`` registers (and, with
+``--wait-s``, waits for the decision); exit code 0 when this node won,
+5 when another node did::
+
+    hivemesh claim take report-42 --wait-s 3 && run-the-work && hivemesh claim done report-42
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from hivemesh.runtime.client import Client
+from hivemesh.runtime.cliutil import add_common, run_with_client
+
+EXIT_LOST = 5
+
+
+def register(sub: Any) -> None:
+    """Add the ``claim`` subcommand."""
+    p = sub.add_parser("claim", help="optimistic claims on work (journal, settle window)")
+    csub = p.add_subparsers(dest="claim_cmd", metavar="ACTION", required=True)
+    for name, help_ in (
+        ("take", "register a claim on RESOURCE"),
+        ("wait", "wait until the claim on RESOURCE is decided"),
+        ("release", "release this node's claim on RESOURCE"),
+        ("done", "report RESOURCE finished"),
+        ("show", "show the claim state of RESOURCE"),
+    ):
+        c = csub.add_parser(name, help=help_)
+        c.add_argument("resource")
+        if name in ("take", "wait"):
+            c.add_argument("--wait-s", type=float, default=0.0 if name == "take" else 5.0)
+        add_common(c)
+        c.set_defaults(func=_run)
+
+
+def _act(client: Client, args: argparse.Namespace) -> tuple[int, Any]:
+    r = args.resource
+    cmd = args.claim_cmd
+    if cmd in ("take", "wait"):
+        out: dict[str, Any] = {}
+        if cmd == "take":
+            out = client.call("claim", resource=r)
+        if args.wait_s > 0:
+            out = client.call("claim.wait", timeout_s=args.wait_s, resource=r)
+            return (0 if out["ours"] else EXIT_LOST), out
+        return 0, out
+    op = {"release": "claim.release", "done": "claim.done", "show": "claim.show"}[cmd]
+    return 0, client.call(op, resource=r)
+
+
+def _run(args: argparse.Namespace) -> int:
+    rc = 0
+
+    def go(client: Client) -> Any:
+        nonlocal rc
+        rc, out = _act(client, args)
+        return out
+
+    code = run_with_client(args, go, lambda o: " ".join(f"{k}={v}" for k, v in sorted(o.items())))
+    return code or rc

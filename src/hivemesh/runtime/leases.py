@@ -1,0 +1,502 @@
+"""Quorum leases and claims inside the swarm: every daemon votes, any daemon proposes.
+
+Theory of operation
+-------------------
+The protocol is :mod:`hivemesh.core.lease_quorum` (sans-IO ``Voter`` and
+``Proposer``); this module is only its pump inside a :class:`~hivemesh.runtime.daemon.Daemon`
+(the shape of :mod:`hivemesh.leases._quorum`, with the node's channels instead
+of UDP):
+
+* **Transport.** Lease messages travel as ``FrameType.LEASE`` frames
+  ``[40, sub, message]`` over the node's authenticated, encrypted channels
+  (``sub`` 0 = request to a voter, 1 = reply to a proposer). A frame only
+  arrives on a channel whose peer passed the handshake and ``authorize``; the
+  voter checks ``authorize`` again, so a revoked or untrusted node never
+  votes or gets a vote. The proposer ignores replies from outside its voter
+  set. The node's own vote is handled in process, without a frame.
+* **Durability.** The voter's state (per-resource highest token, longest TTL)
+  is appended to ``<data_dir>/lease_voter.log`` (:mod:`hivemesh.runtime.voterlog`)
+  and ``fdatasync``ed before the reply to any write that changed it, so
+  fencing tokens survive a ``kill -9``; a restored voter refuses writes for
+  the longest TTL it ever granted (see the core module).
+* **Clocks.** Voter expiries and proposer deadlines use the event loop's
+  monotonic clock, never wall time; only rates matter (see :mod:`hivemesh.leases._api`).
+* **Voter set.** Every proposer must use the *same* voter set, else two
+  majorities need not intersect. It is ``lease_voters`` from the config (a
+  list of addresses, the recommended way) or, when empty: the earliest set
+  published in the journal (``lease.voters`` events, :class:`VotersView`),
+  else this node and every member it sees up *when it first needs the set*
+  (then published). It is written to ``<data_dir>/lease_voters.json`` and
+  reused after restarts. That default is only right for a swarm that is
+  fully formed before the first lease operation (the e2e tests check all
+  nodes agree, with the ``lease.voters`` op); two nodes fixing their sets at
+  the same moment from different membership views would disagree.
+  **Reconfiguration is not supported online:** to change the set, stop
+  lease users, make every node's set the same new list (config or the json
+  file), and restart; tokens stay monotonic only if the new set's
+  majorities intersect the old set's majorities (e.g. add or remove one voter
+  at a time, with all old voters' state kept).
+* **Thrifty rounds.** Each phase is first sent to a majority only: this
+  node's own voter and the voters it has a live channel to (membership up);
+  the rest are asked at the first retransmission (50 ms) if those do not
+  all answer. Half the frames and CPU of asking everyone, same safety.
+* **Fast acquire.** A resource this node already ran operations on is
+  acquired in one round (accept with the next token; the voters' own checks
+  keep it safe); any refusal falls back to prepare + accept.
+* **Failure.** A crashed holder's lease simply expires after its TTL at the
+  voters (nothing to release); up to ``N - majority`` voters may be down.
+  Every operation has the caller's deadline; no majority in time ->
+  :class:`~hivemesh.errors.BackendUnavailable` (outcome unknown).
+
+Claims: a :class:`~hivemesh.core.claims.ClaimsView` is registered in the
+daemon; :class:`MeshClaims` appends ``claim.intent`` / ``claim.release`` /
+``claim.done`` events and waits for the view's decision. A ``member.down``
+event (written by SWIM failure detection) releases the dead member's claims.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import time
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hivemesh.core.claims import ClaimsView
+from hivemesh.core.frames import FrameType, encode_frame
+from hivemesh.core.identity import address_of, public_key_of
+from hivemesh.core.lease_quorum import Acquire, Op, Outcome, Proposer, Release, Renew, Show, Voter
+from hivemesh.core.pex import MemberState
+from hivemesh.errors import (
+    BackendUnavailable,
+    ConfigError,
+    DeadlineExceeded,
+    DecodeError,
+    InvalidAddress,
+    InvalidArgument,
+    LeaseContended,
+)
+from hivemesh.leases._api import LeaseInfo
+from hivemesh.leases._client import LeaseClient
+from hivemesh.runtime.voterlog import VoterLog
+
+if TYPE_CHECKING:
+    from hivemesh.runtime.daemon import Daemon
+
+__all__ = ["DaemonLeaseBackend", "MeshClaims", "MeshLeases", "VotersView", "attach"]
+
+SUB_REQUEST, SUB_REPLY = 0, 1
+_VOTER_STATE = "lease_voter.log"
+_VOTERS_FILE = "lease_voters.json"
+#: Claims settle window default (ms): must exceed the usual propagation delay.
+DEFAULT_SETTLE_MS = 500
+
+
+KIND_VOTERS = "lease.voters"
+
+
+def wall_ms() -> int:
+    """Wall-clock milliseconds (event timestamps)."""
+    return time.time_ns() // 1_000_000
+
+
+class VotersView:
+    """The earliest ``lease.voters {v: [addresses]}`` event by ``(hlc, author)``.
+
+    A node that fixes its voter set from membership publishes it; a node that
+    needs a set later adopts the earliest published one, so late joiners use
+    the swarm's set instead of their own view of membership.
+    """
+
+    kinds = frozenset({KIND_VOTERS})
+
+    def __init__(self) -> None:
+        self._best: tuple[int, bytes] | None = None
+        self.earliest: list[str] | None = None
+        self.rejected = 0
+
+    def apply(self, event: Any) -> None:
+        """Fold one ``lease.voters`` event in (malformed bodies are counted)."""
+        body = event.body
+        v = body.get("v") if isinstance(body, dict) else None
+        if not (isinstance(v, list) and 0 < len(v) <= 99 and all(isinstance(a, str) for a in v)):
+            self.rejected += 1
+            return
+        try:
+            for a in v:
+                public_key_of(a)
+        except InvalidAddress:
+            self.rejected += 1
+            return
+        key = (event.hlc, event.author)
+        if self._best is None or key < self._best:
+            self._best, self.earliest = key, sorted(set(v))
+
+
+def _mono_ms() -> int:
+    return int(asyncio.get_running_loop().time() * 1000)
+
+
+class MeshLeases:
+    """One daemon's voter and proposer (see module docs)."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.d = daemon
+        self.counters: Counter[str] = Counter()
+        self.log = VoterLog(daemon.config.data_dir / _VOTER_STATE)
+        state = self.log.open()
+        self.voter = Voter(daemon.address, state=state, now_ms=_mono_ms())
+        self._proposer: Proposer | None = None
+        self._futures: dict[int, asyncio.Future[Outcome]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._client: LeaseClient | None = None
+        self._local: list[Any] = []  # own votes waiting for _local_votes
+        self._local_scheduled = False
+        self.published = VotersView()
+        daemon.node.add_view(self.published)
+        daemon.node.register_handler(FrameType.LEASE, self._on_frame)
+
+    # -- voter set ----------------------------------------------------------------
+
+    def voters(self) -> list[str]:
+        """The voter set this node proposes to (fixed at first use; see module docs)."""
+        if self._proposer is not None:
+            return list(self._proposer.voters)
+        configured = self.d.config.lease_voters
+        path = self.d.config.data_dir / _VOTERS_FILE
+        if configured:
+            voters = sorted(set(configured))
+        elif path.exists():
+            try:
+                voters = sorted(json.loads(path.read_text())["voters"])
+            except (ValueError, KeyError, TypeError) as e:
+                raise ConfigError(f"bad {path}: {e!r}") from e
+        elif self.published.earliest is not None:
+            voters = list(self.published.earliest)  # a late joiner adopts the swarm's set
+            self._save_voters(path, voters)
+        else:
+            up = [
+                m.address
+                for m in self.d.members.m.members()
+                if m.state in (MemberState.UP, MemberState.SUSPECT)
+            ]
+            voters = sorted({self.d.address, *up})
+            self._save_voters(path, voters)
+            self.d.node.append(KIND_VOTERS, {"v": voters}, wall_ms())
+            self.d._schedule_flush()
+        for v in voters:
+            try:
+                public_key_of(v)
+            except InvalidAddress as e:
+                raise ConfigError(f"lease voter {v!r} is not an address") from e
+        self._proposer = Proposer(
+            voters,
+            timeout_ms=2000,
+            retransmit_ms=50,
+            proposer_id=f"{self.d.address[:20]}/{secrets.token_hex(6)}",
+            fanout=len(voters) // 2 + 1,  # thrifty: ask a majority of live voters first
+            fast_acquire=True,  # known resource: accept without prepare (one round)
+        )
+        return list(voters)
+
+    @staticmethod
+    def _save_voters(path: Path, voters: list[str]) -> None:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"voters": voters}))
+        os.replace(tmp, path)
+
+    # -- voter side -----------------------------------------------------------------
+
+    def _vote(self, msg: Any) -> list[object]:
+        """Apply a request; make any durable change durable; return the reply."""
+        resource = msg[2] if isinstance(msg, list) and len(msg) > 2 else None
+        before = self.voter.durable(resource) if isinstance(resource, str) else None
+        reply = self.voter.receive(msg, _mono_ms())  # DecodeError: counted by the node
+        if before is not None:
+            after = self.voter.durable(str(resource))
+            if after != before:  # on disk before the reply leaves (see module docs)
+                self.log.append(str(resource), *after)
+                self.counters["voter_fsync"] += 1
+        return reply
+
+    def _reply(self, peer: str, reply: list[object]) -> None:
+        self.d.node.send(peer, encode_frame(FrameType.LEASE, SUB_REPLY, reply))
+        self.counters["voted"] += 1
+
+    def _local_votes(self) -> None:
+        """This node's own votes, run after the frames to the other voters left:
+        its ``fdatasync`` overlaps with their work instead of delaying it."""
+        todo, self._local, self._local_scheduled = self._local, [], False
+        p = self._proposer
+        if p is None or not self.d._started:
+            return
+        for msg in todo:
+            try:
+                p.receive(self.d.address, self._vote(msg), _mono_ms())
+            except DecodeError:
+                self.counters["lease_local_decode"] += 1
+        self._pump()
+        self.d._schedule_flush()
+
+    def _on_frame(self, peer: str, fields: list[Any], now_ms: int) -> None:
+        if len(fields) != 2 or fields[0] not in (SUB_REQUEST, SUB_REPLY):
+            raise DecodeError("lease frame must be [sub, message]")
+        sub, msg = fields
+        if sub == SUB_REQUEST:
+            if not self.d.authorize(peer):
+                self.counters["lease_unauthorized"] += 1
+                return
+            self._reply(peer, self._vote(msg))
+            return
+        if self._proposer is None:
+            self.counters["lease_stale_reply"] += 1
+            return
+        self._proposer.receive(peer, msg, _mono_ms())
+        self._pump()
+
+    # -- proposer side --------------------------------------------------------------
+
+    def _pump(self) -> None:
+        """Flush the proposer: frames to voters, own votes, outcomes, the timer."""
+        p = self._proposer
+        if p is None:
+            return
+        local = False
+        for vid, msg in p.outbox():
+            if vid == self.d.address:
+                self._local.append(msg)
+                local = True
+            else:
+                self.d.node.send(vid, encode_frame(FrameType.LEASE, SUB_REQUEST, msg))
+        if local and not self._local_scheduled:
+            self._local_scheduled = True
+            # Two hops: the caller flushes (queueing the frames' writer tasks) in
+            # this step; callbacks run in FIFO order, so the writers go first.
+            loop = asyncio.get_running_loop()
+            loop.call_soon(loop.call_soon, self._local_votes)
+        for ev in p.events():
+            fut = self._futures.pop(ev.rid, None)
+            if fut is not None and not fut.done():
+                fut.set_result(ev)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        deadline = p.next_deadline()
+        if deadline is not None:
+            self._timer = asyncio.get_running_loop().call_at(deadline / 1000.0, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        if self._proposer is not None:
+            self._proposer.handle_timer(_mono_ms())
+            self._pump()
+            self.d._schedule_flush()
+
+    def _live_first(self, voters: list[str]) -> list[str]:
+        """Self, then voters with an open channel that membership sees up."""
+        links = self.d.conns.links
+        live = [
+            v for v in voters if v in links and self.d.members.state(v) in (MemberState.UP, None)
+        ]
+        return [self.d.address, *live]
+
+    async def run(self, op: Op, timeout_s: float) -> Outcome:
+        """Run one lease operation against a majority; raises BackendUnavailable."""
+        what = type(op).__name__.lower()
+        if not self.d._started:
+            raise BackendUnavailable(f"lease {what}: the node is not running")
+        self.voters()
+        p = self._proposer
+        assert p is not None
+        p.prefer(self._live_first(p.voters))
+        rid = None
+        try:
+            async with asyncio.timeout(timeout_s):
+                fut: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+                rid = p.start(op, _mono_ms(), timeout_ms=max(1, int(timeout_s * 1000)))
+                self._futures[rid] = fut
+                self._pump()
+                await self.d.flush()
+                ev = await fut
+        except TimeoutError as e:
+            if rid is not None:
+                self._futures.pop(rid, None)
+                p.cancel(rid, _mono_ms())
+                self._pump()
+                self.d._schedule_flush()
+            raise BackendUnavailable(f"lease {what}: no majority within {timeout_s:.3f}s") from e
+        if ev.status == "unknown":
+            raise BackendUnavailable(f"lease {what}: no majority of {p.voters} answered in time")
+        return ev
+
+    def close(self) -> None:
+        """Stop the timer and close the log; pending operations fail (BackendUnavailable)."""
+        self.log.close()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for fut in self._futures.values():
+            if not fut.done():
+                fut.set_exception(BackendUnavailable("node stopped"))
+        self._futures.clear()
+
+    def client(self) -> LeaseClient:
+        """A LeaseClient over this quorum, holder id = this node's address (cached)."""
+        if self._client is None:
+            self._client = LeaseClient(DaemonLeaseBackend(self), self.d.address)
+        return self._client
+
+    def statistics(self) -> dict[str, Any]:
+        """Counters of the voter, proposer and pump, and the voter set if fixed."""
+        return {
+            "voters": list(self._proposer.voters) if self._proposer else None,
+            "voter": dict(sorted(self.voter.counters.items())),
+            "proposer": dict(sorted(self._proposer.counters.items())) if self._proposer else {},
+            "mesh": dict(sorted(self.counters.items())),
+        }
+
+
+class DaemonLeaseBackend:
+    """A :class:`~hivemesh.leases.LeaseBackend` over the daemon's own quorum (in process)."""
+
+    def __init__(self, leases: MeshLeases) -> None:
+        self._leases = leases
+
+    @property
+    def url(self) -> str:
+        """``mesh://`` and this node's data dir."""
+        return f"mesh://{self._leases.d.config.data_dir}"
+
+    async def acquire(
+        self, resource: str, holder: str, ttl_ms: int, *, timeout_s: float
+    ) -> int | None:
+        """Two-phase majority acquire; the token or None if held."""
+        ev = await self._leases.run(Acquire(resource, holder, ttl_ms), timeout_s)
+        if ev.status == "fail" and ev.partial:
+            raise LeaseContended(f"{resource!r}: lost a race after reaching some voters")
+        return ev.token if ev.status == "ok" else None
+
+    async def renew(
+        self, resource: str, holder: str, token: int, ttl_ms: int, *, timeout_s: float
+    ) -> bool:
+        """Majority renew."""
+        ev = await self._leases.run(Renew(resource, holder, token, ttl_ms), timeout_s)
+        return ev.status == "ok"
+
+    async def release(self, resource: str, holder: str, token: int, *, timeout_s: float) -> bool:
+        """Majority release (a partial one counts: some voters did let go)."""
+        ev = await self._leases.run(Release(resource, holder, token), timeout_s)
+        return ev.status == "ok" or ev.partial
+
+    async def show(self, resource: str, *, timeout_s: float) -> LeaseInfo | None:
+        """Majority read of the current holder."""
+        ev = await self._leases.run(Show(resource), timeout_s)
+        if not ev.holder or ev.token is None:
+            return None
+        return LeaseInfo(resource, ev.holder, ev.token, max(0, ev.remaining_ms))
+
+    async def aclose(self) -> None:
+        """Nothing to close (the daemon owns the quorum)."""
+
+
+class MeshClaims:
+    """Claims for this node through the journal (:mod:`hivemesh.core.claims`).
+
+    ``claim`` registers intent; ``wait_decided`` returns the winner's address
+    once its claim is older than the settle window; the loser moves on. When
+    SWIM marks the winner down, its claims are released by the view and the
+    next earliest claim (possibly a new one) wins.
+    """
+
+    def __init__(self, daemon: Daemon, settle_ms: int = DEFAULT_SETTLE_MS) -> None:
+        self.d = daemon
+        self.settle_ms = settle_ms
+        self.view = ClaimsView()
+
+    def _resource(self, resource: object) -> str:
+        if not isinstance(resource, str) or not 0 < len(resource) <= 256:
+            raise InvalidArgument(f"claim resource must be 1-256 chars, got {resource!r:.80}")
+        return resource
+
+    async def claim(self, resource: str) -> int:
+        """Append ``claim.intent`` for ``resource``; returns the claim's seq.
+
+        If this node already has a live claim on it, returns that claim's seq.
+        """
+        r = self._resource(resource)
+        for res, seq in self.view.own_live(self.d.identity.public):
+            if res == r:
+                return seq
+        ev = await self.d.append("claim.intent", {"r": r})
+        return ev.seq
+
+    def winner(self, resource: str) -> str | None:
+        """The address of the current earliest live claim (may still change)."""
+        w = self.view.winner(self._resource(resource))
+        return None if w is None else address_of(w.author)
+
+    def decided(self, resource: str, now_ms: int) -> str | None:
+        """The winner's address once settled, else None."""
+        a = self.view.decided(self._resource(resource), now_ms, self.settle_ms)
+        return None if a is None else address_of(a)
+
+    async def wait_decided(self, resource: str, *, timeout_s: float = 10.0) -> str:
+        """Wait until the claim on ``resource`` is decided; the winner's address.
+
+        Raises DeadlineExceeded after ``timeout_s`` (no live claim, or not settled).
+        """
+        from hivemesh.runtime.daemon import now_ms
+
+        r = self._resource(resource)
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout_s
+        while True:
+            got = self.decided(r, now_ms())
+            if got is not None:
+                return got
+            if loop.time() >= end:
+                raise DeadlineExceeded(f"claim on {r!r} not decided within {timeout_s}s")
+            await asyncio.sleep(min(0.02, max(0.0, end - loop.time())))
+
+    async def release(self, resource: str) -> int:
+        """Release this node's live claims on ``resource``; returns how many."""
+        r = self._resource(resource)
+        n = 0
+        for res, seq in self.view.own_live(self.d.identity.public):
+            if res == r:
+                await self.d.append("claim.release", {"r": r, "seq": seq})
+                n += 1
+        return n
+
+    async def done(self, resource: str) -> None:
+        """Report ``resource`` finished (ends claiming; duplicates are detected)."""
+        await self.d.append("claim.done", {"r": self._resource(resource)})
+
+    def snapshot(self) -> dict[str, Any]:
+        """Per resource: winner and done_by (addresses), live claim count; and
+        duplicate executions (resource -> extra runs)."""
+        res: dict[str, dict[str, Any]] = {}
+        for r, row in self.view.snapshot().items():
+            w, done = row["winner"], row["done_by"]
+            res[r] = {
+                "winner": None if w is None else address_of(bytes.fromhex(str(w))),
+                "done_by": [address_of(bytes.fromhex(a)) for a in done],  # type: ignore[attr-defined]
+                "live": row["live"],
+            }
+        return {"resources": res, "duplicates": self.view.duplicates()}
+
+
+def attach(daemon: Daemon) -> tuple[MeshLeases, MeshClaims]:
+    """Wire leases and claims into ``daemon``: call after its core node exists
+    and *before* rehydration, so the views get the stored events in that one
+    replay (membership and channels are only used later, lazily)."""
+    leases = MeshLeases(daemon)
+    claims = MeshClaims(daemon)
+    daemon.node.add_view(claims.view)
+    from hivemesh.runtime import leases_ops
+
+    leases_ops.register()
+    return leases, claims

@@ -1,0 +1,149 @@
+"""Durable quorum-voter state as a preallocated, checksummed record log.
+
+Theory of operation
+-------------------
+A voter must not reply to a write before the state that write changed
+(the resource's highest fencing token, the longest TTL granted) is on disk.
+Rewriting a snapshot file and renaming it costs a file-system journal commit
+per write (measured here: ~0.4 ms idle, 4 ms and more when the disk is busy);
+overwriting bytes *inside* an already written file with ``fdatasync`` needs
+no metadata change and is several times cheaper. So the state lives in a log
+file filled with zeros when created (real zeros, not ``fallocate``: an
+unwritten extent would need metadata on first write):
+
+* record = ``u32 length, u32 crc32(payload), payload`` (little endian);
+  payload = msgpack ``[resource, max_token, max_ttl_ms]`` (a change), or
+  ``{"max_ttl_ms": .., "max_tokens": {..}}`` (a full snapshot, the first
+  record after every compaction);
+* :meth:`VoterLog.append` writes one record at the end of the valid prefix
+  with ``pwrite`` and ``fdatasync``s before returning;
+* :meth:`VoterLog.open` reads records until the first zero length, bad
+  checksum or torn record (a crash mid-write: that write was never
+  acknowledged), then *compacts*: writes a new zero-filled file with one
+  snapshot record, fsyncs it and its directory, and renames it over the old
+  one. A full log is compacted the same way while running.
+
+Restored state is the highest token per resource and the longest TTL; the
+voter quarantines itself for that TTL (see :mod:`hivemesh.core.lease_quorum`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+import zlib
+from pathlib import Path
+from typing import Any
+
+from hivemesh.core import codec
+from hivemesh.errors import DecodeError, StoreCorrupt
+
+__all__ = ["VoterLog"]
+
+_HEAD = struct.Struct("<II")
+#: Default log size; a full log is compacted to one snapshot record.
+DEFAULT_SIZE = 1 << 20
+_MAX_RECORD = 1 << 16
+
+
+class VoterLog:
+    """Open with :meth:`open`; then :meth:`append` one change per acknowledged write."""
+
+    def __init__(self, path: str | os.PathLike[str], *, size: int = DEFAULT_SIZE) -> None:
+        self.path = Path(path)
+        self.size = size
+        self._fd: int | None = None
+        self._pos = 0
+        self.max_ttl_ms = 0
+        self.max_tokens: dict[str, int] = {}
+        #: fdatasyncs and compactions done
+        self.syncs = 0
+        self.compactions = 0
+
+    def state(self) -> dict[str, Any]:
+        """The restored state, in the shape ``Voter(state=...)`` takes."""
+        return {"max_ttl_ms": self.max_ttl_ms, "max_tokens": dict(sorted(self.max_tokens.items()))}
+
+    def open(self) -> dict[str, Any] | None:
+        """Read the log (None if there was none), compact it, keep it open."""
+        existed = self.path.exists()
+        if existed:
+            self._read(self.path.read_bytes())
+        self._compact()
+        return self.state() if existed else None
+
+    def _read(self, data: bytes) -> None:
+        pos = 0
+        while pos + _HEAD.size <= len(data):
+            length, crc = _HEAD.unpack_from(data, pos)
+            if length == 0 or length > _MAX_RECORD or pos + _HEAD.size + length > len(data):
+                break
+            payload = data[pos + _HEAD.size : pos + _HEAD.size + length]
+            if zlib.crc32(payload) != crc:
+                break  # torn by a crash: never acknowledged
+            try:
+                self._apply(codec.unpack(payload))
+            except (DecodeError, TypeError, ValueError, KeyError, AttributeError) as e:
+                raise StoreCorrupt(f"{self.path}: bad voter record at {pos}: {e!r}") from e
+            pos += _HEAD.size + length
+
+    def _apply(self, rec: Any) -> None:
+        if isinstance(rec, dict):
+            self.max_ttl_ms = int(rec["max_ttl_ms"])
+            self.max_tokens = {str(r): int(t) for r, t in rec["max_tokens"].items()}
+            return
+        resource, token, ttl = rec
+        if type(resource) is not str or type(token) is not int or type(ttl) is not int:
+            raise ValueError("record must be [str, int, int]")
+        self.max_tokens[resource] = max(self.max_tokens.get(resource, 0), token)
+        self.max_ttl_ms = max(self.max_ttl_ms, ttl)
+
+    @staticmethod
+    def _record(obj: Any) -> bytes:
+        payload = codec.pack(obj)
+        return _HEAD.pack(len(payload), zlib.crc32(payload)) + payload
+
+    def _compact(self) -> None:
+        snap = self._record(self.state())
+        size = max(self.size, 2 * len(snap))
+        tmp = self.path.with_suffix(".tmp")
+        with open(tmp, "wb") as f:
+            f.write(snap)
+            f.write(bytes(size - len(snap)))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        dfd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+        if self._fd is not None:
+            os.close(self._fd)
+        self._fd = os.open(self.path, os.O_RDWR)
+        self._pos = len(snap)
+        self.size = size
+        self.compactions += 1
+
+    def append(self, resource: str, max_token: int, max_ttl_ms: int) -> None:
+        """Record a change durably (returns after ``fdatasync``)."""
+        if self._fd is None:
+            raise StoreCorrupt(f"{self.path}: voter log not open")
+        self.max_tokens[resource] = max(self.max_tokens.get(resource, 0), max_token)
+        self.max_ttl_ms = max(self.max_ttl_ms, max_ttl_ms)
+        rec = self._record([resource, max_token, max_ttl_ms])
+        if self._pos + len(rec) + _HEAD.size > self.size:
+            self._compact()  # the snapshot already holds this change
+            return
+        os.pwrite(self._fd, rec, self._pos)
+        os.fdatasync(self._fd)
+        self._pos += len(rec)
+        self.syncs += 1
+
+    def close(self) -> None:
+        """Close the file. Idempotent."""
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None

@@ -1,0 +1,58 @@
+"""``hivemesh.Node.leases`` and ``Node.claims``: three in-process nodes on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from hivemesh.errors import LeaseUnavailable
+from hivemesh.leases import FencingGuard
+from hivemesh.node import Node
+
+FAST = {"probe_interval_ms": 200, "probe_timeout_ms": 100, "sync_interval_ms": 300}
+
+
+def test_node_leases_hold_and_claims_decide(tmp_path: Path) -> None:
+    async def main() -> None:
+        a = Node(tmp_path / "a", **FAST)
+        await a.start()
+        b = Node(tmp_path / "b", bootstrap=[a.endpoint], **FAST)
+        c = Node(tmp_path / "c", bootstrap=[a.endpoint], **FAST)
+        try:
+            await b.start()
+            await c.start()
+            for n in (a, b, c):
+                await n.wait_peers(2, timeout_s=15)
+            guard = FencingGuard()
+            async with a.leases.hold("browser", ttl_ms=2000) as held:
+                guard.check(held.token, "browser")
+                try:
+                    await b.leases.try_acquire("browser", ttl_ms=2000)
+                    raise AssertionError("b acquired a held lease")
+                except LeaseUnavailable:
+                    pass
+            lease = await b.leases.try_acquire("browser", ttl_ms=2000)
+            assert lease.holder == b.address and lease.fencing_token > held.token
+            guard.check(lease.check(), "browser")
+            await b.leases.release(lease)
+            assert sorted(a.daemon.leases.voters()) == sorted([a.address, b.address, c.address])
+
+            await c.claims.claim("job")
+            while b.claims.winner("job") != c.address:  # bounded by the asyncio.timeout below
+                await asyncio.sleep(0.02)
+            await b.claims.claim("job")
+            assert await b.claims.wait_decided("job", timeout_s=5) == c.address
+            assert await c.claims.wait_decided("job", timeout_s=5) == c.address
+            assert await c.claims.release("job") == 1  # c moves on: b's claim is next
+            while b.claims.winner("job") == c.address:  # the release replicates
+                await asyncio.sleep(0.02)
+            assert await b.claims.wait_decided("job", timeout_s=5) == b.address
+        finally:
+            for n in (c, b, a):
+                await n.close()
+
+    async def bounded() -> None:
+        async with asyncio.timeout(60):
+            await main()
+
+    asyncio.run(bounded())
