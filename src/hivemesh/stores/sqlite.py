@@ -38,6 +38,18 @@ Guarantees
   :class:`StoreError`. Misuse (a batch that does not continue the stored
   feed) is :class:`~hivemesh.errors.InvalidArgument`.
 
+* **Checkpoints never stall an append.** SQLite's automatic checkpoint
+  (which runs inside the committing ``append`` and fsyncs) is turned off.
+  A background thread with its own connection runs ``PASSIVE`` checkpoints
+  (which never block writers): when roughly :data:`CHECKPOINT_BYTES` of WAL
+  were written since the last one, and at idle moments (no append for
+  :data:`CHECKPOINT_IDLE_S`). A checkpoint only copies committed pages from
+  the WAL into the main file, so it cannot lose an acknowledged append. WAL
+  growth stays bounded: the WAL restarts from its beginning once fully
+  checkpointed, ``journal_size_limit`` trims the file then, and should the
+  background checkpoints fall behind by :data:`CHECKPOINT_HARD_BYTES`,
+  ``append`` runs one itself (as SQLite's own auto-checkpoint would).
+
 Limits: a damaged ``-wal`` file (torn by power loss, or edited) is cut by
 SQLite at the first frame whose checksum fails: the store opens at the last
 intact commit, consistent and verifiable, and later commits in that WAL are
@@ -56,6 +68,7 @@ import hashlib
 import os
 import secrets
 import sqlite3
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -77,6 +90,19 @@ Durability = Literal["process", "power"]
 
 #: ``author -> (last_seq, last_hash, number of stored signatures)``.
 FeedSummary = dict[bytes, tuple[int, bytes, int]]
+
+#: Estimated WAL bytes written that wake the background checkpointer.
+CHECKPOINT_BYTES = 4 * 1024 * 1024
+#: Estimated WAL bytes without a completed checkpoint after which ``append``
+#: checkpoints synchronously (the background thread fell behind or failed).
+CHECKPOINT_HARD_BYTES = 64 * 1024 * 1024
+#: Seconds without an append after which pending WAL frames are checkpointed.
+CHECKPOINT_IDLE_S = 0.5
+#: ``journal_size_limit``: the WAL file is trimmed to this after a restart.
+_WAL_SIZE_LIMIT = 16 * 1024 * 1024
+#: WAL bytes one commit is assumed to cost beyond its event bytes (pages of
+#: the events, sigs and feeds b-trees).
+_COMMIT_OVERHEAD = 3 * 4096
 
 _SQLITE_CORRUPT = 11
 _SQLITE_NOTADB = 26
@@ -128,6 +154,10 @@ class SQLiteStore:
         self.path = Path(path)
         self.durability: Durability = durability
         self._db: sqlite3.Connection | None = None
+        self._ckpt: _Checkpointer | None = None
+        self._wal_pending = 0  # estimated WAL bytes since the last checkpoint
+        #: Checkpoints ``append`` had to run itself (see :meth:`_committed`).
+        self.sync_checkpoints = 0
         if not self.path.exists():
             self._create()
         elif self.path.stat().st_size == 0:
@@ -206,6 +236,8 @@ class SQLiteStore:
                 db.execute(f"PRAGMA synchronous = {sync}")
                 db.execute("PRAGMA cell_size_check = ON")
                 db.execute("PRAGMA trusted_schema = OFF")
+                db.execute("PRAGMA wal_autocheckpoint = 0")  # see _Checkpointer
+                db.execute(f"PRAGMA journal_size_limit = {_WAL_SIZE_LIMIT}")
             except BaseException:
                 db.close()
                 raise
@@ -295,6 +327,27 @@ class SQLiteStore:
                 if db.in_transaction:
                     db.execute("ROLLBACK")
                 raise
+        self._committed(_COMMIT_OVERHEAD + sum(len(e.raw) for e in events))
+
+    def _committed(self, nbytes: int) -> None:
+        """Account ``nbytes`` of WAL; wake the checkpointer, or checkpoint
+        here when the background one cannot keep the WAL under its bound."""
+        ckpt = self._ckpt
+        if ckpt is None:
+            ckpt = self._ckpt = _Checkpointer(self.path)
+        self._wal_pending += nbytes
+        due = self._wal_pending >= CHECKPOINT_BYTES
+        if due:
+            self._wal_pending = 0
+        ckpt.note_commit(due)
+        if ckpt.restart_due:
+            # Appends never paused long enough for a background checkpoint to
+            # finish: as the only writer, finish one now so the WAL restarts.
+            with self._guard("checkpointing"):
+                ((busy, log, done),) = self.db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            if not busy and log == done:
+                ckpt.restart_due = False
+                self.sync_checkpoints += 1
 
     def heads(self) -> dict[bytes, StoredHead]:
         """The last stored ``(seq, hash)`` of every author."""
@@ -422,6 +475,7 @@ class SQLiteStore:
             self.db.execute(
                 "INSERT OR IGNORE INTO blobs (digest, data) VALUES (?, ?)", (digest, data)
             )
+        self._committed(_COMMIT_OVERHEAD + len(data))
 
     def get_blob(self, digest: bytes) -> bytes | None:
         """Blob bytes, or None if not held; :class:`StoreCorrupt` if the stored
@@ -448,6 +502,9 @@ class SQLiteStore:
 
     def close(self) -> None:
         """Checkpoint the WAL and close the file (idempotent)."""
+        ckpt, self._ckpt = self._ckpt, None
+        if ckpt is not None:
+            ckpt.stop()
         db, self._db = self._db, None
         if db is not None:
             with self._guard("closing"):
@@ -461,3 +518,82 @@ class SQLiteStore:
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r}, durability={self.durability!r})"
+
+
+class _Checkpointer:
+    """Runs ``PRAGMA wal_checkpoint(PASSIVE)`` on its own connection and thread.
+
+    Woken by :meth:`note_commit` when enough WAL accumulated, and by its own
+    timeout when appends paused for :data:`CHECKPOINT_IDLE_S`. SQLite releases
+    the GIL while it copies and fsyncs, so the event loop keeps running.
+    When the WAL holds :data:`CHECKPOINT_HARD_BYTES` or more (a writer that
+    never pauses keeps it from restarting) it sets :attr:`restart_due` for
+    the writer to act on. Failures are counted in :attr:`errors` and retried
+    at the next wake.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.checkpoints = 0
+        self.errors = 0
+        #: Frames in the WAL at the last checkpoint.
+        self.log_frames = 0
+        #: Set when the WAL outgrew :data:`CHECKPOINT_HARD_BYTES`.
+        self.restart_due = False
+        self._wake = threading.Event()
+        self._stopping = False
+        self._commits = 0  # appends since the thread last looked
+        self._pending = False  # commits not yet covered by a checkpoint
+        self._thread = threading.Thread(
+            target=self._run, name=f"hivemesh-checkpoint-{path.name}", daemon=True
+        )
+        self._thread.start()
+
+    def note_commit(self, due: bool) -> None:
+        """An append committed; ``due`` wakes the thread now."""
+        self._commits += 1  # a racy count is fine: only zero vs non-zero matters
+        if due:
+            self._wake.set()
+
+    def stop(self) -> None:
+        """Stop the thread (the owner's ``close`` checkpoints the rest)."""
+        self._stopping = True
+        self._wake.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        db: sqlite3.Connection | None = None
+        try:
+            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            db.execute("PRAGMA wal_autocheckpoint = 0")
+            frame_bytes = int(db.execute("PRAGMA page_size").fetchall()[0][0]) + 24
+            while not self._stopping:
+                due = self._wake.wait(CHECKPOINT_IDLE_S)
+                self._wake.clear()
+                if self._stopping:
+                    break
+                commits, self._commits = self._commits, 0
+                if commits:
+                    self._pending = True
+                if due or (self._pending and not commits):  # enough WAL, or idle
+                    self._checkpoint(db, frame_bytes)
+        except sqlite3.Error:
+            self.errors += 1
+        finally:
+            if db is not None:
+                db.close()
+
+    def _checkpoint(self, db: sqlite3.Connection, frame_bytes: int) -> None:
+        try:
+            # fetchall: an unfinished statement would hold a read lock and
+            # keep the WAL from ever restarting.
+            ((busy, log, done),) = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error:
+            self.errors += 1
+            return
+        self.checkpoints += 1
+        self.log_frames = log
+        if not busy and log == done and not self._commits:
+            self._pending = False
+        if log * frame_bytes >= CHECKPOINT_HARD_BYTES:
+            self.restart_due = True
