@@ -158,6 +158,8 @@ class SQLiteStore:
         self._wal_pending = 0  # estimated WAL bytes since the last checkpoint
         #: Checkpoints ``append`` had to run itself (see :meth:`_committed`).
         self.sync_checkpoints = 0
+        self._wal_estimate = 0  # WAL bytes: last measured size plus writes since
+        self._seen_reports = 0
         if not self.path.exists():
             self._create()
         elif self.path.stat().st_size == 0:
@@ -340,13 +342,19 @@ class SQLiteStore:
         if due:
             self._wal_pending = 0
         ckpt.note_commit(due)
-        if ckpt.restart_due:
+        if ckpt.reports != self._seen_reports:  # the WAL's size as last measured
+            self._seen_reports = ckpt.reports
+            self._wal_estimate = ckpt.log_bytes
+        self._wal_estimate += nbytes
+        if ckpt.restart_due or self._wal_estimate >= CHECKPOINT_HARD_BYTES:
             # Appends never paused long enough for a background checkpoint to
-            # finish: as the only writer, finish one now so the WAL restarts.
+            # finish (or it is stuck): as the only writer, finish one now so
+            # the WAL restarts at the next append.
             with self._guard("checkpointing"):
                 ((busy, log, done),) = self.db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
             if not busy and log == done:
                 ckpt.restart_due = False
+                self._wal_estimate = 0
                 self.sync_checkpoints += 1
 
     def heads(self) -> dict[bytes, StoredHead]:
@@ -536,8 +544,9 @@ class _Checkpointer:
         self.path = path
         self.checkpoints = 0
         self.errors = 0
-        #: Frames in the WAL at the last checkpoint.
-        self.log_frames = 0
+        #: Bytes in the WAL at the last checkpoint, and how many were measured.
+        self.log_bytes = 0
+        self.reports = 0
         #: Set when the WAL outgrew :data:`CHECKPOINT_HARD_BYTES`.
         self.restart_due = False
         self._wake = threading.Event()
@@ -592,8 +601,9 @@ class _Checkpointer:
             self.errors += 1
             return
         self.checkpoints += 1
-        self.log_frames = log
+        self.log_bytes = max(0, log) * frame_bytes
+        self.reports += 1
         if not busy and log == done and not self._commits:
             self._pending = False
-        if log * frame_bytes >= CHECKPOINT_HARD_BYTES:
+        if self.log_bytes >= CHECKPOINT_HARD_BYTES:
             self.restart_due = True
