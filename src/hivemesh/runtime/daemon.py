@@ -174,6 +174,7 @@ class Daemon:
         self._lock_fd = lock_data_dir(cfg.data_dir)
         self.identity = load_or_create_identity(cfg.data_dir)
         self.trust = TrustStore(cfg.data_dir)
+        self.trust.min_refresh_s = 1.0  # the timer loop's poll() catches edits
         self._trust_generation = self.trust.generation
         store = SQLiteStore(cfg.store_path)
         rng = random.Random(secrets.randbits(128))
@@ -198,6 +199,7 @@ class Daemon:
             self.identity,
             authorize=lambda a: self.invites.admit_channel(a, now_ms()),
             on_frame=self._on_frame,
+            on_frames=self._on_frames,
             on_peer=self._on_peer,
             dial_timeout_s=cfg.dial_timeout_s,
             reconnect_min_s=cfg.reconnect_min_s,
@@ -396,6 +398,18 @@ class Daemon:
                 await self._on_peer(peer, True)
             return
         self.node.receive(peer, frame, t)
+        await self.flush()
+
+    async def _on_frames(self, peer: str, frames: list[bytes]) -> None:
+        """A batch of frames read from ``peer`` at once: handle them all, then
+        flush once (outputs wait at most one batch, 64 frames)."""
+        await self._ready.wait()
+        receive = self.node.receive
+        for frame in frames:
+            if peer in self.invites.probation:
+                await self._on_frame(peer, frame)
+                continue
+            receive(peer, frame, now_ms())
         await self.flush()
 
     def disconnect_later(self, peer: str, reason: str) -> None:
