@@ -171,7 +171,7 @@ class Journal:
         last = decode_event(last_raw)
         if last.seq <= head.seq:
             self._check_replay(author, last, sig)
-        events = verify_batch(author, raws, sig, head)
+        events = verify_batch(author, raws, sig, head, last=last)
         self._commit(author, events, sig)
         return events
 

@@ -329,7 +329,7 @@ class SQLiteStore:
                 if db.in_transaction:
                     db.execute("ROLLBACK")
                 raise
-        self._committed(_COMMIT_OVERHEAD + sum(len(e.raw) for e in events))
+        self._committed(_COMMIT_OVERHEAD + len(events) * len(last.raw))  # an estimate
 
     def _committed(self, nbytes: int) -> None:
         """Account ``nbytes`` of WAL; wake the checkpointer, or checkpoint
