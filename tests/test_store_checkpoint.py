@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hivemesh.stores import sqlite as sqlite_mod
+from hivemesh.stores import checkpoint as ckpt_mod
 from hivemesh.stores.replay import rehydrate
 from hivemesh.stores.sqlite import SQLiteStore
 from test_store_support import make_batch, writer
@@ -57,8 +57,8 @@ def test_idle_store_is_checkpointed_in_the_background(tmp_path: Path) -> None:
 
 
 def test_size_wakes_the_checkpointer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sqlite_mod, "CHECKPOINT_BYTES", 64 * 1024)
-    monkeypatch.setattr(sqlite_mod, "CHECKPOINT_IDLE_S", 3600.0)  # never idle here
+    monkeypatch.setattr(ckpt_mod, "CHECKPOINT_BYTES", 64 * 1024)
+    monkeypatch.setattr(ckpt_mod, "CHECKPOINT_IDLE_S", 3600.0)  # never idle here
     rng = random.Random(5)
     with SQLiteStore(tmp_path / "s.db") as store:
         w = writer(2)
@@ -76,8 +76,8 @@ def test_writer_bounds_the_wal_when_the_checkpointer_cannot(
     """With no background checkpoint at all (stuck, or never finishing under
     a writer that never pauses) ``append`` itself keeps the WAL bounded."""
     hard = 1024 * 1024
-    monkeypatch.setattr(sqlite_mod, "CHECKPOINT_HARD_BYTES", hard)
-    monkeypatch.setattr(sqlite_mod._Checkpointer, "_run", lambda self: None)
+    monkeypatch.setattr(ckpt_mod, "CHECKPOINT_HARD_BYTES", hard)
+    monkeypatch.setattr(ckpt_mod.Checkpointer, "_run", lambda self: None)
     rng = random.Random(4)
     path = tmp_path / "s.db"
     wal = Path(f"{path}-wal")

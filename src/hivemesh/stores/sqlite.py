@@ -39,16 +39,11 @@ Guarantees
   feed) is :class:`~hivemesh.errors.InvalidArgument`.
 
 * **Checkpoints never stall an append.** SQLite's automatic checkpoint
-  (which runs inside the committing ``append`` and fsyncs) is turned off.
-  A background thread with its own connection runs ``PASSIVE`` checkpoints
-  (which never block writers): when roughly :data:`CHECKPOINT_BYTES` of WAL
-  were written since the last one, and at idle moments (no append for
-  :data:`CHECKPOINT_IDLE_S`). A checkpoint only copies committed pages from
-  the WAL into the main file, so it cannot lose an acknowledged append. WAL
-  growth stays bounded: the WAL restarts from its beginning once fully
-  checkpointed, ``journal_size_limit`` trims the file then, and should the
-  background checkpoints fall behind by :data:`CHECKPOINT_HARD_BYTES`,
-  ``append`` runs one itself (as SQLite's own auto-checkpoint would).
+  (which runs inside the committing ``append`` and fsyncs) is turned off; a
+  background thread runs ``PASSIVE`` checkpoints (which never block
+  writers) when enough WAL was written and at idle moments, and the WAL
+  stays bounded (see :mod:`hivemesh.stores.checkpoint`). A checkpoint only
+  copies committed pages into the main file: it cannot lose an append.
 
 Limits: a damaged ``-wal`` file (torn by power loss, or edited) is cut by
 SQLite at the first frame whose checksum fails: the store opens at the last
@@ -68,7 +63,6 @@ import hashlib
 import os
 import secrets
 import sqlite3
-import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -76,6 +70,8 @@ from typing import Any, Literal
 from hivemesh.core.event import GENESIS, Event
 from hivemesh.core.store import StoredHead
 from hivemesh.errors import InvalidArgument, StoreCorrupt, StoreError
+from hivemesh.stores import checkpoint
+from hivemesh.stores.checkpoint import Checkpointer
 
 __all__ = ["APPLICATION_ID", "MAGIC", "SCHEMA_VERSION", "Durability", "FeedSummary", "SQLiteStore"]
 
@@ -91,13 +87,6 @@ Durability = Literal["process", "power"]
 #: ``author -> (last_seq, last_hash, number of stored signatures)``.
 FeedSummary = dict[bytes, tuple[int, bytes, int]]
 
-#: Estimated WAL bytes written that wake the background checkpointer.
-CHECKPOINT_BYTES = 4 * 1024 * 1024
-#: Estimated WAL bytes without a completed checkpoint after which ``append``
-#: checkpoints synchronously (the background thread fell behind or failed).
-CHECKPOINT_HARD_BYTES = 64 * 1024 * 1024
-#: Seconds without an append after which pending WAL frames are checkpointed.
-CHECKPOINT_IDLE_S = 0.5
 #: ``journal_size_limit``: the WAL file is trimmed to this after a restart.
 _WAL_SIZE_LIMIT = 16 * 1024 * 1024
 #: WAL bytes one commit is assumed to cost beyond its event bytes (pages of
@@ -154,7 +143,7 @@ class SQLiteStore:
         self.path = Path(path)
         self.durability: Durability = durability
         self._db: sqlite3.Connection | None = None
-        self._ckpt: _Checkpointer | None = None
+        self._ckpt: Checkpointer | None = None
         self._wal_pending = 0  # estimated WAL bytes since the last checkpoint
         #: Checkpoints ``append`` had to run itself (see :meth:`_committed`).
         self.sync_checkpoints = 0
@@ -238,7 +227,7 @@ class SQLiteStore:
                 db.execute(f"PRAGMA synchronous = {sync}")
                 db.execute("PRAGMA cell_size_check = ON")
                 db.execute("PRAGMA trusted_schema = OFF")
-                db.execute("PRAGMA wal_autocheckpoint = 0")  # see _Checkpointer
+                db.execute("PRAGMA wal_autocheckpoint = 0")  # see Checkpointer
                 db.execute(f"PRAGMA journal_size_limit = {_WAL_SIZE_LIMIT}")
             except BaseException:
                 db.close()
@@ -336,9 +325,9 @@ class SQLiteStore:
         here when the background one cannot keep the WAL under its bound."""
         ckpt = self._ckpt
         if ckpt is None:
-            ckpt = self._ckpt = _Checkpointer(self.path)
+            ckpt = self._ckpt = Checkpointer(self.path)
         self._wal_pending += nbytes
-        due = self._wal_pending >= CHECKPOINT_BYTES
+        due = self._wal_pending >= checkpoint.CHECKPOINT_BYTES
         if due:
             self._wal_pending = 0
         ckpt.note_commit(due)
@@ -346,7 +335,7 @@ class SQLiteStore:
             self._seen_reports = ckpt.reports
             self._wal_estimate = ckpt.log_bytes
         self._wal_estimate += nbytes
-        if ckpt.restart_due or self._wal_estimate >= CHECKPOINT_HARD_BYTES:
+        if ckpt.restart_due or self._wal_estimate >= checkpoint.CHECKPOINT_HARD_BYTES:
             # Appends never paused long enough for a background checkpoint to
             # finish (or it is stuck): as the only writer, finish one now so
             # the WAL restarts at the next append.
@@ -526,84 +515,3 @@ class SQLiteStore:
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r}, durability={self.durability!r})"
-
-
-class _Checkpointer:
-    """Runs ``PRAGMA wal_checkpoint(PASSIVE)`` on its own connection and thread.
-
-    Woken by :meth:`note_commit` when enough WAL accumulated, and by its own
-    timeout when appends paused for :data:`CHECKPOINT_IDLE_S`. SQLite releases
-    the GIL while it copies and fsyncs, so the event loop keeps running.
-    When the WAL holds :data:`CHECKPOINT_HARD_BYTES` or more (a writer that
-    never pauses keeps it from restarting) it sets :attr:`restart_due` for
-    the writer to act on. Failures are counted in :attr:`errors` and retried
-    at the next wake.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.checkpoints = 0
-        self.errors = 0
-        #: Bytes in the WAL at the last checkpoint, and how many were measured.
-        self.log_bytes = 0
-        self.reports = 0
-        #: Set when the WAL outgrew :data:`CHECKPOINT_HARD_BYTES`.
-        self.restart_due = False
-        self._wake = threading.Event()
-        self._stopping = False
-        self._commits = 0  # appends since the thread last looked
-        self._pending = False  # commits not yet covered by a checkpoint
-        self._thread = threading.Thread(
-            target=self._run, name=f"hivemesh-checkpoint-{path.name}", daemon=True
-        )
-        self._thread.start()
-
-    def note_commit(self, due: bool) -> None:
-        """An append committed; ``due`` wakes the thread now."""
-        self._commits += 1  # a racy count is fine: only zero vs non-zero matters
-        if due:
-            self._wake.set()
-
-    def stop(self) -> None:
-        """Stop the thread (the owner's ``close`` checkpoints the rest)."""
-        self._stopping = True
-        self._wake.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        db: sqlite3.Connection | None = None
-        try:
-            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            db.execute("PRAGMA wal_autocheckpoint = 0")
-            frame_bytes = int(db.execute("PRAGMA page_size").fetchall()[0][0]) + 24
-            while not self._stopping:
-                due = self._wake.wait(CHECKPOINT_IDLE_S)
-                self._wake.clear()
-                if self._stopping:
-                    break
-                commits, self._commits = self._commits, 0
-                if commits:
-                    self._pending = True
-                if due or (self._pending and not commits):  # enough WAL, or idle
-                    self._checkpoint(db, frame_bytes)
-        except sqlite3.Error:
-            self.errors += 1
-        finally:
-            if db is not None:
-                db.close()
-
-    def _checkpoint(self, db: sqlite3.Connection, frame_bytes: int) -> None:
-        try:
-            # fetchall: an unfinished statement would hold a read lock and
-            # keep the WAL from ever restarting.
-            ((busy, log, done),) = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-        except sqlite3.Error:
-            self.errors += 1
-            return
-        self.checkpoints += 1
-        self.log_bytes = max(0, log) * frame_bytes
-        self.reports += 1
-        if not busy and log == done and not self._commits:
-            self._pending = False
-        if self.log_bytes >= CHECKPOINT_HARD_BYTES:
-            self.restart_due = True
