@@ -112,3 +112,28 @@ def test_garbage_is_counted_not_raised(frame: bytes) -> None:
     a = make(1)
     a.receive("hmpeer", frame, 0)
     assert sum(a.counters.values()) >= 1
+
+
+def test_feed_growing_by_push_is_not_pulled_again() -> None:
+    """A HAVE that runs ahead of a feed we are receiving by push asks for
+    nothing within push_grace_ms (the rest is queued behind the push);
+    after the grace it is pulled as usual."""
+    a, b = make(1), make(2)
+    link([a, b])
+    a.append("app.note", {"i": 0}, 10)
+    pump([a, b], 11)  # b took #1 by push
+    a.append("app.note", {"i": 1}, 12)
+    queued = a.outbox()  # #2 is "in flight"
+    assert len(queued) == 1
+    b.receive(a.address, encode_frame(FrameType.HAVE, a.journal.version_vector(), False), 20)
+    assert b.outbox() == []  # no WANT for what the push is delivering
+    assert b.counters["pull_skipped_pushing"] == 1
+    grace = b.config.push_grace_ms
+    b.receive(
+        a.address, encode_frame(FrameType.HAVE, a.journal.version_vector(), False), 12 + grace
+    )
+    ((peer, want),) = b.outbox()
+    assert peer == a.address
+    a.receive(b.address, want, 12 + grace)
+    pump([a, b], 12 + grace)
+    assert b.journal.head(a.identity.public).seq == 2

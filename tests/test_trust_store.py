@@ -164,3 +164,17 @@ def test_corrupt_file_is_a_typed_error(tmp_path: Path) -> None:
     (tmp_path / "trust.json").write_text('{"version": 2}')
     with pytest.raises(StoreCorrupt):
         TrustStore(tmp_path)
+
+
+def test_throttled_queries_see_edits_after_poll(tmp_path: Path) -> None:
+    """A daemon throttles the per-query stat; poll() (its timer) still looks."""
+    daemon = TrustStore(tmp_path)
+    daemon.min_refresh_s = 3600.0
+    cli = TrustStore(tmp_path)
+    assert not daemon.is_trusted(BOB.address)
+    cli.add(BOB.address, 1)
+    assert not daemon.is_trusted(BOB.address)  # not looked at the file yet
+    daemon.poll()
+    assert daemon.is_trusted(BOB.address)
+    daemon.revoke(BOB.address, 2)  # our own edits are seen at once
+    assert daemon.is_revoked(BOB.address)

@@ -54,6 +54,7 @@ import hmac
 import json
 import os
 import secrets
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -168,15 +169,20 @@ class TrustStore:
         self._data: dict[str, Any] = _empty()
         #: Bumped whenever the file is (re)loaded; see :meth:`poll`.
         self.generation = 0
+        #: Queries look at the file at most this often (seconds); 0 = every
+        #: query. :meth:`poll` and our own edits always look. A daemon on the
+        #: hot path sets it (one ``stat`` per received frame otherwise).
+        self.min_refresh_s = 0.0
+        self._checked_s = float("-inf")
         self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self._refresh()
+        self._refresh(force=True)
 
     # -- queries -------------------------------------------------------------------
 
     def poll(self) -> int:
         """Reload if the file changed (e.g. ``hivemesh trust revoke`` ran) and
         return :attr:`generation`; the runtime re-checks its peers when it moves."""
-        self._refresh()
+        self._refresh(force=True)
         return self.generation
 
     def is_trusted(self, address: str) -> bool:
@@ -276,7 +282,12 @@ class TrustStore:
 
     # -- file handling -----------------------------------------------------------------
 
-    def _refresh(self) -> None:
+    def _refresh(self, *, force: bool = False) -> None:
+        if self.min_refresh_s > 0:
+            now = time.monotonic()
+            if not force and now - self._checked_s < self.min_refresh_s:
+                return
+            self._checked_s = now
         try:
             st = self.path.stat()
         except FileNotFoundError:
@@ -296,12 +307,12 @@ class TrustStore:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             self._stamp = None
-            self._refresh()
+            self._refresh(force=True)
             data = json.loads(json.dumps(self._data))  # a private copy
             yield data
             _atomic_write(self.path, data)
             self._stamp = None
-            self._refresh()
+            self._refresh(force=True)
         finally:
             os.close(fd)  # closing releases the lock
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+import msgpack
+
 from hivemesh.core.codec import MAX_EVENT_BYTES, MAX_KIND_CHARS, pack, unpack
 from hivemesh.errors import DecodeError, UnsupportedVersion
 
@@ -29,6 +31,17 @@ EVENT_VERSION = 1
 GENESIS = b"\x00" * 32
 _MAX_HLC = (1 << 63) - 1
 _blake2b = hashlib.blake2b
+_unpackb = msgpack.unpackb
+#: unpack()'s limits for one event, bound once (decode_event is the hot path).
+_EVENT_LIMITS: dict[str, Any] = {
+    "raw": False,
+    "strict_map_key": True,
+    "max_bin_len": MAX_EVENT_BYTES,
+    "max_str_len": MAX_EVENT_BYTES,
+    "max_array_len": 65_536,
+    "max_map_len": 65_536,
+    "max_ext_len": 0,
+}
 
 
 def event_hash(raw: bytes) -> bytes:
@@ -97,7 +110,12 @@ def decode_event(raw: bytes) -> Event:
     """
     if type(raw) is not bytes:
         raise DecodeError("event must be bytes")
-    fields = unpack(raw, limit=MAX_EVENT_BYTES)
+    if len(raw) > MAX_EVENT_BYTES:
+        unpack(raw, limit=MAX_EVENT_BYTES)  # raises FrameTooLarge
+    try:
+        fields = _unpackb(raw, **_EVENT_LIMITS)
+    except Exception:  # the codec says exactly what was wrong
+        fields = unpack(raw, limit=MAX_EVENT_BYTES)
     if type(fields) is not list or len(fields) != 7:
         raise DecodeError("event must be a 7-element array")
     version, author, seq, prev, hlc, kind, body = fields

@@ -74,6 +74,7 @@ def verify_batch(
     sig: bytes,
     head: Head,
     known: Sequence[bytes] = (),
+    last: Event | None = None,
 ) -> list[Event]:
     """Verify a signed batch that should extend ``head``; return its events.
 
@@ -81,13 +82,18 @@ def verify_batch(
     signs the last one. Events at or below ``head.seq`` are dropped as replays
     when ``known`` (our hashes for ``head.seq - len(known) + 1 .. head.seq``)
     confirms them, or flagged as a fork when a validly signed batch disagrees.
+    ``last``, if given, is ``raws[-1]`` already decoded by the caller.
     Raises a :class:`~hivemesh.errors.RemoteProtocolError` subclass.
     """
     if not raws:
         raise DecodeError("empty batch")
     if len(raws) > MAX_BATCH_EVENTS:
         raise DecodeError(f"batch of {len(raws)} events exceeds {MAX_BATCH_EVENTS}")
-    events = [decode_event(r) for r in raws]
+    if last is None or last.raw is not raws[-1]:
+        events = [decode_event(r) for r in raws]
+    else:
+        events = [decode_event(r) for r in raws[:-1]]
+        events.append(last)
     first = events[0]
     for e in events:
         if e.author != author:

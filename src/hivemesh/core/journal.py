@@ -192,7 +192,7 @@ class Journal:
         last = decode_event(last_raw)
         if last.seq <= head.seq:
             self._check_replay(author, last, sig)
-        events = verify_batch(author, raws, sig, head)
+        events = verify_batch(author, raws, sig, head, last=last)
         for validator in self._validators:
             validator.validate_batch(events)
         self._commit(author, events, sig)

@@ -23,6 +23,11 @@ its version vector (HAVE) to a random peer. The receiver asks (WANT) for
 exactly the ranges it lacks, each from one peer at a time (in-flight pulls
 are tracked, so two peers never send us the same range), and answers with
 its own HAVE when the sender lacks something, so the sender pulls too.
+A feed that grew by push within the last ``push_grace_ms`` is not pulled
+from a HAVE: the rest of that range is almost surely queued behind the push
+we just took (pulling it would have it served twice); a push that *was*
+lost shows up as a gap at the next push and is requested then, or is
+pulled by the first anti-entropy round after the pushes stop.
 Ranges are served in signed chunks. A pull that stalls past
 ``want_timeout_ms`` is dropped and re-requested from our *current* head, so
 an interrupted transfer resumes where it stopped. Late joiners and healed
@@ -67,6 +72,7 @@ class NodeConfig:
     want_timeout_ms: int = 3000
     max_want_events: int = 16384
     max_pending_events: int = 100_000
+    push_grace_ms: int = 1000
 
 
 @dataclass(slots=True)
@@ -105,6 +111,7 @@ class Node:
         self._outbox: list[tuple[str, bytes]] = []
         self._events: deque[Event] = deque()
         self._pulls: dict[bytes, _Pull] = {}
+        self._pushed_ms: dict[bytes, int] = {}  # author -> last growth by push
         self._handlers: dict[int, FrameHandler] = {
             FrameType.EVENTS: self._on_events,
             FrameType.HAVE: self._on_have,
@@ -155,6 +162,7 @@ class Node:
         """Stop replicating with ``address`` (down, revoked, disconnected)."""
         if address in self._peers:
             self._peers.remove(address)
+        self._pushed_ms.clear()  # pushes via that peer may have stopped
         for author in sorted(self._pulls):
             if self._pulls[author].peer == address:
                 del self._pulls[author]
@@ -279,6 +287,8 @@ class Node:
         self.counters["events_in"] += len(events)
         self.clock.observe(events[-1].hlc, now_ms)  # hlcs grow along a feed
         pull = self._pulls.get(author)
+        if pull is None or pull.peer != peer:
+            self._pushed_ms[author] = now_ms
         if pull is not None:
             if self.journal.head(author).seq >= pull.upto:
                 del self._pulls[author]
@@ -292,11 +302,15 @@ class Node:
             raise DecodeError("HAVE takes {author: seq}, reply")
         vv, reply = fields
         wants: list[tuple[bytes, int, int]] = []
+        pushed_after = now_ms - self.config.push_grace_ms
         for author, seq in vv.items():
             if type(author) is not bytes or len(author) != 32 or type(seq) is not int:
                 raise DecodeError("HAVE entries are 32-byte author -> int")
             ours = self.journal.head(author).seq
             if seq > ours:
+                if self._pushed_ms.get(author, pushed_after) > pushed_after:
+                    self.counters["pull_skipped_pushing"] += 1
+                    continue
                 wants.append((author, ours + 1, seq))
         wants.sort()
         self._request(peer, wants, now_ms)

@@ -3,7 +3,9 @@
 Theory of operation
 -------------------
 The manager keeps at most one :class:`~hivemesh.transports` secure channel per
-peer address and hands every received frame to ``on_frame(peer, frame)``.
+peer address and hands every received frame to ``on_frame(peer, frame)``,
+or, when an ``on_frames`` callback is given, every batch of frames read at
+once to ``on_frames(peer, frames)`` (the daemon then flushes once per batch).
 
 * **Dialling.** :meth:`ConnectionManager.want` registers an endpoint to keep a
   channel to: a known ``(address, host, port)`` or a bootstrap ``host:port``
@@ -59,6 +61,7 @@ __all__ = ["ConnectionManager", "PeerLink"]
 log = logging.getLogger("hivemesh.runtime.connections")
 
 FrameCallback = Callable[[str, bytes], Awaitable[None]]
+FramesCallback = Callable[[str, list[bytes]], Awaitable[None]]
 PeerCallback = Callable[[str, bool], Awaitable[None]]
 
 
@@ -101,11 +104,13 @@ class ConnectionManager:
         slow_peer_timeout_s: float,
         rng: random.Random,
         options: ChannelOptions | None = None,
+        on_frames: FramesCallback | None = None,
     ) -> None:
         self.identity = identity
         self.address = identity.address
         self._authorize = authorize
         self._on_frame = on_frame
+        self._on_frames = on_frames
         self._on_peer = on_peer
         self._dial_timeout_s = dial_timeout_s
         self._reconnect_min_s = reconnect_min_s
@@ -264,8 +269,13 @@ class ConnectionManager:
 
     async def _reader(self, link: PeerLink) -> None:
         try:
+            on_frames = self._on_frames
             while True:
-                for frame in await link.channel.recv_batch(64):
+                frames = await link.channel.recv_batch(64)
+                if on_frames is not None:
+                    await on_frames(link.address, frames)
+                    continue
+                for frame in frames:
                     await self._on_frame(link.address, frame)
         except asyncio.CancelledError:
             raise

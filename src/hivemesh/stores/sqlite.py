@@ -38,6 +38,13 @@ Guarantees
   :class:`StoreError`. Misuse (a batch that does not continue the stored
   feed) is :class:`~hivemesh.errors.InvalidArgument`.
 
+* **Checkpoints never stall an append.** SQLite's automatic checkpoint
+  (which runs inside the committing ``append`` and fsyncs) is turned off; a
+  background thread runs ``PASSIVE`` checkpoints (which never block
+  writers) when enough WAL was written and at idle moments, and the WAL
+  stays bounded (see :mod:`hivemesh.stores.checkpoint`). A checkpoint only
+  copies committed pages into the main file: it cannot lose an append.
+
 Limits: a damaged ``-wal`` file (torn by power loss, or edited) is cut by
 SQLite at the first frame whose checksum fails: the store opens at the last
 intact commit, consistent and verifiable, and later commits in that WAL are
@@ -63,6 +70,8 @@ from typing import Any, Literal
 from hivemesh.core.event import GENESIS, Event
 from hivemesh.core.store import StoredHead
 from hivemesh.errors import InvalidArgument, StoreCorrupt, StoreError
+from hivemesh.stores import checkpoint
+from hivemesh.stores.checkpoint import Checkpointer
 
 __all__ = ["APPLICATION_ID", "MAGIC", "SCHEMA_VERSION", "Durability", "FeedSummary", "SQLiteStore"]
 
@@ -77,6 +86,12 @@ Durability = Literal["process", "power"]
 
 #: ``author -> (last_seq, last_hash, number of stored signatures)``.
 FeedSummary = dict[bytes, tuple[int, bytes, int]]
+
+#: ``journal_size_limit``: the WAL file is trimmed to this after a restart.
+_WAL_SIZE_LIMIT = 16 * 1024 * 1024
+#: WAL bytes one commit is assumed to cost beyond its event bytes (pages of
+#: the events, sigs and feeds b-trees).
+_COMMIT_OVERHEAD = 3 * 4096
 
 _SQLITE_CORRUPT = 11
 _SQLITE_NOTADB = 26
@@ -128,6 +143,12 @@ class SQLiteStore:
         self.path = Path(path)
         self.durability: Durability = durability
         self._db: sqlite3.Connection | None = None
+        self._ckpt: Checkpointer | None = None
+        self._wal_pending = 0  # estimated WAL bytes since the last checkpoint
+        #: Checkpoints ``append`` had to run itself (see :meth:`_committed`).
+        self.sync_checkpoints = 0
+        self._wal_estimate = 0  # WAL bytes: last measured size plus writes since
+        self._seen_reports = 0
         if not self.path.exists():
             self._create()
         elif self.path.stat().st_size == 0:
@@ -206,6 +227,8 @@ class SQLiteStore:
                 db.execute(f"PRAGMA synchronous = {sync}")
                 db.execute("PRAGMA cell_size_check = ON")
                 db.execute("PRAGMA trusted_schema = OFF")
+                db.execute("PRAGMA wal_autocheckpoint = 0")  # see Checkpointer
+                db.execute(f"PRAGMA journal_size_limit = {_WAL_SIZE_LIMIT}")
             except BaseException:
                 db.close()
                 raise
@@ -295,6 +318,33 @@ class SQLiteStore:
                 if db.in_transaction:
                     db.execute("ROLLBACK")
                 raise
+        self._committed(_COMMIT_OVERHEAD + len(events) * len(last.raw))  # an estimate
+
+    def _committed(self, nbytes: int) -> None:
+        """Account ``nbytes`` of WAL; wake the checkpointer, or checkpoint
+        here when the background one cannot keep the WAL under its bound."""
+        ckpt = self._ckpt
+        if ckpt is None:
+            ckpt = self._ckpt = Checkpointer(self.path)
+        self._wal_pending += nbytes
+        due = self._wal_pending >= checkpoint.CHECKPOINT_BYTES
+        if due:
+            self._wal_pending = 0
+        ckpt.note_commit(due)
+        if ckpt.reports != self._seen_reports:  # the WAL's size as last measured
+            self._seen_reports = ckpt.reports
+            self._wal_estimate = ckpt.log_bytes
+        self._wal_estimate += nbytes
+        if ckpt.restart_due or self._wal_estimate >= checkpoint.CHECKPOINT_HARD_BYTES:
+            # Appends never paused long enough for a background checkpoint to
+            # finish (or it is stuck): as the only writer, finish one now so
+            # the WAL restarts at the next append.
+            with self._guard("checkpointing"):
+                ((busy, log, done),) = self.db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            if not busy and log == done:
+                ckpt.restart_due = False
+                self._wal_estimate = 0
+                self.sync_checkpoints += 1
 
     def heads(self) -> dict[bytes, StoredHead]:
         """The last stored ``(seq, hash)`` of every author."""
@@ -422,6 +472,7 @@ class SQLiteStore:
             self.db.execute(
                 "INSERT OR IGNORE INTO blobs (digest, data) VALUES (?, ?)", (digest, data)
             )
+        self._committed(_COMMIT_OVERHEAD + len(data))
 
     def get_blob(self, digest: bytes) -> bytes | None:
         """Blob bytes, or None if not held; :class:`StoreCorrupt` if the stored
@@ -448,6 +499,9 @@ class SQLiteStore:
 
     def close(self) -> None:
         """Checkpoint the WAL and close the file (idempotent)."""
+        ckpt, self._ckpt = self._ckpt, None
+        if ckpt is not None:
+            ckpt.stop()
         db, self._db = self._db, None
         if db is not None:
             with self._guard("closing"):
