@@ -56,3 +56,25 @@ def test_node_leases_hold_and_claims_decide(tmp_path: Path) -> None:
             await main()
 
     asyncio.run(bounded())
+
+
+def test_a_restarted_node_releases_the_claims_of_its_previous_life(tmp_path: Path) -> None:
+    async def main() -> None:
+        a = Node(tmp_path / "a", **FAST)
+        await a.start()
+        try:
+            seq = await a.claims.claim("job")
+            assert a.claims.view.own_live(a.daemon.identity.public) == [("job", seq)]
+        finally:
+            await a.close()
+        again = Node(tmp_path / "a", **FAST)
+        await again.start()
+        try:
+            assert again.claims.view.own_live(again.daemon.identity.public) == []
+            assert again.claims.winner("job") is None
+            fresh = await again.claims.claim("job")  # a new claim, not the dead one
+            assert fresh > seq
+        finally:
+            await again.close()
+
+    asyncio.run(asyncio.wait_for(main(), 60))

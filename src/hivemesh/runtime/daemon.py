@@ -202,6 +202,7 @@ class Daemon:
         self.leases, self.claims = attach_leases(self)  # quorum voter/proposer, claims view
         self.blobs = Blobs(self, random.Random(secrets.randbits(128)))
         self.rehydrated = self.node.rehydrate(self._replay(store))
+        self.claims.abandon_previous_life(now_ms())  # see hivemesh.core.claims
         self.conns = ConnectionManager(
             self.identity,
             authorize=lambda a: self.invites.admit_channel(a, now_ms()),

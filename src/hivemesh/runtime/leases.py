@@ -416,6 +416,21 @@ class MeshClaims:
         self.settle_ms = settle_ms
         self.view = ClaimsView()
 
+    def abandon_previous_life(self, now_ms: int) -> int:
+        """Release the live claims this node made before it restarted.
+
+        Called once after rehydration: whatever this process was doing for
+        those claims died with its previous life, so holding them would stall
+        the work until failure detection (which may never fire for a fast
+        restart). Returns how many were released.
+        """
+        stale = self.view.own_live(self.d.identity.public)
+        if stale:
+            self.d.node.append_many(
+                [("claim.release", {"r": r, "seq": seq}) for r, seq in stale], now_ms
+            )
+        return len(stale)
+
     def _resource(self, resource: object) -> str:
         if not isinstance(resource, str) or not 0 < len(resource) <= 256:
             raise InvalidArgument(f"claim resource must be 1-256 chars, got {resource!r:.80}")
