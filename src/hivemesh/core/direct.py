@@ -5,7 +5,7 @@ Theory of operation
 :class:`Direct` rides on a core :class:`~hivemesh.core.node.Node` (it
 registers the ``DIRECT``/``DIRECT_ACK`` frame handlers and sends through
 :meth:`Node.send`). It is sans-IO like the node: time comes in as ``now_ms``,
-randomness from the injected ``random.Random``.
+randomness from the injected ``Random``.
 
 **Sending.** :meth:`Direct.send` queues a msgpack value for an address and
 returns its ``msg_id`` = ``"<boot>-<counter>"``: ``boot`` is 48 bits drawn
@@ -45,10 +45,10 @@ original sender the ack travels back to).
 
 from __future__ import annotations
 
-import random
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from random import Random
 from typing import TYPE_CHECKING, Any
 
 from hivemesh.core.codec import pack
@@ -148,7 +148,7 @@ class Direct:
     def __init__(
         self,
         node: Node,
-        rng: random.Random,
+        rng: Random,
         config: DirectConfig | None = None,
         *,
         relays: Callable[[str], list[str]] | None = None,

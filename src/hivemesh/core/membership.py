@@ -7,7 +7,7 @@ frames (:meth:`Membership.receive`, or the handlers :meth:`attach` registers
 on a core :class:`~hivemesh.core.node.Node`) and timer ticks
 (:meth:`handle_timer`), emitting frames through the injected ``send`` and
 state changes through :meth:`changes`. Time is ``now_ms``; randomness is the
-injected ``random.Random``.
+injected ``Random``.
 
 **Probing** (SWIM, Das et al. 2002). Each ``probe_interval_ms`` the node
 probes the next member of a freshly shuffled round-robin list (every member
@@ -81,10 +81,10 @@ Wire frames (fields after the frame type; ``updates`` is a list of
 
 from __future__ import annotations
 
-import random
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from random import Random
 from typing import TYPE_CHECKING, Any
 
 from hivemesh.core.frames import FrameType, decode_frame, encode_frame
@@ -156,7 +156,7 @@ class Membership:
         self,
         self_address: str,
         endpoints: list[str] | tuple[str, ...],
-        rng: random.Random,
+        rng: Random,
         config: MembershipConfig | None,
         now_ms: int,
         send: Callable[[str, bytes], None],

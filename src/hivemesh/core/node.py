@@ -7,7 +7,7 @@ A :class:`Node` is a plain object. Inputs are frames from peers
 (:meth:`Node.handle_timer`), each with the current time ``now_ms``. Outputs
 are frames to send (:meth:`Node.outbox`), newly applied events
 (:meth:`Node.events`) and the next deadline (:meth:`Node.next_deadline`).
-Randomness comes from the injected ``random.Random``. Same inputs, same
+Randomness comes from the injected ``Random``. Same inputs, same
 outputs: the simulator and the asyncio runtime drive the same object.
 
 Replication has two halves:
@@ -40,10 +40,10 @@ drops it. Nothing invalid is stored.
 
 from __future__ import annotations
 
-import random
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from random import Random
 from typing import Any
 
 from hivemesh.core.event import Event, decode_event
@@ -89,7 +89,7 @@ class Node:
         self,
         identity: Identity,
         store: FeedStore,
-        rng: random.Random,
+        rng: Random,
         *,
         now_ms: int,
         config: NodeConfig | None = None,

@@ -20,7 +20,7 @@ never touches the network or the clock: frames come in through
 :meth:`BlobFetcher.receive` with the current time, frames to send come out of
 :meth:`BlobFetcher.outbox`, and :meth:`BlobFetcher.handle_timer` must be
 called at :meth:`BlobFetcher.next_deadline`. Randomness (which holder to ask)
-comes from an injected :class:`random.Random`.
+comes from an injected :class:`Random`.
 
 Wire messages are msgpack-able lists ``[type, *fields]`` whose integer type
 lies in the blob range 10-19 of :mod:`hivemesh.core.frames`, so the node sends
@@ -66,11 +66,11 @@ others, announce it with :meth:`BlobIndex.encode_put`.
 from __future__ import annotations
 
 import hashlib
-import random
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from random import Random
 from typing import Any
 
 from hivemesh.core.event import Event
@@ -301,7 +301,7 @@ class BlobFetcher:
 
     def __init__(
         self,
-        rng: random.Random,
+        rng: Random,
         *,
         chunk_bytes: int = CHUNK_BYTES,
         window: int = 4,
