@@ -25,12 +25,10 @@ import base64
 import hashlib
 from functools import lru_cache
 
-from cryptography.exceptions import InvalidSignature
+import nacl.bindings
+import nacl.exceptions
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import (
-    Ed25519PrivateKey,
-    Ed25519PublicKey,
-)
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from hivemesh.errors import InvalidAddress
 
@@ -77,16 +75,19 @@ def short(address: str) -> str:
     return address[:12]
 
 
-@lru_cache(maxsize=65536)
-def _public_key(pub: bytes) -> Ed25519PublicKey:
-    return Ed25519PublicKey.from_public_bytes(pub)
-
-
 def verify(pub: bytes, signature: bytes, message: bytes) -> bool:
-    """True if ``signature`` is ``pub``'s Ed25519 signature of ``message``."""
+    """True if ``signature`` is ``pub``'s Ed25519 signature of ``message``.
+
+    Verification runs in libsodium (PyNaCl): about twice as fast here as
+    OpenSSL's, and it is on every received batch's path. libsodium is also
+    the stricter of the two (it refuses small-order keys and non-canonical
+    signatures); signing stays with ``cryptography``.
+    """
+    if len(signature) != 64 or len(pub) != 32:
+        return False
     try:
-        _public_key(pub).verify(signature, message)
-    except (InvalidSignature, ValueError):
+        nacl.bindings.crypto_sign_open(signature + message, pub)
+    except (nacl.exceptions.BadSignatureError, nacl.exceptions.ValueError, TypeError):
         return False
     return True
 

@@ -65,6 +65,7 @@ from hivemesh.errors import (
     ConfigError,
     InvalidAddress,
     InvalidArgument,
+    StoreError,
     UnknownPeer,
 )
 from hivemesh.runtime.blobs import Blobs
@@ -104,6 +105,7 @@ class Daemon:
         self._wake = asyncio.Event()
         self._armed_ms = 0
         self._flush_scheduled = False
+        self._commit_timer: asyncio.TimerHandle | None = None  # the group commit's
         self._bg: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()
         self._ready = asyncio.Event()
@@ -180,7 +182,8 @@ class Daemon:
         self.trust = TrustStore(cfg.data_dir)
         self.trust.min_refresh_s = 1.0  # the timer loop's poll() catches edits
         self._trust_generation = self.trust.generation
-        store = SQLiteStore(cfg.store_path)
+        store = self._store = SQLiteStore(cfg.store_path)
+        store.write_behind = cfg.commit_delay_ms > 0  # see the pump's group commit
         rng = random.Random(secrets.randbits(128))
         self.started_ms = now_ms()
         self.node = Node(
@@ -291,6 +294,8 @@ class Daemon:
             with contextlib.suppress(BaseException):
                 await t
         self.leases.close()
+        if self._commit_timer is not None:
+            self._commit_timer.cancel()
         self.commit_nowait()
         self.members.m.leave(now_ms())
         await self.flush()
@@ -484,8 +489,28 @@ class Daemon:
                     await self.conns.send(peer, frame)
                 for ev in events:
                     self._dispatch(ev)
+            self._group_commit()
         if self._started and self._next_deadline() < self._armed_ms:
             self._wake.set()
+
+    def _group_commit(self) -> None:
+        """Commit batches received from peers at most ``commit_delay_ms``
+        after the first of them was applied (one commit for many frames; our
+        own appends are committed when made, see the store's module docs)."""
+        if self._store.pending and self._commit_timer is None:
+            self._commit_timer = asyncio.get_running_loop().call_later(
+                self.config.commit_delay_ms / 1000, self._commit_group
+            )
+
+    def _commit_group(self) -> None:
+        self._commit_timer = None
+        if not self._started:
+            return  # stop() closes the store, which commits
+        try:
+            self._store.sync()
+        except StoreError:  # disk full, I/O error: retried at the next commit
+            self.counters["group_commit_failed"] += 1
+            log.exception("group commit failed")
 
     def _dispatch(self, ev: Event) -> None:
         if ev.kind in TrustView.kinds and ev.author != self.identity.public:

@@ -25,6 +25,18 @@ Guarantees
   - ``durability="power"``: ``synchronous=FULL``. The WAL is fsync'ed on
     every commit; acknowledged appends also survive power loss. Slower.
 
+* **Write-behind for replicated batches (opt-in).** With
+  :attr:`SQLiteStore.write_behind` set (the daemon sets it), an append made
+  with ``durable=False`` -- a batch received from a peer, which the author and
+  other replicas still hold -- joins an open *group* transaction (each batch
+  in its own savepoint, so it is still all-or-nothing) and is committed by
+  the next :meth:`SQLiteStore.sync`, by the next ``durable`` append (our own
+  events, which are never acknowledged or sent before they are committed),
+  or when the group reaches :data:`GROUP_MAX_APPENDS` /
+  :data:`GROUP_MAX_BYTES`. Reads on the store see grouped batches at once.
+  A ``kill -9`` loses at most the open group, which anti-entropy pulls again
+  from the peers; the saving is one commit per received frame.
+
 * **Only hivemesh files open.** The file is created atomically (built under a
   temporary name, fsync'ed, then linked into place), carries SQLite
   ``application_id`` :data:`APPLICATION_ID` and a ``meta`` row with
@@ -73,7 +85,16 @@ from hivemesh.errors import InvalidArgument, StoreCorrupt, StoreError
 from hivemesh.stores import checkpoint
 from hivemesh.stores.checkpoint import Checkpointer
 
-__all__ = ["APPLICATION_ID", "MAGIC", "SCHEMA_VERSION", "Durability", "FeedSummary", "SQLiteStore"]
+__all__ = [
+    "APPLICATION_ID",
+    "GROUP_MAX_APPENDS",
+    "GROUP_MAX_BYTES",
+    "MAGIC",
+    "SCHEMA_VERSION",
+    "Durability",
+    "FeedSummary",
+    "SQLiteStore",
+]
 
 #: SQLite header ``application_id`` of a hivemesh store ("HMST").
 APPLICATION_ID = 0x484D5354
@@ -89,6 +110,11 @@ FeedSummary = dict[bytes, tuple[int, bytes, int]]
 
 #: ``journal_size_limit``: the WAL file is trimmed to this after a restart.
 _WAL_SIZE_LIMIT = 16 * 1024 * 1024
+#: A write-behind group is committed once it holds this many appends ...
+GROUP_MAX_APPENDS = 512
+#: ... or this many event bytes.
+GROUP_MAX_BYTES = 4 * 1024 * 1024
+
 #: WAL bytes one commit is assumed to cost beyond its event bytes (pages of
 #: the events, sigs and feeds b-trees).
 _COMMIT_OVERHEAD = 3 * 4096
@@ -149,6 +175,10 @@ class SQLiteStore:
         self.sync_checkpoints = 0
         self._wal_estimate = 0  # WAL bytes: last measured size plus writes since
         self._seen_reports = 0
+        #: Let ``append(..., durable=False)`` join a group transaction (see module docs).
+        self.write_behind = False
+        self._group_appends = 0  # appends in the open group transaction
+        self._group_bytes = 0
         if not self.path.exists():
             self._create()
         elif self.path.stat().st_size == 0:
@@ -267,10 +297,15 @@ class SQLiteStore:
 
     # -- FeedStore --------------------------------------------------------------
 
-    def append(self, author: bytes, events: Sequence[Event], sig: bytes) -> None:
+    def append(
+        self, author: bytes, events: Sequence[Event], sig: bytes, *, durable: bool = True
+    ) -> None:
         """Atomically store contiguous events of ``author`` and the signature
         over the last one (see :class:`~hivemesh.core.store.FeedStore`).
 
+        Committed before returning, unless ``durable`` is false and
+        :attr:`write_behind` is set: then the batch joins the open group
+        transaction (see module docs) and :meth:`sync` commits it.
         Raises :class:`InvalidArgument` unless the batch continues the stored
         feed exactly (next seq, chained to the stored head).
         """
@@ -285,40 +320,88 @@ class SQLiteStore:
             if e.author != author or e.seq != prev.seq + 1 or e.prev != prev.id:
                 raise InvalidArgument(f"batch is not a contiguous chain at #{e.seq}")
             prev = e
+        nbytes = _COMMIT_OVERHEAD + len(events) * len(prev.raw)  # an estimate
+        grouped = self._group_appends > 0
+        if not grouped and (durable or not self.write_behind):
+            with self._guard("appending"):
+                self._insert(author, events, sig, "BEGIN IMMEDIATE", "COMMIT", "ROLLBACK")
+            self._committed(nbytes)
+            return
+        with self._guard("appending"):
+            if not grouped:
+                self.db.execute("BEGIN IMMEDIATE")
+            try:
+                self._insert(author, events, sig, "SAVEPOINT batch", "RELEASE batch", None)
+            except BaseException:
+                if not grouped and self.db.in_transaction:
+                    self.db.execute("ROLLBACK")
+                raise
+        self._group_appends += 1
+        self._group_bytes += nbytes
+        full = self._group_appends >= GROUP_MAX_APPENDS or self._group_bytes >= GROUP_MAX_BYTES
+        if durable or not self.write_behind or full:
+            self.sync()
+
+    def _insert(
+        self,
+        author: bytes,
+        events: Sequence[Event],
+        sig: bytes,
+        begin: str,
+        end: str,
+        abort: str | None,
+    ) -> None:
         first, last = events[0], events[-1]
         db = self.db
-        with self._guard("appending"):
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                row = db.execute(
-                    "SELECT last_seq, last_hash, n_sigs FROM feeds WHERE author = ?", (author,)
-                ).fetchone()
-                last_seq, last_hash, n_sigs = row if row is not None else (0, GENESIS, 0)
-                if first.seq != last_seq + 1:
-                    raise InvalidArgument(
-                        f"append must continue the stored feed: got #{first.seq}, "
-                        f"stored up to #{last_seq}"
-                    )
-                if first.prev != last_hash:
-                    raise InvalidArgument(f"event #{first.seq} does not chain to the stored head")
-                db.executemany(
-                    "INSERT INTO events (author, seq, raw) VALUES (?, ?, ?)",
-                    [(author, e.seq, e.raw) for e in events],
+        db.execute(begin)
+        try:
+            row = db.execute(
+                "SELECT last_seq, last_hash, n_sigs FROM feeds WHERE author = ?", (author,)
+            ).fetchone()
+            last_seq, last_hash, n_sigs = row if row is not None else (0, GENESIS, 0)
+            if first.seq != last_seq + 1:
+                raise InvalidArgument(
+                    f"append must continue the stored feed: got #{first.seq}, "
+                    f"stored up to #{last_seq}"
                 )
-                db.execute(
-                    "INSERT INTO sigs (author, seq, sig) VALUES (?, ?, ?)", (author, last.seq, sig)
-                )
-                db.execute(
-                    "INSERT OR REPLACE INTO feeds (author, last_seq, last_hash, n_sigs)"
-                    " VALUES (?, ?, ?, ?)",
-                    (author, last.seq, last.id, n_sigs + 1),
-                )
-                db.execute("COMMIT")
-            except BaseException:
+            if first.prev != last_hash:
+                raise InvalidArgument(f"event #{first.seq} does not chain to the stored head")
+            db.executemany(
+                "INSERT INTO events (author, seq, raw) VALUES (?, ?, ?)",
+                [(author, e.seq, e.raw) for e in events],
+            )
+            db.execute(
+                "INSERT INTO sigs (author, seq, sig) VALUES (?, ?, ?)", (author, last.seq, sig)
+            )
+            db.execute(
+                "INSERT OR REPLACE INTO feeds (author, last_seq, last_hash, n_sigs)"
+                " VALUES (?, ?, ?, ?)",
+                (author, last.seq, last.id, n_sigs + 1),
+            )
+            db.execute(end)
+        except BaseException:
+            if abort is not None:
                 if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise
-        self._committed(_COMMIT_OVERHEAD + len(events) * len(last.raw))  # an estimate
+                    db.execute(abort)
+            elif db.in_transaction:  # undo this batch only; the group stays
+                db.execute("ROLLBACK TO batch")
+                db.execute("RELEASE batch")
+            raise
+
+    @property
+    def pending(self) -> int:
+        """Appends in the open write-behind group (0: everything is committed)."""
+        return self._group_appends
+
+    def sync(self) -> None:
+        """Commit the open write-behind group, if any (see module docs)."""
+        if not self._group_appends:
+            return
+        nbytes = self._group_bytes
+        with self._guard("committing"):
+            self.db.execute("COMMIT")
+        self._group_appends = self._group_bytes = 0
+        self._committed(nbytes)
 
     def _committed(self, nbytes: int) -> None:
         """Account ``nbytes`` of WAL; wake the checkpointer, or checkpoint
@@ -468,6 +551,7 @@ class SQLiteStore:
         """
         if blob_digest(data) != digest:
             raise InvalidArgument("blob digest does not match its bytes")
+        self.sync()  # the open group, if any, first: the blob is committed on return
         with self._guard("storing a blob"):
             self.db.execute(
                 "INSERT OR IGNORE INTO blobs (digest, data) VALUES (?, ?)", (digest, data)
@@ -498,7 +582,10 @@ class SQLiteStore:
             raise self._corrupt(f"SQLite quick_check failed: {found}")
 
     def close(self) -> None:
-        """Checkpoint the WAL and close the file (idempotent)."""
+        """Commit any write-behind group, checkpoint the WAL and close the
+        file (idempotent)."""
+        if self._db is not None:
+            self.sync()
         ckpt, self._ckpt = self._ckpt, None
         if ckpt is not None:
             ckpt.stop()
