@@ -34,7 +34,7 @@ def _other_connection_heads(path: Path) -> dict[bytes, int]:
         db.close()
 
 
-def test_grouped_batches_are_visible_at_once_and_committed_by_sync(tmp_path: Path) -> None:
+def test_grouped_batches_are_committed_by_sync(tmp_path: Path) -> None:
     rng = random.Random(1)
     w = writer(0)
     with SQLiteStore(tmp_path / "s.db") as store:
@@ -43,12 +43,22 @@ def test_grouped_batches_are_visible_at_once_and_committed_by_sync(tmp_path: Pat
             events, sig = make_batch(w, 4, rng)
             store.append(w.identity.public, events, sig, durable=False)
         assert store.pending == 3
-        assert store.heads()[w.identity.public][0] == 12  # our own connection sees them
-        assert len(store.read_range(w.identity.public, 1, 12)) == 12
         assert _other_connection_heads(tmp_path / "s.db") == {}  # not committed yet
         store.sync()
         assert store.pending == 0
         assert _other_connection_heads(tmp_path / "s.db") == {w.identity.public: 12}
+
+
+def test_a_read_sees_pending_batches(tmp_path: Path) -> None:
+    rng = random.Random(11)
+    w = writer(0)
+    with SQLiteStore(tmp_path / "s.db") as store:
+        store.write_behind = True
+        events, sig = make_batch(w, 4, rng)
+        store.append(w.identity.public, events, sig, durable=False)
+        assert store.read_range(w.identity.public, 1, 4) == [e.raw for e in events]
+        assert store.signature(w.identity.public, 4) == sig
+        assert store.pending == 0  # a read commits the group first
 
 
 def test_a_durable_append_commits_the_open_group(tmp_path: Path) -> None:
