@@ -9,23 +9,25 @@ validation, de-duplication, group commit into DuckDB, ack, spool delete.
 Points/s stored is counted from the first send until every spool is empty
 (every record acked, hence committed); the stored row count is checked.
 
-Layouts: ``single`` (default) runs senders and collector in one process, one
-core's worth of Python doing all the work (``--transport inproc`` calls
-``ingest`` directly, ``tcp`` goes through the loopback transport); ``split``
-runs the collector in its own process and the 50 senders in another, over
-loopback TCP, as deployed -- on a shared 2-core machine its figure swings
-with the load, so it is not the default; ``mesh`` runs every sender as a
-real node process (``hivemesh up``) and the collector as ``hivemesh up
---collector``, records travelling as acknowledged direct requests over the
-encrypted mesh (:mod:`hivemesh.bench._telemetry_mesh`).
+Layouts: ``mesh`` (default) is the deployed path: the collector is a node
+(``hivemesh up --collector``) and every sender is a real node with its own
+identity, spool, listener and Noise channel to it; records travel as
+columnar batches in acknowledged direct requests over the encrypted mesh
+(:mod:`hivemesh.bench._telemetry_mesh`). The 50 sender nodes are hosted
+``--per-process`` (default 10) to an OS process, so that 50 interpreters do
+not fight over a 2-core machine; ``--per-process 1`` runs each as its own
+``hivemesh up`` process. ``single`` runs senders and collector in one
+process without the mesh (``--transport inproc`` calls ``ingest`` directly,
+``tcp`` goes through a bare loopback protocol); ``split`` runs that collector
+in its own process and the senders in another, over loopback TCP.
 
 Baselines, same run, same rows: the same records, already as Python dicts,
 turned into the store's columns and inserted into a fresh DuckDB table as
 Arrow tables -- (1) in chunks of the collector's mean group-commit flush, the
 best DuckDB does from Python: the goal is held against this one; (2) in the
-batches the collector received (``--batch`` rows, one insert each), which
-group commit beats. The ratios say what the spool, the wire, validation and
-the protocol cost.
+batches the collector received (``--batch`` rows, or the daemon's 5,000 for
+``mesh``; one insert each), which group commit beats. The ratios say what
+the spool, the wire, validation and the protocol cost.
 """
 
 from __future__ import annotations
@@ -56,10 +58,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=int, default=1000, help="records per delivered batch")
     parser.add_argument(
         "--layout",
-        choices=("single", "split", "mesh"),
-        default="single",
-        help="single: one process (default); split: collector and senders in two processes "
-        "over loopback TCP; mesh: each sender a node process, over the real mesh",
+        choices=("mesh", "single", "split"),
+        default="mesh",
+        help="mesh (default): sender nodes and a collector node over the real mesh; "
+        "single: one process, no mesh; split: collector and senders in two processes "
+        "over a bare loopback TCP protocol",
     )
     parser.add_argument(
         "--transport", choices=("inproc", "tcp"), default="inproc", help="for --layout single"

@@ -141,22 +141,19 @@ def _pack(typecode: str, values: Sequence[int] | Sequence[float]) -> bytes:
 
 
 def _int_col(col: list[int | None], *, run: bool = False) -> _IntCol:
+    """Pack a column of non-negative ints (the typed decoders checked the ranges)."""
     n = len(col)
-    if None in col:
-        vals = [v for v in col if v is not None]
-        base = min(vals) if vals else 0
-        raws = [0 if v is None else v - base + 1 for v in col]
-        nullable = True
-    else:
-        vals = col  # type: ignore[assignment]
-        base = min(vals) if vals else 0
-        if run and n and vals[0] == base and vals == list(range(base, base + n)):
-            return _IntCol(base, 0)
-        raws = [v - base for v in vals]
-        nullable = False
-    top = max(raws) if raws else 0
+    if None not in col:
+        packed = array("Q", col)  # type: ignore[arg-type]
+        if run and n and packed == array("Q", range(packed[0], packed[0] + n)):
+            return _IntCol(packed[0], 0)
+        if not _LITTLE:  # pragma: no cover - big-endian hosts
+            packed.byteswap()
+        return _IntCol(0, 8, packed.tobytes())
+    raws = [0 if v is None else v + 1 for v in col]  # raw 0: null
+    top = max(raws)
     width = 1 if top < 1 << 8 else 2 if top < 1 << 16 else 4 if top < 1 << 32 else 8
-    return _IntCol(base, width, _pack(_UNSIGNED[width][0], raws), nullable)  # type: ignore[arg-type]
+    return _IntCol(0, width, _pack(_UNSIGNED[width][0], raws), True)  # type: ignore[arg-type]
 
 
 def _attrs_key(m: dict[str, Any] | None) -> Any:
@@ -304,7 +301,8 @@ def _int_array(col: _IntCol, n: int, what: str) -> pa.Array:
     if col.width == 0:
         if col.nullable or col.base + n > _I64_MAX:
             raise DecodeError(f"{what}: a bad run")
-        return pa.array(array("q", range(col.base, col.base + n)), type=pa.int64())
+        run = array("q", range(col.base, col.base + n))
+        return pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(run)])
     atype = _UNSIGNED[col.width][1]
     if len(col.data) != n * col.width:
         raise DecodeError(f"{what}: {len(col.data)} bytes for {n} values of width {col.width}")
