@@ -43,7 +43,7 @@ import math
 import sys
 from array import array
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 import msgspec
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -144,7 +144,7 @@ def _int_col(col: list[int | None], *, run: bool = False) -> _IntCol:
     """Pack a column of non-negative ints (the typed decoders checked the ranges)."""
     n = len(col)
     if None not in col:
-        packed = array("Q", col)  # type: ignore[arg-type]
+        packed: array[int] = array("Q", cast(list[int], col))
         if run and n and packed == array("Q", range(packed[0], packed[0] + n)):
             return _IntCol(packed[0], 0)
         if not _LITTLE:  # pragma: no cover - big-endian hosts
