@@ -117,6 +117,21 @@ def test_bench_smoke() -> None:
     assert json.loads(json.dumps(res.to_json()))["metrics"][0]["ratio"] > 0
 
 
+def test_bench_mesh_smoke_hosts_sender_nodes_per_process() -> None:
+    from hivemesh.bench import telemetry as bench
+
+    args = argparse.Namespace(
+        senders=4, records=300, batch=50, layout="mesh", transport="inproc", repeat=1,
+        per_process=2,
+    )  # fmt: skip
+    res = bench.run(args)  # raises unless the collector stored exactly every record
+    d = res.details
+    assert d["records"] == 1200 and d["sender_nodes"] == 4 and d["sender_processes"] == 2
+    assert "2 sender nodes per OS process" in d["hosting"]
+    assert d["collector_cpu_us_per_pt"][0] > 0 and d["senders_cpu_us_per_pt"][0] > 0
+    assert res.metrics[0].ours > 0 and res.metrics[0].baseline
+
+
 def test_cli_says_why_when_a_running_collector_holds_the_store(tmp_path: Path) -> None:
     import os
     import subprocess

@@ -17,10 +17,17 @@ built by :func:`load_config` from four layers, later layers winning:
        suspicion_mult = 4           # suspect -> down after ~mult * interval
        [telemetry]
        collector = true             # run the metrics-collector on this node
+       [telemetry.metrics_sinks.prometheus]   # mirror the collector's store
+       port = 9464
 
 3. environment variables ``HIVEMESH_<FIELD>`` (``HIVEMESH_LISTEN``,
    ``HIVEMESH_BOOTSTRAP=a:1,b:2``, ``HIVEMESH_PROBE_INTERVAL_MS=200``, ...);
 4. explicit overrides (command-line flags), passed as a mapping.
+
+Telemetry sinks (``metrics_sinks``) are written as a TOML table of tables as
+above, or anywhere as specs ``NAME[:key=value,key=value...]``: a TOML list
+of specs, ``HIVEMESH_METRICS_SINKS="prometheus:port=9464;otlp:endpoint=http://h:4318"``
+(specs separated by ``;``), or ``hivemesh up --sink SPEC`` (repeatable).
 
 Unknown keys, wrong types and out-of-range values raise
 :class:`~hivemesh.errors.ConfigError` naming the layer they came from, so a
@@ -39,7 +46,10 @@ from typing import Any
 
 from hivemesh.errors import ConfigError
 
-__all__ = ["Config", "bootstrap_targets", "load_config", "parse_endpoint"]
+__all__ = ["Config", "SinkSpecs", "bootstrap_targets", "load_config", "parse_endpoint"]
+
+#: Telemetry sinks as ``((name, ((option, value), ...)), ...)`` (hashable, like Config).
+SinkSpecs = tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
 
 _ENV_PREFIX = "HIVEMESH_"
 _DEFAULT_DATA_DIR = Path("~/.hivemesh").expanduser()
@@ -88,6 +98,8 @@ class Config:
     telemetry_heartbeat_s: float = 10.0
     metrics_senders: tuple[str, ...] = ()
     health_interval_s: float = 10.0
+    #: sinks the collector mirrors its store to (see module docs and telemetry.sinks)
+    metrics_sinks: SinkSpecs = ()
     # [leases] quorum voters (addresses); empty: members seen up at first use
     lease_voters: tuple[str, ...] = ()
 
@@ -115,6 +127,11 @@ class Config:
     def config_path(self) -> Path:
         """The default TOML config file."""
         return self.data_dir / "config.toml"
+
+    def sinks(self) -> dict[str, dict[str, str]]:
+        """``metrics_sinks`` as the mapping :func:`hivemesh.telemetry.sinks.sinks_from_config`
+        takes (option values are strings; the sinks convert them)."""
+        return {name: dict(options) for name, options in self.metrics_sinks}
 
     def listen_endpoint(self) -> tuple[str, int]:
         """``listen`` parsed as ``(host, port)``."""
@@ -145,6 +162,7 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
         "telemetry_heartbeat_s",
         "metrics_senders",
         "health_interval_s",
+        "metrics_sinks",
     ),
     "leases": ("lease_voters",),
 }
@@ -191,10 +209,54 @@ def bootstrap_targets(entries: tuple[str, ...]) -> list[tuple[str | None, str, i
     return out
 
 
+def _sink_spec(spec: str, origin: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    name, _, rest = spec.strip().partition(":")
+    options: dict[str, str] = {}
+    for part in rest.split(",") if rest.strip() else ():
+        key, eq, value = part.partition("=")
+        if not eq or not key.strip() or key.strip() in options:
+            raise ConfigError(f"{origin}: sink option {part!r:.60} must be key=value, once")
+        options[key.strip()] = value.strip()
+    if not name.strip():
+        raise ConfigError(f"{origin}: sink spec {spec!r:.60} has no name")
+    return name.strip(), tuple(sorted(options.items()))
+
+
+def _option_text(v: Any, origin: str) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (str, int, float)):
+        return str(v)
+    raise ConfigError(f"{origin}: sink option values must be scalars, got {v!r:.60}")
+
+
+def _parse_sinks(value: Any, origin: str) -> SinkSpecs:
+    """``metrics_sinks`` from a spec string (``;``-separated), a list of specs or a table."""
+    out: list[tuple[str, tuple[tuple[str, str], ...]]] = []
+    if isinstance(value, str):
+        out = [_sink_spec(s, origin) for s in value.split(";") if s.strip()]
+    elif isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        out = [_sink_spec(s, origin) for s in value]
+    elif isinstance(value, dict):
+        for name, options in value.items():
+            if not isinstance(options, dict):
+                raise ConfigError(f"{origin}: metrics_sinks.{name} must be a table of options")
+            opts = tuple(sorted((str(k), _option_text(v, origin)) for k, v in options.items()))
+            out.append((str(name), opts))
+    else:
+        raise ConfigError(f"{origin}: metrics_sinks must be specs or a table: {value!r:.80}")
+    names = [n for n, _ in out]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{origin}: a sink is named twice in metrics_sinks")
+    return tuple(out)
+
+
 def _coerce(name: str, value: Any, origin: str) -> Any:
     """Convert ``value`` for field ``name``; strings come from env or flags."""
     f = _FIELDS[name]
     kind = str(f.type)
+    if name == "metrics_sinks":
+        return _parse_sinks(value, origin)
     try:
         if name == "data_dir":
             return Path(str(value)).expanduser()
@@ -286,6 +348,10 @@ def _validate(cfg: Config) -> None:
         raise ConfigError("commit_delay_ms must be within 0..1000")
     if cfg.probe_timeout_ms >= cfg.probe_interval_ms:
         raise ConfigError("probe_timeout_ms must be below probe_interval_ms")
+    if cfg.metrics_sinks:
+        from hivemesh.telemetry.sinks import check_sink_config  # names and options, no I/O
+
+        check_sink_config(cfg.sinks())
 
 
 def load_config(

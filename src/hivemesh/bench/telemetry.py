@@ -9,23 +9,25 @@ validation, de-duplication, group commit into DuckDB, ack, spool delete.
 Points/s stored is counted from the first send until every spool is empty
 (every record acked, hence committed); the stored row count is checked.
 
-Layouts: ``single`` (default) runs senders and collector in one process, one
-core's worth of Python doing all the work (``--transport inproc`` calls
-``ingest`` directly, ``tcp`` goes through the loopback transport); ``split``
-runs the collector in its own process and the 50 senders in another, over
-loopback TCP, as deployed -- on a shared 2-core machine its figure swings
-with the load, so it is not the default; ``mesh`` runs every sender as a
-real node process (``hivemesh up``) and the collector as ``hivemesh up
---collector``, records travelling as acknowledged direct requests over the
-encrypted mesh (:mod:`hivemesh.bench._telemetry_mesh`).
+Layouts: ``mesh`` (default) is the deployed path: the collector is a node
+(``hivemesh up --collector``) and every sender is a real node with its own
+identity, spool, listener and Noise channel to it; records travel as
+columnar batches in acknowledged direct requests over the encrypted mesh
+(:mod:`hivemesh.bench._telemetry_mesh`). The 50 sender nodes are hosted
+``--per-process`` (default 10) to an OS process, so that 50 interpreters do
+not fight over a 2-core machine; ``--per-process 1`` runs each as its own
+``hivemesh up`` process. ``single`` runs senders and collector in one
+process without the mesh (``--transport inproc`` calls ``ingest`` directly,
+``tcp`` goes through a bare loopback protocol); ``split`` runs that collector
+in its own process and the senders in another, over loopback TCP.
 
 Baselines, same run, same rows: the same records, already as Python dicts,
 turned into the store's columns and inserted into a fresh DuckDB table as
 Arrow tables -- (1) in chunks of the collector's mean group-commit flush, the
 best DuckDB does from Python: the goal is held against this one; (2) in the
-batches the collector received (``--batch`` rows, one insert each), which
-group commit beats. The ratios say what the spool, the wire, validation and
-the protocol cost.
+batches the collector received (``--batch`` rows, or the daemon's 5,000 for
+``mesh``; one insert each), which group commit beats. The ratios say what
+the spool, the wire, validation and the protocol cost.
 """
 
 from __future__ import annotations
@@ -56,13 +58,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=int, default=1000, help="records per delivered batch")
     parser.add_argument(
         "--layout",
-        choices=("single", "split", "mesh"),
-        default="single",
-        help="single: one process (default); split: collector and senders in two processes "
-        "over loopback TCP; mesh: each sender a node process, over the real mesh",
+        choices=("mesh", "single", "split"),
+        default="mesh",
+        help="mesh (default): sender nodes and a collector node over the real mesh; "
+        "single: one process, no mesh; split: collector and senders in two processes "
+        "over a bare loopback TCP protocol",
     )
     parser.add_argument(
         "--transport", choices=("inproc", "tcp"), default="inproc", help="for --layout single"
+    )
+    parser.add_argument(
+        "--per-process",
+        type=int,
+        default=10,
+        help="for --layout mesh: sender nodes hosted per OS process (1: each its own "
+        "hivemesh up process)",
     )
     parser.add_argument("--repeat", type=int, default=3, help="runs of each; best is kept")
 
@@ -239,12 +249,17 @@ def _count(path: Path) -> int:
 def run(args: argparse.Namespace) -> BenchResult:
     """Run the benchmark and its raw-DuckDB baselines."""
     from hivemesh.telemetry.collector import Collector
+    from hivemesh.telemetry.schema import MAX_BATCH_RECORDS
     from hivemesh.telemetry.spool import Spool
     from hivemesh.telemetry.store import MetricsStore
 
     ours_runs: list[float] = []
     raw_batch_runs: list[float] = []
     raw_flush_runs: list[float] = []
+    mesh_runs: list[Any] = []
+    # the mesh layout sends what the daemon sends: up to MAX_BATCH_RECORDS a message
+    batch = MAX_BATCH_RECORDS if args.layout == "mesh" else args.batch
+    load0 = os.getloadavg()[0]
     total = flushes = chunk = 0
     for _ in range(args.repeat):
         tmp = Path(tempfile.mkdtemp(prefix="hm-bench-telemetry-"))
@@ -257,10 +272,12 @@ def run(args: argparse.Namespace) -> BenchResult:
                 per = [_records(i, args.records) for i in range(args.senders)]
                 all_recs = [r for recs in per for r in recs]
                 total = len(all_recs)
-                dt, flushes, rows = mesh_run(tmp, per)
+                mr = mesh_run(tmp, per, per_process=args.per_process)
+                dt, flushes, rows = mr.seconds, mr.flushes, mr.flushed_rows
+                mesh_runs.append(mr)
                 ours_runs.append(dt)
                 chunk = max(1, rows // max(1, flushes))
-                raw_batch_runs.append(_raw_insert(str(tmp / "raw1.duckdb"), all_recs, args.batch))
+                raw_batch_runs.append(_raw_insert(str(tmp / "raw1.duckdb"), all_recs, batch))
                 raw_flush_runs.append(_raw_insert(str(tmp / "raw2.duckdb"), all_recs, chunk))
                 continue
             for i in range(args.senders):
@@ -312,7 +329,7 @@ def run(args: argparse.Namespace) -> BenchResult:
                 ours=ours,
                 baseline=raw_batch,
                 unit="pts/s",
-                baseline_name=f"raw {args.batch}-row",
+                baseline_name=f"raw {batch}-row",
             ),
         ],
         details={
@@ -320,12 +337,38 @@ def run(args: argparse.Namespace) -> BenchResult:
             "records": total,
             "layout": args.layout,
             "transport": {"split": "tcp", "mesh": "mesh"}.get(args.layout, args.transport),
-            "batch": "daemon's (<= 192 KiB)" if args.layout == "mesh" else args.batch,
+            "batch": f"daemon's (<= {batch} records, <= 192 KiB, columnar)"
+            if args.layout == "mesh"
+            else args.batch,
             "flushes": flushes,
             "mean_flush_rows": chunk,
             "repeat": f"best of {args.repeat} runs each",
             "ours_runs_pts_per_s": [round(total / d) for d in ours_runs],
             "raw_same_batches_runs_pts_per_s": [round(total / d) for d in raw_batch_runs],
             "raw_flush_size_runs_pts_per_s": [round(total / d) for d in raw_flush_runs],
+            **_mesh_details(args, mesh_runs, total),
+            "loadavg_1m_start_end": [round(load0, 2), round(os.getloadavg()[0], 2)],
         },
     )
+
+
+def _mesh_details(args: argparse.Namespace, runs: list[Any], total: int) -> dict[str, Any]:
+    if not runs:
+        return {}
+    return {
+        "sender_nodes": args.senders,
+        "sender_processes": runs[0].sender_processes,
+        "hosting": (
+            "one hivemesh up process per sender node"
+            if args.per_process <= 1
+            else f"{args.per_process} sender nodes per OS process (each a full node: own "
+            "identity, spool, listener, Noise channel to the collector)"
+        ),
+        "collector_cpu_us_per_pt": [round(r.collector_cpu_s / total * 1e6, 2) for r in runs],
+        "senders_cpu_us_per_pt": [round(r.senders_cpu_s / total * 1e6, 2) for r in runs],
+        "senders_idle_cores": [round(r.senders_idle_cores, 3) for r in runs],
+        "senders_cpu_us_per_pt_above_idle": [
+            round((r.senders_cpu_s - r.senders_idle_cores * r.seconds) / total * 1e6, 2)
+            for r in runs
+        ],
+    }

@@ -20,7 +20,8 @@ Theory of operation
 * **Collecting (``collector = true`` / ``hivemesh up --collector``).** The node
   claims the name ``metrics-collector`` and runs a
   :class:`~hivemesh.telemetry.node.CollectorNode` (DuckDB store
-  ``metrics.duckdb`` in the data dir, health monitor). It answers ``metrics``
+  ``metrics.duckdb`` in the data dir, health monitor, and the sinks named in
+  ``metrics_sinks``: Prometheus, InfluxDB, ClickHouse, OTLP). It answers ``metrics``
   requests with the collector's ack, and also ingests plain direct messages
   ``{"type": "metrics", ...}`` (``hivemesh send-message metrics-collector
   --data ...``); those are acknowledged by the mesh when received, so a crash
@@ -55,7 +56,7 @@ from hivemesh.runtime.control import register_op
 from hivemesh.telemetry.health import NodeStatus, Thresholds
 from hivemesh.telemetry.node import COLLECTOR_NAME, CollectorNode, NodeTelemetry
 from hivemesh.telemetry.recorder import Metrics
-from hivemesh.telemetry.schema import KINDS
+from hivemesh.telemetry.schema import KINDS, MAX_BATCH_RECORDS
 
 if TYPE_CHECKING:
     from hivemesh.runtime.daemon import Daemon
@@ -114,7 +115,7 @@ class DaemonTelemetry:
             cfg.data_dir,
             self._deliver,
             agent=cfg.name or daemon.address[:12],
-            batch_max=1000,  # no linger while a full batch waits (~190 B a record)
+            batch_max=MAX_BATCH_RECORDS,  # columnar: ~25 B a record, well under the bytes cap
             batch_max_bytes=BATCH_MAX_BYTES,
             deliver_timeout_s=cfg.telemetry_timeout_s + 1.0,
             max_backoff_s=cfg.telemetry_max_backoff_s,
@@ -125,6 +126,7 @@ class DaemonTelemetry:
             self.collector = CollectorNode(
                 cfg.data_dir,
                 trusted=self.trusted,
+                sinks=cfg.sinks(),
                 members=self._members,
                 thresholds=Thresholds(heartbeat_timeout_ms=max(3 * hb_ms, 3000)),
                 health_interval_s=cfg.health_interval_s,
@@ -259,6 +261,7 @@ class DaemonTelemetry:
                 "flushed_rows": c.flushed_rows,
                 "senders": len(c.senders()),
                 "gaps": sum(hi - lo + 1 for g in c.gaps().values() for lo, hi in g),
+                "sinks": [type(sk).__name__ for sk in self.collector.sinks],
             }
         return out
 

@@ -56,8 +56,9 @@ from typing import Any, Protocol, TypeVar
 import pyarrow as pa  # type: ignore[import-untyped]
 
 from hivemesh.errors import HivemeshError, StoreError, UntrustedAuthor
+from hivemesh.telemetry.columnar import ColumnarBatch, decode_columnar, rebuild_records
 from hivemesh.telemetry.fastdecode import decode_rows_fast
-from hivemesh.telemetry.schema import decode_batch, validate_record
+from hivemesh.telemetry.schema import MAX_BATCH_BYTES, decode_batch, validate_record
 from hivemesh.telemetry.seqtrack import SeqTracker
 from hivemesh.telemetry.store import MetricsStore
 
@@ -210,12 +211,25 @@ class Collector:
         fast: tuple[list[list[Any]], int | None, int | None] | None = None
         valid: list[tuple[Any, ...]] = []
         columns: list[list[Any]] | None = None
+        v2: ColumnarBatch | None = None
+        raws: list[Any] | None = None
         if isinstance(payload, (bytes, bytearray, memoryview)):
-            fast = decode_rows_fast(bytes(payload), sender, now)
+            data = bytes(payload)
+            if len(data) <= MAX_BATCH_BYTES and data[:1] != b"{":
+                try:
+                    v2 = decode_columnar(data, sender, now)
+                except HivemeshError as exc:
+                    return self._refuse(exc), None
+            if v2 is None:
+                fast = decode_rows_fast(data, sender, now)
+            elif v2.batch is None:  # some record breaks a rule: judge them one by one
+                raws = rebuild_records(v2)
         counters = self.counters
         rejected = 0
         rejected_seqs: list[int] = []
-        if fast is not None:
+        if v2 is not None:
+            hi, backlog = v2.hi, v2.backlog
+        elif fast is not None:
             columns, hi, backlog = fast
         else:
             try:
@@ -223,8 +237,9 @@ class Collector:
             except HivemeshError as exc:
                 return self._refuse(exc), None
             hi, backlog = batch.hi, batch.backlog
-            valid = []
-            for raw in batch.records:
+            raws = batch.records
+        if raws is not None:
+            for raw in raws:
                 try:
                     vrow = validate_record(raw)
                 except HivemeshError as exc:
@@ -242,7 +257,14 @@ class Collector:
         tracker = st.tracker
         gen = self._gen
         top = accepted = dups = 0
-        if columns is not None:
+        if v2 is not None and v2.batch is not None:
+            saved = tracker.to_state()
+            try:
+                top, accepted, dups = self._stage_columnar(gen, tracker, v2)
+            except Exception:  # nothing staged: a resend must not look like a duplicate
+                st.tracker = tracker = SeqTracker.from_state(saved)
+                raise
+        elif columns is not None:
             seqs = columns[1]
             n = len(seqs)
             s0 = seqs[0] if n else None
@@ -283,6 +305,30 @@ class Collector:
             "rejected": rejected,
         }
         return ack, gen
+
+    @staticmethod
+    def _stage_columnar(
+        gen: _Generation, tracker: SeqTracker, cb: ColumnarBatch
+    ) -> tuple[int, int, int]:
+        """Stage a valid v2 batch; return (top seq, accepted, dups)."""
+        assert cb.batch is not None
+        n = cb.n
+        if n == 0:
+            return 0, 0, 0
+        if cb.run and cb.first_seq > tracker.max_seq:
+            # The common case, our own sender: new, consecutive seqs. No per-row work.
+            tracker.add_range(cb.first_seq, cb.first_seq + n - 1)
+            gen.batches.append(cb.batch)
+            gen.rows += n
+            return cb.first_seq + n - 1, n, 0
+        seqs = cb.seqs()
+        keep = [tracker.add(q) for q in seqs]
+        accepted = keep.count(True)
+        if accepted:
+            rb = cb.batch if accepted == n else cb.batch.filter(pa.array(keep))
+            gen.batches.append(rb)
+            gen.rows += accepted
+        return max(seqs), accepted, n - accepted
 
     def _stage_rows(
         self,

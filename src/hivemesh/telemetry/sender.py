@@ -62,6 +62,7 @@ class Sender:
         *,
         batch_max: int = 1000,
         batch_max_bytes: int = 1_000_000,
+        columnar: bool = True,
         linger_s: float = 0.05,
         idle_poll_s: float = 1.0,
         deliver_timeout_s: float = 10.0,
@@ -75,6 +76,7 @@ class Sender:
         self._deliver = deliver
         self.batch_max = batch_max
         self.batch_max_bytes = batch_max_bytes
+        self.columnar = columnar
         self.linger_s = linger_s
         self.idle_poll_s = idle_poll_s
         self.deliver_timeout_s = deliver_timeout_s
@@ -96,7 +98,7 @@ class Sender:
 
         Raises whatever ``deliver`` raised, or :class:`DeadlineExceeded`.
         """
-        batch = self.spool.take_batch(self.batch_max, self.batch_max_bytes)
+        batch = self.spool.take_batch(self.batch_max, self.batch_max_bytes, columnar=self.columnar)
         if batch is None:
             return 0
         try:

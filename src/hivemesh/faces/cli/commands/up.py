@@ -49,6 +49,12 @@ def register(sub: Any) -> None:
         default=None,
         help="run the telemetry collector here (claims the name metrics-collector)",
     )
+    p.add_argument(
+        "--sink",
+        action="append",
+        metavar="NAME[:key=value,...]",
+        help="with --collector: mirror metrics to a sink, e.g. prometheus:port=9464 (repeatable)",
+    )
     p.add_argument("--trust-mode", choices=["open", "invite"])
     p.add_argument("--probe-interval-ms", type=int)
     p.add_argument("--probe-timeout-ms", type=int)
@@ -67,6 +73,7 @@ def _run(args: argparse.Namespace) -> int:
         "mdns": args.mdns,
         "mdns_interfaces": tuple(args.mdns_interface) if args.mdns_interface else None,
         "collector": args.collector,
+        "metrics_sinks": tuple(args.sink) if args.sink else None,
         "trust_mode": args.trust_mode,
         "probe_interval_ms": args.probe_interval_ms,
         "probe_timeout_ms": args.probe_timeout_ms,
