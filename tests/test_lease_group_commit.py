@@ -48,7 +48,7 @@ class Channel:
     def __init__(self, peer: str, trace: list[Any], sent: list[tuple[str, Any]]) -> None:
         self.peer, self.trace, self.sent = peer, trace, sent
 
-    def send_nowait(self, frame: bytes) -> None:
+    def send_now(self, frame: bytes) -> None:
         _, (_sub, msg) = decode_frame(frame)
         self.trace.append(("send", self.peer, msg[0], msg[1]))
         self.sent.append((self.peer, msg))

@@ -309,14 +309,15 @@ class MeshLeases:
             self._proposer.receive(peer, reply, _mono_ms())
 
     def _send(self, peer: str, frame: bytes) -> None:
-        """Queue ``frame`` on the peer's channel now, without a trip through
-        the core's outbox and the daemon's flush (lease frames need no
-        ordering with the journal's frames). A full or closing channel takes
-        the daemon's path, which waits or counts the drop."""
+        """Put ``frame`` on the peer's channel now -- on the socket itself when
+        the channel is idle -- without a trip through the core's outbox and the
+        daemon's flush (lease frames need no ordering with the journal's
+        frames). A full or closing channel takes the daemon's path, which
+        waits or counts the drop."""
         link = self.d.conns.links.get(peer)
         if link is not None:
             try:
-                link.channel.send_nowait(frame)
+                link.channel.send_now(frame)  # written now if the channel is idle
                 return
             except HivemeshError:
                 self.counters["lease_send_via_flush"] += 1
@@ -374,7 +375,8 @@ class MeshLeases:
                 self._send(vid, encode_frame(FrameType.LEASE, SUB_REQUEST, msg))
         if local and not self._local_scheduled:
             self._local_scheduled = True
-            # FIFO: the channel writers woken by _send above run before this
+            # after the frames above are on their sockets (or their writers,
+            # woken by _send, ran: callbacks run in FIFO order)
             asyncio.get_running_loop().call_soon(self._local_votes)
         for ev in p.events():
             fut = self._futures.pop(ev.rid, None)
