@@ -243,7 +243,7 @@ def test_a_relay_cannot_alter_a_signed_message() -> None:
     assert len(frames) == 1 and frames[0][0] == net.nodes[1].address
     tampered = frames[0][1].replace(b"original", b"tampered")
     net.nodes[1].receive(net.nodes[0].address, tampered, 0)
-    for dst, frame in net.nodes[1].outbox():
+    for _dst, frame in net.nodes[1].outbox():
         net.nodes[2].receive(net.nodes[1].address, frame, 1)
     assert net.nodes[2].counters["forged_sender"] == 1
     assert c.inbox() == []

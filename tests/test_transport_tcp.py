@@ -143,10 +143,9 @@ def test_send_now_writes_at_once_when_idle_and_keeps_order_with_the_queue() -> N
             await ch.wait_sent(5)  # the writer is idle, nothing queued
             ch.send_now(b"first")
             assert ch.statistics().frames_out == 1  # written within this step
-            for i in range(50):  # queued frames, then send_now behind them
+            for i in range(50):  # written at once while the socket takes them, then queued
                 ch.send_nowait(b"q%d" % i)
                 ch.send_now(b"n%d" % i)
-            assert ch.statistics().send_queue_frames > 0
             got: list[bytes] = []
             while len(got) < 101:
                 got += await ch.recv_batch(64)

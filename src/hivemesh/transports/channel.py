@@ -180,26 +180,9 @@ class SecureChannel:
             raise WouldBlock(f"send queue to {self.peer_address[:12]} is full")
 
     def send_now(self, frame: bytes) -> None:
-        """:meth:`send_nowait`, but written to the socket at once when nothing is
-        queued, the writer is idle and the socket buffers nothing: one event-loop
-        turn sooner, for latency-bound request/reply frames (lease votes). Order
-        is kept: anything already queued goes first, through the queue."""
-        if type(frame) is not bytes:
-            frame = bytes(frame)
-        transport = self._writer.transport
-        if (
-            self._writer_busy
-            or len(self._sendq)
-            or self._close_reason is not None
-            or len(frame) > self._opts.max_frame_bytes
-            or transport.is_closing()
-            or transport.get_write_buffer_size()
-        ):
-            self.send_nowait(frame)
-            return
-        self._writer.write(self._session.encode_frames((frame,)))
-        self.frames_out += 1
-        self.bytes_out += len(frame)
+        """:meth:`send_nowait` (which already writes at once when the channel
+        is idle, see :meth:`_write_now`); kept for latency-bound callers."""
+        self.send_nowait(frame)
 
     async def send(self, frame: bytes, *, timeout_s: float | None = None) -> None:
         """Queue ``frame``, waiting while the send queue is full (backpressure).
