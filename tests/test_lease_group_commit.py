@@ -170,3 +170,23 @@ def test_the_own_vote_reaches_the_proposer_only_after_its_sync(
         ml.close()
 
     asyncio.run(main())
+
+
+def test_closing_drops_unsynced_replies_and_later_requests_quietly(
+    tmp_path: Path, traced: list[Any]
+) -> None:
+    sent: list[tuple[str, Any]] = []
+    errors: list[dict[str, Any]] = []
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda loop, ctx: errors.append(ctx))
+        ml = mesh_leases.MeshLeases(daemon(tmp_path, traced, sent))
+        ml._on_frame(P1, [0, ["acc", 1, "r", 1, "h", 1000, "a/1"]], 0)
+        ml.close()  # the daemon stops before the commit ran
+        ml._on_frame(P1, [0, ["prep", 2, "r"]], 0)
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert sent == [] and errors == []
+        assert ml.counters["voter_closed"] == 1 and ml.statistics()["disk_error"] is None
+
+    asyncio.run(main())

@@ -14,9 +14,10 @@ of UDP):
   voter checks ``authorize`` again, so a revoked or untrusted node never
   votes or gets a vote. The proposer ignores replies from outside its voter
   set. The node's own vote is handled in process, without a frame, after the
-  frames to the other voters were queued. Lease frames go straight onto the
-  peer's channel queue (not through the core's outbox and the daemon's
-  flush); a full or closing channel falls back to that path.
+  frames to the other voters left. Lease frames go straight onto the peer's
+  channel -- onto the socket itself when the channel is idle
+  (``SecureChannel.send_now``) -- not through the core's outbox and the
+  daemon's flush; a full or closing channel falls back to that path.
 * **Durability.** The voter's durable state (per resource a token bound,
   and the longest TTL) is appended to ``<data_dir>/lease_voter.log``
   (:mod:`hivemesh.runtime.voterlog`). *Group commit:* every vote of one
@@ -183,6 +184,7 @@ class MeshLeases:
         self._commit_scheduled = False
         #: set when the voter log failed: this voter stops voting (fail-stop)
         self.disk_error: str | None = None
+        self._closed = False
         self.published = VotersView()
         daemon.node.add_view(self.published)
         daemon.node.register_handler(FrameType.LEASE, self._on_frame)
@@ -242,8 +244,8 @@ class MeshLeases:
         """Apply a request, write any durable change to the log (synced by
         :meth:`_commit` before the reply leaves); the reply, or None if the
         voter stopped on a disk error."""
-        if self.disk_error is not None:
-            self.counters["voter_stopped_disk_error"] += 1
+        if self.disk_error is not None or self._closed:
+            self.counters["voter_stopped_disk_error" if self.disk_error else "voter_closed"] += 1
             return None
         resource = msg[2] if isinstance(msg, list) and len(msg) > 2 else None
         before = self.voter.durable(resource) if isinstance(resource, str) else None
@@ -288,6 +290,8 @@ class MeshLeases:
         """Group commit: one ``fdatasync`` for the votes of this event-loop
         turn, then their replies, in order."""
         self._commit_scheduled = False
+        if self._closed:
+            return
         try:
             if self.log.sync():
                 self.counters["voter_fsync"] += 1
@@ -325,9 +329,9 @@ class MeshLeases:
         self.d._schedule_flush()
 
     def _local_votes(self) -> None:
-        """This node's own votes, run after the frames to the other voters were
-        queued (their writers run first): its log write and sync overlap with
-        the other voters' work instead of delaying it."""
+        """This node's own votes, run after the frames to the other voters left:
+        its log write and sync overlap with the other voters' work instead of
+        delaying it."""
         todo, self._local, self._local_scheduled = self._local, [], False
         if self._proposer is None or not self.d._started:
             return
@@ -433,7 +437,10 @@ class MeshLeases:
         return ev
 
     def close(self) -> None:
-        """Stop the timer and close the log; pending operations fail (BackendUnavailable)."""
+        """Stop the timer and close the log; pending operations fail (BackendUnavailable).
+        Replies still waiting for a sync are dropped (never sent unsynced)."""
+        self._closed = True
+        self._held.clear()
         self.log.close()
         if self._timer is not None:
             self._timer.cancel()
@@ -450,12 +457,14 @@ class MeshLeases:
         return self._client
 
     def statistics(self) -> dict[str, Any]:
-        """Counters of the voter, proposer and pump, and the voter set if fixed."""
+        """Counters of the voter, proposer and pump, the voter set if fixed, and
+        why the voter stopped (``disk_error``, None while it votes)."""
         return {
             "voters": list(self._proposer.voters) if self._proposer else None,
             "voter": dict(sorted(self.voter.counters.items())),
             "proposer": dict(sorted(self._proposer.counters.items())) if self._proposer else {},
             "mesh": dict(sorted(self.counters.items())),
+            "disk_error": self.disk_error,
         }
 
 
