@@ -69,13 +69,9 @@ def frames(tag: bytes, n: int) -> list[bytes]:
 def test_retire_delivers_in_flight_frames_and_hands_back_the_unsent() -> None:
     async def main() -> None:
         a, b, listener = await pair()
-        sent = frames(b"a", 4000)
-        for f in sent[:2000]:
-            a.send_nowait(f)
-        for _ in range(3):
-            await asyncio.sleep(0)  # the writer takes and writes a first batch
-        for f in sent[2000:]:
-            a.send_nowait(f)  # these are still queued when we retire
+        sent = [f + b"." * 1024 for f in frames(b"a", 4000)]  # ~5 MB: more than a socket holds
+        for f in sent:
+            a.send_nowait(f)  # written at once while the socket takes them, then queued
         a.retire(ChannelSuperseded("test"))
         assert not a.is_sending and not a.is_closed  # half-closed: still reading
         with pytest.raises(ConnectionClosed):

@@ -183,8 +183,8 @@ class SecureChannel:
         then writes them back to back (the receivers wake together), and a
         frame costs no task switch. Anything else goes through the queue,
         whose writer drains with the stall deadline."""
-        if self._writer_busy or len(self._sendq):
-            return False
+        if self._writer_busy or len(self._sendq) or self._retiring:
+            return False  # (retiring: the queue is closed, put_nowait raises)
         transport = self._writer.transport
         if transport.get_write_buffer_size() or transport.is_closing():
             return False
@@ -216,7 +216,7 @@ class SecureChannel:
         if (
             self._writer_busy
             or len(self._sendq)
-            or self._close_reason is not None
+            or not self.is_sending
             or len(frame) > self._opts.max_frame_bytes
             or transport.is_closing()
             or transport.get_write_buffer_size()
