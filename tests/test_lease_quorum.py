@@ -369,3 +369,31 @@ def test_abort_of_one_attempt_never_releases_another_attempt_with_the_same_token
     assert w.receive(["acc", 6, "r", 9, "c1", 1000, "q/6"], 5) == ["acc_r", 6, True]
     assert w.receive(["rel", 5, "r", 8, "c3", "p/5", ""], 6) == ["rel_r", 5, True]
     assert w.receive(["prep", 7, "r"], 7)[3] == "c1"  # and did not touch the new grant
+
+
+def test_a_lease_split_by_its_holders_dead_voter_is_held_not_unavailable() -> None:
+    """The e2e ``kill -9`` of a holder: its grant reached a bare majority, the
+    holder's own voter among them; that voter dies. The live voters answer
+    2 "held" / 2 "free": neither "M free" nor "more than N - M held" can be
+    reached without the dead voter. The prepare used to wait for it until the
+    deadline (``unknown`` -> BackendUnavailable, for the whole TTL); it now
+    fails (busy) one retransmission after every voter was asked."""
+    vs = {v: Voter(v) for v in VOTERS}
+    holder = Proposer(VOTERS, fanout=3)
+    holder.prefer(["v1", "v0", "v4"])  # v1 is the holder's own node
+    got = one(holder, vs, Acquire("r", "v1-app", 3000), 0)
+    assert got.status == "ok"  # granted by v1, v0, v4 only (thrifty, perfect link)
+    other = Proposer(VOTERS, fanout=3, timeout_ms=2000)
+    other.prefer(["v2", "v0", "v3"])
+    other.start(Acquire("r", "v2-app", 3000), 10)
+    down = frozenset({"v1"})
+    assert drive(other, vs, 10, down) == []  # v2, v3 free; v0 held: undecided
+    other.handle_timer(60)  # retransmit: now v1 and v4 are asked too
+    assert drive(other, vs, 60, down) == []  # v4 held; v1 silent: still undecided
+    other.handle_timer(110)
+    (ev,) = other.events()
+    assert (ev.status, ev.token, ev.finished_ms) == ("fail", None, 110)
+    assert other.counters["prepare_held_early"] == 1
+    # a free majority is never cut short: with v1 answering, the same split
+    # resolves as before (held > N - M), and once the TTL ran out it is granted
+    assert one(other, vs, Acquire("r", "v2-app", 3000), 3100, down=down).status == "ok"

@@ -346,3 +346,37 @@ def test_a_handover_that_never_completes_reports_down_and_counts_the_frames() ->
         await b.mgr.close()
 
     run(main())
+
+
+def test_a_half_open_link_is_dropped_when_the_failure_detector_says_so() -> None:
+    """The peer's host vanished without a FIN: the channel never ends by itself."""
+    small, big = _pair()
+
+    async def main() -> None:
+        a, b = Peer(small), Peer(big)
+        await a.mgr.listen(HOST, 0)
+        pb = await b.mgr.listen(HOST, 0)
+        a.mgr.want(HOST, pb, big.address)
+        await until(lambda: shared(a, b), "connected")
+        await a.mgr.send(big.address, b"hello")
+        await until(lambda: b"hello" in b.got, "delivered")
+        await b.mgr.send(small.address, b"hi")
+        await until(lambda: b"hi" in a.got, "delivered back")
+        # b goes silent without closing anything (a frozen host): a sees no EOF
+        b_ch = b.link_channel(a)
+        for task in b_ch._tasks:
+            task.cancel()
+        for t in b.mgr._targets.values():
+            if t.task is not None:
+                t.task.cancel()
+        assert not a.mgr.drop_if_silent(big.address, quiet_s=5.0)  # heard from lately
+        await asyncio.sleep(0.3)
+        assert a.link_channel(b) is not None and a.link_channel(b).is_sending
+        assert a.mgr.drop_if_silent(big.address, quiet_s=0.2)
+        assert a.link_channel(b) is None
+        await until(lambda: (big.address, False) in a.events, "reported down")
+        assert a.mgr.counters["dropped_silent_link"] == 1
+        b_ch._writer.transport.abort()
+        await asyncio.gather(a.mgr.close(), b.mgr.close())
+
+    run(main())

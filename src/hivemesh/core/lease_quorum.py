@@ -11,7 +11,16 @@ on a majority ``M = N // 2 + 1``:
     1. *prepare*: ask every voter for ``max_token`` and whether it sees an
        unexpired lease. As soon as ``M`` voters report "free", pick
        ``token = max(max_token of every reply) + 1``; if more than ``N - M``
-       report "held", fail (no voter was changed).
+       report "held", fail (no voter was changed). A voter that is down can
+       leave the answers split: a lease granted by a bare majority whose
+       holder's own voter then crashed (``kill -9`` of the holder's node) is
+       "held" at ``M - 1`` live voters and "free" at the rest, and neither
+       rule fires until the TTL runs out. So, in addition: once every voter
+       has been asked and one more retransmission interval passed, a prepare
+       that ``M`` voters answered, at least one of them "held", fails
+       (busy) instead of waiting for the silent voters until the deadline.
+       Failing a prepare is always safe (nothing was written); it answers
+       "held" for a lease that is held.
     2. *accept*: send ``(token, holder, ttl_ms)``. A voter accepts only if its
        slot is free or expired *on its own clock* and ``token > max_token``;
        it then stores ``expiry = now + ttl_ms``. ``M`` acks grant the lease.
@@ -158,6 +167,7 @@ class _Pending:
     attempt: str = ""  # an abort: release only this acquire attempt's grant
     orig: int = 0  # the caller's rid when a fast acquire fell back (rid is new then)
     fast: bool = False  # a fast acquire: accept without prepare, any refusal falls back
+    asked_all_ms: int | None = None  # when every voter had been asked in this phase
 
 
 class Proposer:
@@ -296,6 +306,10 @@ class Proposer:
                 if p.phase == ACCEPT:
                     self._abort(p, now_ms)
             elif now_ms >= p.retransmit_at_ms:
+                if self._held_at_a_majority(p, now_ms):
+                    self._finish(p, "fail", now_ms)
+                    self._count("prepare_held_early")
+                    continue
                 self._send_phase(p, now_ms, only_silent=True)
 
     # -- outputs ----------------------------------------------------------------
@@ -345,7 +359,19 @@ class Proposer:
         for v in targets:
             if not (only_silent and v in p.replies):
                 self._outbox.append((v, list(msg)))
+        if p.asked_all_ms is None and targets is self.voters:
+            p.asked_all_ms = now_ms
         p.retransmit_at_ms = now_ms + self.retransmit_ms
+
+    def _held_at_a_majority(self, p: _Pending, now_ms: int) -> bool:
+        """A prepare answered by a majority, some "held", no free majority,
+        and the silent voters had a full retransmission interval after being
+        asked: stop waiting for them (see module docs)."""
+        if p.phase != PREPARE or not isinstance(p.op, Acquire) or p.asked_all_ms is None:
+            return False
+        if now_ms < p.asked_all_ms + self.retransmit_ms or len(p.replies) < self.majority:
+            return False
+        return any(r.holder != "" for r in p.replies.values())
 
     def _finish(
         self,
@@ -393,6 +419,7 @@ class Proposer:
         self._next_rid += 1
         p.orig = p.orig or p.rid
         p.rid, p.phase, p.fast, p.token, p.replies = rid, PREPARE, False, None, {}
+        p.asked_all_ms = None
         self._pending[rid] = p
         self._alias[p.orig] = rid
         self._send_phase(p, now_ms)
@@ -440,7 +467,7 @@ class Proposer:
                 p.token = max(r.max_token for r in p.replies.values()) + 1
                 self._learn(p.op.resource, p.token - 1)
                 p.phase = ACCEPT
-                p.replies = {}
+                p.replies, p.asked_all_ms = {}, None
                 self._send_phase(p, now_ms)
             return
         yes = sum(1 for r in p.replies.values() if r.ok)

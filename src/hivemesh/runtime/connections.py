@@ -54,7 +54,10 @@ handshake, so a callback may itself send or flush.
 * **Dead channels are noticed promptly.** A channel ends on EOF, a CLOSE or
   an error; its reader task then drops the link and wakes the dialler. A link
   whose channel ended is also dropped by the first :meth:`send` to it, even
-  if its reader is still busy delivering an earlier batch.
+  if its reader is still busy delivering an earlier batch. A *half-open*
+  channel (the peer's host vanished without a FIN) never ends by itself;
+  the failure detector calls :meth:`drop_if_silent` when it declares the
+  member down, which drops the link if nothing arrived on it lately.
 * **Send queues and backpressure.** Each channel has a bounded send queue
   (the transport's). :meth:`send` waits when it is full; a peer that does
   not drain within ``slow_peer_timeout_s`` is disconnected and every frame
@@ -123,6 +126,7 @@ class PeerLink:
     since_s: float
     rank: tuple[int, bytes] = (0, b"")
     opened_mono: float = 0.0
+    last_rx_mono: float = 0.0  # when a frame last arrived on it
     task: asyncio.Task[None] | None = None
     closed: bool = False
 
@@ -374,6 +378,7 @@ class ConnectionManager:
             since_s=time.time(),
             rank=channel_rank(self.address, peer, dialer, channel.handshake_hash),
             opened_mono=time.monotonic(),
+            last_rx_mono=time.monotonic(),
         )
         link.task = asyncio.get_running_loop().create_task(self._reader(link))
         self.counters["channels_opened"] += 1
@@ -464,6 +469,7 @@ class ConnectionManager:
             on_frames = self._on_frames
             while True:
                 frames = await link.channel.recv_batch(64)
+                link.last_rx_mono = time.monotonic()
                 if on_frames is not None:
                     await on_frames(link.address, frames)
                     continue
@@ -553,6 +559,25 @@ class ConnectionManager:
                     self.counters["on_peer_crashed"] += 1
             self._events_ready.clear()
             await self._events_ready.wait()
+
+    def drop_if_silent(self, address: str, quiet_s: float) -> bool:
+        """Drop the link to ``address`` if nothing arrived on it for ``quiet_s``.
+
+        For the failure detector: a member declared down whose channel is
+        still open but silent is half-open (its host vanished without a FIN,
+        or a NAT forgot the mapping). Dropping it lets the dialler redial, and
+        it can no longer win a tie-break against the peer's fresh channel.
+        Returns True if the link was dropped.
+        """
+        link = self.links.get(address)
+        if link is None or time.monotonic() - link.last_rx_mono < quiet_s:
+            return False
+        self.counters["dropped_silent_link"] += 1
+        link.closed = True
+        self._discard(link, "silent (failure detector)")
+        self._wake(address)
+        self._notify(address, False)
+        return True
 
     async def disconnect(self, address: str, reason: str, *, revoked: bool = False) -> None:
         """Close the channel to ``address`` (revoked, slow, shutting down)."""
