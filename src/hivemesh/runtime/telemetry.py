@@ -7,7 +7,8 @@ Theory of operation
 
 * **Sending (every node).** A :class:`~hivemesh.telemetry.node.NodeTelemetry`
   spools records in the data dir (``telemetry-spool.sqlite3``) and its sender
-  delivers each batch as a request of kind ``metrics`` to the node *named*
+  delivers each batch (columnar, up to 5,000 records and 192 KiB: one direct
+  message) as a request of kind ``metrics`` to the node *named*
   ``metrics-collector`` (``daemon.request(..., timeout_s=telemetry_timeout_s)``:
   an acknowledged direct message with retransmission, and the collector's ack
   dict as the reply). The name is resolved at every attempt, so whichever node

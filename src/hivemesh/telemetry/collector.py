@@ -14,7 +14,12 @@ is refused (untrusted sender, malformed or oversize bytes, bad envelope).
 
 Steps, all on the event-loop thread except the database write:
 
-1. **Validate** strictly (:mod:`.schema`). A bad record is dropped and
+1. **Validate** strictly (:mod:`.schema`). A columnar (v2) batch from our
+   senders is checked with vectorised kernels and one check per distinct
+   combination of names and attributes, and becomes Arrow columns without
+   Python work per record (:mod:`.columnar`); if any of its records breaks a
+   rule, its records are rebuilt and judged one by one like a v1 batch's.
+   A bad record is dropped and
    counted by error code; the rest of its batch goes on. Its seq still counts
    as accounted for, so a rejection is never mistaken for a gap.
 2. **De-duplicate** by ``(sender, seq)`` with a :class:`~.seqtrack.SeqTracker`

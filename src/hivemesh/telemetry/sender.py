@@ -8,7 +8,11 @@ node supplies: it sends one acknowledged direct message to the node named
 ``metrics-collector`` with a deadline and returns the collector's ack dict),
 and on ``{"ok": True, "acked_through": n}`` delete the records up to ``n``.
 
-One batch is in flight at a time, in seq order. So the collector sees each
+Batches are columnar (``"v": 2``, :mod:`.columnar`: ~20 bytes a record, so
+up to :data:`~.schema.MAX_BATCH_RECORDS` records in one direct message)
+unless ``columnar=False`` or a spooled record does not fit the typed form,
+in which case that batch goes as v1 (a map per record). One batch is in
+flight at a time, in seq order. So the collector sees each
 sender's records in order, and a hole below a stored seq is a true loss.
 
 Any failure (the deliver callable raises, times out, or the collector answers

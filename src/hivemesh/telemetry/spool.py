@@ -5,7 +5,8 @@ Theory of operation
 Every record an agent makes is written here *before* anyone tries to send
 it, with the next per-sender sequence number. The sender
 (:mod:`.sender`) repeatedly takes the oldest unacknowledged records as one
-batch (:meth:`Spool.take_batch`), delivers it, and on the collector's ack
+batch (:meth:`Spool.take_batch`; records are stored one msgpack map each and
+encoded per batch, columnar when asked), delivers it, and on the collector's ack
 deletes them (:meth:`Spool.ack`). Until the ack, :meth:`take_batch` keeps
 returning the same records, so a lost batch or a lost ack only causes a
 resend, which the collector de-duplicates by ``(sender, seq)``.
