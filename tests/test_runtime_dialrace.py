@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 
-import hivemesh.runtime.connections as connections
+import hivemesh.runtime.dialling as connections  # the dialler looks up connect there
 from hivemesh.core.identity import Identity
 from hivemesh.errors import ChannelSuperseded
 from hivemesh.runtime.connections import ConnectionManager

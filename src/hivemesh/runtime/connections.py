@@ -94,7 +94,8 @@ from hivemesh.errors import (
     UnknownPeer,
     WouldBlock,
 )
-from hivemesh.transports import ChannelOptions, SecureChannel, TransportCounters, connect, serve
+from hivemesh.runtime.dialling import Dialling, Target
+from hivemesh.transports import ChannelOptions, SecureChannel, TransportCounters, serve
 from hivemesh.transports.channel import CLOSE_GRACE_S
 
 __all__ = ["ConnectionManager", "PeerLink", "channel_rank"]
@@ -132,16 +133,6 @@ class PeerLink:
 
 
 @dataclass(slots=True)
-class _Target:
-    host: str
-    port: int
-    address: str | None
-    task: asyncio.Task[None] | None = None
-    last_error: str | None = None
-    attempts: int = 0
-
-
-@dataclass(slots=True)
 class _Handover:
     """Frames held for a peer whose link was retired by the peer, until the winner comes."""
 
@@ -159,7 +150,7 @@ class _Handover:
         return True
 
 
-class ConnectionManager:
+class ConnectionManager(Dialling):
     """Dial, accept and multiplex one channel per peer (see module docs)."""
 
     def __init__(
@@ -199,7 +190,7 @@ class ConnectionManager:
         self.transport_counters = TransportCounters()
         self.counters: Counter[str] = Counter()
         self.listen_port: int | None = None
-        self._targets: dict[tuple[str, int], _Target] = {}
+        self._targets: dict[tuple[str, int], Target] = {}
         self._retired: set[PeerLink] = set()  # losers of a tie-break, still draining
         self._handovers: dict[str, _Handover] = {}
         self._changed: dict[str, asyncio.Event] = {}  # diallers waiting for a link change
@@ -259,105 +250,6 @@ class ConnectionManager:
         for task in [*tasks, *readers, *([self._notifier] if self._notifier else [])]:
             with contextlib.suppress(BaseException):
                 await task
-
-    # -- dialling ------------------------------------------------------------
-
-    def want(self, host: str, port: int, address: str | None = None) -> None:
-        """Keep a channel to ``host:port`` (to ``address`` if known)."""
-        if address == self.address or self._closing:
-            return
-        key = (host, port)
-        target = self._targets.get(key)
-        if target is None:
-            target = _Target(host, port, address)
-            self._targets[key] = target
-        elif address is not None and target.address != address:
-            target.address = address
-        if target.task is None or target.task.done():
-            target.task = asyncio.get_running_loop().create_task(self._dialler(target))
-
-    def forget(self, address: str) -> None:
-        """Stop redialling every endpoint of ``address``."""
-        for key in sorted(self._targets):
-            t = self._targets[key]
-            if t.address == address:
-                if t.task is not None:
-                    t.task.cancel()
-                del self._targets[key]
-
-    def _jittered(self, delay_s: float) -> float:
-        return delay_s * (0.5 + self._rng.random())
-
-    async def _wait_change(self, address: str, timeout_s: float) -> None:
-        """Sleep until the link to ``address`` changes (or ``timeout_s``)."""
-        event = self._changed.setdefault(address, asyncio.Event())
-        # asyncio.timeout, not wait_for: wait_for (3.11) can swallow a
-        # cancellation that races with the event being set.
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout_s):
-                await event.wait()
-
-    def _wake(self, address: str) -> None:
-        event = self._changed.pop(address, None)
-        if event is not None:
-            event.set()
-
-    async def _dialler(self, target: _Target) -> None:
-        delay = self._reconnect_min_s
-        while not self._closing:
-            addr = target.address
-            if addr is not None and (addr in self.links or addr in self._handovers):
-                link = self.links.get(addr)
-                await self._wait_change(addr, self._reconnect_max_s)
-                if link is not None and self.links.get(addr) is not link:  # it ended
-                    lived_s = time.monotonic() - link.opened_mono
-                    if lived_s < 2 * self._reconnect_max_s:  # flapping: back off
-                        await asyncio.sleep(self._jittered(delay))
-                        delay = min(delay * 2, self._reconnect_max_s)
-                    else:
-                        delay = self._reconnect_min_s
-                continue
-            target.attempts += 1
-            self.counters["dials"] += 1
-            try:
-                async with asyncio.timeout(self._dial_timeout_s + 1.0):
-                    channel = await connect(
-                        target.host,
-                        target.port,
-                        self.identity,
-                        expect_address=target.address,
-                        authorize=self._authorize,
-                        timeout_s=self._dial_timeout_s,
-                        counters=self.transport_counters,
-                        options=self._options,
-                    )
-            except ChannelSuperseded:
-                # The peer accepted us and retired the channel at once: it holds
-                # a better one to us, which reaches us as our link shortly.
-                self.counters["dial_superseded"] += 1
-                if addr is not None and addr not in self.links:
-                    await self._wait_change(addr, self._handover_s)
-                continue
-            except (OSError, TimeoutError, HivemeshError) as exc:
-                code = getattr(exc, "code", "dial_error")
-                self.counters[f"dial_failed_{code}"] += 1
-                target.last_error = f"{type(exc).__name__}: {exc}"
-                await asyncio.sleep(self._jittered(delay))
-                delay = min(delay * 2, self._reconnect_max_s)
-                continue
-            target.last_error = None
-            peer = channel.peer_address
-            if target.address is None:
-                target.address = peer
-            if peer == self.address:
-                channel.close()
-                self.forget(peer)
-                return
-            self._adopt(channel, dialer=self.address, endpoint=(target.host, target.port))
-            if peer not in self.links and peer not in self._handovers:
-                # closed at once (refused after the handshake): not a busy loop
-                await asyncio.sleep(self._jittered(delay))
-                delay = min(delay * 2, self._reconnect_max_s)
 
     async def _accepted(self, channel: Any) -> None:
         self._adopt(channel, dialer=channel.peer_address, endpoint=None)
@@ -647,18 +539,6 @@ class ConnectionManager:
                 "frames_dropped": st.frames_dropped,
             }
         return out
-
-    def dial_targets(self) -> list[dict[str, Any]]:
-        """Endpoints we keep dialling, with the last error."""
-        return [
-            {
-                "endpoint": f"{t.host}:{t.port}",
-                "address": t.address,
-                "attempts": t.attempts,
-                "last_error": t.last_error,
-            }
-            for _, t in sorted(self._targets.items())
-        ]
 
 
 def _bound_port(server: Any, requested: int) -> int:

@@ -73,9 +73,7 @@ re-derives every hash chain and checks every signature at rehydration.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
-import secrets
 import sqlite3
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -86,6 +84,15 @@ from hivemesh.core.store import StoredHead
 from hivemesh.errors import InvalidArgument, StoreCorrupt, StoreError
 from hivemesh.stores import checkpoint
 from hivemesh.stores.checkpoint import Checkpointer
+from hivemesh.stores.sqlite_file import (
+    APPLICATION_ID,
+    MAGIC,
+    SCHEMA_VERSION,
+    blob_digest,
+    create_file,
+    guard,
+    open_file,
+)
 
 __all__ = [
     "APPLICATION_ID",
@@ -98,20 +105,11 @@ __all__ = [
     "SQLiteStore",
 ]
 
-#: SQLite header ``application_id`` of a hivemesh store ("HMST").
-APPLICATION_ID = 0x484D5354
-#: Value of the ``magic`` row in the ``meta`` table.
-MAGIC = "hivemesh-store"
-#: Schema version written by this module; older readers refuse newer files.
-SCHEMA_VERSION = 1
-
 Durability = Literal["process", "power"]
 
 #: ``author -> (last_seq, last_hash, number of stored signatures)``.
 FeedSummary = dict[bytes, tuple[int, bytes, int]]
 
-#: ``journal_size_limit``: the WAL file is trimmed to this after a restart.
-_WAL_SIZE_LIMIT = 16 * 1024 * 1024
 #: A write-behind group is committed once it holds this many appends ...
 GROUP_MAX_APPENDS = 512
 #: ... or this many event bytes.
@@ -121,41 +119,7 @@ GROUP_MAX_BYTES = 4 * 1024 * 1024
 #: the events, sigs and feeds b-trees).
 _COMMIT_OVERHEAD = 3 * 4096
 
-_SQLITE_CORRUPT = 11
-_SQLITE_NOTADB = 26
 _SCAN_ROWS = 4096
-
-_SCHEMA = (
-    "CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID",
-    "CREATE TABLE events (author BLOB NOT NULL, seq INTEGER NOT NULL, raw BLOB NOT NULL,"
-    " PRIMARY KEY (author, seq)) WITHOUT ROWID",
-    "CREATE TABLE sigs (author BLOB NOT NULL, seq INTEGER NOT NULL, sig BLOB NOT NULL,"
-    " PRIMARY KEY (author, seq)) WITHOUT ROWID",
-    "CREATE TABLE feeds (author BLOB PRIMARY KEY, last_seq INTEGER NOT NULL,"
-    " last_hash BLOB NOT NULL, n_sigs INTEGER NOT NULL) WITHOUT ROWID",
-    "CREATE TABLE blobs (digest BLOB PRIMARY KEY, data BLOB NOT NULL) WITHOUT ROWID",
-)
-
-
-def blob_digest(data: bytes) -> bytes:
-    """The content address of blob bytes: ``blake2b-256``."""
-    return hashlib.blake2b(data, digest_size=32).digest()
-
-
-def _is_corruption(exc: sqlite3.Error) -> bool:
-    code = getattr(exc, "sqlite_errorcode", None)
-    if isinstance(code, int) and code & 0xFF in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
-        return True
-    msg = str(exc).lower()
-    return "malformed" in msg or "not a database" in msg or "corrupt" in msg
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class SQLiteStore:
@@ -186,113 +150,19 @@ class SQLiteStore:
         self._pending_feeds: dict[bytes, tuple[int, bytes, int]] = {}
         self._head_cache: dict[bytes, tuple[int, bytes, int]] = {}
         if not self.path.exists():
-            self._create()
+            create_file(self.path)
         elif self.path.stat().st_size == 0:
             raise StoreCorrupt(f"{self.path}: store file is empty (torn or truncated)")
-        self._db = self._open()
+        self._db = open_file(self.path, durability)
 
     # -- opening ----------------------------------------------------------------
 
     def _corrupt(self, what: str) -> StoreCorrupt:
         return StoreCorrupt(f"{self.path}: {what}")
 
-    @contextlib.contextmanager
-    def _guard(self, doing: str) -> Iterator[None]:
+    def _guard(self, doing: str) -> contextlib.AbstractContextManager[None]:
         """Turn sqlite3 exceptions into the hivemesh error tree."""
-        try:
-            yield
-        except sqlite3.Error as exc:
-            if _is_corruption(exc):
-                raise self._corrupt(f"store is corrupt while {doing}: {exc}") from exc
-            raise StoreError(f"{self.path}: SQLite failed while {doing}: {exc}") from exc
-
-    def _create(self) -> None:
-        for suffix in ("-wal", "-shm"):
-            side = Path(f"{self.path}{suffix}")
-            if side.exists():
-                raise self._corrupt(
-                    f"no store file but {side.name} exists (database deleted or torn); "
-                    "refusing to create a new store over it"
-                )
-        tmp = self.path.with_name(f".{self.path.name}.init-{os.getpid()}-{secrets.token_hex(4)}")
-        try:
-            self._build(tmp)
-            fd = os.open(tmp, os.O_RDWR)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            with contextlib.suppress(FileExistsError):
-                os.link(tmp, self.path)  # never clobbers a store created meanwhile
-            _fsync_dir(self.path.parent)
-        except OSError as exc:
-            raise StoreError(f"{self.path}: cannot create the store: {exc}") from exc
-        finally:
-            for ext in ("", "-journal", "-wal", "-shm"):
-                with contextlib.suppress(OSError):
-                    os.unlink(f"{tmp}{ext}")
-
-    def _build(self, tmp: Path) -> None:
-        """Write an empty, initialised store at ``tmp``."""
-        with self._guard("creating the store"):
-            db = sqlite3.connect(tmp, isolation_level=None)
-            try:
-                db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-                db.execute("BEGIN")
-                for stmt in _SCHEMA:
-                    db.execute(stmt)
-                db.executemany(
-                    "INSERT INTO meta (key, value) VALUES (?, ?)",
-                    [("magic", MAGIC), ("schema_version", SCHEMA_VERSION)],
-                )
-                db.execute("COMMIT")
-                db.execute("PRAGMA journal_mode = WAL")
-            finally:
-                db.close()
-
-    def _open(self) -> sqlite3.Connection:
-        with self._guard("opening the store"):
-            db = sqlite3.connect(self.path, isolation_level=None)
-            try:
-                self._check_identity(db)
-                mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-                if str(mode).lower() != "wal":
-                    raise StoreError(f"{self.path}: cannot enable WAL mode (got {mode!r})")
-                sync = "FULL" if self.durability == "power" else "NORMAL"
-                db.execute(f"PRAGMA synchronous = {sync}")
-                db.execute("PRAGMA cell_size_check = ON")
-                db.execute("PRAGMA trusted_schema = OFF")
-                db.execute("PRAGMA wal_autocheckpoint = 0")  # see Checkpointer
-                db.execute(f"PRAGMA journal_size_limit = {_WAL_SIZE_LIMIT}")
-            except BaseException:
-                db.close()
-                raise
-        return db
-
-    def _check_identity(self, db: sqlite3.Connection) -> None:
-        app_id = db.execute("PRAGMA application_id").fetchone()[0]
-        if app_id != APPLICATION_ID:
-            raise self._corrupt(
-                f"not a hivemesh store (SQLite application_id {app_id:#x}, "
-                f"want {APPLICATION_ID:#x})"
-            )
-        try:
-            rows = dict(db.execute("SELECT key, value FROM meta").fetchall())
-        except sqlite3.OperationalError as exc:
-            if _is_corruption(exc):
-                raise
-            raise self._corrupt(f"not a hivemesh store (no meta table: {exc})") from exc
-        if rows.get("magic") != MAGIC:
-            raise self._corrupt(f"not a hivemesh store (magic {rows.get('magic')!r})")
-        version = rows.get("schema_version")
-        if type(version) is not int:
-            raise self._corrupt(f"schema version is {version!r}")
-        if version > SCHEMA_VERSION:
-            raise StoreError(
-                f"{self.path}: store schema v{version} is newer than this hivemesh "
-                f"(supports v{SCHEMA_VERSION}); upgrade hivemesh"
-            )
+        return guard(self.path, doing)
 
     @property
     def db(self) -> sqlite3.Connection:
