@@ -543,6 +543,7 @@ class ConnectionManager:
 
     def _notify(self, address: str, up: bool) -> None:
         """Report a link change through the notifier task (in order)."""
+        self.counters["peer_up_reports" if up else "peer_down_reports"] += 1
         self._events.append((address, up))
         self._events_ready.set()
         if self._notifier is None or self._notifier.done():
