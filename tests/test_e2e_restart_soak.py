@@ -10,6 +10,9 @@ simultaneous dials of :mod:`hivemesh.runtime.connections`. After every cycle, wi
 * every pair holds *one* channel, the same at both ends (equal channel ids,
   i.e. handshake hashes, and complementary directions),
 * that channel is usable: a direct ping succeeds in both directions,
+* no flaps: a restarted node never reported a live peer down (the old
+  simultaneous-dial race did exactly that, right after boot), and a survivor
+  reported each victim down exactly once;
 * no node's connection manager gave up on a handover or crashed a reader.
 
 Bounded: 5 cycles; each heal must happen within 10 s (it takes well under a
@@ -78,6 +81,11 @@ def _wait_meshed(swarm: LocalSwarm, what: str) -> None:
         raise AssertionError(f"{what}: {_mesh_problems(swarm)}") from None
 
 
+def _down_reports(swarm: LocalSwarm, label: str) -> int:
+    counters = swarm.status(label)["counters"]
+    return int(counters.get("peer_down_reports", 0))
+
+
 def _ping_all(swarm: LocalSwarm) -> None:
     for a in LABELS:
         for b in LABELS:
@@ -98,11 +106,19 @@ def test_kill_9_and_restart_cycles_leave_every_pair_with_one_usable_channel(
     _ping_all(swarm)
     for cycle in range(CYCLES):
         victims = rng.sample(LABELS, rng.choice([1, 2]))
+        before = {label: _down_reports(swarm, label) for label in LABELS}
         for label in victims:
             swarm.kill(label)  # SIGKILL: the peers see EOF, nothing else
         swarm.restart_many(victims)  # booting together: they dial each other too
-        _wait_meshed(swarm, f"cycle {cycle} ({'+'.join(victims)}) meshes again")
+        what = f"cycle {cycle} ({'+'.join(victims)})"
+        _wait_meshed(swarm, f"{what} meshes again")
         _ping_all(swarm)
+        for label in LABELS:
+            downs = _down_reports(swarm, label)
+            if label in victims:  # a fresh process: it never lost a link
+                assert downs == 0, f"{what}: restarted {label} reported {downs} peers down"
+            else:
+                assert downs - before[label] == len(victims), f"{what}: {label} flapped"
     for label in LABELS:
         counters = swarm.status(label)["counters"]
         assert counters.get("handover_expired", 0) == 0, (label, counters)

@@ -6,9 +6,11 @@ The manager keeps at most one :class:`~hivemesh.transports` secure channel per
 peer address (its *link*) and hands every received frame to
 ``on_frame(peer, frame)``, or, when an ``on_frames`` callback is given, every
 batch of frames read at once to ``on_frames(peer, frames)`` (the daemon then
-flushes once per batch). ``on_peer(peer, up)`` reports links coming and going;
-it runs in one notifier task, in order, never inside :meth:`send` or a
-handshake, so a callback may itself send or flush.
+flushes once per batch). ``on_peer(peer, up)`` reports links coming and going,
+one call at a time and in order: inline in the dialler, acceptor or reader
+that saw the change, or from a small task when the change was seen inside
+:meth:`send` (the daemon sends while holding its flush lock, and ``on_peer``
+flushes), so a callback may itself send or flush.
 
 * **Dialling.** :meth:`ConnectionManager.want` registers an endpoint to keep a
   channel to: a known ``(address, host, port)`` or a bootstrap ``host:port``
@@ -195,7 +197,7 @@ class ConnectionManager(Dialling):
         self._handovers: dict[str, _Handover] = {}
         self._changed: dict[str, asyncio.Event] = {}  # diallers waiting for a link change
         self._events: deque[tuple[str, bool]] = deque()  # on_peer calls, in order
-        self._events_ready = asyncio.Event()
+        self._notify_lock = asyncio.Lock()
         self._notifier: asyncio.Task[None] | None = None
         self._server: Any = None
         self._closing = False
@@ -253,6 +255,7 @@ class ConnectionManager(Dialling):
 
     async def _accepted(self, channel: Any) -> None:
         self._adopt(channel, dialer=channel.peer_address, endpoint=None)
+        await self._deliver()
 
     # -- channels ------------------------------------------------------------
 
@@ -378,6 +381,7 @@ class ConnectionManager(Dialling):
             self.counters["reader_crashed"] += 1
         self._retired.discard(link)
         await self._drop(link, reason="closed")
+        await self._deliver()
 
     async def _drop(
         self,
@@ -434,14 +438,20 @@ class ConnectionManager(Dialling):
             self._notify(address, False)
 
     def _notify(self, address: str, up: bool) -> None:
-        """Report a link change through the notifier task (in order)."""
+        """Queue an ``on_peer`` report; a task delivers it unless a caller that
+        may wait (a dialler, the acceptor, a reader) does so first, inline."""
+        self.counters["peer_up_reports" if up else "peer_down_reports"] += 1
         self._events.append((address, up))
-        self._events_ready.set()
         if self._notifier is None or self._notifier.done():
-            self._notifier = asyncio.get_running_loop().create_task(self._notify_loop())
+            self._notifier = asyncio.get_running_loop().create_task(self._deliver())
 
-    async def _notify_loop(self) -> None:
-        while True:
+    async def _deliver(self) -> None:
+        """Run queued ``on_peer`` reports, one at a time, in order.
+
+        Never called from :meth:`send` (the daemon sends while holding its
+        flush lock, and ``on_peer`` flushes): there the task delivers.
+        """
+        async with self._notify_lock:
             while self._events:
                 peer, up = self._events.popleft()
                 try:
@@ -449,8 +459,6 @@ class ConnectionManager(Dialling):
                 except Exception:  # a bug in the callback must not stop later reports
                     log.exception("on_peer(%s, %s) failed", short(peer), up)
                     self.counters["on_peer_crashed"] += 1
-            self._events_ready.clear()
-            await self._events_ready.wait()
 
     def drop_if_silent(self, address: str, quiet_s: float) -> bool:
         """Drop the link to ``address`` if nothing arrived on it for ``quiet_s``.

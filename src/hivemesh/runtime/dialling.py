@@ -61,6 +61,9 @@ class Dialling:
     def _adopt(self, channel: Any, *, dialer: str, endpoint: tuple[str, int] | None) -> None:
         raise NotImplementedError  # pragma: no cover - the manager's
 
+    async def _deliver(self) -> None:
+        raise NotImplementedError  # pragma: no cover - the manager's
+
     def want(self, host: str, port: int, address: str | None = None) -> None:
         """Keep a channel to ``host:port`` (to ``address`` if known)."""
         if address == self.address or self._closing:
@@ -153,6 +156,7 @@ class Dialling:
                 self.forget(peer)
                 return
             self._adopt(channel, dialer=self.address, endpoint=(target.host, target.port))
+            await self._deliver()
             if peer not in self.links and peer not in self._handovers:
                 # closed at once (refused after the handshake): not a busy loop
                 await asyncio.sleep(self._jittered(delay))
