@@ -43,6 +43,10 @@ class SimOptions:
     max_sim_ms: float = 120_000.0
     thrifty: bool = False  # proposers ask a majority first (Proposer(fanout=majority))
     fast: bool = False  # Proposer(fast_acquire=True): accept without prepare when known
+    token_reserve: int = 0  # Voter(token_reserve=...): durable token bound written ahead
+    # a broken runtime, for mutation tests: a crash loses the voter's last durable
+    # write although its reply was sent (acknowledged before it was on disk)
+    lose_last_write: bool = False
 
 
 @dataclass
@@ -100,9 +104,14 @@ def run_sim(seed: int | str, opts: SimOptions = SimOptions()) -> SimResult:
         return _Clock(r.uniform(0, opts.max_offset_ms), r.uniform(-1, 1) * opts.max_rate_skew)
 
     voter_ids = [f"v{i}" for i in range(opts.voters)]
-    voters: dict[str, Voter | None] = {v: Voter(v) for v in voter_ids}
+    voters: dict[str, Voter | None] = {
+        v: Voter(v, token_reserve=opts.token_reserve) for v in voter_ids
+    }
     vclocks = {v: clock() for v in voter_ids}
-    snapshots: dict[str, dict[str, Any]] = {}
+    # Each voter's disk, written as the runtime does: whenever durable() changes,
+    # before the reply is sent. A restart reads it back.
+    disk: dict[str, dict[str, Any]] = {v: voter.snapshot() for v, voter in voters.items() if voter}
+    previous_disk = dict(disk)
     resources = [f"res{i}" for i in range(opts.resources)]
     clients: dict[str, _Client] = {}
     for i in range(opts.clients):
@@ -141,7 +150,11 @@ def run_sim(seed: int | str, opts: SimOptions = SimOptions()) -> SimResult:
             voter = voters[v]
             if voter is None:
                 return  # crashed
+            resource = msg[2] if len(msg) > 2 and isinstance(msg[2], str) else ""
+            before = voter.durable(resource)
             reply = voter.receive(msg, vclocks[v].local(now))
+            if voter.durable(resource) != before:
+                previous_disk[v], disk[v] = disk[v], voter.snapshot()
             send(lambda: to_client(c, v, reply))
 
         send(deliver)
@@ -223,12 +236,18 @@ def run_sim(seed: int | str, opts: SimOptions = SimOptions()) -> SimResult:
         v = r.choice(voter_ids)
         voter = voters[v]
         if voter is not None:
-            snapshots[v] = voter.snapshot()
+            state = previous_disk[v] if opts.lose_last_write else disk[v]
             voters[v] = None
             res.crashes += 1
 
             def restart() -> None:
-                voters[v] = Voter(v, state=snapshots[v], now_ms=vclocks[v].local(now))
+                voters[v] = Voter(
+                    v,
+                    state=state,
+                    now_ms=vclocks[v].local(now),
+                    token_reserve=opts.token_reserve,
+                )
+                disk[v] = previous_disk[v] = state
 
             at(now + r.uniform(*opts.restart_after_ms), restart)
         at(now + r.expovariate(opts.voter_crash_per_s) * 1000, crash)

@@ -215,3 +215,48 @@ def test_forged_sender_is_refused_without_relaying() -> None:
     net.nodes[1].receive(x, encode_frame(FrameType.DIRECT, "1-1", z, y, "hi", 0), 0)
     assert net.nodes[1].counters["forged_sender"] == 1
     assert net.d(1).inbox() == []
+
+
+def test_a_relay_cannot_forge_a_sender() -> None:
+    """A relayed message must carry the claimed sender's signature."""
+    net = Net(12, 3)
+    net.link(0, 1)
+    net.link(1, 2)
+    x, relay, z = (n.address for n in net.nodes)
+    # the relay (node 1) claims node 0 sent something to node 2: unsigned ...
+    net.nodes[2].receive(relay, encode_frame(FrameType.DIRECT, "1-1", x, z, "pay me", 1), 0)
+    # ... or signed by the relay itself
+    forged = net.nodes[1].identity.sign(b"hivemesh/direct/v1")
+    frame = encode_frame(FrameType.DIRECT, "1-2", x, z, "pay me", 1, forged)
+    net.nodes[2].receive(relay, frame, 0)
+    assert net.nodes[2].counters["forged_sender"] == 2
+    assert net.d(2).inbox() == []
+
+
+def test_a_relay_cannot_alter_a_signed_message() -> None:
+    net = Net(13, 3)
+    net.link(0, 1)
+    net.link(1, 2)
+    a, c = net.d(0), net.d(2)
+    a.send(c.address, "original", 0)
+    frames = net.nodes[0].outbox()
+    assert len(frames) == 1 and frames[0][0] == net.nodes[1].address
+    tampered = frames[0][1].replace(b"original", b"tampered")
+    net.nodes[1].receive(net.nodes[0].address, tampered, 0)
+    for _dst, frame in net.nodes[1].outbox():
+        net.nodes[2].receive(net.nodes[1].address, frame, 1)
+    assert net.nodes[2].counters["forged_sender"] == 1
+    assert c.inbox() == []
+
+
+def test_a_relay_cannot_fake_an_acknowledgement() -> None:
+    net = Net(14, 3)
+    net.link(0, 1)
+    net.link(1, 2)
+    a, c = net.d(0), net.d(2)
+    msg_id = a.send(c.address, "hello", 0)
+    net.nodes[0].outbox()  # the relay swallows the message ...
+    fake = encode_frame(FrameType.DIRECT_ACK, msg_id, a.address, c.address, 0)
+    net.nodes[0].receive(net.nodes[1].address, fake, 1)  # ... and acks it itself
+    assert net.nodes[0].counters["forged_sender"] == 1
+    assert a.results() == [] and a.pending() == 1

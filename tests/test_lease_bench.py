@@ -17,18 +17,22 @@ def test_bench_lease_json_reports_every_backend_beside_its_baseline() -> None:
         [sys.executable, "-m", "hivemesh", "bench", "lease", "--json", "--rounds", "30"],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=240,
         env=env,
         check=True,
     )
     d = json.loads(out.stdout)
     names = {m["name"] for m in d["metrics"]}
+    mesh = "mesh via control socket (5 node procs, data on disk"
     assert {
         "redis acquire+release p50",
         "nats acquire+release p50",
         "quorum(5 procs) acquire+release p50",
-        "quorum over the mesh (5 node procs, data on disk, fdatasync) acquire+release p50",
+        f"{mesh}) acquire+release p50",
+        f"{mesh}, fresh resource per round) acquire+release p50",
+        "mesh via Node API (in-process node + 4 node procs, data on disk) acquire+release p50",
     } <= names, d
     for m in d["metrics"]:
         assert m["ours"] > 0 and m["baseline"] > 0 and m["ratio"] is not None
-    assert d["details"]["redis rounds"] == d["details"]["quorum rounds"] == 30
+    assert d["details"]["redis rounds"] == d["details"]["quorum(5 procs) rounds"] == 30
+    assert "cpu ms/pair" in " ".join(d["details"])  # CPU time beside the latencies

@@ -122,3 +122,39 @@ async def _force_release(url: str, token: int) -> None:
         await c.release(Lease("job-1", "a", token, 60_000, time.monotonic() + 60))
     finally:
         await c.aclose()
+
+
+def test_redis_scripts_are_loaded_again_after_a_script_flush(tmp_path: Path) -> None:
+    """The backend runs its scripts by SHA (EVALSHA); a server that forgot them
+    (new, restarted, SCRIPT FLUSH) answers NOSCRIPT, which means the script did
+    not run: the backend loads it and runs it once."""
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server not installed")
+    import redis.asyncio as aioredis
+
+    port = free_port()
+    proc = redis_server(port, tmp_path)
+
+    async def main() -> None:
+        url = f"redis://127.0.0.1:{port}/0"
+        admin = aioredis.Redis.from_url(url)
+        c = LeaseClient(open_backend(url), "a", call_timeout_s=2.0)
+        try:
+            lease = await c.try_acquire("r", 60_000)
+            await admin.script_flush()
+            await c.release(lease)  # NOSCRIPT -> SCRIPT LOAD -> EVALSHA
+            await admin.script_flush()
+            again = await c.try_acquire("r", 60_000)
+            assert again.fencing_token == lease.fencing_token + 1
+            info = await admin.info("commandstats")
+            assert info["cmdstat_script|load"]["calls"] >= 2
+        finally:
+            await c.aclose()
+            await admin.aclose()
+
+    try:
+        wait_port(port)
+        asyncio.run(main())
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)

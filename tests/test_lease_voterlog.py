@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import struct
+import subprocess
+import sys
 import zlib
 from pathlib import Path
 
 import pytest
 
 from hivemesh.core import codec
-from hivemesh.core.lease_quorum import Voter
+from hivemesh.core.lease_voter import Voter
 from hivemesh.errors import StoreCorrupt
 from hivemesh.runtime.voterlog import VoterLog
 
@@ -66,3 +70,47 @@ def test_a_well_formed_record_with_bad_content_is_a_typed_error(tmp_path: Path) 
     (tmp_path / "v.log").write_bytes(rec + bytes(64))
     with pytest.raises(StoreCorrupt):
         VoterLog(tmp_path / "v.log").open()
+
+
+def test_group_commit_writes_then_one_sync_and_compaction_syncs_too(tmp_path: Path) -> None:
+    log = VoterLog(tmp_path / "v.log", size=512)
+    log.open()
+    assert not log.pending and log.sync() is False  # nothing to sync: no fdatasync
+    log.write("a", 1, 100)
+    log.write("b", 2, 100)
+    assert log.pending and log.syncs == 0
+    assert log.sync() is True and log.syncs == 1 and not log.pending
+    while log.compactions == 1:  # the open's compaction; fill the log until the next
+        log.write("a", log.max_tokens["a"] + 1, 100)
+    assert not log.pending  # the compacted file was synced with every change in it
+    log.close()
+    state = VoterLog(tmp_path / "v.log").open()
+    assert state is not None and state["max_tokens"]["b"] == 2
+
+
+_CRASH_AFTER_SYNC = """
+import os, sys
+from hivemesh.runtime.voterlog import VoterLog
+log = VoterLog(sys.argv[1])
+log.open()
+log.write("r", 1025, 3000)  # the voter's durable change for an accept of token 1
+log.sync()
+os.kill(os.getpid(), 9)  # killed after the sync, before the reply could leave
+"""
+
+
+def test_a_voter_killed_between_its_sync_and_its_reply_keeps_the_promise(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "v.log"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run(
+        [sys.executable, "-c", _CRASH_AFTER_SYNC, str(path)], env=env, timeout=30, check=False
+    )
+    assert proc.returncode == -signal.SIGKILL
+    state = VoterLog(path).open()
+    assert state == {"max_ttl_ms": 3000, "max_tokens": {"r": 1025}}
+    v = Voter("v", state=state, now_ms=0, token_reserve=1024)
+    assert v.receive(["prep", 1, "r"], 10)[2:4] == [1025, "?"]  # quarantined, bound kept
+    assert v.receive(["acc", 2, "r", 1025, "h", 100, "x"], 3001) == ["acc_r", 2, False]
+    assert v.receive(["acc", 3, "r", 1026, "h", 100, "x"], 3001) == ["acc_r", 3, True]

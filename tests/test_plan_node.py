@@ -79,3 +79,33 @@ def test_three_nodes_plan_to_the_same_tree() -> None:
     assert all(v.final_answer(gid) == "integ: combined 2 results" for v in views)
     assert views[0].snapshot() == views[1].snapshot() == views[2].snapshot()
     assert views[0].stats()["invalid"] == {}
+
+
+_EMBEDDED = """
+import asyncio, sys, tempfile
+import hivemesh
+from hivemesh.runtime.client import Client
+assert "hivemesh.roles.meshops" not in sys.modules
+
+async def main():
+    d = tempfile.mkdtemp()
+    async with hivemesh.Node(d, listen="127.0.0.1:0") as node:
+        loop = asyncio.get_running_loop()
+        client = Client(d, timeout_s=10)
+        goal = await loop.run_in_executor(None, lambda: client.call("plan.goal", title="t"))
+        shown = await loop.run_in_executor(None, lambda: client.call("plan.show"))
+        print(goal["goal"] in shown["goals"])
+
+asyncio.run(main())
+"""
+
+
+def test_an_embedded_node_serves_plan_ops_without_extra_imports() -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-c", _EMBEDDED], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "True"

@@ -78,6 +78,10 @@ class Config:
     suspicion_mult: int = 4
     # [replication]
     sync_interval_ms: int = 1000
+    # batches received from peers are group-committed within this many ms
+    # (0: commit every batch before applying the next; our own appends are
+    # always committed before they are sent or acknowledged)
+    commit_delay_ms: int = 5
     # [trust] "open": any authenticated peer unless revoked;
     #         "invite": only addresses in trust.json
     trust_mode: str = "open"
@@ -147,7 +151,7 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
         "reconnect_max_s",
     ),
     "membership": ("probe_interval_ms", "probe_timeout_ms", "suspicion_mult"),
-    "replication": ("sync_interval_ms",),
+    "replication": ("sync_interval_ms", "commit_delay_ms"),
     "trust": ("trust_mode",),
     "limits": ("send_queue_frames", "slow_peer_timeout_s", "control_timeout_s", "inbox_max"),
     "telemetry": (
@@ -340,6 +344,8 @@ def _validate(cfg: Config) -> None:
     for name in positive:
         if getattr(cfg, name) <= 0:
             raise ConfigError(f"{name} must be > 0")
+    if not 0 <= cfg.commit_delay_ms <= 1000:
+        raise ConfigError("commit_delay_ms must be within 0..1000")
     if cfg.probe_timeout_ms >= cfg.probe_interval_ms:
         raise ConfigError("probe_timeout_ms must be below probe_interval_ms")
     if cfg.metrics_sinks:

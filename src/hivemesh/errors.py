@@ -54,6 +54,7 @@ Every class carries a short stable ``code`` used as the counter name in
     │   ├── PeerIdentityMismatch
     │   ├── UnknownPeer
     │   ├── ConnectionClosed
+    │   │   └── ChannelSuperseded   (connection manager: a duplicate channel lost the tie-break)
     │   ├── DeadlineExceeded
     │   ├── PeerUnreachable
     │   ├── WouldBlock
@@ -91,6 +92,7 @@ __all__ = [
     "BenchWorkerFailed",
     "BlobMismatch",
     "BrokenChain",
+    "ChannelSuperseded",
     "ConfigError",
     "ConnectionClosed",
     "CoordinationError",
@@ -522,3 +524,16 @@ class BenchWorkerFailed(LocalProtocolError):
     """A benchmark worker process died, refused a request or answered garbage."""
 
     code = "bench_worker_failed"
+
+
+# -- connection manager (simultaneous dials) ------------------------------------
+
+
+class ChannelSuperseded(ConnectionClosed):
+    """A duplicate channel to a peer lost the tie-break and was retired.
+
+    Sent as the CLOSE code of the losing channel, so the peer knows the
+    other channel carries on (it waits for it instead of reporting us down).
+    """
+
+    code = "channel_superseded"

@@ -20,12 +20,11 @@ import argparse
 import json
 import resource
 import sys
-import time
 from typing import Any
 
 import multiaddr  # type: ignore[import-not-found,import-untyped,unused-ignore]
 import trio  # type: ignore[import-not-found,import-untyped,unused-ignore]
-from _fanout_wire import Receipts, body, decode, encode, paced_due  # type: ignore[import-not-found,import-untyped,unused-ignore]
+from _fanout_wire import Receipts, body, burst, decode, encode, paced  # type: ignore[import-not-found,import-untyped,unused-ignore]
 from libp2p import new_host  # type: ignore[import-not-found,import-untyped,unused-ignore]
 from libp2p.crypto.ed25519 import create_new_key_pair  # type: ignore[import-not-found,import-untyped,unused-ignore]
 from libp2p.peer.peerinfo import info_from_p2p_addr  # type: ignore[import-not-found,import-untyped,unused-ignore]
@@ -71,34 +70,17 @@ async def _main(args: argparse.Namespace) -> None:
             except ValueError:
                 receipts.malformed += 1
 
+    async def send(phase: str, first: int, stop: int, t: int) -> None:
+        for j in range(first, stop):
+            await pubsub.publish(TOPIC, encode(body(me, phase, j, t)))
+
     async def publish(req: dict[str, Any]) -> dict[str, Any]:
-        n, batch, phase = int(req["n"]), int(req["batch"]), str(req["phase"])
-        t0 = time.time_ns()
-        i = 0
-        while i < n:
-            k = min(batch, n - i)
-            t = time.time_ns()
-            for j in range(i, i + k):
-                await pubsub.publish(TOPIC, encode(body(me, phase, j, t)))
-            await trio.sleep(0)
-            i += k
-        return {"sent": n, "t0_ns": t0, "t1_ns": time.time_ns()}
+        out: dict[str, Any] = await burst(req, send, trio.sleep)
+        return out
 
     async def pace(req: dict[str, Any]) -> dict[str, Any]:
-        rate, total, phase = float(req["rate"]), int(req["n"]), str(req["phase"])
-        start = trio.current_time()
-        t0 = time.time_ns()
-        i = 0
-        while i < total:
-            due = paced_due(trio.current_time() - start, rate, total)
-            if due <= i:
-                await trio.sleep(max(0.0, start + i / rate - trio.current_time()))
-                continue
-            t = time.time_ns()
-            for j in range(i, due):
-                await pubsub.publish(TOPIC, encode(body(me, phase, j, t)))
-            i = due
-        return {"sent": total, "t0_ns": t0, "t1_ns": time.time_ns()}
+        out: dict[str, Any] = await paced(req, send, trio.sleep, trio.current_time)
+        return out
 
     async def connect(req: dict[str, Any]) -> dict[str, Any]:
         for a in req["addrs"]:

@@ -21,7 +21,15 @@ from typing import Any
 import nats
 from nats.aio.msg import Msg
 
-from hivemesh.bench._fanout_wire import Receipts, body, decode, encode, paced_due, serve_stdio
+from hivemesh.bench._fanout_wire import (
+    Receipts,
+    body,
+    burst,
+    decode,
+    encode,
+    paced,
+    serve_stdio,
+)
 
 SUBJECT = "hivemesh.bench.fanout"
 
@@ -59,37 +67,21 @@ async def _main(args: argparse.Namespace) -> None:
     async def status(req: dict[str, Any]) -> dict[str, Any]:
         return {"connected": nc.is_connected}
 
+    async def send(phase: str, first: int, stop: int, t: int) -> None:
+        for j in range(first, stop):
+            await nc.publish(SUBJECT, encode(body(me, phase, j, t)))
+
+    async def paced_send(phase: str, first: int, stop: int, t: int) -> None:
+        await send(phase, first, stop, t)
+        await nc.flush(timeout=5)  # hand it to the server now, as hivemesh's flush does
+
     async def publish(req: dict[str, Any]) -> dict[str, Any]:
-        n, batch, phase = int(req["n"]), int(req["batch"]), str(req["phase"])
-        t0 = time.time_ns()
-        i = 0
-        while i < n:
-            k = min(batch, n - i)
-            t = time.time_ns()
-            for j in range(i, i + k):
-                await nc.publish(SUBJECT, encode(body(me, phase, j, t)))
-            await asyncio.sleep(0)
-            i += k
+        out = await burst(req, send, asyncio.sleep)
         await nc.flush(timeout=30)
-        return {"sent": n, "t0_ns": t0, "t1_ns": time.time_ns()}
+        return {**out, "t1_ns": time.time_ns()}
 
     async def pace(req: dict[str, Any]) -> dict[str, Any]:
-        rate, total, phase = float(req["rate"]), int(req["n"]), str(req["phase"])
-        loop = asyncio.get_running_loop()
-        start = loop.time()
-        t0 = time.time_ns()
-        i = 0
-        while i < total:
-            due = paced_due(loop.time() - start, rate, total)
-            if due <= i:
-                await asyncio.sleep(max(0.0, start + i / rate - loop.time()))
-                continue
-            t = time.time_ns()
-            for j in range(i, due):
-                await nc.publish(SUBJECT, encode(body(me, phase, j, t)))
-            await nc.flush(timeout=5)  # hand it to the server now, as hivemesh's flush does
-            i = due
-        return {"sent": total, "t0_ns": t0, "t1_ns": time.time_ns()}
+        return await paced(req, paced_send, asyncio.sleep, asyncio.get_running_loop().time)
 
     async def report(req: dict[str, Any]) -> dict[str, Any]:
         return {

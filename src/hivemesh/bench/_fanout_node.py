@@ -30,7 +30,7 @@ import resource
 import time
 from typing import Any
 
-from hivemesh.bench._fanout_wire import Receipts, body, paced_due, serve_stdio
+from hivemesh.bench._fanout_wire import Receipts, body, burst, paced, serve_stdio
 from hivemesh.core.event import Event
 from hivemesh.node import Node
 from hivemesh.runtime.daemon import now_ms
@@ -80,37 +80,16 @@ async def _main(args: argparse.Namespace) -> None:
         async def status(req: dict[str, Any]) -> dict[str, Any]:
             return {"peers": len(daemon.node.peers), "links": len(daemon.conns.links)}
 
+        async def send(phase: str, first: int, stop: int, t: int) -> None:
+            items = [(KIND, body(me, phase, j, t)) for j in range(first, stop)]
+            daemon.node.append_many(items, now_ms())  # one signed append
+            await daemon.flush()  # into the peers' channels now
+
         async def publish(req: dict[str, Any]) -> dict[str, Any]:
-            n, batch, phase = int(req["n"]), int(req["batch"]), str(req["phase"])
-            t0 = time.time_ns()
-            i = 0
-            while i < n:
-                k = min(batch, n - i)
-                t = time.time_ns()
-                items = [(KIND, body(me, phase, j, t)) for j in range(i, i + k)]
-                daemon.node.append_many(items, now_ms())
-                await daemon.flush()
-                await asyncio.sleep(0)  # let the channel writers run between batches
-                i += k
-            return {"sent": n, "t0_ns": t0, "t1_ns": time.time_ns()}
+            return await burst(req, send, asyncio.sleep)
 
         async def pace(req: dict[str, Any]) -> dict[str, Any]:
-            rate, total, phase = float(req["rate"]), int(req["n"]), str(req["phase"])
-            loop = asyncio.get_running_loop()
-            start = loop.time()
-            t0 = time.time_ns()
-            i = 0
-            while i < total:
-                due = paced_due(loop.time() - start, rate, total)
-                if due <= i:
-                    await asyncio.sleep(max(0.0, start + i / rate - loop.time()))
-                    continue
-                t = time.time_ns()
-                items = [(KIND, body(me, phase, j, t)) for j in range(i, due)]
-                daemon.node.append_many(items, now_ms())
-                await daemon.flush()
-                i = due
-            return {"sent": total, "t0_ns": t0, "t1_ns": time.time_ns()}
+            return await paced(req, send, asyncio.sleep, asyncio.get_running_loop().time)
 
         async def report(req: dict[str, Any]) -> dict[str, Any]:
             st = daemon.status()

@@ -26,12 +26,19 @@ __all__ = [
     "PAD",
     "Handler",
     "Receipts",
+    "Send",
     "body",
+    "burst",
     "decode",
     "encode",
+    "paced",
     "paced_due",
     "serve_stdio",
 ]
+
+#: ``send(phase, first, stop, t_ns)``: publish messages ``first..stop-1`` of
+#: ``phase``, all stamped ``t_ns`` (one append, or one publish each).
+Send = Callable[[str, int, int, int], Awaitable[None]]
 
 #: An asyncio worker's handler for one op: request dict in, reply fields out.
 Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -61,6 +68,44 @@ def decode(data: bytes) -> Any:
 def paced_due(elapsed_s: float, rate: float, total: int) -> int:
     """How many of ``total`` messages are due ``elapsed_s`` into a ``rate``/s run."""
     return min(total, int(elapsed_s * rate) + 1)
+
+
+async def burst(
+    req: dict[str, Any], send: Send, sleep: Callable[[float], Awaitable[None]]
+) -> dict[str, Any]:
+    """The ``publish`` op: ``req["n"]`` messages as fast as possible, in
+    batches of ``req["batch"]``, yielding (``sleep(0)``) between batches."""
+    n, batch, phase = int(req["n"]), int(req["batch"]), str(req["phase"])
+    t0 = time.time_ns()
+    i = 0
+    while i < n:
+        k = min(batch, n - i)
+        await send(phase, i, i + k, time.time_ns())
+        await sleep(0)
+        i += k
+    return {"sent": n, "t0_ns": t0, "t1_ns": time.time_ns()}
+
+
+async def paced(
+    req: dict[str, Any],
+    send: Send,
+    sleep: Callable[[float], Awaitable[None]],
+    clock: Callable[[], float],
+) -> dict[str, Any]:
+    """The ``pace`` op: ``req["n"]`` messages at ``req["rate"]``/s; each due
+    tick sends what is due (normally one message) stamped with the send time."""
+    rate, total, phase = float(req["rate"]), int(req["n"]), str(req["phase"])
+    start = clock()
+    t0 = time.time_ns()
+    i = 0
+    while i < total:
+        due = paced_due(clock() - start, rate, total)
+        if due <= i:
+            await sleep(max(0.0, start + i / rate - clock()))
+            continue
+        await send(phase, i, due, time.time_ns())
+        i = due
+    return {"sent": total, "t0_ns": t0, "t1_ns": time.time_ns()}
 
 
 @dataclass

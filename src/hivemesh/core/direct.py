@@ -25,11 +25,17 @@ peer chosen from ``relays(destination)`` (by default every peer; the runtime
 passes "peers that membership reports up"), a different one on each
 retransmission, with a hop budget of ``max_hops`` (1: one relay). A relay
 forwards to the destination if it is its peer and drops it otherwise
-(counted ``unroutable``); the ack returns the same way. A relay is a member
-this node trusts: the sender address of a relayed message is taken on the
-relay's word (a message received *directly* must name its transport peer as
-sender, else :class:`~hivemesh.errors.ForgedSender`). End-to-end signatures
-are left for later.
+(counted ``unroutable``); the ack returns the same way.
+
+**Who sent it.** A message received *directly* must name its transport
+peer as sender (the channel is bound to the peer's key), else
+:class:`~hivemesh.errors.ForgedSender`. A relay is not taken at its word: a
+message routed through one carries the sender's Ed25519 signature over
+``(msg_id, sender, destination, data)``, and its ack the destination's
+signature over ``(msg_id, sender, destination)``; a relayed message or ack
+without a valid signature is refused (``ForgedSender``, counted), so a
+relay can drop or delay traffic but neither forge a message nor fake its
+acknowledgement. Direct hops need no signature and carry none.
 
 **Receiving.** A message for us is deduplicated by ``(sender, msg_id)`` (a
 bounded memory, entries kept ``dedup_ttl_ms``); a duplicate is acked again
@@ -38,9 +44,10 @@ a bounded inbox. A full inbox is backpressure, not loss: the message is
 neither stored nor acked (counted ``inbox_full``), so the sender retries
 until the application drains the inbox or the deadline passes.
 
-Wire frames: ``DIRECT`` (20) ``msg_id, sender, destination, data, hops``;
-``DIRECT_ACK`` (21) ``msg_id, sender, destination, hops`` (``sender`` is the
-original sender the ack travels back to).
+Wire frames: ``DIRECT`` (20) ``msg_id, sender, destination, data, hops[, sig]``;
+``DIRECT_ACK`` (21) ``msg_id, sender, destination, hops[, sig]`` (``sender``
+is the original sender the ack travels back to; ``sig`` is present on relayed
+routes).
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ from typing import TYPE_CHECKING, Any
 
 from hivemesh.core.codec import pack
 from hivemesh.core.frames import FrameType, encode_frame
+from hivemesh.core.identity import public_key_of, verify
 from hivemesh.core.pex import check_address
 from hivemesh.errors import DecodeError, ForgedSender, FrameTooLarge, InvalidArgument, QueueFull
 
@@ -69,6 +77,20 @@ __all__ = [
 ]
 
 _MAX_ID_CHARS = 64
+_MSG_DOMAIN = b"hivemesh/direct/v1"
+_ACK_DOMAIN = b"hivemesh/direct-ack/v1"
+
+
+def _msg_digest(msg_id: str, sender: str, dest: str, data: Any) -> bytes:
+    return _MSG_DOMAIN + pack([msg_id, sender, dest, data])
+
+
+def _ack_digest(msg_id: str, sender: str, dest: str) -> bytes:
+    return _ACK_DOMAIN + pack([msg_id, sender, dest])
+
+
+def _signed_by(address: str, sig: Any, message: bytes) -> bool:
+    return type(sig) is bytes and verify(public_key_of(address), sig, message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +162,7 @@ class _Pending:
     salt: int
     attempts: int = 0
     routed: bool = False
+    sig: bytes | None = None  # made on the first relayed attempt
 
 
 class Direct:
@@ -219,10 +242,15 @@ class Direct:
             self.counters["no_route"] += 1
             return
         p.routed = True
-        hops = 0 if hop == p.to else self.config.max_hops
-        self.node.send(
-            hop, encode_frame(FrameType.DIRECT, p.msg_id, self.address, p.to, p.data, hops)
-        )
+        if hop == p.to:
+            frame = encode_frame(FrameType.DIRECT, p.msg_id, self.address, p.to, p.data, 0)
+        else:
+            if p.sig is None:
+                p.sig = self.node.identity.sign(_msg_digest(p.msg_id, self.address, p.to, p.data))
+            frame = encode_frame(
+                FrameType.DIRECT, p.msg_id, self.address, p.to, p.data, self.config.max_hops, p.sig
+            )
+        self.node.send(hop, frame)
 
     def _route(self, to: str, turn: int) -> str | None:
         peers = self.node.peers
@@ -249,9 +277,10 @@ class Direct:
         return [self._inbox.popleft() for _ in range(n)]
 
     def _on_direct(self, peer: str, fields: list[Any], now_ms: int) -> None:
-        if len(fields) != 5:
-            raise DecodeError("DIRECT takes msg_id, sender, destination, data, hops")
-        msg_id, sender, dest, data, hops = fields
+        if len(fields) not in (5, 6):
+            raise DecodeError("DIRECT takes msg_id, sender, destination, data, hops[, sig]")
+        msg_id, sender, dest, data, hops = fields[:5]
+        sig = fields[5] if len(fields) == 6 else None
         self._check_id(msg_id)
         check_address(sender, "DIRECT sender")
         check_address(dest, "DIRECT destination")
@@ -260,17 +289,18 @@ class Direct:
         if len(pack(data)) > self.config.max_data_bytes:
             raise FrameTooLarge("DIRECT data over the size limit")
         if dest != self.address:
-            self._relay(
-                peer,
-                dest,
-                hops,
-                encode_frame(FrameType.DIRECT, msg_id, sender, dest, data, hops - 1),
-            )
+            tail = () if sig is None else (sig,)
+            frame = encode_frame(FrameType.DIRECT, msg_id, sender, dest, data, hops - 1, *tail)
+            self._relay(peer, dest, hops, frame)
             return
         relayed_by: str | None = None
         if sender != peer:
             if self.config.max_hops < 1:
                 raise ForgedSender(f"direct message from {peer[:12]} claims sender {sender[:12]}")
+            if not _signed_by(sender, sig, _msg_digest(msg_id, sender, dest, data)):
+                raise ForgedSender(
+                    f"message relayed by {peer[:12]} lacks a valid signature of {sender[:12]}"
+                )
             relayed_by = peer
         key = (sender, msg_id)
         if key in self._seen:
@@ -282,28 +312,36 @@ class Direct:
             self._remember(key, now_ms)
             self._inbox.append(InboxMessage(sender, msg_id, data, now_ms, relayed_by))
             self.counters["delivered"] += 1
-        hops_back = 0 if relayed_by is None else self.config.max_hops
-        self.node.send(
-            peer, encode_frame(FrameType.DIRECT_ACK, msg_id, sender, self.address, hops_back)
-        )
+        if relayed_by is None:
+            ack = encode_frame(FrameType.DIRECT_ACK, msg_id, sender, self.address, 0)
+        else:
+            ack_sig = self.node.identity.sign(_ack_digest(msg_id, sender, self.address))
+            ack = encode_frame(
+                FrameType.DIRECT_ACK, msg_id, sender, self.address, self.config.max_hops, ack_sig
+            )
+        self.node.send(peer, ack)
 
     def _on_ack(self, peer: str, fields: list[Any], now_ms: int) -> None:
-        if len(fields) != 4:
-            raise DecodeError("DIRECT_ACK takes msg_id, sender, destination, hops")
-        msg_id, sender, dest, hops = fields
+        if len(fields) not in (4, 5):
+            raise DecodeError("DIRECT_ACK takes msg_id, sender, destination, hops[, sig]")
+        msg_id, sender, dest, hops = fields[:4]
+        sig = fields[4] if len(fields) == 5 else None
         self._check_id(msg_id)
         check_address(sender, "DIRECT_ACK sender")
         check_address(dest, "DIRECT_ACK destination")
         if type(hops) is not int or not 0 <= hops <= 4:
             raise DecodeError("DIRECT_ACK hops must be 0..4")
         if sender != self.address:
-            frame = encode_frame(FrameType.DIRECT_ACK, msg_id, sender, dest, hops - 1)
+            tail = () if sig is None else (sig,)
+            frame = encode_frame(FrameType.DIRECT_ACK, msg_id, sender, dest, hops - 1, *tail)
             self._relay(peer, sender, hops, frame)
             return
         p = self._pending.get(msg_id)
         if p is None or p.to != dest:
             self.counters["stale_ack"] += 1
             return
+        if peer != dest and not _signed_by(dest, sig, _ack_digest(msg_id, sender, dest)):
+            raise ForgedSender(f"ack relayed by {peer[:12]} lacks a valid signature of {dest[:12]}")
         del self._pending[msg_id]
         self._results.append(DirectAcked(msg_id, p.to, p.attempts, now_ms))
         self.counters["acked"] += 1

@@ -195,7 +195,7 @@ class Journal:
         events = verify_batch(author, raws, sig, head, last=last)
         for validator in self._validators:
             validator.validate_batch(events)
-        self._commit(author, events, sig)
+        self._commit(author, events, sig, durable=False)  # the author holds it too
         return events
 
     def _check_replay(self, author: bytes, last: Event, sig: bytes) -> None:
@@ -210,8 +210,10 @@ class Journal:
         """Persist and apply our own freshly sealed events (already trusted)."""
         self._commit(events[0].author, events, sig)
 
-    def _commit(self, author: bytes, events: Sequence[Event], sig: bytes) -> None:
-        self.store.append(author, events, sig)
+    def _commit(
+        self, author: bytes, events: Sequence[Event], sig: bytes, *, durable: bool = True
+    ) -> None:
+        self.store.append(author, events, sig, durable=durable)
         last = events[-1]
         self.heads[author] = Head(last.seq, last.id)
         self._signed.setdefault(author, []).append(last.seq)

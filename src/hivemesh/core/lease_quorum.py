@@ -11,7 +11,16 @@ on a majority ``M = N // 2 + 1``:
     1. *prepare*: ask every voter for ``max_token`` and whether it sees an
        unexpired lease. As soon as ``M`` voters report "free", pick
        ``token = max(max_token of every reply) + 1``; if more than ``N - M``
-       report "held", fail (no voter was changed).
+       report "held", fail (no voter was changed). A voter that is down can
+       leave the answers split: a lease granted by a bare majority whose
+       holder's own voter then crashed (``kill -9`` of the holder's node) is
+       "held" at ``M - 1`` live voters and "free" at the rest, and neither
+       rule fires until the TTL runs out. So, in addition: once every voter
+       has been asked and one more retransmission interval passed, a prepare
+       that ``M`` voters answered, at least one of them "held", fails
+       (busy) instead of waiting for the silent voters until the deadline.
+       Failing a prepare is always safe (nothing was written); it answers
+       "held" for a lease that is held.
     2. *accept*: send ``(token, holder, ttl_ms)``. A voter accepts only if its
        slot is free or expired *on its own clock* and ``token > max_token``;
        it then stores ``expiry = now + ttl_ms``. ``M`` acks grant the lease.
@@ -43,23 +52,9 @@ release that some voters applied);
 ``unknown`` when the deadline passes first (a lossy network, a partition,
 crashed voters).
 
-Durability: voter state must survive restarts (``snapshot()`` /
-``Voter(state=...)``). Expiry times do not survive a restart (clocks
-restart), so a restored voter reports every resource as held, and accepts
-nothing, for ``quarantine_ms`` (the longest TTL it ever granted).
-
-A voter's slot, as a table (``live`` = holder set and ``now <= expiry``)::
-
-    request             slot state                         -> new state / reply
-    prep                any                                -> unchanged / max, holder, left, token
-    acc(t, h, ttl)      (t, h) already live                -> unchanged / yes (duplicate)
-    acc(t, h, ttl)      not live and t > max_token         -> (t, h, now+ttl), max=t / yes
-    acc(t, h, ttl)      otherwise                          -> unchanged / no
-    ren(t, h, ttl)      (t, h) live                        -> expiry=max(expiry, now+ttl) / yes
-    ren(t, h, ttl)      otherwise                          -> unchanged / no
-    rel(t, h) req [a]   (t, h) live [from attempt a], or released by (h, req) -> free / yes
-    rel(t, h) rid       otherwise                          -> unchanged / no
-    any write           quarantined (restored < max TTL ago) -> unchanged / no
+The voter's side -- its slot table, what it keeps on disk and the *token
+reserve* that spares most acquires a disk sync -- is
+:mod:`hivemesh.core.lease_voter`; :class:`Voter` is re-exported here.
 
 Shape (aioquic-style): ``Voter.receive(msg, now_ms) -> reply``;
 ``Proposer.start(op, now_ms) -> rid``, ``Proposer.receive(voter, msg,
@@ -72,8 +67,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
+from hivemesh.core.lease_voter import ACCEPT, PREPARE, RELEASE, RENEW, Voter
+from hivemesh.core.lease_voter import REPLY as _REPLY
+from hivemesh.core.lease_voter import check_int as _int
+from hivemesh.core.lease_voter import check_str as _str
 from hivemesh.errors import BackendUnavailable, DecodeError, InvalidArgument
 
 __all__ = [
@@ -87,168 +86,6 @@ __all__ = [
 ]
 
 Status = Literal["ok", "fail", "unknown"]
-
-# Message kinds (first element of every message).
-PREPARE, ACCEPT, RENEW, RELEASE = "prep", "acc", "ren", "rel"
-_REPLY = {PREPARE: "prep_r", ACCEPT: "acc_r", RENEW: "ren_r", RELEASE: "rel_r"}
-_MAX_INT = 2**63 - 1
-
-
-def _int(x: object, lo: int = 0, hi: int = _MAX_INT) -> int:
-    if isinstance(x, bool) or not isinstance(x, int) or not lo <= x <= hi:
-        raise DecodeError(f"expected an int in [{lo}, {hi}], got {x!r}")
-    return x
-
-
-def _str(x: object, max_len: int = 256) -> str:
-    if not isinstance(x, str) or len(x) > max_len:
-        raise DecodeError(f"expected a str of at most {max_len} chars, got {x!r:.80}")
-    return x
-
-
-# -- voter ----------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class _Slot:
-    max_token: int = 0
-    token: int = 0
-    holder: str = ""
-    expiry_ms: int = 0
-    attempt: str = ""  # the acquire attempt that installed (token, holder)
-    # (token, holder, request id) of the last applied release: its retransmits still
-    # get "yes" after the slot moved on, so a release that worked is reported as such
-    released_by: tuple[int, str, str] = (0, "", "")
-
-    def live(self, now_ms: int) -> bool:
-        return bool(self.holder) and now_ms <= self.expiry_ms
-
-
-class Voter:
-    """One voter's lease table. Feed it requests; it returns the reply to send back."""
-
-    def __init__(
-        self,
-        voter_id: str,
-        *,
-        state: dict[str, Any] | None = None,
-        now_ms: int = 0,
-    ) -> None:
-        self.voter_id = voter_id
-        self._slots: dict[str, _Slot] = {}
-        self._max_ttl_ms = 0
-        self._quarantine_until_ms = -1
-        #: counts of handled requests and refusals, by name
-        self.counters: dict[str, int] = {}
-        if state is not None:
-            self._restore(state, now_ms)
-
-    def _count(self, name: str) -> None:
-        self.counters[name] = self.counters.get(name, 0) + 1
-
-    def _restore(self, state: dict[str, Any], now_ms: int) -> None:
-        try:
-            self._max_ttl_ms = _int(state["max_ttl_ms"])
-            for resource, max_token in sorted(state["max_tokens"].items()):
-                self._slots[_str(resource)] = _Slot(max_token=_int(max_token))
-        except (KeyError, AttributeError, TypeError) as e:
-            raise InvalidArgument(f"bad voter state: {e!r}") from e
-        except DecodeError as e:
-            raise InvalidArgument(f"bad voter state: {e}") from e
-        # Leases granted before the restart are invisible now: refuse for their TTL.
-        self._quarantine_until_ms = now_ms + self._max_ttl_ms
-
-    def snapshot(self) -> dict[str, Any]:
-        """Durable state to persist after every accepted write (msgpack-able)."""
-        return {
-            "max_ttl_ms": self._max_ttl_ms,
-            "max_tokens": {r: s.max_token for r, s in sorted(self._slots.items())},
-        }
-
-    def durable(self, resource: str) -> tuple[int, int]:
-        """``(max_token of resource, longest TTL granted)``: what must be on disk.
-
-        Compare before and after :meth:`receive` to know whether a write
-        changed durable state (persist it before sending the reply).
-        """
-        slot = self._slots.get(resource)
-        return (0 if slot is None else slot.max_token), self._max_ttl_ms
-
-    def receive(self, msg: Sequence[object], now_ms: int) -> list[object]:
-        """Handle one request; return the reply. Raises DecodeError on garbage."""
-        if not isinstance(msg, list | tuple) or len(msg) < 3:
-            raise DecodeError("lease request must be a list [kind, rid, resource, ...]")
-        kind, rid, resource = msg[0], _int(msg[1]), _str(msg[2])
-        slot = self._slots.get(resource)
-        if slot is None:
-            slot = _Slot()
-        quarantined = now_ms < self._quarantine_until_ms
-        if kind == PREPARE:
-            self._count("prepare")
-            if quarantined:
-                return [
-                    _REPLY[PREPARE],
-                    rid,
-                    slot.max_token,
-                    "?",
-                    self._quarantine_until_ms - now_ms,
-                    0,
-                ]
-            if slot.live(now_ms):
-                return [
-                    _REPLY[PREPARE],
-                    rid,
-                    slot.max_token,
-                    slot.holder,
-                    slot.expiry_ms - now_ms,
-                    slot.token,
-                ]
-            return [_REPLY[PREPARE], rid, slot.max_token, "", 0, 0]
-        if kind not in (ACCEPT, RENEW, RELEASE):
-            raise DecodeError(f"unknown lease request kind {kind!r:.40}")
-        token, holder = (
-            _int(msg[3] if len(msg) > 3 else None, 1),
-            _str(msg[4] if len(msg) > 4 else None),
-        )
-        if kind == RELEASE:
-            req = _str(msg[5] if len(msg) > 5 else "")
-            attempt = _str(msg[6] if len(msg) > 6 else "")  # set: an abort of that attempt only
-            mine = (
-                holder != ""
-                and (slot.token, slot.holder) == (token, holder)
-                and slot.live(now_ms)
-                and attempt in ("", slot.attempt)
-            )
-            ok = mine or (req != "" and (token, holder, req) == slot.released_by)
-            if mine:
-                slot.holder, slot.expiry_ms, slot.released_by = "", 0, (token, holder, req)
-                self._slots[resource] = slot
-            self._count("release_ok" if ok else "release_refused")
-            return [_REPLY[RELEASE], rid, ok]
-        ttl_ms = _int(msg[5] if len(msg) > 5 else None, 1, 2**40)
-        if quarantined:
-            self._count("quarantined")
-            return [_REPLY[str(kind)], rid, False]
-        if kind == ACCEPT:
-            attempt = _str(msg[6] if len(msg) > 6 else "")
-            if (slot.token, slot.holder, slot.attempt) == (token, holder, attempt) and holder:
-                ok = True  # duplicate of an accept already applied: idempotent, no extension
-            else:
-                ok = token > slot.max_token and not slot.live(now_ms) and holder != ""
-                if ok:
-                    slot.max_token = slot.token = token
-                    slot.holder, slot.expiry_ms = holder, now_ms + ttl_ms
-                    slot.attempt = attempt
-                    self._slots[resource] = slot
-                    self._max_ttl_ms = max(self._max_ttl_ms, ttl_ms)
-            self._count("accept_ok" if ok else "accept_refused")
-            return [_REPLY[ACCEPT], rid, ok]
-        ok = slot.live(now_ms) and slot.token == token and slot.holder == holder
-        if ok:
-            slot.expiry_ms = max(slot.expiry_ms, now_ms + ttl_ms)
-            self._max_ttl_ms = max(self._max_ttl_ms, ttl_ms)
-        self._count("renew_ok" if ok else "renew_refused")
-        return [_REPLY[RENEW], rid, ok]
 
 
 # -- proposer -------------------------------------------------------------------
@@ -330,6 +167,7 @@ class _Pending:
     attempt: str = ""  # an abort: release only this acquire attempt's grant
     orig: int = 0  # the caller's rid when a fast acquire fell back (rid is new then)
     fast: bool = False  # a fast acquire: accept without prepare, any refusal falls back
+    asked_all_ms: int | None = None  # when every voter had been asked in this phase
 
 
 class Proposer:
@@ -468,6 +306,10 @@ class Proposer:
                 if p.phase == ACCEPT:
                     self._abort(p, now_ms)
             elif now_ms >= p.retransmit_at_ms:
+                if self._held_at_a_majority(p, now_ms):
+                    self._finish(p, "fail", now_ms)
+                    self._count("prepare_held_early")
+                    continue
                 self._send_phase(p, now_ms, only_silent=True)
 
     # -- outputs ----------------------------------------------------------------
@@ -517,7 +359,19 @@ class Proposer:
         for v in targets:
             if not (only_silent and v in p.replies):
                 self._outbox.append((v, list(msg)))
+        if p.asked_all_ms is None and targets is self.voters:
+            p.asked_all_ms = now_ms
         p.retransmit_at_ms = now_ms + self.retransmit_ms
+
+    def _held_at_a_majority(self, p: _Pending, now_ms: int) -> bool:
+        """A prepare answered by a majority, some "held", no free majority,
+        and the silent voters had a full retransmission interval after being
+        asked: stop waiting for them (see module docs)."""
+        if p.phase != PREPARE or not isinstance(p.op, Acquire) or p.asked_all_ms is None:
+            return False
+        if now_ms < p.asked_all_ms + self.retransmit_ms or len(p.replies) < self.majority:
+            return False
+        return any(r.holder != "" for r in p.replies.values())
 
     def _finish(
         self,
@@ -565,6 +419,7 @@ class Proposer:
         self._next_rid += 1
         p.orig = p.orig or p.rid
         p.rid, p.phase, p.fast, p.token, p.replies = rid, PREPARE, False, None, {}
+        p.asked_all_ms = None
         self._pending[rid] = p
         self._alias[p.orig] = rid
         self._send_phase(p, now_ms)
@@ -612,7 +467,7 @@ class Proposer:
                 p.token = max(r.max_token for r in p.replies.values()) + 1
                 self._learn(p.op.resource, p.token - 1)
                 p.phase = ACCEPT
-                p.replies = {}
+                p.replies, p.asked_all_ms = {}, None
                 self._send_phase(p, now_ms)
             return
         yes = sum(1 for r in p.replies.values() if r.ok)

@@ -59,6 +59,11 @@ multiplier 6, retransmit multiplier 4, gossip every 200 ms to 3 nodes,
 push-pull every 30 s). :meth:`MembershipConfig.detection_bound_ms` gives the
 worst-case time for every live member to mark a crashed member down.
 
+**Layout.** The rules that order news by incarnation (the table of what an
+``alive``/``suspect``/``dead``/``left`` update does to a member) live in
+:mod:`hivemesh.core.membership_news`, mixed into :class:`Membership`; this
+module keeps probing, timers and the wire.
+
 **For the runtime.** Drain :meth:`changes` after each input: on ``up`` dial
 the member's endpoints and ``node.add_peer``; on ``down``/``left``
 ``node.remove_peer``, and append a journal event ``member.down`` /
@@ -83,11 +88,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from random import Random
 from typing import TYPE_CHECKING, Any
 
 from hivemesh.core.frames import FrameType, decode_frame, encode_frame
+from hivemesh.core.membership_news import MemberRecord, NewsRules
 from hivemesh.core.pex import (
     UPDATE_OF,
     BroadcastQueue,
@@ -113,18 +119,6 @@ _MAX_SEQ = 2**63 - 1
 
 
 @dataclass(slots=True)
-class _Rec:
-    address: str
-    state: MemberState
-    incarnation: int
-    endpoints: tuple[str, ...]
-    since_ms: int
-    suspect_start_ms: int = 0
-    suspect_deadline_ms: int = 0
-    confirmers: set[str] = field(default_factory=set)
-
-
-@dataclass(slots=True)
 class _Probe:
     seq: int
     target: str
@@ -140,7 +134,7 @@ class _Relay:
     expires_ms: int
 
 
-class Membership:
+class Membership(NewsRules):
     """SWIM membership of one node (see the module docstring).
 
     ``send(address, frame)`` queues a frame for a member (normally
@@ -172,7 +166,7 @@ class Membership:
         self.counters: Counter[str] = Counter()
         self._send = send
         self._admit = admit
-        self._members: dict[str, _Rec] = {}
+        self._members: dict[str, MemberRecord] = {}
         self._changes: list[MemberChange] = []
         self._queue = BroadcastQueue(capacity=self.config.max_members)
         self._seq = 0
@@ -489,123 +483,11 @@ class Membership:
             raise DecodeError(f"{name} takes seq, target, updates")
         return fields[0], check_address(fields[1], f"{name} target"), decode_updates(fields[2])
 
-    # -- merging news ----------------------------------------------------------------
-
-    def _merge(self, updates: list[Update], now_ms: int, *, full_state: bool = False) -> None:
-        for u in updates:
-            if full_state and u.state is UpdateState.DEAD and u.address != self.address:
-                u = Update(UpdateState.SUSPECT, u.address, u.incarnation, u.endpoints, u.origin)
-            self._apply(u, now_ms)
-
-    def _apply(self, u: Update, now_ms: int) -> None:
-        if u.address == self.address:
-            self._about_self(u)
-            return
-        if self._admit is not None and not self._admit(u.address):
-            self.counters["member_not_admitted"] += 1
-            return
-        r = self._members.get(u.address)
-        if r is None:
-            if u.state is UpdateState.ALIVE and self._add(
-                u.address, u.incarnation, u.endpoints, now_ms
-            ):
-                self._broadcast(u)
-            return
-        if u.state is UpdateState.ALIVE:
-            if u.incarnation > r.incarnation:
-                r.incarnation = u.incarnation
-                if u.endpoints:
-                    r.endpoints = u.endpoints
-                self._set_state(r, MemberState.UP, now_ms)
-                self._broadcast(u)
-        elif u.state is UpdateState.SUSPECT:
-            if u.incarnation < r.incarnation:
-                return
-            if u.incarnation == r.incarnation and r.state in (MemberState.DOWN, MemberState.LEFT):
-                return
-            if r.state is MemberState.SUSPECT and u.incarnation == r.incarnation:
-                if u.origin not in r.confirmers:
-                    self._suspect(r, u.incarnation, u.origin, now_ms)
-                    self._broadcast(u)
-                return
-            self._suspect(r, u.incarnation, u.origin, now_ms)
-            self._broadcast(u)
-        elif u.state is UpdateState.DEAD:
-            if u.incarnation < r.incarnation or r.state in (MemberState.DOWN, MemberState.LEFT):
-                return
-            r.incarnation = u.incarnation
-            self._set_state(r, MemberState.DOWN, now_ms)
-            self._broadcast(u)
-        else:  # LEFT
-            if u.incarnation < r.incarnation or r.state is MemberState.LEFT:
-                return
-            r.incarnation = u.incarnation
-            self._set_state(r, MemberState.LEFT, now_ms)
-            self._broadcast(u)
-
-    def _about_self(self, u: Update) -> None:
-        if u.state is UpdateState.ALIVE:
-            stale_life = u.incarnation > self.incarnation
-        elif self._left:
-            return
-        else:
-            stale_life = u.incarnation >= self.incarnation
-        if stale_life:
-            # Someone holds news of us at our incarnation or later: refute.
-            self.incarnation = u.incarnation + 1
-            self._broadcast(self._self_update(UpdateState.ALIVE))
-            self.counters["refuted"] += 1
-        elif u.state is not UpdateState.ALIVE:
-            # Old news of our death still circulates: the sender missed our
-            # refutation, so spread it again (no new incarnation needed).
-            self._broadcast(self._self_update(UpdateState.ALIVE))
-
-    def _suspect(self, r: _Rec, incarnation: int, origin: str, now_ms: int) -> None:
-        if r.state is not MemberState.SUSPECT or incarnation != r.incarnation:
-            r.incarnation = incarnation
-            r.confirmers = set()
-            r.suspect_start_ms = now_ms
-            self._set_state(r, MemberState.SUSPECT, now_ms)
-        r.confirmers.add(origin)
-        n = self._cluster_size()
-        timeout = self.config.suspicion_timeout_ms(n, len(r.confirmers) - 1)
-        r.suspect_deadline_ms = r.suspect_start_ms + timeout
-
     # -- helpers -----------------------------------------------------------------------
-
-    def _add(self, address: str, inc: int, endpoints: tuple[str, ...], now_ms: int) -> bool:
-        if len(self._members) >= self.config.max_members:
-            self.counters["members_full"] += 1
-            return False
-        self._members[address] = _Rec(address, MemberState.UP, inc, endpoints, now_ms)
-        self._changes.append(MemberChange(address, None, MemberState.UP, inc, endpoints, now_ms))
-        return True
-
-    def _set_state(self, r: _Rec, state: MemberState, now_ms: int) -> None:
-        if r.state is state:
-            return
-        prev, r.state, r.since_ms = r.state, state, now_ms
-        if state is not MemberState.SUSPECT:
-            r.confirmers = set()
-        self._changes.append(
-            MemberChange(r.address, prev, state, r.incarnation, r.endpoints, now_ms)
-        )
-
-    def _cluster_size(self) -> int:
-        live = sum(
-            1 for r in self._members.values() if r.state in (MemberState.UP, MemberState.SUSPECT)
-        )
-        return live + 1
 
     def _live(self, *, exclude: str | None, up_only: bool = False) -> list[str]:
         ok = (MemberState.UP,) if up_only else (MemberState.UP, MemberState.SUSPECT)
         return [a for a in sorted(self._members) if a != exclude and self._members[a].state in ok]
-
-    def _self_update(self, state: UpdateState) -> Update:
-        return Update(state, self.address, self.incarnation, self.endpoints, self.address)
-
-    def _broadcast(self, u: Update) -> None:
-        self._queue.push(u)
 
     def _piggyback(self) -> list[Any]:
         limit = retransmit_limit(self.config.retransmit_mult, self._cluster_size())

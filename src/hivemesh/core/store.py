@@ -8,7 +8,11 @@ Contract
 --------
 * :meth:`FeedStore.append` is atomic: a batch of one author's events and the
   signature over its last event are stored together or not at all. When it
-  returns, the batch is durable (an acknowledged append is never lost).
+  returns, the batch is durable (an acknowledged append is never lost) --
+  unless it was made with ``durable=False`` (a batch replicated from a peer,
+  which other replicas still hold): a store may then hold it in a group
+  commit until :meth:`FeedStore.sync` or the next durable append. Reads see
+  it at once either way.
 * Per author, stored events are contiguous from seq 1, and the highest stored
   seq always has a stored signature (heads are only ever advanced to a
   signed seq). Earlier signatures are kept too: they let a replica serve any
@@ -32,9 +36,14 @@ StoredHead = tuple[int, bytes]
 class FeedStore(Protocol):
     """Durable storage for feeds, signatures and blobs."""
 
-    def append(self, author: bytes, events: Sequence[Event], sig: bytes) -> None:
+    def append(
+        self, author: bytes, events: Sequence[Event], sig: bytes, *, durable: bool = True
+    ) -> None:
         """Atomically store contiguous events of ``author`` and the signature
-        over the last one."""
+        over the last one (``durable=False``: may be group-committed later)."""
+
+    def sync(self) -> None:
+        """Make every append so far durable."""
 
     def heads(self) -> dict[bytes, StoredHead]:
         """The last stored ``(seq, hash)`` of every author."""
@@ -71,8 +80,10 @@ class MemoryStore:
         self._sigs: dict[bytes, dict[int, bytes]] = {}
         self._blobs: dict[bytes, bytes] = {}
 
-    def append(self, author: bytes, events: Sequence[Event], sig: bytes) -> None:
-        """See :meth:`FeedStore.append`."""
+    def append(
+        self, author: bytes, events: Sequence[Event], sig: bytes, *, durable: bool = True
+    ) -> None:
+        """See :meth:`FeedStore.append` (always durable: the dicts are the disk)."""
         feed = self._events.get(author, [])
         if not events or events[0].seq != len(feed) + 1:
             raise ValueError("append must continue the stored feed")
@@ -80,6 +91,9 @@ class MemoryStore:
         feed.extend(e.raw for e in events)
         self._hashes[author] = events[-1].id
         self._sigs.setdefault(author, {})[events[-1].seq] = sig
+
+    def sync(self) -> None:
+        """Nothing is ever pending."""
 
     def heads(self) -> dict[bytes, StoredHead]:
         """See :meth:`FeedStore.heads`."""

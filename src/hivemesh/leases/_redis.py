@@ -23,19 +23,29 @@ an asynchronously replicated replica can lose grants (Redlock's known limit).
 Connection errors and timeouts raise BackendUnavailable with an unknown
 outcome; the client library's automatic retries are disabled because a retried
 ``acquire`` could be applied twice.
+
+Cost: one round trip per operation, ``EVALSHA`` of a script loaded once per
+server (``SCRIPT LOAD`` again only after a ``NOSCRIPT`` reply, which means the
+script did not run). Each call's deadline is one ``asyncio.timeout`` around
+the whole command; redis-py's own ``socket_timeout`` is left unset, since it
+would add a second timer per read and, on Python 3.11, a task per send
+(``asyncio.wait_for``). A call cancelled by its deadline mid-command makes
+redis-py close that connection, so no reply is ever read by the wrong call.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from hivemesh.errors import BackendUnavailable, InvalidArgument
 from hivemesh.leases._api import LeaseInfo
@@ -70,6 +80,16 @@ return {v, redis.call('PTTL', KEYS[1])}
 """
 
 
+class _Script:
+    """A Lua script and its SHA1 (what ``EVALSHA`` names it by)."""
+
+    __slots__ = ("sha", "text")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.sha = hashlib.sha1(text.encode()).hexdigest()  # Redis names scripts so
+
+
 class RedisLeaseBackend:
     """Leases in one Redis server. URL: ``redis://host:port/db?prefix=hm:``."""
 
@@ -91,16 +111,17 @@ class RedisLeaseBackend:
             username=parts.username,
             password=parts.password,
             ssl=parts.scheme == "rediss",
-            socket_timeout=5.0,
+            socket_timeout=None,  # every call has the caller's deadline (see module docs)
             socket_connect_timeout=5.0,
             retry=Retry(NoBackoff(), 0),
             decode_responses=False,
             max_connections=64,
         )
-        self._acquire = self._redis.register_script(_ACQUIRE)
-        self._renew = self._redis.register_script(_RENEW)
-        self._release = self._redis.register_script(_RELEASE)
-        self._show = self._redis.register_script(_SHOW)
+        self._exec: Callable[..., Awaitable[Any]] = self._redis.execute_command
+        self._acquire = _Script(_ACQUIRE)
+        self._renew = _Script(_RENEW)
+        self._release = _Script(_RELEASE)
+        self._show = _Script(_SHOW)
 
     @property
     def url(self) -> str:
@@ -111,10 +132,19 @@ class RedisLeaseBackend:
         tag = f"{self._prefix}{{{resource}}}"
         return [f"{tag}:lease", f"{tag}:fence"]
 
-    async def _call(self, what: str, timeout_s: float, coro: Any) -> Any:
+    async def _eval(self, script: _Script, keys: list[str], args: list[Any]) -> Any:
+        try:
+            return await self._exec("EVALSHA", script.sha, len(keys), *keys, *args)
+        except NoScriptError:  # a new or flushed server: the script did not run
+            await self._exec("SCRIPT", "LOAD", script.text)
+            return await self._exec("EVALSHA", script.sha, len(keys), *keys, *args)
+
+    async def _call(
+        self, what: str, timeout_s: float, script: _Script, keys: list[str], args: list[Any]
+    ) -> Any:
         try:
             async with asyncio.timeout(timeout_s):
-                return await coro
+                return await self._eval(script, keys, args)
         except TimeoutError as e:
             raise BackendUnavailable(f"redis {what}: no answer within {timeout_s:.3f}s") from e
         except ResponseError as e:
@@ -127,7 +157,7 @@ class RedisLeaseBackend:
     ) -> int | None:
         """Grant if free: SET NX PX + INCR of the token counter in one script."""
         r = await self._call(
-            "acquire", timeout_s, self._acquire(keys=self._keys(resource), args=[holder, ttl_ms])
+            "acquire", timeout_s, self._acquire, self._keys(resource), [holder, ttl_ms]
         )
         return None if r is None else int(r)
 
@@ -136,22 +166,18 @@ class RedisLeaseBackend:
     ) -> bool:
         """Compare-and-PEXPIRE."""
         keys = self._keys(resource)[:1]
-        r = await self._call(
-            "renew", timeout_s, self._renew(keys=keys, args=[f"{token}:{holder}", ttl_ms])
-        )
+        r = await self._call("renew", timeout_s, self._renew, keys, [f"{token}:{holder}", ttl_ms])
         return bool(r)
 
     async def release(self, resource: str, holder: str, token: int, *, timeout_s: float) -> bool:
         """Compare-and-DEL."""
         keys = self._keys(resource)[:1]
-        r = await self._call(
-            "release", timeout_s, self._release(keys=keys, args=[f"{token}:{holder}"])
-        )
+        r = await self._call("release", timeout_s, self._release, keys, [f"{token}:{holder}"])
         return bool(r)
 
     async def show(self, resource: str, *, timeout_s: float) -> LeaseInfo | None:
         """GET + PTTL in one script."""
-        r = await self._call("show", timeout_s, self._show(keys=self._keys(resource)[:1]))
+        r = await self._call("show", timeout_s, self._show, self._keys(resource)[:1], [])
         if r is None:
             return None
         value, pttl = r

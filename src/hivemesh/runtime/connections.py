@@ -3,22 +3,61 @@
 Theory of operation
 -------------------
 The manager keeps at most one :class:`~hivemesh.transports` secure channel per
-peer address and hands every received frame to ``on_frame(peer, frame)``,
-or, when an ``on_frames`` callback is given, every batch of frames read at
-once to ``on_frames(peer, frames)`` (the daemon then flushes once per batch).
+peer address (its *link*) and hands every received frame to
+``on_frame(peer, frame)``, or, when an ``on_frames`` callback is given, every
+batch of frames read at once to ``on_frames(peer, frames)`` (the daemon then
+flushes once per batch). ``on_peer(peer, up)`` reports links coming and going;
+it runs in one notifier task, in order, never inside :meth:`send` or a
+handshake, so a callback may itself send or flush.
 
 * **Dialling.** :meth:`ConnectionManager.want` registers an endpoint to keep a
   channel to: a known ``(address, host, port)`` or a bootstrap ``host:port``
   whose address is learnt from the handshake. One dialler task per endpoint
-  retries with exponential backoff (``reconnect_min_s`` doubling to
-  ``reconnect_max_s``, jittered) while no channel to that peer is up. Every
-  dial has a deadline (``dial_timeout_s``).
+  dials while no link to that peer is up, and sleeps on an event while one is:
+  a link that ends wakes it at once. Failed dials, and links that end sooner
+  than ``2 * reconnect_max_s`` after they opened, back off exponentially
+  (``reconnect_min_s`` doubling to ``reconnect_max_s``, jittered); a link that
+  lived longer is redialled at once. Every dial has a deadline
+  (``dial_timeout_s``).
 * **Accepting.** Inbound channels are authorised by the same ``authorize``
   callback (revoked or unknown addresses are refused in the handshake).
-* **Simultaneous dials.** When both ends dial each other, each ends up with
-  two channels. Both keep the one dialled by the smaller address and close
-  the other; a channel in the same direction as an existing one replaces it
-  (the peer restarted). The rule is symmetric, so both ends agree.
+* **Simultaneous dials: one tie-break both ends compute alike.** When two
+  peers dial each other at once (typical right after a restart: the restarted
+  node dials everyone it knows while they redial it), each ends up with two
+  channels. Each channel has a rank both ends agree on: first, whether it was
+  dialled by the smaller address of the pair (preferred), then its Noise
+  handshake hash (the same bytes on both ends). Whenever a node holds two
+  open channels to a peer it keeps the smaller rank and *retires* the other.
+  Ranks are a total order, so both ends converge on the smallest channel
+  either has seen; a node only ever retires a channel because a smaller one
+  exists, which the peer holds too or is about to adopt. (libp2p's
+  simultaneous-open extension and the "keep the connection initiated by the
+  smaller id" rule of many P2P stacks make the same choice; the handshake hash
+  also orders two channels dialled in the *same* direction, e.g. to two
+  endpoints of one peer, where "the newest wins" let each end pick a
+  different one.) A link whose channel already ended (EOF seen, reader not
+  yet run) never wins a tie-break: it is replaced at once, and ``on_peer``
+  reports the peer down and up again (it restarted).
+* **Retiring loses nothing silently.** A retired channel is half-closed
+  (:meth:`SecureChannel.retire`): it stops sending, sends
+  CLOSE(``channel_superseded``) and keeps reading until the peer closes too,
+  so frames already in flight on it are still delivered; frames queued on it
+  but never written move to the winning channel (``frames_moved``). The
+  race the old code lost: the peer may receive that CLOSE while the
+  retired channel is still its only link, because its own winning dial has
+  not returned yet (the two channels are separate sockets, read in any
+  order). It then does not report us down: it starts a *handover* of up to
+  ``handover_s`` during which frames for us are held (bounded like a send
+  queue) and the dialler waits; the winner's arrival flushes them into it.
+  If no channel comes, the held frames are counted as ``dropped_on_close``
+  and ``on_peer(peer, False)`` is reported.
+* **Dead channels are noticed promptly.** A channel ends on EOF, a CLOSE or
+  an error; its reader task then drops the link and wakes the dialler. A link
+  whose channel ended is also dropped by the first :meth:`send` to it, even
+  if its reader is still busy delivering an earlier batch. A *half-open*
+  channel (the peer's host vanished without a FIN) never ends by itself;
+  the failure detector calls :meth:`drop_if_silent` when it declares the
+  member down, which drops the link if nothing arrived on it lately.
 * **Send queues and backpressure.** Each channel has a bounded send queue
   (the transport's). :meth:`send` waits when it is full; a peer that does
   not drain within ``slow_peer_timeout_s`` is disconnected and every frame
@@ -40,13 +79,14 @@ import contextlib
 import logging
 import random
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from hivemesh.core.identity import Identity, short
 from hivemesh.errors import (
+    ChannelSuperseded,
     ConfigError,
     DeadlineExceeded,
     HivemeshError,
@@ -55,8 +95,9 @@ from hivemesh.errors import (
     WouldBlock,
 )
 from hivemesh.transports import ChannelOptions, SecureChannel, TransportCounters, connect, serve
+from hivemesh.transports.channel import CLOSE_GRACE_S
 
-__all__ = ["ConnectionManager", "PeerLink"]
+__all__ = ["ConnectionManager", "PeerLink", "channel_rank"]
 
 log = logging.getLogger("hivemesh.runtime.connections")
 
@@ -65,15 +106,27 @@ FramesCallback = Callable[[str, list[bytes]], Awaitable[None]]
 PeerCallback = Callable[[str, bool], Awaitable[None]]
 
 
-@dataclass(slots=True)
+def channel_rank(local: str, peer: str, dialer: str, handshake_hash: bytes) -> tuple[int, bytes]:
+    """The tie-break rank of a channel between ``local`` and ``peer`` (smaller wins).
+
+    Both ends compute the same value for the same channel: the pair's smaller
+    address dialling first, then the Noise handshake hash.
+    """
+    return (0 if dialer == min(local, peer) else 1, bytes(handshake_hash))
+
+
+@dataclass(slots=True, eq=False)
 class PeerLink:
-    """One live channel and its send queue."""
+    """One channel to a peer: the peer's link, or a retired duplicate still draining."""
 
     address: str
     channel: Any
     dialer: str
     endpoint: tuple[str, int] | None
     since_s: float
+    rank: tuple[int, bytes] = (0, b"")
+    opened_mono: float = 0.0
+    last_rx_mono: float = 0.0  # when a frame last arrived on it
     task: asyncio.Task[None] | None = None
     closed: bool = False
 
@@ -86,6 +139,24 @@ class _Target:
     task: asyncio.Task[None] | None = None
     last_error: str | None = None
     attempts: int = 0
+
+
+@dataclass(slots=True)
+class _Handover:
+    """Frames held for a peer whose link was retired by the peer, until the winner comes."""
+
+    timer: asyncio.TimerHandle
+    max_frames: int
+    max_bytes: int
+    frames: deque[bytes] = field(default_factory=deque)
+    nbytes: int = 0
+
+    def hold(self, frame: bytes) -> bool:
+        if len(self.frames) >= self.max_frames or self.nbytes + len(frame) > self.max_bytes:
+            return False
+        self.frames.append(frame)
+        self.nbytes += len(frame)
+        return True
 
 
 class ConnectionManager:
@@ -105,6 +176,8 @@ class ConnectionManager:
         rng: random.Random,
         options: ChannelOptions | None = None,
         on_frames: FramesCallback | None = None,
+        handover_s: float | None = None,
+        linger_s: float = CLOSE_GRACE_S,
     ) -> None:
         self.identity = identity
         self.address = identity.address
@@ -116,15 +189,25 @@ class ConnectionManager:
         self._reconnect_min_s = reconnect_min_s
         self._reconnect_max_s = reconnect_max_s
         self._slow_peer_timeout_s = slow_peer_timeout_s
+        #: how long a peer's retired link waits for the winning channel
+        self._handover_s = dial_timeout_s + 1.0 if handover_s is None else handover_s
+        self._linger_s = linger_s
         self._rng = rng
         self._options = options or ChannelOptions()
+        #: the live link per peer address
         self.links: dict[str, PeerLink] = {}
         self.transport_counters = TransportCounters()
+        self.counters: Counter[str] = Counter()
+        self.listen_port: int | None = None
         self._targets: dict[tuple[str, int], _Target] = {}
+        self._retired: set[PeerLink] = set()  # losers of a tie-break, still draining
+        self._handovers: dict[str, _Handover] = {}
+        self._changed: dict[str, asyncio.Event] = {}  # diallers waiting for a link change
+        self._events: deque[tuple[str, bool]] = deque()  # on_peer calls, in order
+        self._events_ready = asyncio.Event()
+        self._notifier: asyncio.Task[None] | None = None
         self._server: Any = None
         self._closing = False
-        self.listen_port: int | None = None
-        self.counters: Counter[str] = Counter()
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -161,10 +244,19 @@ class ConnectionManager:
         await asyncio.gather(
             *(link.channel.wait_sent(1.0) for link in links), return_exceptions=True
         )
+        for addr in sorted(self._handovers):
+            self._end_handover(addr, notify=False)
+        readers = [link.task for link in (*links, *self._retired) if link.task is not None]
         for link in links:
             await self._drop(link, reason="shutdown", notify=False)
+        for link in list(self._retired):
+            link.channel.close()
+        for task in readers:
+            task.cancel()
+        if self._notifier is not None:
+            self._notifier.cancel()
         tasks = [t.task for t in self._targets.values() if t.task is not None]
-        for task in tasks:
+        for task in [*tasks, *readers, *([self._notifier] if self._notifier else [])]:
             with contextlib.suppress(BaseException):
                 await task
 
@@ -193,18 +285,43 @@ class ConnectionManager:
                     t.task.cancel()
                 del self._targets[key]
 
+    def _jittered(self, delay_s: float) -> float:
+        return delay_s * (0.5 + self._rng.random())
+
+    async def _wait_change(self, address: str, timeout_s: float) -> None:
+        """Sleep until the link to ``address`` changes (or ``timeout_s``)."""
+        event = self._changed.setdefault(address, asyncio.Event())
+        # asyncio.timeout, not wait_for: wait_for (3.11) can swallow a
+        # cancellation that races with the event being set.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await event.wait()
+
+    def _wake(self, address: str) -> None:
+        event = self._changed.pop(address, None)
+        if event is not None:
+            event.set()
+
     async def _dialler(self, target: _Target) -> None:
         delay = self._reconnect_min_s
         while not self._closing:
-            if target.address is not None and target.address in self.links:
-                await asyncio.sleep(delay)  # connected: check again later
-                delay = self._reconnect_min_s
+            addr = target.address
+            if addr is not None and (addr in self.links or addr in self._handovers):
+                link = self.links.get(addr)
+                await self._wait_change(addr, self._reconnect_max_s)
+                if link is not None and self.links.get(addr) is not link:  # it ended
+                    lived_s = time.monotonic() - link.opened_mono
+                    if lived_s < 2 * self._reconnect_max_s:  # flapping: back off
+                        await asyncio.sleep(self._jittered(delay))
+                        delay = min(delay * 2, self._reconnect_max_s)
+                    else:
+                        delay = self._reconnect_min_s
                 continue
             target.attempts += 1
             self.counters["dials"] += 1
             try:
-                channel = await asyncio.wait_for(
-                    connect(
+                async with asyncio.timeout(self._dial_timeout_s + 1.0):
+                    channel = await connect(
                         target.host,
                         target.port,
                         self.identity,
@@ -213,14 +330,19 @@ class ConnectionManager:
                         timeout_s=self._dial_timeout_s,
                         counters=self.transport_counters,
                         options=self._options,
-                    ),
-                    self._dial_timeout_s + 1.0,
-                )
+                    )
+            except ChannelSuperseded:
+                # The peer accepted us and retired the channel at once: it holds
+                # a better one to us, which reaches us as our link shortly.
+                self.counters["dial_superseded"] += 1
+                if addr is not None and addr not in self.links:
+                    await self._wait_change(addr, self._handover_s)
+                continue
             except (OSError, TimeoutError, HivemeshError) as exc:
                 code = getattr(exc, "code", "dial_error")
                 self.counters[f"dial_failed_{code}"] += 1
                 target.last_error = f"{type(exc).__name__}: {exc}"
-                await asyncio.sleep(delay * (0.5 + self._rng.random()))
+                await asyncio.sleep(self._jittered(delay))
                 delay = min(delay * 2, self._reconnect_max_s)
                 continue
             target.last_error = None
@@ -231,47 +353,123 @@ class ConnectionManager:
                 channel.close()
                 self.forget(peer)
                 return
-            await self._adopt(channel, dialer=self.address, endpoint=(target.host, target.port))
-            delay = self._reconnect_min_s
+            self._adopt(channel, dialer=self.address, endpoint=(target.host, target.port))
+            if peer not in self.links and peer not in self._handovers:
+                # closed at once (refused after the handshake): not a busy loop
+                await asyncio.sleep(self._jittered(delay))
+                delay = min(delay * 2, self._reconnect_max_s)
 
     async def _accepted(self, channel: Any) -> None:
-        await self._adopt(channel, dialer=channel.peer_address, endpoint=None)
+        self._adopt(channel, dialer=channel.peer_address, endpoint=None)
 
     # -- channels ------------------------------------------------------------
 
-    async def _adopt(self, channel: Any, *, dialer: str, endpoint: tuple[str, int] | None) -> None:
+    def _adopt(self, channel: Any, *, dialer: str, endpoint: tuple[str, int] | None) -> None:
+        """Take a freshly handshaken channel: it becomes the link or retires (module docs)."""
         peer: str = channel.peer_address
         if self._closing or not self._authorize(peer):
             channel.close()
             return
-        old = self.links.get(peer)
-        if old is not None:
-            keep_dialer = min(self.address, peer)
-            if old.dialer != dialer and old.dialer == keep_dialer:
-                self.counters["duplicate_channel_closed"] += 1
-                channel.close()
-                return
-            self.counters["channel_replaced"] += 1
-            await self._drop(old, reason="replaced", notify=False)
         link = PeerLink(
             address=peer,
             channel=channel,
             dialer=dialer,
             endpoint=endpoint,
             since_s=time.time(),
+            rank=channel_rank(self.address, peer, dialer, channel.handshake_hash),
+            opened_mono=time.monotonic(),
+            last_rx_mono=time.monotonic(),
         )
-        self.links[peer] = link
         link.task = asyncio.get_running_loop().create_task(self._reader(link))
         self.counters["channels_opened"] += 1
+        if not channel.is_sending:  # retired by the peer before we got here
+            self.counters["channel_ended_before_adopt"] += 1
+            link.closed = True
+            self._retired.add(link)  # its reader still delivers what arrived
+            return
+        old = self.links.get(peer)
+        restarted = False
+        report_up = old is None  # a first link (not a replacement)
+        unsent: list[bytes] = []
+        if old is not None and not old.channel.is_sending:
+            # The old channel ended but its reader has not run yet: it cannot
+            # win a tie-break. Retired by the peer for this very channel: a
+            # handover completing at once. Otherwise the peer restarted (or
+            # closed it): report it down and up again.
+            if isinstance(old.channel.close_reason, ChannelSuperseded):
+                unsent = old.channel.take_unsent()
+                old.closed = True
+                self.counters["handover_completed"] += 1
+            else:
+                restarted = True
+                self._discard(old, "ended")
+            old = None
+        if old is not None:
+            if old.rank < link.rank:
+                self.counters["duplicate_channel_closed"] += 1
+                self._retire(link, winner=old)
+                return
+            self.counters["channel_replaced"] += 1
+            self.links[peer] = link
+            self._retire(old, winner=link)
+        else:
+            self.links[peer] = link
+        self._move(unsent, link)
+        handover = self._handovers.pop(peer, None)
+        if handover is not None:
+            handover.timer.cancel()
+            self.counters["handover_completed"] += 1
+            self._move(list(handover.frames), link)
+        self._wake(peer)
         log.info("connected %s (%s)", short(peer), "out" if dialer == self.address else "in")
-        if old is None:
-            await self._on_peer(peer, True)
+        if restarted:
+            self._notify(peer, False)
+        if (report_up or restarted) and handover is None:
+            self._notify(peer, True)
+
+    def _retire(self, loser: PeerLink, *, winner: PeerLink) -> None:
+        """Half-close the losing duplicate; its unsent frames move to the winner."""
+        loser.closed = True
+        self._retired.add(loser)
+        loser.channel.retire(
+            ChannelSuperseded(f"a better channel to {loser.address[:12]} exists"),
+            linger_s=self._linger_s,
+        )
+        self._move(loser.channel.take_unsent(), winner)
+
+    def _move(self, frames: list[bytes], link: PeerLink) -> None:
+        """Queue ``frames`` on ``link`` without waiting; count what did not fit."""
+        if not frames:
+            return
+        moved = 0
+        for frame in frames:
+            try:
+                link.channel.send_nowait(frame)
+                moved += 1
+            except (WouldBlock, TransportError):
+                pass
+        self.counters["frames_moved"] += moved
+        self.counters["dropped_on_close"] += len(frames) - moved
+
+    def _discard(self, link: PeerLink, reason: str, error: HivemeshError | None = None) -> None:
+        """Close and forget a link without reporting it (the caller reports)."""
+        link.closed = True
+        if self.links.get(link.address) is link:
+            del self.links[link.address]
+        ch = link.channel
+        lost = len(ch.take_unsent()) or ch.statistics().send_queue_frames
+        if lost:
+            self.counters["dropped_on_close"] += lost
+        with contextlib.suppress(Exception):
+            ch.close(error)  # the transport counts unsent and unread frames too
+        log.info("disconnected %s: %s", short(link.address), reason)
 
     async def _reader(self, link: PeerLink) -> None:
         try:
             on_frames = self._on_frames
             while True:
                 frames = await link.channel.recv_batch(64)
+                link.last_rx_mono = time.monotonic()
                 if on_frames is not None:
                     await on_frames(link.address, frames)
                     continue
@@ -280,10 +478,13 @@ class ConnectionManager:
         except asyncio.CancelledError:
             raise
         except (TransportError, OSError, EOFError) as exc:
-            self.counters[f"channel_closed_{getattr(exc, 'code', 'os_error')}"] += 1
+            reason = link.channel.close_reason
+            code = reason.code if isinstance(reason, HivemeshError) else None
+            self.counters[f"channel_closed_{code or getattr(exc, 'code', 'os_error')}"] += 1
         except Exception:  # a bug in a handler must not kill the daemon silently
             log.exception("reader for %s failed", short(link.address))
             self.counters["reader_crashed"] += 1
+        self._retired.discard(link)
         await self._drop(link, reason="closed")
 
     async def _drop(
@@ -296,22 +497,91 @@ class ConnectionManager:
     ) -> None:
         if link.closed:
             return
-        link.closed = True
-        if link.task is not None and link.task is not asyncio.current_task():
-            link.task.cancel()
-        lost = link.channel.statistics().send_queue_frames
-        if lost:
-            self.counters["dropped_on_close"] += lost
-        with contextlib.suppress(Exception):
-            link.channel.close(error)
-        if self.links.get(link.address) is link:
+        ch = link.channel
+        if (
+            notify
+            and not self._closing
+            and isinstance(ch.close_reason, ChannelSuperseded)
+            and self.links.get(link.address) is link
+        ):
+            # The peer retired our only link: its winner is on the way (module docs).
+            link.closed = True
             del self.links[link.address]
-            log.info("disconnected %s: %s", short(link.address), reason)
+            self._start_handover(link.address, ch.take_unsent())
+            return
+        was_link = self.links.get(link.address) is link
+        self._discard(link, reason, error)
+        if was_link:
+            self._wake(link.address)
             if notify:
-                await self._on_peer(link.address, False)
+                self._notify(link.address, False)
+
+    def _start_handover(self, address: str, frames: list[bytes]) -> None:
+        loop = asyncio.get_running_loop()
+        timer = loop.call_later(self._handover_s, self._end_handover, address)
+        opts = self._options
+        handover = _Handover(timer, opts.send_queue_frames, opts.send_queue_bytes)
+        self._handovers[address] = handover
+        self.counters["handover_started"] += 1
+        for frame in frames:
+            if not handover.hold(frame):
+                self.counters["dropped_on_close"] += 1
+        log.info("link to %s retired by the peer: waiting for its winner", short(address))
+
+    def _end_handover(self, address: str, notify: bool = True) -> None:
+        """No winning channel came in time: count the held frames, report the peer down."""
+        handover = self._handovers.pop(address, None)
+        if handover is None:
+            return
+        handover.timer.cancel()
+        self.counters["handover_expired"] += 1
+        self.counters["dropped_on_close"] += len(handover.frames)
+        self._wake(address)
+        if notify and address not in self.links:
+            log.info("disconnected %s: no channel after handover", short(address))
+            self._notify(address, False)
+
+    def _notify(self, address: str, up: bool) -> None:
+        """Report a link change through the notifier task (in order)."""
+        self._events.append((address, up))
+        self._events_ready.set()
+        if self._notifier is None or self._notifier.done():
+            self._notifier = asyncio.get_running_loop().create_task(self._notify_loop())
+
+    async def _notify_loop(self) -> None:
+        while True:
+            while self._events:
+                peer, up = self._events.popleft()
+                try:
+                    await self._on_peer(peer, up)
+                except Exception:  # a bug in the callback must not stop later reports
+                    log.exception("on_peer(%s, %s) failed", short(peer), up)
+                    self.counters["on_peer_crashed"] += 1
+            self._events_ready.clear()
+            await self._events_ready.wait()
+
+    def drop_if_silent(self, address: str, quiet_s: float) -> bool:
+        """Drop the link to ``address`` if nothing arrived on it for ``quiet_s``.
+
+        For the failure detector: a member declared down whose channel is
+        still open but silent is half-open (its host vanished without a FIN,
+        or a NAT forgot the mapping). Dropping it lets the dialler redial, and
+        it can no longer win a tie-break against the peer's fresh channel.
+        Returns True if the link was dropped.
+        """
+        link = self.links.get(address)
+        if link is None or time.monotonic() - link.last_rx_mono < quiet_s:
+            return False
+        self.counters["dropped_silent_link"] += 1
+        link.closed = True
+        self._discard(link, "silent (failure detector)")
+        self._wake(address)
+        self._notify(address, False)
+        return True
 
     async def disconnect(self, address: str, reason: str, *, revoked: bool = False) -> None:
         """Close the channel to ``address`` (revoked, slow, shutting down)."""
+        self._end_handover(address, notify=False)
         link = self.links.get(address)
         if link is not None:
             error = UnknownPeer(f"trust in {address[:12]} was revoked") if revoked else None
@@ -323,9 +593,17 @@ class ConnectionManager:
         """Queue ``frame`` for ``peer``, waiting while its queue is full.
 
         Returns False (and counts why) when the frame could not be queued.
+        Never calls ``on_peer`` itself (reports go through the notifier task).
         """
         link = self.links.get(peer)
+        if link is not None and not link.channel.is_sending:
+            await self._drop(link, reason="closed")  # ended; its reader has not run yet
+            link = self.links.get(peer)
         if link is None:
+            handover = self._handovers.get(peer)
+            if handover is not None and handover.hold(frame):
+                self.counters["frames_held_for_handover"] += 1
+                return True
             self.counters["dropped_no_channel"] += 1
             return False
         channel: SecureChannel = link.channel
@@ -359,6 +637,7 @@ class ConnectionManager:
                 "direction": "out" if link.dialer == self.address else "in",
                 "endpoint": f"{link.endpoint[0]}:{link.endpoint[1]}" if link.endpoint else None,
                 "since_s": round(link.since_s, 3),
+                "channel_id": link.channel.handshake_hash[:8].hex(),
                 "frames_in": st.frames_in,
                 "frames_out": st.frames_out,
                 "bytes_in": st.bytes_in,

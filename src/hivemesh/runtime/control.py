@@ -326,7 +326,8 @@ class ControlServer:
         if isinstance(t, (int, float)) and not isinstance(t, bool) and t > 0:
             timeout = float(t) + 1.0
         try:
-            result = await asyncio.wait_for(fn(self.daemon, args), timeout)
+            async with asyncio.timeout(timeout):  # no extra task per request (wait_for's)
+                result = await fn(self.daemon, args)
         except TimeoutError:
             return _error(rid, DeadlineExceeded(f"{op} did not finish in {timeout:.1f}s"))
         except HivemeshError as exc:
@@ -395,4 +396,7 @@ def _error(rid: Any, exc: HivemeshError) -> dict[str, Any]:
 
 async def _write(writer: asyncio.StreamWriter, obj: dict[str, Any]) -> None:
     writer.write(json.dumps(obj, separators=(",", ":")).encode() + b"\n")
-    await asyncio.wait_for(writer.drain(), 10.0)
+    t = writer.transport
+    if t.is_closing() or t.get_write_buffer_size():  # else drain() would return at once
+        async with asyncio.timeout(10.0):
+            await writer.drain()

@@ -50,7 +50,6 @@ import logging
 import os
 import random
 import secrets
-import time
 from collections import Counter
 from collections.abc import Iterable
 from typing import Any
@@ -59,22 +58,22 @@ from hivemesh.config import Config, bootstrap_targets, parse_endpoint
 from hivemesh.core.event import Event
 from hivemesh.core.identity import Identity, address_of, public_key_of, short
 from hivemesh.core.node import Node, NodeConfig
-from hivemesh.core.views.context import Context, ContextView
+from hivemesh.core.views.context import ContextView
 from hivemesh.core.views.names import NamesView
 from hivemesh.errors import (
     ConfigError,
-    InvalidAddress,
-    InvalidArgument,
-    UnknownPeer,
+    StoreError,
 )
 from hivemesh.runtime.blobs import Blobs
+from hivemesh.runtime.clock import now_ms
 from hivemesh.runtime.connections import ConnectionManager
+from hivemesh.runtime.daemon_api import DaemonAPI
 from hivemesh.runtime.endpoints import KIND_HELLO, EndpointsView, hello_body
 from hivemesh.runtime.hostutil import lock_data_dir, primary_ipv4
 from hivemesh.runtime.invites import Invites
 from hivemesh.runtime.members import MemberDriver
-from hivemesh.runtime.messaging import Messaging, ping, request, send_direct
-from hivemesh.runtime.status import Subscription, peers_of, status_of
+from hivemesh.runtime.messaging import Messaging
+from hivemesh.runtime.status import Subscription
 from hivemesh.runtime.trustview import KIND_TRUST_ADD, KIND_TRUST_REVOKE, TrustView
 from hivemesh.transports import ChannelOptions
 from hivemesh.trust import TrustStore
@@ -84,13 +83,9 @@ __all__ = ["Daemon", "Subscription", "now_ms"]
 log = logging.getLogger("hivemesh.runtime")
 
 
-def now_ms() -> int:
-    """Wall-clock milliseconds (the time the core is given)."""
-    return time.time_ns() // 1_000_000
-
-
-class Daemon:
-    """One running node (see module docs)."""
+class Daemon(DaemonAPI):
+    """One running node (see module docs; the client API is in
+    :mod:`hivemesh.runtime.daemon_api`)."""
 
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -104,6 +99,7 @@ class Daemon:
         self._wake = asyncio.Event()
         self._armed_ms = 0
         self._flush_scheduled = False
+        self._commit_timer: asyncio.TimerHandle | None = None  # the group commit's
         self._bg: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()
         self._ready = asyncio.Event()
@@ -125,11 +121,6 @@ class Daemon:
         self._lock_fd: int | None = None
         self._trust_generation = 0
         self.advertised = ""
-
-    @property
-    def address(self) -> str:
-        """This node's address."""
-        return self.identity.address
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -180,7 +171,8 @@ class Daemon:
         self.trust = TrustStore(cfg.data_dir)
         self.trust.min_refresh_s = 1.0  # the timer loop's poll() catches edits
         self._trust_generation = self.trust.generation
-        store = SQLiteStore(cfg.store_path)
+        store = self._store = SQLiteStore(cfg.store_path)
+        store.write_behind = cfg.commit_delay_ms > 0  # see the pump's group commit
         rng = random.Random(secrets.randbits(128))
         self.started_ms = now_ms()
         self.node = Node(
@@ -291,6 +283,8 @@ class Daemon:
             with contextlib.suppress(BaseException):
                 await t
         self.leases.close()
+        if self._commit_timer is not None:
+            self._commit_timer.cancel()
         self.commit_nowait()
         self.members.m.leave(now_ms())
         await self.flush()
@@ -484,8 +478,28 @@ class Daemon:
                     await self.conns.send(peer, frame)
                 for ev in events:
                     self._dispatch(ev)
+            self._group_commit()
         if self._started and self._next_deadline() < self._armed_ms:
             self._wake.set()
+
+    def _group_commit(self) -> None:
+        """Commit batches received from peers at most ``commit_delay_ms``
+        after the first of them was applied (one commit for many frames; our
+        own appends are committed when made, see the store's module docs)."""
+        if self._store.pending and self._commit_timer is None:
+            self._commit_timer = asyncio.get_running_loop().call_later(
+                self.config.commit_delay_ms / 1000, self._commit_group
+            )
+
+    def _commit_group(self) -> None:
+        self._commit_timer = None
+        if not self._started:
+            return  # stop() closes the store, which commits
+        try:
+            self._store.sync()
+        except StoreError:  # disk full, I/O error: retried at the next commit
+            self.counters["group_commit_failed"] += 1
+            log.exception("group commit failed")
 
     def _dispatch(self, ev: Event) -> None:
         if ev.kind in TrustView.kinds and ev.author != self.identity.public:
@@ -543,112 +557,3 @@ class Daemon:
         task = asyncio.get_running_loop().create_task(run())
         self._bg.add(task)
         task.add_done_callback(self._bg.discard)
-
-    # -- API used by the control socket and hivemesh.Node -----------------------
-
-    def add_view(self, view: Any) -> int:
-        """Register an application view (a reducer with ``kinds`` and
-        ``apply(event)``); it first gets every stored event of its kinds
-        (verified replay), then every new one. Returns the replayed count."""
-        kinds = frozenset(view.kinds)
-        n = 0
-        for ev in self._replay(self.node.journal.store):
-            if "*" in kinds or ev.kind in kinds:
-                view.apply(ev)
-                n += 1
-        self.node.add_view(view)
-        return n
-
-    def subscribe(self, kinds: Iterable[str] | None = None) -> Subscription:
-        """A bounded queue receiving new events (of ``kinds``, or all)."""
-        sub = Subscription(frozenset(kinds) if kinds is not None else None)
-        self._subs.append(sub)
-        return sub
-
-    def unsubscribe(self, sub: Subscription) -> None:
-        """Stop feeding ``sub``; its drops are added to the counters."""
-        if sub in self._subs:
-            self._subs.remove(sub)
-            self.counters["subscriber_dropped"] += sub.dropped
-
-    def context(self, name: str = "default") -> Context:
-        """A handle on a shared context; call :meth:`commit` after writing."""
-        return self.context_view.context(name)
-
-    async def commit(self) -> int:
-        """Append pending local context writes to our feed and send them."""
-        n = self.commit_nowait()
-        await self.flush()
-        return n
-
-    def commit_nowait(self) -> int:
-        """Append pending local context writes (sent by the next flush)."""
-        items = []
-        while (upd := self.context_view.pending_update()) is not None:
-            items.append(upd)
-        if items:
-            self.node.append_many(items, now_ms())
-            self._schedule_flush()
-        return len(items)
-
-    async def append(self, kind: str, body: Any) -> Event:
-        """Append one event of our own and send it."""
-        ev = self.node.append(kind, body, now_ms())
-        await self.flush()
-        return ev
-
-    async def claim_name(self, name: str) -> str:
-        """Claim ``name`` for this node; returns the current owner."""
-        kind, body = NamesView.claim(name)
-        await self.append(kind, body)
-        owner = self.names.resolve(name)
-        return owner or self.address
-
-    def resolve(self, target: str) -> str:
-        """An address for ``target`` (an address or a claimed name)."""
-        if target.startswith("hm") and len(target) == 58:
-            try:
-                public_key_of(target)
-                return target
-            except InvalidAddress:
-                pass
-        owner = self.names.resolve(target)
-        if owner is None:
-            raise UnknownPeer(f"no node has claimed the name {target!r}")
-        return owner
-
-    def status(self) -> dict[str, Any]:
-        """Everything ``hivemesh status`` shows (see :mod:`hivemesh.runtime.status`)."""
-        return {**status_of(self), "telemetry": self.telemetry.status()}  # -- telemetry --
-
-    def peers(self) -> list[dict[str, Any]]:
-        """Known members with their channel figures."""
-        return peers_of(self)
-
-    async def send_direct(self, to: str, data: Any, *, timeout_s: float) -> dict[str, Any]:
-        """Send an acknowledged direct message to an address or a name.
-
-        Returns when the receiver acknowledged (it is in its inbox); raises
-        :class:`DeadlineExceeded` if no ack came within ``timeout_s``.
-        """
-        return await send_direct(self, to, data, timeout_s=timeout_s)
-
-    def inbox(self, limit: int = 100, *, remove: bool = False) -> list[dict[str, Any]]:
-        """Direct messages received, oldest first (removed if ``remove``)."""
-        return self.messaging.inbox.list(limit, remove=remove)
-
-    async def request(self, to: str, kind: str, body: Any, *, timeout_s: float) -> Any:
-        """Send a request to a handler of ``kind`` on ``to``; return its reply."""
-        return await request(self, to, kind, body, timeout_s=timeout_s)
-
-    async def ping(self, target: str, *, timeout_s: float) -> dict[str, Any]:
-        """Round-trip time to a connected peer (by address or name)."""
-        return await ping(self, target, timeout_s=timeout_s)
-
-    def check_address(self, address: str) -> str:
-        """Validate an address argument (raises :class:`InvalidArgument`)."""
-        try:
-            public_key_of(address)
-        except InvalidAddress as exc:
-            raise InvalidArgument(str(exc)) from None
-        return address

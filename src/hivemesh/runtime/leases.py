@@ -13,12 +13,27 @@ of UDP):
   arrives on a channel whose peer passed the handshake and ``authorize``; the
   voter checks ``authorize`` again, so a revoked or untrusted node never
   votes or gets a vote. The proposer ignores replies from outside its voter
-  set. The node's own vote is handled in process, without a frame.
-* **Durability.** The voter's state (per-resource highest token, longest TTL)
-  is appended to ``<data_dir>/lease_voter.log`` (:mod:`hivemesh.runtime.voterlog`)
-  and ``fdatasync``ed before the reply to any write that changed it, so
-  fencing tokens survive a ``kill -9``; a restored voter refuses writes for
-  the longest TTL it ever granted (see the core module).
+  set. The node's own vote is handled in process, without a frame, after the
+  frames to the other voters left. Lease frames go straight onto the peer's
+  channel -- onto the socket itself when the channel is idle
+  (``SecureChannel.send_now``) -- not through the core's outbox and the
+  daemon's flush; a full or closing channel falls back to that path.
+* **Durability.** The voter's durable state (per resource a token bound,
+  and the longest TTL) is appended to ``<data_dir>/lease_voter.log``
+  (:mod:`hivemesh.runtime.voterlog`). *Group commit:* every vote of one
+  event-loop turn writes its change, one ``fdatasync`` follows, and only then
+  do the replies leave -- in order, and none before every change made up to
+  it is synced (a reply may depend on earlier state even when it changed
+  nothing itself). A vote that acknowledged something therefore survives a
+  ``kill -9`` or power loss at any point; a restored voter refuses writes
+  for the longest TTL it ever granted. *Token reserve:* the bound written is
+  the token plus :data:`TOKEN_RESERVE`, so a resource's next 1024 grants at
+  this voter sync nothing (:mod:`hivemesh.core.lease_voter` argues why that
+  keeps tokens monotonic; they jump by up to that much after a restart). A
+  release never changes durable state. A failed log write or sync stops the
+  voter for good (``disk_error``; the rest of the quorum carries on): its
+  memory may be ahead of its disk, and a retransmitted request would be
+  acknowledged from memory alone.
 * **Clocks.** Voter expiries and proposer deadlines use the event loop's
   monotonic clock, never wall time; only rates matter (see :mod:`hivemesh.leases._api`).
 * **Voter set.** Every proposer must use the *same* voter set, else two
@@ -48,16 +63,14 @@ of UDP):
   Every operation has the caller's deadline; no majority in time ->
   :class:`~hivemesh.errors.BackendUnavailable` (outcome unknown).
 
-Claims: a :class:`~hivemesh.core.claims.ClaimsView` is registered in the
-daemon; :class:`MeshClaims` appends ``claim.intent`` / ``claim.release`` /
-``claim.done`` events and waits for the view's decision. A ``member.down``
-event (written by SWIM failure detection) releases the dead member's claims.
+Claims (:class:`MeshClaims`, re-exported here) live in :mod:`hivemesh.runtime.claims`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import secrets
 import time
@@ -65,34 +78,43 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hivemesh.core.claims import ClaimsView
 from hivemesh.core.frames import FrameType, encode_frame
-from hivemesh.core.identity import address_of, public_key_of
+from hivemesh.core.identity import public_key_of
 from hivemesh.core.lease_quorum import Acquire, Op, Outcome, Proposer, Release, Renew, Show, Voter
 from hivemesh.core.pex import MemberState
 from hivemesh.errors import (
     BackendUnavailable,
     ConfigError,
-    DeadlineExceeded,
     DecodeError,
+    HivemeshError,
     InvalidAddress,
-    InvalidArgument,
     LeaseContended,
 )
 from hivemesh.leases._api import LeaseInfo
 from hivemesh.leases._client import LeaseClient
+from hivemesh.runtime.claims import MeshClaims
 from hivemesh.runtime.voterlog import VoterLog
 
 if TYPE_CHECKING:
     from hivemesh.runtime.daemon import Daemon
 
-__all__ = ["DaemonLeaseBackend", "MeshClaims", "MeshLeases", "VotersView", "attach"]
+__all__ = [
+    "TOKEN_RESERVE",
+    "DaemonLeaseBackend",
+    "MeshClaims",
+    "MeshLeases",
+    "VotersView",
+    "attach",
+]
+
+log = logging.getLogger("hivemesh.runtime.leases")
 
 SUB_REQUEST, SUB_REPLY = 0, 1
+#: Token bound written ahead per resource (see :mod:`hivemesh.core.lease_voter`):
+#: a voter syncs its log about once per this many acquires of a resource.
+TOKEN_RESERVE = 1024
 _VOTER_STATE = "lease_voter.log"
 _VOTERS_FILE = "lease_voters.json"
-#: Claims settle window default (ms): must exceed the usual propagation delay.
-DEFAULT_SETTLE_MS = 500
 
 
 KIND_VOTERS = "lease.voters"
@@ -148,13 +170,21 @@ class MeshLeases:
         self.counters: Counter[str] = Counter()
         self.log = VoterLog(daemon.config.data_dir / _VOTER_STATE)
         state = self.log.open()
-        self.voter = Voter(daemon.address, state=state, now_ms=_mono_ms())
+        self.voter = Voter(
+            daemon.address, state=state, now_ms=_mono_ms(), token_reserve=TOKEN_RESERVE
+        )
         self._proposer: Proposer | None = None
         self._futures: dict[int, asyncio.Future[Outcome]] = {}
         self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0
         self._client: LeaseClient | None = None
         self._local: list[Any] = []  # own votes waiting for _local_votes
         self._local_scheduled = False
+        self._held: list[tuple[str, list[object]]] = []  # replies waiting for the sync
+        self._commit_scheduled = False
+        #: set when the voter log failed: this voter stops voting (fail-stop)
+        self.disk_error: str | None = None
+        self._closed = False
         self.published = VotersView()
         daemon.node.add_view(self.published)
         daemon.node.register_handler(FrameType.LEASE, self._on_frame)
@@ -210,36 +240,110 @@ class MeshLeases:
 
     # -- voter side -----------------------------------------------------------------
 
-    def _vote(self, msg: Any) -> list[object]:
-        """Apply a request; make any durable change durable; return the reply."""
+    def _vote(self, msg: Any) -> list[object] | None:
+        """Apply a request, write any durable change to the log (synced by
+        :meth:`_commit` before the reply leaves); the reply, or None if the
+        voter stopped on a disk error."""
+        if self.disk_error is not None or self._closed:
+            self.counters["voter_stopped_disk_error" if self.disk_error else "voter_closed"] += 1
+            return None
         resource = msg[2] if isinstance(msg, list) and len(msg) > 2 else None
         before = self.voter.durable(resource) if isinstance(resource, str) else None
         reply = self.voter.receive(msg, _mono_ms())  # DecodeError: counted by the node
         if before is not None:
             after = self.voter.durable(str(resource))
-            if after != before:  # on disk before the reply leaves (see module docs)
-                self.log.append(str(resource), *after)
-                self.counters["voter_fsync"] += 1
+            if after != before:
+                try:
+                    self.log.write(str(resource), *after)
+                except OSError as e:
+                    self._disk_failed(e)
+                    return None
+                self.counters["voter_log_write"] += 1
         return reply
 
-    def _reply(self, peer: str, reply: list[object]) -> None:
-        self.d.node.send(peer, encode_frame(FrameType.LEASE, SUB_REPLY, reply))
-        self.counters["voted"] += 1
+    def _disk_failed(self, e: OSError) -> None:
+        """Fail-stop: the voter's memory may now be ahead of its disk, and a
+        retransmitted request could be acknowledged from memory alone, so it
+        answers nothing more (the other voters carry on; restart the node)."""
+        self.disk_error = f"{type(e).__name__}: {e}"
+        self.counters["voter_disk_error"] += 1
+        self._held.clear()
+        log.error("lease voter log %s failed, voter stopped: %s", self.log.path, e)
+
+    def _answer(self, peer: str, reply: list[object]) -> None:
+        """Send ``reply`` to ``peer`` (this node: its own proposer) -- after
+        the group commit if any change is written and not yet synced.
+
+        Replies leave in the order they were made, and none before every
+        change made up to it is durable: a reply may depend on earlier state
+        (a renew or prepare after an accept) even when it changed nothing.
+        """
+        if not (self.log.pending or self._held):
+            self._deliver(peer, reply)
+            return
+        self._held.append((peer, reply))
+        if not self._commit_scheduled:
+            self._commit_scheduled = True
+            asyncio.get_running_loop().call_soon(self._commit)
+
+    def _commit(self) -> None:
+        """Group commit: one ``fdatasync`` for the votes of this event-loop
+        turn, then their replies, in order."""
+        self._commit_scheduled = False
+        if self._closed:
+            return
+        try:
+            if self.log.sync():
+                self.counters["voter_fsync"] += 1
+        except OSError as e:
+            self._disk_failed(e)
+            return
+        held, self._held = self._held, []
+        if len(held) > 1:
+            self.counters["voter_group_commit_replies"] += len(held)
+        for peer, reply in held:
+            self._deliver(peer, reply)
+        self._pump()
+
+    def _deliver(self, peer: str, reply: list[object]) -> None:
+        if peer != self.d.address:
+            self._send(peer, encode_frame(FrameType.LEASE, SUB_REPLY, reply))
+            self.counters["voted"] += 1
+        elif self._proposer is not None:
+            self._proposer.receive(peer, reply, _mono_ms())
+
+    def _send(self, peer: str, frame: bytes) -> None:
+        """Put ``frame`` on the peer's channel now -- on the socket itself when
+        the channel is idle -- without a trip through the core's outbox and the
+        daemon's flush (lease frames need no ordering with the journal's
+        frames). A full or closing channel takes the daemon's path, which
+        waits or counts the drop."""
+        link = self.d.conns.links.get(peer)
+        if link is not None:
+            try:
+                link.channel.send_now(frame)  # written now if the channel is idle
+                return
+            except HivemeshError:
+                self.counters["lease_send_via_flush"] += 1
+        self.d.node.send(peer, frame)
+        self.d._schedule_flush()
 
     def _local_votes(self) -> None:
         """This node's own votes, run after the frames to the other voters left:
-        its ``fdatasync`` overlaps with their work instead of delaying it."""
+        its log write and sync overlap with the other voters' work instead of
+        delaying it."""
         todo, self._local, self._local_scheduled = self._local, [], False
-        p = self._proposer
-        if p is None or not self.d._started:
+        if self._proposer is None or not self.d._started:
             return
         for msg in todo:
             try:
-                p.receive(self.d.address, self._vote(msg), _mono_ms())
+                reply = self._vote(msg)
             except DecodeError:
                 self.counters["lease_local_decode"] += 1
+                continue
+            if reply is not None:
+                self._answer(self.d.address, reply)
         self._pump()
-        self.d._schedule_flush()
 
     def _on_frame(self, peer: str, fields: list[Any], now_ms: int) -> None:
         if len(fields) != 2 or fields[0] not in (SUB_REQUEST, SUB_REPLY):
@@ -249,7 +353,9 @@ class MeshLeases:
             if not self.d.authorize(peer):
                 self.counters["lease_unauthorized"] += 1
                 return
-            self._reply(peer, self._vote(msg))
+            reply = self._vote(msg)
+            if reply is not None:
+                self._answer(peer, reply)
             return
         if self._proposer is None:
             self.counters["lease_stale_reply"] += 1
@@ -270,22 +376,23 @@ class MeshLeases:
                 self._local.append(msg)
                 local = True
             else:
-                self.d.node.send(vid, encode_frame(FrameType.LEASE, SUB_REQUEST, msg))
+                self._send(vid, encode_frame(FrameType.LEASE, SUB_REQUEST, msg))
         if local and not self._local_scheduled:
             self._local_scheduled = True
-            # Two hops: the caller flushes (queueing the frames' writer tasks) in
-            # this step; callbacks run in FIFO order, so the writers go first.
-            loop = asyncio.get_running_loop()
-            loop.call_soon(loop.call_soon, self._local_votes)
+            # after the frames above are on their sockets (or their writers,
+            # woken by _send, ran: callbacks run in FIFO order)
+            asyncio.get_running_loop().call_soon(self._local_votes)
         for ev in p.events():
             fut = self._futures.pop(ev.rid, None)
             if fut is not None and not fut.done():
                 fut.set_result(ev)
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
         deadline = p.next_deadline()
-        if deadline is not None:
+        # Re-arm only for an earlier deadline: a timer that fires early finds
+        # nothing due and re-arms (one timer per retransmit period, not per op).
+        if deadline is not None and (self._timer is None or deadline < self._timer_at):
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer_at = deadline
             self._timer = asyncio.get_running_loop().call_at(deadline / 1000.0, self._on_timer)
 
     def _on_timer(self) -> None:
@@ -293,7 +400,6 @@ class MeshLeases:
         if self._proposer is not None:
             self._proposer.handle_timer(_mono_ms())
             self._pump()
-            self.d._schedule_flush()
 
     def _live_first(self, voters: list[str]) -> list[str]:
         """Self, then voters with an open channel that membership sees up."""
@@ -319,21 +425,22 @@ class MeshLeases:
                 rid = p.start(op, _mono_ms(), timeout_ms=max(1, int(timeout_s * 1000)))
                 self._futures[rid] = fut
                 self._pump()
-                await self.d.flush()
                 ev = await fut
         except TimeoutError as e:
             if rid is not None:
                 self._futures.pop(rid, None)
                 p.cancel(rid, _mono_ms())
                 self._pump()
-                self.d._schedule_flush()
             raise BackendUnavailable(f"lease {what}: no majority within {timeout_s:.3f}s") from e
         if ev.status == "unknown":
             raise BackendUnavailable(f"lease {what}: no majority of {p.voters} answered in time")
         return ev
 
     def close(self) -> None:
-        """Stop the timer and close the log; pending operations fail (BackendUnavailable)."""
+        """Stop the timer and close the log; pending operations fail (BackendUnavailable).
+        Replies still waiting for a sync are dropped (never sent unsynced)."""
+        self._closed = True
+        self._held.clear()
         self.log.close()
         if self._timer is not None:
             self._timer.cancel()
@@ -350,12 +457,14 @@ class MeshLeases:
         return self._client
 
     def statistics(self) -> dict[str, Any]:
-        """Counters of the voter, proposer and pump, and the voter set if fixed."""
+        """Counters of the voter, proposer and pump, the voter set if fixed, and
+        why the voter stopped (``disk_error``, None while it votes)."""
         return {
             "voters": list(self._proposer.voters) if self._proposer else None,
             "voter": dict(sorted(self.voter.counters.items())),
             "proposer": dict(sorted(self._proposer.counters.items())) if self._proposer else {},
             "mesh": dict(sorted(self.counters.items())),
+            "disk_error": self.disk_error,
         }
 
 
@@ -400,108 +509,6 @@ class DaemonLeaseBackend:
 
     async def aclose(self) -> None:
         """Nothing to close (the daemon owns the quorum)."""
-
-
-class MeshClaims:
-    """Claims for this node through the journal (:mod:`hivemesh.core.claims`).
-
-    ``claim`` registers intent; ``wait_decided`` returns the winner's address
-    once its claim is older than the settle window; the loser moves on. When
-    SWIM marks the winner down, its claims are released by the view and the
-    next earliest claim (possibly a new one) wins.
-    """
-
-    def __init__(self, daemon: Daemon, settle_ms: int = DEFAULT_SETTLE_MS) -> None:
-        self.d = daemon
-        self.settle_ms = settle_ms
-        self.view = ClaimsView()
-
-    def abandon_previous_life(self, now_ms: int) -> int:
-        """Release the live claims this node made before it restarted.
-
-        Called once after rehydration: whatever this process was doing for
-        those claims died with its previous life, so holding them would stall
-        the work until failure detection (which may never fire for a fast
-        restart). Returns how many were released.
-        """
-        stale = self.view.own_live(self.d.identity.public)
-        if stale:
-            self.d.node.append_many(
-                [("claim.release", {"r": r, "seq": seq}) for r, seq in stale], now_ms
-            )
-        return len(stale)
-
-    def _resource(self, resource: object) -> str:
-        if not isinstance(resource, str) or not 0 < len(resource) <= 256:
-            raise InvalidArgument(f"claim resource must be 1-256 chars, got {resource!r:.80}")
-        return resource
-
-    async def claim(self, resource: str) -> int:
-        """Append ``claim.intent`` for ``resource``; returns the claim's seq.
-
-        If this node already has a live claim on it, returns that claim's seq.
-        """
-        r = self._resource(resource)
-        for res, seq in self.view.own_live(self.d.identity.public):
-            if res == r:
-                return seq
-        ev = await self.d.append("claim.intent", {"r": r})
-        return ev.seq
-
-    def winner(self, resource: str) -> str | None:
-        """The address of the current earliest live claim (may still change)."""
-        w = self.view.winner(self._resource(resource))
-        return None if w is None else address_of(w.author)
-
-    def decided(self, resource: str, now_ms: int) -> str | None:
-        """The winner's address once settled, else None."""
-        a = self.view.decided(self._resource(resource), now_ms, self.settle_ms)
-        return None if a is None else address_of(a)
-
-    async def wait_decided(self, resource: str, *, timeout_s: float = 10.0) -> str:
-        """Wait until the claim on ``resource`` is decided; the winner's address.
-
-        Raises DeadlineExceeded after ``timeout_s`` (no live claim, or not settled).
-        """
-        from hivemesh.runtime.daemon import now_ms
-
-        r = self._resource(resource)
-        loop = asyncio.get_running_loop()
-        end = loop.time() + timeout_s
-        while True:
-            got = self.decided(r, now_ms())
-            if got is not None:
-                return got
-            if loop.time() >= end:
-                raise DeadlineExceeded(f"claim on {r!r} not decided within {timeout_s}s")
-            await asyncio.sleep(min(0.02, max(0.0, end - loop.time())))
-
-    async def release(self, resource: str) -> int:
-        """Release this node's live claims on ``resource``; returns how many."""
-        r = self._resource(resource)
-        n = 0
-        for res, seq in self.view.own_live(self.d.identity.public):
-            if res == r:
-                await self.d.append("claim.release", {"r": r, "seq": seq})
-                n += 1
-        return n
-
-    async def done(self, resource: str) -> None:
-        """Report ``resource`` finished (ends claiming; duplicates are detected)."""
-        await self.d.append("claim.done", {"r": self._resource(resource)})
-
-    def snapshot(self) -> dict[str, Any]:
-        """Per resource: winner and done_by (addresses), live claim count; and
-        duplicate executions (resource -> extra runs)."""
-        res: dict[str, dict[str, Any]] = {}
-        for r, row in self.view.snapshot().items():
-            w, done = row["winner"], row["done_by"]
-            res[r] = {
-                "winner": None if w is None else address_of(bytes.fromhex(str(w))),
-                "done_by": [address_of(bytes.fromhex(a)) for a in done],  # type: ignore[attr-defined]
-                "live": row["live"],
-            }
-        return {"resources": res, "duplicates": self.view.duplicates()}
 
 
 def attach(daemon: Daemon) -> tuple[MeshLeases, MeshClaims]:

@@ -34,9 +34,7 @@ def _token(args: dict[str, Any]) -> int:
 
 
 def _backend(d: Daemon) -> Any:
-    from hivemesh.runtime.leases import DaemonLeaseBackend
-
-    return DaemonLeaseBackend(d.leases)
+    return d.leases.client().backend
 
 
 async def _acquire(d: Daemon, args: dict[str, Any]) -> Any:

@@ -15,7 +15,10 @@ module turns its state changes into actions, after every input:
   append ``member.down`` / ``member.left`` ``{"address", "incarnation",
   "observed_ms"}`` so views (claims, leases, health) can release its work
   deterministically from the journal. Dialling continues with backoff, which
-  is how a restarted node is found again.
+  is how a restarted node is found again. On ``down``, a channel to it that
+  carried nothing for a whole suspicion period is half-open and is dropped
+  (:meth:`~hivemesh.runtime.connections.ConnectionManager.drop_if_silent`),
+  so it cannot keep a fresh channel from the restarted node out.
 
 A new channel to an address membership does not know yet starts
 ``Membership.join`` through it (full-state exchange), so a bootstrap by
@@ -108,6 +111,11 @@ class MemberDriver:
                     d.record("member.up", ch.address, ch.incarnation, now_ms)
             elif ch.state in (MemberState.DOWN, MemberState.LEFT):
                 d.node.remove_peer(ch.address)
+                if ch.state is MemberState.DOWN:
+                    cfg = self.config
+                    d.conns.drop_if_silent(
+                        ch.address, cfg.suspicion_mult * cfg.probe_interval_ms / 1000
+                    )
                 d.record(f"member.{ch.state.value}", ch.address, ch.incarnation, now_ms)
             d.counters[f"member_{ch.state.value}"] += 1
 

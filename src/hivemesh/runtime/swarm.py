@@ -161,7 +161,29 @@ class LocalSwarm:
         self._spawn(node)
         return node
 
+    def start_many(self, labels: list[str], *, bootstrap: list[str]) -> list[NodeProc]:
+        """:meth:`start` several new nodes at once (they boot in parallel)."""
+        for label in labels:
+            if label in self.nodes:
+                raise ValueError(f"node {label} exists; use restart()")
+        nodes = [NodeProc(label, self.root / label, bootstrap=list(bootstrap)) for label in labels]
+        for node in nodes:
+            self.nodes[node.label] = node
+            self._launch(node)
+        for node in nodes:
+            self._ready(node)
+        return nodes
+
     def _spawn(self, node: NodeProc) -> None:
+        self._launch(node)
+        self._ready(node)
+
+    def _ready(self, node: NodeProc) -> None:
+        ready = self._read_ready(node)
+        node.address = ready["address"]
+        node.port = int(ready["listen"].rpartition(":")[2])
+
+    def _launch(self, node: NodeProc) -> None:
         cmd = [
             sys.executable,
             "-m",
@@ -190,9 +212,6 @@ class LocalSwarm:
             )
         finally:
             log.close()
-        ready = self._read_ready(node)
-        node.address = ready["address"]
-        node.port = int(ready["listen"].rpartition(":")[2])
 
     def _read_ready(self, node: NodeProc) -> dict[str, Any]:
         proc = node.proc
@@ -225,6 +244,19 @@ class LocalSwarm:
             raise ValueError(f"node {label} is still running")
         self._spawn(node)
         return node
+
+    def restart_many(self, labels: list[str]) -> list[NodeProc]:
+        """:meth:`restart` several stopped nodes at once (they boot in parallel,
+        and dial each other and everyone else together); wait until all are ready."""
+        nodes = [self.nodes[label] for label in labels]
+        for node in nodes:
+            if node.running:
+                raise ValueError(f"node {node.label} is still running")
+        for node in nodes:
+            self._launch(node)
+        for node in nodes:
+            self._ready(node)
+        return nodes
 
     def _reap(self, node: NodeProc, sig: int, grace_s: float = 5.0) -> None:
         proc = node.proc

@@ -15,16 +15,22 @@ unwritten extent would need metadata on first write):
   payload = msgpack ``[resource, max_token, max_ttl_ms]`` (a change), or
   ``{"max_ttl_ms": .., "max_tokens": {..}}`` (a full snapshot, the first
   record after every compaction);
-* :meth:`VoterLog.append` writes one record at the end of the valid prefix
-  with ``pwrite`` and ``fdatasync``s before returning;
+* :meth:`VoterLog.write` puts one record at the end of the valid prefix
+  with ``pwrite``; :meth:`VoterLog.sync` ``fdatasync``s every record written
+  since the last sync (group commit: the runtime writes the changes of all
+  the votes of one event-loop turn, syncs once, then sends their replies);
+  :meth:`VoterLog.append` is both;
 * :meth:`VoterLog.open` reads records until the first zero length, bad
   checksum or torn record (a crash mid-write: that write was never
   acknowledged), then *compacts*: writes a new zero-filled file with one
   snapshot record, fsyncs it and its directory, and renames it over the old
   one. A full log is compacted the same way while running.
 
-Restored state is the highest token per resource and the longest TTL; the
-voter quarantines itself for that TTL (see :mod:`hivemesh.core.lease_quorum`).
+Restored state is the highest token bound per resource and the longest TTL;
+the voter quarantines itself for that TTL (see :mod:`hivemesh.core.lease_voter`).
+
+A crash loses at most records that were written and not yet synced: their
+replies had not been sent (the caller's rule), so nothing acknowledged is lost.
 """
 
 from __future__ import annotations
@@ -57,7 +63,9 @@ class VoterLog:
         self._pos = 0
         self.max_ttl_ms = 0
         self.max_tokens: dict[str, int] = {}
-        #: fdatasyncs and compactions done
+        self._dirty = False  # records written since the last sync
+        #: records written, fdatasyncs and compactions done
+        self.writes = 0
         self.syncs = 0
         self.compactions = 0
 
@@ -124,22 +132,45 @@ class VoterLog:
         self._fd = os.open(self.path, os.O_RDWR)
         self._pos = len(snap)
         self.size = size
+        self._dirty = False
         self.compactions += 1
 
-    def append(self, resource: str, max_token: int, max_ttl_ms: int) -> None:
-        """Record a change durably (returns after ``fdatasync``)."""
+    def write(self, resource: str, max_token: int, max_ttl_ms: int) -> None:
+        """Record a change; durable only after the next :meth:`sync` returns."""
         if self._fd is None:
             raise StoreCorrupt(f"{self.path}: voter log not open")
         self.max_tokens[resource] = max(self.max_tokens.get(resource, 0), max_token)
         self.max_ttl_ms = max(self.max_ttl_ms, max_ttl_ms)
+        self.writes += 1
         rec = self._record([resource, max_token, max_ttl_ms])
         if self._pos + len(rec) + _HEAD.size > self.size:
-            self._compact()  # the snapshot already holds this change
+            self._compact()  # the snapshot holds this change and every earlier one, synced
             return
         os.pwrite(self._fd, rec, self._pos)
-        os.fdatasync(self._fd)
         self._pos += len(rec)
+        self._dirty = True
+
+    def sync(self) -> bool:
+        """Make every record written so far durable (one ``fdatasync``);
+        False if there was nothing to sync."""
+        if not self._dirty:
+            return False
+        if self._fd is None:
+            raise StoreCorrupt(f"{self.path}: voter log not open")
+        os.fdatasync(self._fd)
+        self._dirty = False
         self.syncs += 1
+        return True
+
+    @property
+    def pending(self) -> bool:
+        """Whether records were written since the last sync."""
+        return self._dirty
+
+    def append(self, resource: str, max_token: int, max_ttl_ms: int) -> None:
+        """Record a change durably (:meth:`write` then :meth:`sync`)."""
+        self.write(resource, max_token, max_ttl_ms)
+        self.sync()
 
     def close(self) -> None:
         """Close the file. Idempotent."""

@@ -20,6 +20,16 @@ that arrived intact, then raises :class:`~hivemesh.errors.ConnectionClosed`
 chained from that reason. Reads on an open channel have no deadline (idle
 channels are legal; liveness is the membership layer's job) but every
 wait is cancellable, and ``send`` takes an optional ``timeout_s``.
+
+**Retiring** a channel (:meth:`SecureChannel.retire`, used when a duplicate
+channel to the same peer loses a tie-break) is a graceful half-close: it
+stops sending, sends CLOSE after everything already written, and keeps
+reading until the peer's own CLOSE (or EOF, or ``linger_s``), so frames the
+peer wrote before it learnt of the close are still delivered. Frames that
+were queued but never written are not discarded: :meth:`take_unsent` hands
+them back so the owner can send them on the channel that carries on. The
+same holds when the *peer* retires the channel (its CLOSE carries
+``channel_superseded``).
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ from types import MappingProxyType
 
 from hivemesh.core.codec import MAX_FRAME_BYTES
 from hivemesh.errors import (
+    ChannelSuperseded,
     ConnectionClosed,
     DeadlineExceeded,
     HivemeshError,
@@ -78,6 +89,8 @@ def peer_close_error(code: str) -> HivemeshError:
         return UnknownPeer("the peer does not trust this node (refused or revoked)")
     if code == "normal":
         return ConnectionClosed("the peer closed the channel")
+    if code == ChannelSuperseded.code:
+        return ChannelSuperseded("the peer retired this duplicate channel")
     return ConnectionClosed(f"the peer closed the channel: {code}")
 
 
@@ -115,6 +128,9 @@ class SecureChannel:
         self._closed = asyncio.Event()
         self._writer_idle = asyncio.Event()
         self._writer_busy = False
+        self._retiring = False  # retire(): CLOSE sent, still reading
+        self._keep_unsent = False  # unsent frames wait for take_unsent()
+        self._linger: asyncio.TimerHandle | None = None
         self.frames_in = self.bytes_in = self.frames_out = self.bytes_out = 0
         self.frames_dropped = self.send_waits = self.send_would_block = 0
         self._initial_frames = initial_frames  # arrived with the ACCEPT
@@ -136,6 +152,16 @@ class SecureChannel:
         """True once the channel has ended for any reason."""
         return self._close_reason is not None
 
+    @property
+    def is_sending(self) -> bool:
+        """False once the channel stopped sending (retired or ended)."""
+        return self._close_reason is None and not self._retiring
+
+    @property
+    def peer_close_code(self) -> str | None:
+        """The code of the peer's CLOSE, if one arrived (``"normal"`` if clean)."""
+        return self._session.peer_close
+
     def _closed_error(self) -> ConnectionClosed:
         reason = self._close_reason
         err = ConnectionClosed(f"channel to {self.peer_address[:12]} closed: {reason}")
@@ -150,15 +176,39 @@ class SecureChannel:
                 f"frame of {len(frame)} bytes exceeds the limit {self._opts.max_frame_bytes}"
             )
 
+    def _write_now(self, frame: bytes) -> bool:
+        """The fast path: with nothing queued, nothing unsent in the transport
+        and the writer idle, seal and write ``frame`` at once instead of
+        waking the writer task. A flush that sends one frame to many peers
+        then writes them back to back (the receivers wake together), and a
+        frame costs no task switch. Anything else goes through the queue,
+        whose writer drains with the stall deadline."""
+        if self._writer_busy or len(self._sendq) or self._retiring:
+            return False  # (retiring: the queue is closed, put_nowait raises)
+        transport = self._writer.transport
+        if transport.get_write_buffer_size() or transport.is_closing():
+            return False
+        transport.write(self._session.encode_frames([frame]))
+        self.frames_out += 1
+        self.bytes_out += len(frame)
+        return True
+
     def send_nowait(self, frame: bytes) -> None:
         """Queue ``frame`` or raise :class:`WouldBlock` if the send queue is full."""
         if type(frame) is not bytes:
             frame = bytes(frame)
         if self._close_reason is not None or len(frame) > self._opts.max_frame_bytes:
             self._check_frame(frame)
+        if self._write_now(frame):
+            return
         if not self._sendq.put_nowait(frame):
             self.send_would_block += 1
             raise WouldBlock(f"send queue to {self.peer_address[:12]} is full")
+
+    def send_now(self, frame: bytes) -> None:
+        """:meth:`send_nowait` (which already writes at once when the channel
+        is idle, see :meth:`_write_now`); kept for latency-bound callers."""
+        self.send_nowait(frame)
 
     async def send(self, frame: bytes, *, timeout_s: float | None = None) -> None:
         """Queue ``frame``, waiting while the send queue is full (backpressure).
@@ -168,6 +218,8 @@ class SecureChannel:
         """
         self._check_frame(frame)
         frame = bytes(frame)
+        if self._write_now(frame):
+            return
         if not self._sendq.put_nowait(frame):
             self.send_waits += 1
             try:
@@ -207,7 +259,7 @@ class SecureChannel:
         """Wait until every queued frame was handed to the kernel."""
         try:
             async with asyncio.timeout(timeout_s):
-                while (len(self._sendq) or self._writer_busy) and self._close_reason is None:
+                while (len(self._sendq) or self._writer_busy) and self.is_sending:
                     self._writer_idle.clear()
                     await self._writer_idle.wait()  # set by the writer when it runs dry
                 if self._close_reason is not None:
@@ -227,7 +279,41 @@ class SecureChannel:
             return
         self.frames_dropped += self._recvq.close(self._closed_error, discard=True)
         local = ConnectionClosed("closed by this node")
-        self._end(reason or local, notify=(reason.code if reason else "normal"), count=False)
+        notify = None if self._retiring else (reason.code if reason else "normal")
+        self._end(reason or local, notify=notify, count=False)
+
+    def retire(self, reason: HivemeshError, *, linger_s: float = CLOSE_GRACE_S) -> None:
+        """Half-close gracefully (see module docs): stop sending, send CLOSE
+        carrying ``reason.code`` after what was already written, keep reading
+        until the peer closes too or ``linger_s`` passes.
+
+        Received frames stay readable; frames queued but not yet written are
+        kept for :meth:`take_unsent` (not counted as dropped).
+        """
+        if self._close_reason is not None or self._retiring:
+            return
+        self._retiring = self._keep_unsent = True
+        # Stop the writer between batches: a batch it already wrote stays ahead
+        # of the CLOSE (same socket, same cipher, written in call order).
+        self._tasks[0].cancel()
+        self._sendq.close(self._closed_error, discard=False)
+        with contextlib.suppress(Exception):
+            self._writer.write(self._session.encode_close(reason.code))
+        self._linger = asyncio.get_running_loop().call_later(
+            linger_s,
+            self._end,
+            ConnectionClosed(f"the peer did not close within {linger_s}s of retire"),
+        )
+
+    def take_unsent(self) -> list[bytes]:
+        """Frames accepted by ``send`` but never written, once the channel
+        stopped sending by :meth:`retire` or by the peer's ``channel_superseded``
+        CLOSE; the caller now owns them (e.g. sends them on another channel).
+        Empty in every other case (those frames were counted as dropped)."""
+        if not self._keep_unsent:
+            return []
+        frames, _ = self._sendq.take_batch(self._sendq.nbytes)
+        return frames
 
     async def aclose(self, timeout_s: float = 5.0) -> None:
         """Flush queued frames (up to ``timeout_s``), then :meth:`close`."""
@@ -288,14 +374,18 @@ class SecureChannel:
         self._errors[code] = self._errors.get(code, 0) + 1
         self._counters.incr(f"errors.{code}")
 
-    def _end(self, reason: HivemeshError, *, notify: str | None, count: bool) -> None:
+    def _end(
+        self, reason: HivemeshError, *, notify: str | None = None, count: bool = False
+    ) -> None:
         """Record ``reason``, tell the peer if we can, close the socket."""
         if self._close_reason is not None:
             return
         self._close_reason = reason
+        if self._linger is not None:
+            self._linger.cancel()
         if count:
             self._count_error(reason.code)
-        self.frames_dropped += self._sendq.close(self._closed_error, discard=True)
+        self.frames_dropped += self._sendq.close(self._closed_error, discard=not self._keep_unsent)
         self._recvq.close(self._closed_error, discard=False)
         if notify is not None and not self._writer.is_closing():
             with contextlib.suppress(Exception):
@@ -357,6 +447,9 @@ class SecureChannel:
             while True:
                 data = await reader.read(chunk)
                 if not data:
+                    if self._retiring:  # the peer read our CLOSE and hung up: clean
+                        self._end(ConnectionClosed("retired"), notify=None, count=False)
+                        return
                     self._end(
                         ConnectionClosed("the peer closed the connection without a close notice"),
                         notify=None,
@@ -375,8 +468,11 @@ class SecureChannel:
                     self._end(failure, notify=failure.code, count=True)
                     return
                 if session.peer_close is not None:
-                    err = peer_close_error(session.peer_close)
-                    self._end(err, notify=None, count=session.peer_close != "normal")
+                    code = session.peer_close
+                    if code == ChannelSuperseded.code:  # the peer retired it: a clean end
+                        self._keep_unsent = True  # the owner re-sends them elsewhere
+                    quiet = code in ("normal", ChannelSuperseded.code) or self._retiring
+                    self._end(peer_close_error(code), notify=None, count=not quiet)
                     return
         except asyncio.CancelledError:
             raise

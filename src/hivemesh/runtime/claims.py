@@ -1,0 +1,133 @@
+"""Claims inside the swarm: optimistic intent in the journal, decided by a view.
+
+Theory of operation
+-------------------
+A :class:`~hivemesh.core.claims.ClaimsView` is registered in the daemon;
+:class:`MeshClaims` appends ``claim.intent`` / ``claim.release`` /
+``claim.done`` events and waits for the view's decision: the earliest live
+claim by ``(hlc, author)`` wins once it is older than the settle window. A
+``member.down`` event (written by SWIM failure detection) releases the dead
+member's claims; a restarted node releases the live claims of its previous
+life. Cheap and leaderless; a rare duplicate is possible and is detected
+(``claim.done`` by two nodes), which is what leases with fencing tokens
+(:mod:`hivemesh.runtime.leases`) are for when it must not happen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from hivemesh.core.claims import ClaimsView
+from hivemesh.core.identity import address_of
+from hivemesh.errors import DeadlineExceeded, InvalidArgument
+
+if TYPE_CHECKING:
+    from hivemesh.runtime.daemon import Daemon
+
+__all__ = ["DEFAULT_SETTLE_MS", "MeshClaims"]
+
+#: Claims settle window default (ms): must exceed the usual propagation delay.
+DEFAULT_SETTLE_MS = 500
+
+
+class MeshClaims:
+    """Claims for this node through the journal (:mod:`hivemesh.core.claims`).
+
+    ``claim`` registers intent; ``wait_decided`` returns the winner's address
+    once its claim is older than the settle window; the loser moves on. When
+    SWIM marks the winner down, its claims are released by the view and the
+    next earliest claim (possibly a new one) wins.
+    """
+
+    def __init__(self, daemon: Daemon, settle_ms: int = DEFAULT_SETTLE_MS) -> None:
+        self.d = daemon
+        self.settle_ms = settle_ms
+        self.view = ClaimsView()
+
+    def abandon_previous_life(self, now_ms: int) -> int:
+        """Release the live claims this node made before it restarted.
+
+        Called once after rehydration: whatever this process was doing for
+        those claims died with its previous life, so holding them would stall
+        the work until failure detection (which may never fire for a fast
+        restart). Returns how many were released.
+        """
+        stale = self.view.own_live(self.d.identity.public)
+        if stale:
+            self.d.node.append_many(
+                [("claim.release", {"r": r, "seq": seq}) for r, seq in stale], now_ms
+            )
+        return len(stale)
+
+    def _resource(self, resource: object) -> str:
+        if not isinstance(resource, str) or not 0 < len(resource) <= 256:
+            raise InvalidArgument(f"claim resource must be 1-256 chars, got {resource!r:.80}")
+        return resource
+
+    async def claim(self, resource: str) -> int:
+        """Append ``claim.intent`` for ``resource``; returns the claim's seq.
+
+        If this node already has a live claim on it, returns that claim's seq.
+        """
+        r = self._resource(resource)
+        for res, seq in self.view.own_live(self.d.identity.public):
+            if res == r:
+                return seq
+        ev = await self.d.append("claim.intent", {"r": r})
+        return ev.seq
+
+    def winner(self, resource: str) -> str | None:
+        """The address of the current earliest live claim (may still change)."""
+        w = self.view.winner(self._resource(resource))
+        return None if w is None else address_of(w.author)
+
+    def decided(self, resource: str, now_ms: int) -> str | None:
+        """The winner's address once settled, else None."""
+        a = self.view.decided(self._resource(resource), now_ms, self.settle_ms)
+        return None if a is None else address_of(a)
+
+    async def wait_decided(self, resource: str, *, timeout_s: float = 10.0) -> str:
+        """Wait until the claim on ``resource`` is decided; the winner's address.
+
+        Raises DeadlineExceeded after ``timeout_s`` (no live claim, or not settled).
+        """
+        from hivemesh.runtime.daemon import now_ms
+
+        r = self._resource(resource)
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout_s
+        while True:
+            got = self.decided(r, now_ms())
+            if got is not None:
+                return got
+            if loop.time() >= end:
+                raise DeadlineExceeded(f"claim on {r!r} not decided within {timeout_s}s")
+            await asyncio.sleep(min(0.02, max(0.0, end - loop.time())))
+
+    async def release(self, resource: str) -> int:
+        """Release this node's live claims on ``resource``; returns how many."""
+        r = self._resource(resource)
+        n = 0
+        for res, seq in self.view.own_live(self.d.identity.public):
+            if res == r:
+                await self.d.append("claim.release", {"r": r, "seq": seq})
+                n += 1
+        return n
+
+    async def done(self, resource: str) -> None:
+        """Report ``resource`` finished (ends claiming; duplicates are detected)."""
+        await self.d.append("claim.done", {"r": self._resource(resource)})
+
+    def snapshot(self) -> dict[str, Any]:
+        """Per resource: winner and done_by (addresses), live claim count; and
+        duplicate executions (resource -> extra runs)."""
+        res: dict[str, dict[str, Any]] = {}
+        for r, row in self.view.snapshot().items():
+            w, done = row["winner"], row["done_by"]
+            res[r] = {
+                "winner": None if w is None else address_of(bytes.fromhex(str(w))),
+                "done_by": [address_of(bytes.fromhex(a)) for a in done],  # type: ignore[attr-defined]
+                "live": row["live"],
+            }
+        return {"resources": res, "duplicates": self.view.duplicates()}

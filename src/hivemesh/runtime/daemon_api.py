@@ -1,0 +1,168 @@
+"""The daemon's API for the control socket and :class:`hivemesh.Node`.
+
+A mixin of :class:`~hivemesh.runtime.daemon.Daemon`: the operations a client
+asks of a running node (views and subscriptions, context writes, appends,
+names, direct messages, status). The pump and the wiring live in
+:mod:`hivemesh.runtime.daemon`; the attributes declared below are set there.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from hivemesh.core.event import Event
+from hivemesh.core.identity import public_key_of
+from hivemesh.core.node import Node
+from hivemesh.core.views.context import Context, ContextView
+from hivemesh.core.views.names import NamesView
+from hivemesh.errors import InvalidAddress, InvalidArgument, UnknownPeer
+from hivemesh.runtime.clock import now_ms
+from hivemesh.runtime.messaging import Messaging, ping, request, send_direct
+from hivemesh.runtime.status import Subscription, peers_of, status_of
+
+if TYPE_CHECKING:
+    from hivemesh.runtime.daemon import Daemon
+    from hivemesh.runtime.telemetry import DaemonTelemetry
+
+__all__ = ["DaemonAPI"]
+
+
+class DaemonAPI:
+    """Client-facing operations of a :class:`~hivemesh.runtime.daemon.Daemon`."""
+
+    node: Node
+    names: NamesView
+    context_view: ContextView
+    messaging: Messaging
+    counters: Counter[str]
+    telemetry: DaemonTelemetry
+    _subs: list[Subscription]
+
+    @property
+    def address(self) -> str:
+        """This node's address."""
+        return self.node.address
+
+    async def flush(self) -> None:  # pragma: no cover - the Daemon's pump
+        raise NotImplementedError
+
+    def _schedule_flush(self) -> None:  # pragma: no cover - the Daemon's pump
+        raise NotImplementedError
+
+    def _replay(self, store: Any) -> Iterable[Event]:  # pragma: no cover - the Daemon's
+        raise NotImplementedError
+
+    def _daemon(self) -> Daemon:
+        return self  # type: ignore[return-value]
+
+    def add_view(self, view: Any) -> int:
+        """Register an application view (a reducer with ``kinds`` and
+        ``apply(event)``); it first gets every stored event of its kinds
+        (verified replay), then every new one. Returns the replayed count."""
+        kinds = frozenset(view.kinds)
+        n = 0
+        for ev in self._replay(self.node.journal.store):
+            if "*" in kinds or ev.kind in kinds:
+                view.apply(ev)
+                n += 1
+        self.node.add_view(view)
+        return n
+
+    def subscribe(self, kinds: Iterable[str] | None = None) -> Subscription:
+        """A bounded queue receiving new events (of ``kinds``, or all)."""
+        sub = Subscription(frozenset(kinds) if kinds is not None else None)
+        self._subs.append(sub)
+        return sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        """Stop feeding ``sub``; its drops are added to the counters."""
+        if sub in self._subs:
+            self._subs.remove(sub)
+            self.counters["subscriber_dropped"] += sub.dropped
+
+    def context(self, name: str = "default") -> Context:
+        """A handle on a shared context; call :meth:`commit` after writing."""
+        return self.context_view.context(name)
+
+    async def commit(self) -> int:
+        """Append pending local context writes to our feed and send them."""
+        n = self.commit_nowait()
+        await self.flush()
+        return n
+
+    def commit_nowait(self) -> int:
+        """Append pending local context writes (sent by the next flush)."""
+        items = []
+        while (upd := self.context_view.pending_update()) is not None:
+            items.append(upd)
+        if items:
+            self.node.append_many(items, now_ms())
+            self._schedule_flush()
+        return len(items)
+
+    async def append(self, kind: str, body: Any) -> Event:
+        """Append one event of our own and send it."""
+        ev = self.node.append(kind, body, now_ms())
+        await self.flush()
+        return ev
+
+    async def claim_name(self, name: str) -> str:
+        """Claim ``name`` for this node; returns the current owner."""
+        kind, body = NamesView.claim(name)
+        await self.append(kind, body)
+        owner = self.names.resolve(name)
+        return owner or self.address
+
+    def resolve(self, target: str) -> str:
+        """An address for ``target`` (an address or a claimed name)."""
+        if target.startswith("hm") and len(target) == 58:
+            try:
+                public_key_of(target)
+                return target
+            except InvalidAddress:
+                pass
+        owner = self.names.resolve(target)
+        if owner is None:
+            raise UnknownPeer(f"no node has claimed the name {target!r}")
+        return owner
+
+    def status(self) -> dict[str, Any]:
+        """Everything ``hivemesh status`` shows (see :mod:`hivemesh.runtime.status`)."""
+        return {
+            **status_of(self._daemon()),
+            "telemetry": self.telemetry.status(),
+        }  # -- telemetry --
+
+    def peers(self) -> list[dict[str, Any]]:
+        """Known members with their channel figures."""
+        return peers_of(self._daemon())
+
+    async def send_direct(self, to: str, data: Any, *, timeout_s: float) -> dict[str, Any]:
+        """Send an acknowledged direct message to an address or a name.
+
+        Returns when the receiver acknowledged (it is in its inbox); raises
+        :class:`DeadlineExceeded` if no ack came within ``timeout_s``.
+        """
+        return await send_direct(self._daemon(), to, data, timeout_s=timeout_s)
+
+    def inbox(self, limit: int = 100, *, remove: bool = False) -> list[dict[str, Any]]:
+        """Direct messages received, oldest first (removed if ``remove``)."""
+        return self.messaging.inbox.list(limit, remove=remove)
+
+    async def request(self, to: str, kind: str, body: Any, *, timeout_s: float) -> Any:
+        """Send a request to a handler of ``kind`` on ``to``; return its reply."""
+        return await request(self._daemon(), to, kind, body, timeout_s=timeout_s)
+
+    async def ping(self, target: str, *, timeout_s: float) -> dict[str, Any]:
+        """Round-trip time to a connected peer (by address or name)."""
+        return await ping(self._daemon(), target, timeout_s=timeout_s)
+
+    def check_address(self, address: str) -> str:
+        """Validate an address argument (raises :class:`InvalidArgument`)."""
+        try:
+            public_key_of(address)
+        except InvalidAddress as exc:
+            raise InvalidArgument(str(exc)) from None
+        return address
