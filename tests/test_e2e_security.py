@@ -110,6 +110,46 @@ def test_forged_event_relayed_by_a_trusted_peer_is_rejected(swarm: LocalSwarm) -
     asyncio.run(scenario())
 
 
+def test_an_author_that_signs_its_own_events_badly_is_dropped_and_cut_off(
+    swarm: LocalSwarm,
+) -> None:
+    """Batches straight from their author are applied before their signature
+    is checked (core.journal, attested runs); a bad one is found at the next
+    group commit: the run is dropped, counted, never served, the author cut off."""
+    a, b = swarm.nodes["a"], swarm.nodes["b"]
+
+    async def scenario() -> None:
+        liar = Identity.from_seed(bytes([11]) * 32)
+        core = Node(liar, MemoryStore(), random.Random(2), now_ms=now_ms())
+        core.add_peer(a.address)
+        ch = await _dial(("127.0.0.1", a.port), liar, a.address)
+        core.append("app.note", {"n": 1}, now_ms())
+        for _peer, frame in core.outbox():
+            await ch.send(frame)
+        # b pulls #1 from a, so a has settled (verified and stored) it
+        await _until(lambda: _vv(b.client).get(liar.address) == 1, what="b holds liar's #1")
+        ev = core.append("app.note", {"n": 2}, now_ms())
+        core.outbox()
+        bad_sig = liar.sign(b"anything but the head message")
+        before = (await asyncio.to_thread(a.client.status))["counters"].get("bad_signature", 0)
+        await ch.send(encode_frame(FrameType.EVENTS, liar.public, [ev.raw], bad_sig, 0))
+        await _until(
+            lambda: a.client.status()["counters"].get("bad_signature", 0) > before,
+            what="a finds the bad signature",
+        )
+        with pytest.raises(HivemeshError):  # a hung up on the liar
+            async with asyncio.timeout(5):
+                while True:
+                    await ch.recv()
+        assert _vv(a.client)[liar.address] == 1  # back to the verified head
+        assert (await asyncio.to_thread(a.client.status))["counters"].get(
+            "attested_events_dropped", 0
+        ) >= 1
+        assert _vv(b.client)[liar.address] == 1  # #2 was never served
+
+    asyncio.run(scenario())
+
+
 def test_revoked_peer_is_disconnected_and_its_new_events_refused(swarm: LocalSwarm) -> None:
     a = swarm.nodes["a"]
 

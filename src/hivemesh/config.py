@@ -81,7 +81,7 @@ class Config:
     # batches received from peers are group-committed within this many ms
     # (0: commit every batch before applying the next; our own appends are
     # always committed before they are sent or acknowledged)
-    commit_delay_ms: int = 5
+    commit_delay_ms: int = 25
     # [trust] "open": any authenticated peer unless revoked;
     #         "invite": only addresses in trust.json
     trust_mode: str = "open"

@@ -75,6 +75,8 @@ def verify_batch(
     head: Head,
     known: Sequence[bytes] = (),
     last: Event | None = None,
+    *,
+    check_sig: bool = True,
 ) -> list[Event]:
     """Verify a signed batch that should extend ``head``; return its events.
 
@@ -83,6 +85,8 @@ def verify_batch(
     when ``known`` (our hashes for ``head.seq - len(known) + 1 .. head.seq``)
     confirms them, or flagged as a fork when a validly signed batch disagrees.
     ``last``, if given, is ``raws[-1]`` already decoded by the caller.
+    ``check_sig=False`` skips the head signature of a batch that extends
+    ``head`` (the caller verifies it later; see the journal's attested runs).
     Raises a :class:`~hivemesh.errors.RemoteProtocolError` subclass.
     """
     if not raws:
@@ -126,7 +130,7 @@ def verify_batch(
         events = events[skip:]
     elif events[0].prev != head.hash:
         raise BrokenChain(f"event #{events[0].seq} does not chain to our head")
-    if not verify(author, sig, head_message(author, last.seq, last.id)):
+    if check_sig and not verify(author, sig, head_message(author, last.seq, last.id)):
         raise BadSignature(f"head signature for #{last.seq} does not verify")
     return events
 

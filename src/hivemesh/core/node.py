@@ -33,6 +33,17 @@ Ranges are served in signed chunks. A pull that stalls past
 an interrupted transfer resumes where it stopped. Late joiners and healed
 partitions catch up through this path alone.
 
+**Attested batches.** With ``NodeConfig.defer_direct_verify`` the caller
+promises that ``receive(peer, ...)`` names the *authenticated* sender (the
+runtime's channels prove it in the handshake). A batch that comes straight
+from its author (``peer`` is the author's address) and is not to be
+forwarded is then ingested *attested*: applied at once, its head signature
+checked by :meth:`Node.settle` for a whole run of batches with one verify
+(see :mod:`hivemesh.core.journal`). The runtime settles at its group
+commit; with ``settle_delay_ms`` set, :meth:`Node.handle_timer` settles that
+long after a run began (the simulator's way). Relayed batches are always
+verified before they are applied.
+
 Bad input from a peer raises a :class:`~hivemesh.errors.RemoteProtocolError`
 inside; :meth:`Node.receive` counts it by code in :attr:`Node.counters` and
 drops it. Nothing invalid is stored.
@@ -40,6 +51,7 @@ drops it. Nothing invalid is stored.
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -50,10 +62,16 @@ from hivemesh.core.event import Event, decode_event
 from hivemesh.core.feed import MAX_UNSEALED, FeedWriter
 from hivemesh.core.frames import FrameType, decode_frame, encode_frame
 from hivemesh.core.hlc import HLC
-from hivemesh.core.identity import Identity
+from hivemesh.core.identity import Identity, address_of, public_key_of
 from hivemesh.core.journal import Journal, View
 from hivemesh.core.store import FeedStore
-from hivemesh.errors import DecodeError, GapError, RemoteProtocolError, ReplayError
+from hivemesh.errors import (
+    DecodeError,
+    GapError,
+    InvalidAddress,
+    RemoteProtocolError,
+    ReplayError,
+)
 
 __all__ = ["FrameHandler", "Node", "NodeConfig"]
 
@@ -73,6 +91,13 @@ class NodeConfig:
     max_want_events: int = 16384
     max_pending_events: int = 100_000
     push_grace_ms: int = 1000
+    #: Ingest batches received from their own author unverified, settling
+    #: their signatures in runs (module docs). Only when ``receive``'s
+    #: ``peer`` is authenticated.
+    defer_direct_verify: bool = False
+    #: Settle unsettled runs this long after the first (None: the caller
+    #: calls :meth:`Node.settle` itself, as the runtime's group commit does).
+    settle_delay_ms: int | None = 20
 
 
 @dataclass(slots=True)
@@ -112,6 +137,8 @@ class Node:
         self._events: deque[Event] = deque()
         self._pulls: dict[bytes, _Pull] = {}
         self._pushed_ms: dict[bytes, int] = {}  # author -> last growth by push
+        self._peer_keys: dict[str, bytes] = {}  # peer address -> its public key
+        self._unsettled_ms: int | None = None  # when the oldest unsettled run began
         self._handlers: dict[int, FrameHandler] = {
             FrameType.EVENTS: self._on_events,
             FrameType.HAVE: self._on_have,
@@ -157,6 +184,8 @@ class Node:
         if address != self.address and address not in self._peers:
             self._peers.append(address)
             self._peers.sort()
+            with contextlib.suppress(InvalidAddress):  # not an identity: never attested
+                self._peer_keys[address] = public_key_of(address)
 
     def remove_peer(self, address: str) -> None:
         """Stop replicating with ``address`` (down, revoked, disconnected)."""
@@ -189,6 +218,9 @@ class Node:
         deadline = self._next_sync_ms
         for pull in self._pulls.values():
             deadline = min(deadline, pull.deadline_ms)
+        delay = self.config.settle_delay_ms
+        if self._unsettled_ms is not None and delay is not None:
+            deadline = min(deadline, self._unsettled_ms + delay)
         return deadline
 
     # -- inputs ----------------------------------------------------------------
@@ -227,8 +259,19 @@ class Node:
         except RemoteProtocolError as exc:
             self.counters[exc.code] += 1
 
+    def settle(self) -> list[str]:
+        """Check the signatures of attested runs now (see the module docs);
+        returns the addresses of authors whose signature failed (they are
+        refused from now on; the caller may disconnect them)."""
+        self._unsettled_ms = None
+        return [address_of(author) for author in self.journal.settle()]
+
     def handle_timer(self, now_ms: int) -> None:
-        """Run periodic work: anti-entropy rounds and pull timeouts."""
+        """Run periodic work: anti-entropy rounds, pull timeouts, settling."""
+        delay = self.config.settle_delay_ms
+        since = self._unsettled_ms
+        if since is not None and delay is not None and now_ms >= since + delay:
+            self.settle()
         for author in sorted(self._pulls):
             if self._pulls[author].deadline_ms <= now_ms:
                 del self._pulls[author]
@@ -274,8 +317,11 @@ class Node:
         author, raws, sig, hops = fields
         if type(hops) is not int or not 0 <= hops <= 64:
             raise DecodeError("EVENTS hops must be a small int")
+        attested = (
+            hops == 0 and self.config.defer_direct_verify and self._peer_keys.get(peer) == author
+        )
         try:
-            events = self.journal.ingest(author, raws, sig)
+            events = self.journal.ingest(author, raws, sig, attested=attested)
         except ReplayError:
             self.counters["duplicate"] += 1
             return
@@ -285,6 +331,8 @@ class Node:
             self._request(peer, [(author, self.journal.head(author).seq + 1, last.seq)], now_ms)
             return
         self.counters["events_in"] += len(events)
+        if attested and self._unsettled_ms is None:
+            self._unsettled_ms = now_ms
         self.clock.observe(events[-1].hlc, now_ms)  # hlcs grow along a feed
         pull = self._pulls.get(author)
         if pull is None or pull.peer != peer:

@@ -155,6 +155,8 @@ class Daemon(DaemonAPI):
                 self.leases.close()
         if hasattr(self, "node"):
             with contextlib.suppress(Exception):
+                self.node.settle()
+            with contextlib.suppress(Exception):
                 self.node.journal.store.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
@@ -180,7 +182,13 @@ class Daemon(DaemonAPI):
             store,
             rng,
             now_ms=self.started_ms,
-            config=NodeConfig(sync_interval_ms=cfg.sync_interval_ms),
+            config=NodeConfig(
+                sync_interval_ms=cfg.sync_interval_ms,
+                # Batches straight from their author (our channels authenticate
+                # it) are verified per run at the group commit (core.journal).
+                defer_direct_verify=cfg.commit_delay_ms > 0,
+                settle_delay_ms=None,
+            ),
             trusted=self.author_trusted,
         )
         self.context_view = ContextView(self.identity.public)
@@ -293,6 +301,7 @@ class Daemon(DaemonAPI):
                 await asyncio.wait_for(self._mdns.close(), 3.0)
         await self.conns.close()
         self.messaging.close()
+        self.node.settle()  # store what was verified; a bad run is dropped
         self.node.journal.store.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # releases the data dir lock
@@ -486,7 +495,7 @@ class Daemon(DaemonAPI):
         """Commit batches received from peers at most ``commit_delay_ms``
         after the first of them was applied (one commit for many frames; our
         own appends are committed when made, see the store's module docs)."""
-        if self._store.pending and self._commit_timer is None:
+        if (self._store.pending or self.node.journal.unsettled) and self._commit_timer is None:
             self._commit_timer = asyncio.get_running_loop().call_later(
                 self.config.commit_delay_ms / 1000, self._commit_group
             )
@@ -495,6 +504,9 @@ class Daemon(DaemonAPI):
         self._commit_timer = None
         if not self._started:
             return  # stop() closes the store, which commits
+        for peer in self.node.settle():  # verify attested runs, then store them
+            log.warning("%s sent an invalid head signature: disconnecting", short(peer))
+            self.disconnect_later(peer, "invalid head signature")
         try:
             self._store.sync()
         except StoreError:  # disk full, I/O error: retried at the next commit

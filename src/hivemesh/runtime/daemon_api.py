@@ -63,6 +63,7 @@ class DaemonAPI:
         (verified replay), then every new one. Returns the replayed count."""
         kinds = frozenset(view.kinds)
         n = 0
+        self.node.settle()  # every applied event is in the store, so none is missed
         for ev in self._replay(self.node.journal.store):
             if "*" in kinds or ev.kind in kinds:
                 view.apply(ev)

@@ -144,6 +144,7 @@ class Cluster:
         return NodeConfig(
             sync_interval_ms=self.opts.sync_interval_ms,
             want_timeout_ms=self.opts.want_timeout_ms,
+            defer_direct_verify=True,  # the simulated network names the true sender
         )
 
     def _boot(self, sn: SimNode) -> None:
@@ -285,7 +286,9 @@ class Cluster:
         self.partition = groups
 
     def converged(self) -> bool:
-        """Every replica holds the same feeds."""
+        """Every replica holds the same feeds, every signature settled."""
+        if any(n.node.journal.unsettled for n in self.nodes if n.node):
+            return False
         vvs = [n.node.journal.version_vector() for n in self.nodes if n.node]
         if self.opts.claim_tasks and len({t for t, _ in self.executions}) < self.opts.claim_tasks:
             return False
