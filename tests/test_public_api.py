@@ -53,3 +53,31 @@ def test_import_hivemesh_does_not_load_the_runtime() -> None:
         check=True,
     )
     assert out.stdout.strip() == "False"
+
+
+def test_a_node_does_not_load_the_collector_or_model_stacks() -> None:
+    """Importing the node (and the plan control ops it registers) leaves the
+    collector's DuckDB/Arrow and the model providers' HTTP stack unloaded."""
+    code = (
+        "import sys, hivemesh, hivemesh.node, hivemesh.roles.meshops;"
+        "print(sorted(m for m in ('duckdb', 'pyarrow', 'numpy', 'httpx', 'jsonschema')"
+        " if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_lazy_exports_resolve_and_unknown_names_raise() -> None:
+    import hivemesh.roles as roles
+    import hivemesh.telemetry as telemetry
+
+    for pkg in (roles, telemetry):
+        for name in pkg.__all__:
+            assert getattr(pkg, name) is not None
+        try:
+            pkg.no_such_name  # noqa: B018
+        except AttributeError:
+            continue
+        raise AssertionError(f"{pkg.__name__}.no_such_name resolved")

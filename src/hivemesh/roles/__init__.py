@@ -22,20 +22,25 @@ what failure detection writes.
 
 from __future__ import annotations
 
-from hivemesh.roles.agent import RoleDriver as RoleDriver
-from hivemesh.roles.base import Action as Action
-from hivemesh.roles.base import Emit as Emit
-from hivemesh.roles.base import Job as Job
-from hivemesh.roles.base import Role as Role
-from hivemesh.roles.base import failure_events as failure_events
-from hivemesh.roles.decomposer import Decomposer as Decomposer
-from hivemesh.roles.executor import Executor as Executor
-from hivemesh.roles.executor import ToolBox as ToolBox
-from hivemesh.roles.local import LocalJournal as LocalJournal
-from hivemesh.roles.mcp_tools import MCPToolBox as MCPToolBox
-from hivemesh.roles.observer import Observer as Observer
-from hivemesh.roles.scorer import Scorer as Scorer
-from hivemesh.roles.swarm import LocalSwarm as LocalSwarm
+from typing import TYPE_CHECKING
+
+from hivemesh._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from hivemesh.roles.agent import RoleDriver as RoleDriver
+    from hivemesh.roles.base import Action as Action
+    from hivemesh.roles.base import Emit as Emit
+    from hivemesh.roles.base import Job as Job
+    from hivemesh.roles.base import Role as Role
+    from hivemesh.roles.base import failure_events as failure_events
+    from hivemesh.roles.decomposer import Decomposer as Decomposer
+    from hivemesh.roles.executor import Executor as Executor
+    from hivemesh.roles.executor import ToolBox as ToolBox
+    from hivemesh.roles.local import LocalJournal as LocalJournal
+    from hivemesh.roles.mcp_tools import MCPToolBox as MCPToolBox
+    from hivemesh.roles.observer import Observer as Observer
+    from hivemesh.roles.scorer import Scorer as Scorer
+    from hivemesh.roles.swarm import LocalSwarm as LocalSwarm
 
 __all__ = [
     "Action",
@@ -53,3 +58,24 @@ __all__ = [
     "ToolBox",
     "failure_events",
 ]
+
+# Imported on first use (see hivemesh._lazy).
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "RoleDriver": "hivemesh.roles.agent",
+        "Action": "hivemesh.roles.base",
+        "Emit": "hivemesh.roles.base",
+        "Job": "hivemesh.roles.base",
+        "Role": "hivemesh.roles.base",
+        "failure_events": "hivemesh.roles.base",
+        "Decomposer": "hivemesh.roles.decomposer",
+        "Executor": "hivemesh.roles.executor",
+        "ToolBox": "hivemesh.roles.executor",
+        "LocalJournal": "hivemesh.roles.local",
+        "MCPToolBox": "hivemesh.roles.mcp_tools",
+        "Observer": "hivemesh.roles.observer",
+        "Scorer": "hivemesh.roles.scorer",
+        "LocalSwarm": "hivemesh.roles.swarm",
+    },
+)

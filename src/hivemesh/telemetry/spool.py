@@ -41,7 +41,6 @@ from typing import Any
 import msgpack
 
 from hivemesh.errors import InvalidArgument, SpoolFull, StoreCorrupt
-from hivemesh.telemetry.columnar import encode_columnar
 from hivemesh.telemetry.schema import BATCH_TYPE, MAX_BATCH_BYTES, MAX_BATCH_RECORDS
 
 __all__ = ["Spool", "SpoolBatch", "SpoolStats"]
@@ -204,6 +203,10 @@ class Spool:
             return SpoolBatch(first_seq=rows[0][0], last_seq=rows[-1][0], count=n, payload=payload)
 
     def _columnar(self, rows: list[tuple[int, bytes]], max_bytes: int) -> SpoolBatch | None:
+        # imported here: the columnar codec loads Arrow, which a node that
+        # never ships a v2 batch should not pay for at start-up
+        from hivemesh.telemetry.columnar import encode_columnar
+
         n = len(rows)
         for _ in range(4):  # shrink until it fits (distinct long strings weigh more)
             payload = encode_columnar([r[1] for r in rows[:n]], self._last_seq, self._backlog)
