@@ -219,3 +219,24 @@ def test_settle_returns_the_addresses_of_faulty_authors() -> None:
     b.receive(ALICE.address, events_frame(raws, MALLORY.sign(b"x")), 100)
     assert b.next_deadline() >= 500  # no settle timer: the caller settles
     assert b.settle() == [ALICE.address]
+
+
+def test_a_store_failure_while_settling_keeps_the_run_for_the_next_try() -> None:
+    class Flaky(MemoryStore):
+        fail = True
+
+        def append(self, author: bytes, events: Any, sig: bytes, *, durable: bool = True) -> None:
+            if self.fail:
+                raise errors.StoreError("disk full")
+            super().append(author, events, sig, durable=durable)
+
+    store = Flaky()
+    j = Journal(store)
+    for raws, sig in batches(2):
+        j.ingest(ALICE.public, raws, sig, attested=True)
+    with pytest.raises(errors.StoreError):
+        j.settle()
+    assert j.unsettled == 2 and j.head(ALICE.public).seq == 2
+    store.fail = False
+    assert j.settle() == []
+    assert store.heads()[ALICE.public][0] == 2

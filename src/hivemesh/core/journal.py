@@ -279,12 +279,14 @@ class Journal:
         return [a for a in sorted(self._runs) if not self._settle_one(a)]
 
     def _settle_one(self, author: bytes) -> bool:
-        run = self._runs.pop(author)
+        run = self._runs[author]
         last = run.events[-1]
         if verify(author, run.sig, head_message(author, last.seq, last.id)):
-            self.store.append(author, run.events, run.sig, durable=False)
+            self.store.append(author, run.events, run.sig, durable=False)  # may raise: kept
+            del self._runs[author]
             self._signed.setdefault(author, []).append(last.seq)
             return True
+        del self._runs[author]
         if run.base.seq:
             self.heads[author] = run.base
         else:

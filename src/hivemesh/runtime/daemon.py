@@ -504,10 +504,10 @@ class Daemon(DaemonAPI):
         self._commit_timer = None
         if not self._started:
             return  # stop() closes the store, which commits
-        for peer in self.node.settle():  # verify attested runs, then store them
-            log.warning("%s sent an invalid head signature: disconnecting", short(peer))
-            self.disconnect_later(peer, "invalid head signature")
         try:
+            for peer in self.node.settle():  # verify attested runs, then store them
+                log.warning("%s sent an invalid head signature: disconnecting", short(peer))
+                self.disconnect_later(peer, "invalid head signature")
             self._store.sync()
         except StoreError:  # disk full, I/O error: retried at the next commit
             self.counters["group_commit_failed"] += 1
