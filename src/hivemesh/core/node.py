@@ -301,8 +301,10 @@ class Node:
             self.send(p, frame)
 
     def _forward(self, peer: str, author: bytes, raws: list[bytes], sig: bytes, hops: int) -> None:
+        if hops <= 0:
+            return
         peers = [p for p in self._peers if p != peer]
-        if hops <= 0 or not peers:
+        if not peers:
             return
         k = min(self.config.push_fanout, len(peers))
         frame = encode_frame(FrameType.EVENTS, author, raws, sig, hops - 1)
