@@ -78,9 +78,11 @@ class Config:
     suspicion_mult: int = 4
     # [replication]
     sync_interval_ms: int = 1000
-    # batches received from peers are group-committed within this many ms
-    # (0: commit every batch before applying the next; our own appends are
-    # always committed before they are sent or acknowledged)
+    # batches received from peers are group-committed within this many ms,
+    # and the head signatures of batches that came straight from their author
+    # are verified then, one per run (0: verify and commit every batch before
+    # applying the next; our own appends are always committed before they are
+    # sent or acknowledged)
     commit_delay_ms: int = 25
     # [trust] "open": any authenticated peer unless revoked;
     #         "invite": only addresses in trust.json
