@@ -37,6 +37,21 @@ def wait_port(port: int, deadline_s: float = 10.0) -> None:
     raise TimeoutError(f"nothing listening on {port} after {deadline_s}s")
 
 
+def wait_ready(url: str, port: int, deadline_s: float = 15.0) -> None:
+    """Wait until the server answers lease reads, not just accepts TCP (a
+    restarted JetStream recovers its streams after its port opens)."""
+    wait_port(port, deadline_s)
+    end = time.monotonic() + deadline_s
+    while True:
+        try:
+            asyncio.run(_show_then_close(LeaseClient(open_backend(url), "probe")))
+            return
+        except BackendUnavailable:
+            if time.monotonic() > end:
+                raise
+            time.sleep(0.05)
+
+
 def redis_server(port: int, data: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         ["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--dir", str(data),
@@ -76,7 +91,7 @@ def test_tokens_increase_across_server_crash_and_restart(kind: str, tmp_path: Pa
 
     proc = start(port, tmp_path)
     try:
-        wait_port(port)
+        wait_ready(url, port)
         tokens = [asyncio.run(grab("a", 60_000))]
         with pytest.raises(LeaseUnavailable):
             asyncio.run(grab("b", 60_000))
@@ -87,7 +102,7 @@ def test_tokens_increase_across_server_crash_and_restart(kind: str, tmp_path: Pa
         asyncio.run(grab("b", 60_000))  # down: typed error, no hang
     proc = start(port, tmp_path)
     try:
-        wait_port(port)
+        wait_ready(url, port)
         # the lease survived the crash with the server's state: still held
         with pytest.raises(LeaseUnavailable):
             asyncio.run(grab("b", 60_000))
@@ -99,7 +114,7 @@ def test_tokens_increase_across_server_crash_and_restart(kind: str, tmp_path: Pa
         proc.wait(timeout=10)
     proc = start(port, tmp_path)
     try:
-        wait_port(port)
+        wait_ready(url, port)
         asyncio.run(_force_release(url, tokens[0]))
         tokens.append(asyncio.run(grab("b", 60_000)))
     finally:

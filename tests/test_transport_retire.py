@@ -136,7 +136,7 @@ def test_both_ends_retiring_at_once_deliver_everything_written() -> None:
 def test_a_peer_that_never_closes_is_cut_after_the_linger() -> None:
     async def main() -> None:
         a, b, listener = await pair()
-        a._tasks[1].cancel()  # a stops reading: it never sees b's CLOSE, never hangs up
+        a._transport.pause_reading()  # a stops reading: it never sees b's CLOSE, never hangs up
         b.retire(ChannelSuperseded("linger"), linger_s=0.2)
         t0 = asyncio.get_running_loop().time()
         await eventually(lambda: b.is_closed, "the linger deadline ends the channel", 3.0)

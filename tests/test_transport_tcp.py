@@ -620,3 +620,53 @@ def test_channel_options_are_validated() -> None:
         ChannelOptions(send_queue_frames=0)
     with pytest.raises(InvalidArgument):
         ChannelOptions(handshake_timeout_s=-1.0)
+
+
+def test_bytes_buffered_past_the_handshake_are_delivered_first() -> None:
+    """A peer may send frames in the same segment as its last handshake
+    message: they sit in the handshake's stream buffer when the channel takes
+    the socket over, and must come out first, in order."""
+    import secrets
+
+    from hivemesh.transports.channel import ChannelOptions as Opts
+    from hivemesh.transports.noise import SecureHandshake, StaticCredentials
+    from hivemesh.transports.stats import TransportCounters
+    from hivemesh.transports.tcp import _handshake
+
+    async def main() -> None:
+        s1, s2 = socket.socketpair()
+        r1, w1 = await asyncio.open_connection(sock=s1)
+        r2, w2 = await asyncio.open_connection(sock=s2)
+        creds_a = StaticCredentials.generate(A, secrets.token_bytes)
+        creds_b = StaticCredentials.generate(B, secrets.token_bytes)
+        hs_a = SecureHandshake(
+            creds_a, initiator=True, random_bytes=secrets.token_bytes, authorize=trust_all
+        )
+        hs_b = SecureHandshake(
+            creds_b, initiator=False, random_bytes=secrets.token_bytes, authorize=trust_all
+        )
+        opts = Opts()
+        (sa, _), (sb, _) = await asyncio.gather(
+            _handshake(r1, w1, hs_a, opts), _handshake(r2, w2, hs_b, opts)
+        )
+        w1.write(sa.encode_frames([b"early-1", b"early-2"]))
+        await eventually(lambda: len(getattr(r2, "_buffer", b"")) > 0, "bytes buffered")
+        ch = SecureChannel(
+            r2,
+            w2,
+            sb,
+            peer_address=A.address,
+            handshake_hash=b"",
+            options=opts,
+            counters=TransportCounters(),
+            initial_frames=[b"with-accept"],
+        )
+        w1.write(sa.encode_frames([b"later"]))
+        got = [await ch.recv() for _ in range(4)]
+        assert got == [b"with-accept", b"early-1", b"early-2", b"later"]
+        w1.close()
+        with pytest.raises(ConnectionClosed):
+            await ch.recv()
+        assert ch.is_closed
+
+    run(main())

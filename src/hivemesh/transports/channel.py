@@ -1,13 +1,17 @@
-"""One secure channel: two tasks pumping frames through a :class:`FrameSession`.
+"""One secure channel: frames pumped through a :class:`FrameSession`.
 
 Theory of operation
 -------------------
-A channel runs two tasks. The *writer* takes every queued frame up to
+The *writer* is a task: it takes every queued frame up to
 ``write_batch_bytes``, seals them into as few records as fit, writes once
-and drains (stall deadline ``write_stall_timeout_s``). The *reader* reads
-big chunks, opens records and queues frames; when the receive queue is full
-it stops reading, so TCP flow control pushes back on the sender, whose
-``send`` then waits (``send_nowait`` raises :class:`~hivemesh.errors.WouldBlock`).
+and drains (stall deadline ``write_stall_timeout_s``); an idle channel
+writes a lone frame at once instead (:meth:`SecureChannel.send_nowait`).
+The *reader* is the transport's protocol: bytes are opened and their frames
+queued in the same event-loop callback that read them (no reader task to
+wake per read). When the receive queue is full it pauses reading until a
+task has queued the backlog, so TCP flow control pushes back on the sender,
+whose ``send`` then waits (``send_nowait`` raises
+:class:`~hivemesh.errors.WouldBlock`).
 Nothing is dropped silently: frames accepted by ``send`` but unwritten, or
 received but unread, when a channel closes are counted in
 ``frames_dropped``.
@@ -39,6 +43,7 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import cast
 
 from hivemesh.core.codec import MAX_FRAME_BYTES
 from hivemesh.errors import (
@@ -133,12 +138,13 @@ class SecureChannel:
         self._linger: asyncio.TimerHandle | None = None
         self.frames_in = self.bytes_in = self.frames_out = self.bytes_out = 0
         self.frames_dropped = self.send_waits = self.send_would_block = 0
-        self._initial_frames = initial_frames  # arrived with the ACCEPT
+        self._backlog: list[bytes] | None = None  # frames waiting for queue room
+        self._backlog_task: asyncio.Task[None] | None = None
         counters.attach(self)
-        self._tasks = (
+        self._tasks: tuple[asyncio.Task[None], ...] = (
             asyncio.create_task(self._write_loop(), name=f"hm-tx-{peer_address[:12]}"),
-            asyncio.create_task(self._read_loop(), name=f"hm-rx-{peer_address[:12]}"),
         )
+        self._start_reading(reader, initial_frames)
 
     # -- public API ----------------------------------------------------------
 
@@ -391,8 +397,8 @@ class SecureChannel:
             with contextlib.suppress(Exception):
                 self._writer.write(self._session.encode_close(notify))
         current = asyncio.current_task()
-        for task in self._tasks:
-            if task is not current:
+        for task in (*self._tasks, self._backlog_task):
+            if task is not None and task is not current:
                 task.cancel()
         transport = self._writer.transport
         self._writer.close()  # flushes what is buffered, CLOSE included ...
@@ -435,48 +441,119 @@ class SecureChannel:
             self._writer_busy = False
             self._writer_idle.set()
 
-    async def _read_loop(self) -> None:
-        reader, session, recvq = self._reader, self._session, self._recvq
-        chunk = self._opts.read_chunk_bytes
+    def _start_reading(self, reader: asyncio.StreamReader, initial: list[bytes]) -> None:
+        """Take the socket's reading over from the handshake's ``StreamReader``:
+        queue the frames that came with the ACCEPT, then any bytes the reader
+        buffered after the handshake, then let :class:`_ReadProtocol` feed
+        :meth:`_on_data` directly."""
+        transport = self._transport = cast(asyncio.Transport, self._writer.transport)
+        inner = transport.get_protocol()
+        # The handshake's reader may hold bytes that arrived after the last
+        # handshake record (the peer may send as soon as it is accepted).
+        leftover = bytes(getattr(reader, "_buffer", b""))
+        getattr(reader, "_buffer", bytearray()).clear()
+        transport.set_protocol(_ReadProtocol(self, inner))
+        if initial:
+            self._deliver(initial)
+        if leftover:
+            self._on_data(leftover)
+        if reader.exception() is not None or transport.is_closing():
+            self._on_lost(reader.exception())
+        elif reader.at_eof() or getattr(reader, "_eof", False):
+            self._on_eof()
+
+    def _deliver(self, frames: list[bytes]) -> None:
+        """Queue received frames; on a full queue pause reading until a task
+        has queued the rest (backpressure, nothing dropped)."""
+        self.frames_in += len(frames)
+        self.bytes_in += sum(map(len, frames))
+        if self._backlog is not None:
+            self._backlog.extend(frames)
+            return
         try:
-            frames, self._initial_frames = self._initial_frames, []
-            for frame in frames:
-                self.frames_in += 1
-                self.bytes_in += len(frame)
-                await recvq.put(frame)
-            while True:
-                data = await reader.read(chunk)
-                if not data:
-                    if self._retiring:  # the peer read our CLOSE and hung up: clean
-                        self._end(ConnectionClosed("retired"), notify=None, count=False)
-                        return
-                    self._end(
-                        ConnectionClosed("the peer closed the connection without a close notice"),
-                        notify=None,
-                        count=True,
-                    )
-                    return
-                frames = session.receive_data(data)
-                if frames:
-                    self.frames_in += len(frames)
-                    self.bytes_in += sum(map(len, frames))
-                    taken = recvq.put_many_nowait(frames)
-                    for frame in frames[taken:]:
-                        await recvq.put(frame)  # backpressure: stop reading the socket
-                if session.failure is not None:
-                    failure = session.failure
-                    self._end(failure, notify=failure.code, count=True)
-                    return
-                if session.peer_close is not None:
-                    code = session.peer_close
-                    if code == ChannelSuperseded.code:  # the peer retired it: a clean end
-                        self._keep_unsent = True  # the owner re-sends them elsewhere
-                    quiet = code in ("normal", ChannelSuperseded.code) or self._retiring
-                    self._end(peer_close_error(code), notify=None, count=not quiet)
-                    return
-        except asyncio.CancelledError:
-            raise
+            taken = self._recvq.put_many_nowait(frames)
+        except ConnectionClosed:
+            return  # our own close() closed the queue (its frames were counted)
+        if taken < len(frames):
+            self._backlog = frames[taken:]
+            self._transport.pause_reading()
+            self._backlog_task = asyncio.get_running_loop().create_task(
+                self._drain_backlog(), name=f"hm-rx-{self.peer_address[:12]}"
+            )
+
+    async def _drain_backlog(self) -> None:
+        try:
+            while self._backlog:
+                frame = self._backlog.pop(0)
+                await self._recvq.put(frame)  # waits for room
         except ConnectionClosed:
             return  # our own close() closed the receive queue while we waited
-        except (ConnectionError, OSError) as exc:
-            self._end(ConnectionClosed(f"read failed: {exc}"), notify=None, count=True)
+        self._backlog = None
+        self._backlog_task = None
+        if self._close_reason is None:
+            self._transport.resume_reading()
+
+    def _on_data(self, data: bytes) -> None:
+        if self._close_reason is not None:
+            return
+        session = self._session
+        frames = session.receive_data(data)
+        if frames:
+            self._deliver(frames)
+        if session.failure is not None:
+            failure = session.failure
+            self._end(failure, notify=failure.code, count=True)
+            return
+        if session.peer_close is not None:
+            code = session.peer_close
+            if code == ChannelSuperseded.code:  # the peer retired it: a clean end
+                self._keep_unsent = True  # the owner re-sends them elsewhere
+            quiet = code in ("normal", ChannelSuperseded.code) or self._retiring
+            self._end(peer_close_error(code), notify=None, count=not quiet)
+
+    def _on_eof(self) -> None:
+        if self._close_reason is not None:
+            return
+        if self._retiring:  # the peer read our CLOSE and hung up: clean
+            self._end(ConnectionClosed("retired"), notify=None, count=False)
+            return
+        self._end(
+            ConnectionClosed("the peer closed the connection without a close notice"),
+            notify=None,
+            count=True,
+        )
+
+    def _on_lost(self, exc: BaseException | None) -> None:
+        if self._close_reason is not None:
+            return
+        if exc is None:
+            self._on_eof()
+            return
+        self._end(ConnectionClosed(f"read failed: {exc}"), notify=None, count=True)
+
+
+class _ReadProtocol(asyncio.Protocol):
+    """The socket's protocol once a channel is up: reads go straight to the
+    channel; write flow control and the connection's end still reach the
+    handshake's stream protocol, which the channel's ``StreamWriter`` drains on."""
+
+    def __init__(self, channel: SecureChannel, inner: asyncio.BaseProtocol) -> None:
+        self._channel = channel
+        self._inner = inner
+
+    def data_received(self, data: bytes) -> None:
+        self._channel._on_data(data)
+
+    def eof_received(self) -> bool:
+        self._channel._on_eof()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._inner.connection_lost(exc)
+        self._channel._on_lost(exc)
+
+    def pause_writing(self) -> None:
+        self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._inner.resume_writing()
