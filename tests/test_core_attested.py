@@ -240,3 +240,14 @@ def test_a_store_failure_while_settling_keeps_the_run_for_the_next_try() -> None
     store.fail = False
     assert j.settle() == []
     assert store.heads()[ALICE.public][0] == 2
+
+
+def test_malformed_events_after_a_run_are_a_typed_error() -> None:
+    j, _store, _ = journal()
+    raws, sig = batches(1)[0]
+    j.ingest(ALICE.public, raws, sig, attested=True)
+    with pytest.raises(errors.DecodeError):
+        j.ingest(ALICE.public, [1, 2], sig, attested=True)  # type: ignore[list-item]
+    with pytest.raises(errors.DecodeError):
+        j.ingest(ALICE.public, [b"x", 3], sig)  # type: ignore[list-item]
+    assert j.unsettled == 1

@@ -235,6 +235,9 @@ class Journal:
             raise UntrustedAuthor(f"author {author.hex()[:12]} is not trusted")
         if author in self.faulty:
             raise BadSignature(f"author {author.hex()[:12]} sent an invalid head signature")
+        for raw in raws:
+            if type(raw) is not bytes:
+                raise DecodeError("event must be bytes")
         run = self._runs.get(author)
         if run is not None and (
             not attested
@@ -246,10 +249,7 @@ class Journal:
             run = None
         head = self.heads.get(author) or Head()
         # Fast path for the common gossip duplicate: peek at the last event.
-        last_raw = raws[-1]
-        if type(last_raw) is not bytes:
-            raise DecodeError("event must be bytes")
-        last = decode_event(last_raw)
+        last = decode_event(raws[-1])
         if last.seq <= head.seq:
             self._check_replay(author, last, sig)
         events = verify_batch(author, raws, sig, head, last=last, check_sig=not attested)
