@@ -207,6 +207,11 @@ class Node:
         out, self._outbox = self._outbox, []
         return out
 
+    @property
+    def has_output(self) -> bool:
+        """True if frames or events are waiting for :meth:`outbox` / :meth:`events`."""
+        return bool(self._outbox or self._events)
+
     def events(self) -> list[Event]:
         """Events applied since the last call (own and remote), in order."""
         out = list(self._events)

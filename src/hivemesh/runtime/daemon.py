@@ -56,6 +56,7 @@ from typing import Any
 
 from hivemesh.config import Config, bootstrap_targets, parse_endpoint
 from hivemesh.core.event import Event
+from hivemesh.core.frames import FrameType
 from hivemesh.core.identity import Identity, address_of, public_key_of, short
 from hivemesh.core.node import Node, NodeConfig
 from hivemesh.core.views.context import ContextView
@@ -79,6 +80,9 @@ from hivemesh.transports import ChannelOptions
 from hivemesh.trust import TrustStore
 
 __all__ = ["Daemon", "Subscription", "now_ms"]
+
+#: Byte 2 of an encoded EVENTS frame (msgpack ``[version, type, ...]``).
+_EVENTS_TYPE_BYTE = bytes([FrameType.EVENTS])
 
 log = logging.getLogger("hivemesh.runtime")
 
@@ -429,12 +433,14 @@ class Daemon(DaemonAPI):
         flush once (outputs wait at most one batch, 64 frames)."""
         await self._ready.wait()
         receive = self.node.receive
+        only_events = True
         for frame in frames:
             if peer in self.invites.probation:
                 await self._on_frame(peer, frame)
                 continue
+            only_events = only_events and frame[2:3] == _EVENTS_TYPE_BYTE
             receive(peer, frame, now_ms())
-        await self.flush()
+        await self.flush(deadlines=not only_events)
 
     def disconnect_later(self, peer: str, reason: str) -> None:
         """Close the channel to ``peer`` from synchronous code."""
@@ -471,24 +477,34 @@ class Daemon(DaemonAPI):
                 continue
             self.conns.want(h, p, address)
 
-    async def flush(self) -> None:
-        """Drain the core's outbox and events (see module docs)."""
+    async def flush(self, *, deadlines: bool = True) -> None:
+        """Drain the core's outbox and events (see module docs).
+
+        ``deadlines=False`` (a flush after EVENTS frames only) skips looking
+        for a new earlier timer unless the flush sent something: applying
+        pushed events moves no deadline earlier, and a gap's pull sends a WANT.
+        """
+        sent = False
         async with self._flush_lock:
+            node = self.node
             while True:
                 t = now_ms()
                 self.members.after_input(t)
                 self.messaging.after_input()
                 self.blobs.after_input()
-                out = self.node.outbox()
-                events = self.node.events()
+                out = node.outbox()
+                events = node.events()
                 if not out and not events:
                     break
+                sent = sent or bool(out)
                 for peer, frame in out:
                     await self.conns.send(peer, frame)
                 for ev in events:
                     self._dispatch(ev)
+                if not node.has_output:  # handling them queued nothing new
+                    break
             self._group_commit()
-        if self._started and self._next_deadline() < self._armed_ms:
+        if self._started and (deadlines or sent) and self._next_deadline() < self._armed_ms:
             self._wake.set()
 
     def _group_commit(self) -> None:
