@@ -18,7 +18,7 @@ def _manager(ident: Identity, events: list[tuple[str, bool]], **kw: Any) -> Conn
     async def on_peer(peer: str, up: bool) -> None:
         events.append((peer, up))
 
-    opts = {
+    opts: dict[str, Any] = {
         "dial_timeout_s": 2.0,
         "reconnect_min_s": 0.05,
         "reconnect_max_s": 0.2,
@@ -119,5 +119,28 @@ def test_frames_for_a_peer_without_a_channel_are_counted() -> None:
         a = _manager(Identity.from_seed(b"\x05" * 32), [])
         assert not await a.send(Identity.from_seed(b"\x06" * 32).address, b"frame")
         assert a.counters["dropped_no_channel"] == 1
+
+    asyncio.run(main())
+
+
+def test_send_fast_takes_only_what_an_open_channel_accepts_at_once() -> None:
+    async def main() -> None:
+        ia, ib = Identity.from_seed(b"\x07" * 32), Identity.from_seed(b"\x08" * 32)
+        got: list[bytes] = []
+
+        async def on_frames(peer: str, frames: list[bytes]) -> None:
+            got.extend(frames)
+
+        a, b = _manager(ia, []), _manager(ib, [], on_frames=on_frames)
+        pb = await b.listen("127.0.0.1", 0)
+        assert not a.send_fast(ib.address, b"early")  # no channel yet: send() decides
+        a.want("127.0.0.1", pb, ib.address)
+        await _until(lambda: ib.address in a.links)
+        assert a.send_fast(ib.address, b"one") and a.send_fast(ib.address, b"two")
+        await _until(lambda: got == [b"one", b"two"])
+        a.links[ib.address].channel.close()
+        assert not a.send_fast(ib.address, b"late")  # closed: send() counts the drop
+        await a.close()
+        await b.close()
 
     asyncio.run(main())

@@ -385,3 +385,12 @@ def test_garbage_never_raises_from_receive_data(garbage: bytes) -> None:
 
 def test_record_plaintext_limit_matches_noise() -> None:
     assert MAX_RECORD_PLAINTEXT + 16 == 65535
+
+
+def test_encode_frame_is_encode_frames_of_one() -> None:
+    client, server = _sessions()
+    for frame in (b"", b"x", b"y" * 70_000, b"z" * MAX_FRAME_BYTES):
+        assert server.receive_data(client.encode_frame(frame)) == [frame]
+    with pytest.raises(InvalidArgument):
+        client.encode_frame(b"z" * (MAX_FRAME_BYTES + 1))
+    assert server.failure is None

@@ -489,6 +489,19 @@ class ConnectionManager(Dialling):
 
     # -- sending -------------------------------------------------------------
 
+    def send_fast(self, peer: str, frame: bytes) -> bool:
+        """Hand ``frame`` to an open channel to ``peer`` without waiting; False
+        when that is not possible at once (then :meth:`send` takes it: it
+        waits for room, holds it across a handover, or counts the drop)."""
+        link = self.links.get(peer)
+        if link is None or not link.channel.is_sending:
+            return False
+        try:
+            link.channel.send_nowait(frame)
+        except (WouldBlock, TransportError):
+            return False
+        return True
+
     async def send(self, peer: str, frame: bytes) -> bool:
         """Queue ``frame`` for ``peer``, waiting while its queue is full.
 

@@ -497,8 +497,10 @@ class Daemon(DaemonAPI):
                 if not out and not events:
                     break
                 sent = sent or bool(out)
+                send_fast = self.conns.send_fast
                 for peer, frame in out:
-                    await self.conns.send(peer, frame)
+                    if not send_fast(peer, frame):
+                        await self.conns.send(peer, frame)
                 for ev in events:
                     self._dispatch(ev)
                 if not node.has_output:  # handling them queued nothing new

@@ -191,10 +191,10 @@ class SecureChannel:
         whose writer drains with the stall deadline."""
         if self._writer_busy or len(self._sendq) or self._retiring:
             return False  # (retiring: the queue is closed, put_nowait raises)
-        transport = self._writer.transport
+        transport = self._transport
         if transport.get_write_buffer_size() or transport.is_closing():
             return False
-        transport.write(self._session.encode_frames([frame]))
+        transport.write(self._session.encode_frame(frame))
         self.frames_out += 1
         self.bytes_out += len(frame)
         return True

@@ -121,6 +121,13 @@ class FrameSession:
             parts.append(frame)
         return self._seal(b"".join(parts))
 
+    def encode_frame(self, frame: bytes) -> bytes:
+        """Wire bytes carrying one frame (:meth:`encode_frames` of ``[frame]``)."""
+        size = len(frame)
+        if size > self.max_frame_bytes:
+            raise InvalidArgument(f"frame of {size} bytes exceeds the limit {self.max_frame_bytes}")
+        return self._seal(_U32.pack(size) + frame)
+
     def encode_accept(self) -> bytes:
         """Wire bytes of the responder's ACCEPT item."""
         return self._seal(self._control(bytes([CONTROL_ACCEPT])))
