@@ -622,10 +622,11 @@ def test_channel_options_are_validated() -> None:
         ChannelOptions(handshake_timeout_s=-1.0)
 
 
-def test_bytes_buffered_past_the_handshake_are_delivered_first() -> None:
+def _takeover(early: list[bytes], buffered_at_least: int) -> None:
     """A peer may send frames in the same segment as its last handshake
     message: they sit in the handshake's stream buffer when the channel takes
-    the socket over, and must come out first, in order."""
+    the socket over, and must come out first, in order, and reading must go on
+    (the stream reader pauses the socket when its buffer fills)."""
     import secrets
 
     from hivemesh.transports.channel import ChannelOptions as Opts
@@ -649,8 +650,10 @@ def test_bytes_buffered_past_the_handshake_are_delivered_first() -> None:
         (sa, _), (sb, _) = await asyncio.gather(
             _handshake(r1, w1, hs_a, opts), _handshake(r2, w2, hs_b, opts)
         )
-        w1.write(sa.encode_frames([b"early-1", b"early-2"]))
-        await eventually(lambda: len(getattr(r2, "_buffer", b"")) > 0, "bytes buffered")
+        w1.write(sa.encode_frames(early))
+        await eventually(
+            lambda: len(getattr(r2, "_buffer", b"")) >= buffered_at_least, "bytes buffered"
+        )
         ch = SecureChannel(
             r2,
             w2,
@@ -662,11 +665,19 @@ def test_bytes_buffered_past_the_handshake_are_delivered_first() -> None:
             initial_frames=[b"with-accept"],
         )
         w1.write(sa.encode_frames([b"later"]))
-        got = [await ch.recv() for _ in range(4)]
-        assert got == [b"with-accept", b"early-1", b"early-2", b"later"]
+        got = [await ch.recv() for _ in range(len(early) + 2)]
+        assert got == [b"with-accept", *early, b"later"]
         w1.close()
         with pytest.raises(ConnectionClosed):
             await ch.recv()
         assert ch.is_closed
 
     run(main())
+
+
+def test_bytes_buffered_past_the_handshake_are_delivered_first() -> None:
+    _takeover([b"early-1", b"early-2"], 1)
+
+
+def test_a_full_handshake_buffer_does_not_leave_the_socket_paused() -> None:
+    _takeover([bytes([i]) * 60_000 for i in range(6)], 140_000)

@@ -461,6 +461,8 @@ class SecureChannel:
             self._on_lost(reader.exception())
         elif reader.at_eof() or getattr(reader, "_eof", False):
             self._on_eof()
+        elif getattr(reader, "_paused", False) and self._backlog is None:
+            transport.resume_reading()  # the reader had paused on its full buffer
 
     def _deliver(self, frames: list[bytes]) -> None:
         """Queue received frames; on a full queue pause reading until a task
