@@ -72,6 +72,20 @@ async def _recv_type(ch: SecureChannel, ftype: int, timeout_s: float = 5.0) -> l
                 return fields
 
 
+async def _author_sends_first_event(
+    target: Any, who: Identity, seed: int
+) -> tuple[Node, SecureChannel]:
+    """``who`` runs a real core node (to author valid events), dials ``target``
+    and sends it its first event; returns the core node and the channel."""
+    core = Node(who, MemoryStore(), random.Random(seed), now_ms=now_ms())
+    core.add_peer(target.address)
+    ch = await _dial(("127.0.0.1", target.port), who, target.address)
+    core.append("app.note", {"n": 1}, now_ms())
+    for _peer, frame in core.outbox():
+        await ch.send(frame)
+    return core, ch
+
+
 def _vv(client: Client) -> dict[str, int]:
     vv: dict[str, int] = client.status()["journal"]["version_vector"]
     return vv
@@ -120,12 +134,7 @@ def test_an_author_that_signs_its_own_events_badly_is_dropped_and_cut_off(
 
     async def scenario() -> None:
         liar = Identity.from_seed(bytes([11]) * 32)
-        core = Node(liar, MemoryStore(), random.Random(2), now_ms=now_ms())
-        core.add_peer(a.address)
-        ch = await _dial(("127.0.0.1", a.port), liar, a.address)
-        core.append("app.note", {"n": 1}, now_ms())
-        for _peer, frame in core.outbox():
-            await ch.send(frame)
+        core, ch = await _author_sends_first_event(a, liar, 2)
         # b pulls #1 from a, so a has settled (verified and stored) it
         await _until(lambda: _vv(b.client).get(liar.address) == 1, what="b holds liar's #1")
         ev = core.append("app.note", {"n": 2}, now_ms())
@@ -157,12 +166,7 @@ def test_revoked_peer_is_disconnected_and_its_new_events_refused(swarm: LocalSwa
         rev = Identity.from_seed(bytes([9]) * 32)
         trusted = Identity.from_seed(bytes([10]) * 32)
         # The revoked-to-be peer runs a real core node to author valid events.
-        core = Node(rev, MemoryStore(), random.Random(1), now_ms=now_ms())
-        core.add_peer(a.address)
-        ch = await _dial(("127.0.0.1", a.port), rev, a.address)
-        core.append("app.note", {"n": 1}, now_ms())
-        for _peer, frame in core.outbox():
-            await ch.send(frame)
+        core, ch = await _author_sends_first_event(a, rev, 1)
         await _until(lambda: _vv(a.client).get(rev.address) == 1, what="a accepts rev's event")
 
         await asyncio.to_thread(a.client.revoke, rev.address)
@@ -202,7 +206,7 @@ def test_a_pinned_bootstrap_address_defeats_an_impostor_endpoint(swarm: LocalSwa
 
     def refused() -> bool:
         counters = c.client.status()["counters"]
-        return counters.get("dial_failed_identity_mismatch", 0) >= 1
+        return bool(counters.get("dial_failed_identity_mismatch", 0) >= 1)
 
     wait_until(refused, 10, what="c refuses the impostor")
     assert c.client.peers() == [] or all(p["channel"] is None for p in c.client.peers())
