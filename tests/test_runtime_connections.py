@@ -144,3 +144,51 @@ def test_send_fast_takes_only_what_an_open_channel_accepts_at_once() -> None:
         await b.close()
 
     asyncio.run(main())
+
+
+def test_frames_go_inline_unless_the_reader_is_busy_and_stay_in_order() -> None:
+    """``on_frames_now`` takes frames from the read callback while the link's
+    reader is idle; a declined batch goes to the reader, and frames that
+    arrive while it is still handling that batch queue behind it."""
+
+    async def main() -> None:
+        ia, ib = Identity.from_seed(b"\x09" * 32), Identity.from_seed(b"\x0a" * 32)
+        got: list[tuple[str, bytes]] = []
+        gate = asyncio.Event()
+        decline = False
+
+        async def on_frames(peer: str, frames: list[bytes]) -> None:
+            await gate.wait()  # the reader stays busy until the test opens the gate
+            got.extend(("reader", f) for f in frames)
+
+        def on_frames_now(peer: str, frames: list[bytes]) -> bool:
+            if decline:
+                return False
+            got.extend(("inline", f) for f in frames)
+            return True
+
+        a = _manager(ia, [])
+        b = _manager(ib, [], on_frames=on_frames, on_frames_now=on_frames_now)
+        pb = await b.listen("127.0.0.1", 0)
+        a.want("127.0.0.1", pb, ib.address)
+        await _until(lambda: ib.address in a.links and ia.address in b.links)
+        assert a.send_fast(ib.address, b"1") and a.send_fast(ib.address, b"2")
+        await _until(lambda: len(got) == 2)
+        decline = True
+        assert a.send_fast(ib.address, b"3")
+        await _until(lambda: b.links[ia.address].busy)  # the reader holds frame 3
+        decline = False
+        assert a.send_fast(ib.address, b"4") and a.send_fast(ib.address, b"5")
+        await _until(lambda: b.links[ia.address].channel.statistics().frames_in == 5)
+        assert len(got) == 2  # 4 and 5 wait behind 3 instead of overtaking it
+        gate.set()
+        await _until(lambda: len(got) == 5)
+        assert a.send_fast(ib.address, b"6")
+        await _until(lambda: len(got) == 6)
+        assert [f for _, f in got] == [b"1", b"2", b"3", b"4", b"5", b"6"]
+        assert [how for how, _ in got] == ["inline"] * 2 + ["reader"] * 3 + ["inline"]
+        assert b.counters["frames_inline"] == 3
+        await a.close()
+        await b.close()
+
+    asyncio.run(main())

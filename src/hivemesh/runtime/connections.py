@@ -6,7 +6,12 @@ The manager keeps at most one :class:`~hivemesh.transports` secure channel per
 peer address (its *link*) and hands every received frame to
 ``on_frame(peer, frame)``, or, when an ``on_frames`` callback is given, every
 batch of frames read at once to ``on_frames(peer, frames)`` (the daemon then
-flushes once per batch). ``on_peer(peer, up)`` reports links coming and going,
+flushes once per batch). With ``on_frames_now(peer, frames) -> bool`` too,
+frames go to it straight from the channel's read callback (no reader task
+woken per read) whenever that link's reader is idle with nothing queued; it
+returns False when it cannot handle them at once (the daemon is waiting on a
+full send queue, say), and they take the reader's path, in order.
+``on_peer(peer, up)`` reports links coming and going,
 one call at a time and in order: inline in the dialler, acceptor or reader
 that saw the change, or from a small task when the change was seen inside
 :meth:`send` (the daemon sends while holding its flush lock, and ``on_peer``
@@ -106,6 +111,7 @@ log = logging.getLogger("hivemesh.runtime.connections")
 
 FrameCallback = Callable[[str, bytes], Awaitable[None]]
 FramesCallback = Callable[[str, list[bytes]], Awaitable[None]]
+FramesNowCallback = Callable[[str, list[bytes]], bool]
 PeerCallback = Callable[[str, bool], Awaitable[None]]
 
 
@@ -132,6 +138,7 @@ class PeerLink:
     last_rx_mono: float = 0.0  # when a frame last arrived on it
     task: asyncio.Task[None] | None = None
     closed: bool = False
+    busy: bool = False  # its reader task is handling a batch
 
 
 @dataclass(slots=True)
@@ -169,6 +176,7 @@ class ConnectionManager(Dialling):
         rng: random.Random,
         options: ChannelOptions | None = None,
         on_frames: FramesCallback | None = None,
+        on_frames_now: FramesNowCallback | None = None,
         handover_s: float | None = None,
         linger_s: float = CLOSE_GRACE_S,
     ) -> None:
@@ -177,6 +185,7 @@ class ConnectionManager(Dialling):
         self._authorize = authorize
         self._on_frame = on_frame
         self._on_frames = on_frames
+        self._on_frames_now = on_frames_now
         self._on_peer = on_peer
         self._dial_timeout_s = dial_timeout_s
         self._reconnect_min_s = reconnect_min_s
@@ -276,6 +285,8 @@ class ConnectionManager(Dialling):
             last_rx_mono=time.monotonic(),
         )
         link.task = asyncio.get_running_loop().create_task(self._reader(link))
+        if self._on_frames_now is not None and self._on_frames is not None:
+            channel.consumer = lambda frames: self._consume(link, frames)
         self.counters["channels_opened"] += 1
         if not channel.is_sending:  # retired by the peer before we got here
             self.counters["channel_ended_before_adopt"] += 1
@@ -359,6 +370,24 @@ class ConnectionManager(Dialling):
             ch.close(error)  # the transport counts unsent and unread frames too
         log.info("disconnected %s: %s", short(link.address), reason)
 
+    def _consume(self, link: PeerLink, frames: list[bytes]) -> bool:
+        """The channel's inline consumer (module docs): False while the
+        link's reader is still handling an earlier batch, or when
+        ``on_frames_now`` declines."""
+        if link.busy or self._on_frames_now is None:
+            return False
+        link.last_rx_mono = time.monotonic()
+        try:
+            done = self._on_frames_now(link.address, frames)
+        except Exception:  # a bug in a handler must not kill the daemon silently
+            log.exception("inline handler for %s failed", short(link.address))
+            self.counters["reader_crashed"] += 1
+            link.channel.close()  # its reader then drops the link
+            return True
+        if done:
+            self.counters["frames_inline"] += len(frames)
+        return done
+
     async def _reader(self, link: PeerLink) -> None:
         try:
             on_frames = self._on_frames
@@ -366,7 +395,11 @@ class ConnectionManager(Dialling):
                 frames = await link.channel.recv_batch(64)
                 link.last_rx_mono = time.monotonic()
                 if on_frames is not None:
-                    await on_frames(link.address, frames)
+                    link.busy = True
+                    try:
+                        await on_frames(link.address, frames)
+                    finally:
+                        link.busy = False
                     continue
                 for frame in frames:
                     await self._on_frame(link.address, frame)

@@ -50,7 +50,7 @@ import logging
 import os
 import random
 import secrets
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable
 from typing import Any
 
@@ -100,6 +100,7 @@ class Daemon(DaemonAPI):
         self._subs: list[Subscription] = []
         self._tasks: list[asyncio.Task[Any]] = []
         self._flush_lock = asyncio.Lock()
+        self._unsent: deque[tuple[str, bytes]] = deque()  # output behind a full send queue
         self._wake = asyncio.Event()
         self._armed_ms = 0
         self._flush_scheduled = False
@@ -212,6 +213,7 @@ class Daemon(DaemonAPI):
             authorize=lambda a: self.invites.admit_channel(a, now_ms()),
             on_frame=self._on_frame,
             on_frames=self._on_frames,
+            on_frames_now=self._on_frames_now,
             on_peer=self._on_peer,
             dial_timeout_s=cfg.dial_timeout_s,
             reconnect_min_s=cfg.reconnect_min_s,
@@ -442,6 +444,24 @@ class Daemon(DaemonAPI):
             receive(peer, frame, now_ms())
         await self.flush(deadlines=not only_events)
 
+    def _on_frames_now(self, peer: str, frames: list[bytes]) -> bool:
+        """:meth:`_on_frames` inline from the channel's read callback, when
+        nothing could make it wait (else False: the reader task takes them)."""
+        if (
+            self._flush_lock.locked()
+            or self._unsent
+            or not self._ready.is_set()
+            or peer in self.invites.probation
+        ):
+            return False
+        receive = self.node.receive
+        only_events = True
+        for frame in frames:
+            only_events = only_events and frame[2:3] == _EVENTS_TYPE_BYTE
+            receive(peer, frame, now_ms())
+        self._flush_now(deadlines=not only_events)
+        return True
+
     def disconnect_later(self, peer: str, reason: str) -> None:
         """Close the channel to ``peer`` from synchronous code."""
         task = asyncio.get_running_loop().create_task(self.conns.disconnect(peer, reason))
@@ -484,29 +504,53 @@ class Daemon(DaemonAPI):
         for a new earlier timer unless the flush sent something: applying
         pushed events moves no deadline earlier, and a gap's pull sends a WANT.
         """
-        sent = False
         async with self._flush_lock:
-            node = self.node
-            while True:
-                t = now_ms()
-                self.members.after_input(t)
-                self.messaging.after_input()
-                self.blobs.after_input()
-                out = node.outbox()
-                events = node.events()
-                if not out and not events:
-                    break
-                sent = sent or bool(out)
-                send_fast = self.conns.send_fast
-                for peer, frame in out:
-                    if not send_fast(peer, frame):
-                        await self.conns.send(peer, frame)
-                for ev in events:
-                    self._dispatch(ev)
-                if not node.has_output:  # handling them queued nothing new
-                    break
-            self._group_commit()
-        if self._started and (deadlines or sent) and self._next_deadline() < self._armed_ms:
+            sent = self._drain()
+            unsent = self._unsent
+            while unsent:  # a send queue was full: wait for room, in order
+                peer, frame = unsent.popleft()
+                await self.conns.send(peer, frame)
+                if not unsent:
+                    self._drain()
+        self._after_flush(deadlines or sent)
+
+    def _flush_now(self, *, deadlines: bool) -> None:
+        """:meth:`flush` without waiting: what cannot be sent at once is left
+        in ``_unsent`` for a flush task (scheduled here) to send in order."""
+        sent = self._drain()
+        if self._unsent:
+            self._schedule_flush()
+        self._after_flush(deadlines or sent)
+
+    def _drain(self) -> bool:
+        """Move the core's output to the send queues (or, once one is full,
+        to ``_unsent``) and its events to subscribers; True if it sent."""
+        sent = False
+        node = self.node
+        unsent = self._unsent
+        send_fast = self.conns.send_fast
+        while True:
+            t = now_ms()
+            self.members.after_input(t)
+            self.messaging.after_input()
+            self.blobs.after_input()
+            out = node.outbox()
+            events = node.events()
+            if not out and not events:
+                break
+            sent = sent or bool(out)
+            for peer, frame in out:
+                if unsent or not send_fast(peer, frame):
+                    unsent.append((peer, frame))
+            for ev in events:
+                self._dispatch(ev)
+            if not node.has_output:  # handling them queued nothing new
+                break
+        self._group_commit()
+        return sent
+
+    def _after_flush(self, deadlines: bool) -> None:
+        if self._started and deadlines and self._next_deadline() < self._armed_ms:
             self._wake.set()
 
     def _group_commit(self) -> None:

@@ -8,7 +8,11 @@ and drains (stall deadline ``write_stall_timeout_s``); an idle channel
 writes a lone frame at once instead (:meth:`SecureChannel.send_nowait`).
 The *reader* is the transport's protocol: bytes are opened and their frames
 queued in the same event-loop callback that read them (no reader task to
-wake per read). When the receive queue is full it pauses reading until a
+wake per read). An owner may set an inline :attr:`SecureChannel.consumer`:
+frames that arrive while none are queued are offered to it first, in that
+same callback, and only queued if it declines (so order is kept: once one
+frame is queued, later ones queue behind it).
+When the receive queue is full it pauses reading until a
 task has queued the backlog, so TCP flow control pushes back on the sender,
 whose ``send`` then waits (``send_nowait`` raises
 :class:`~hivemesh.errors.WouldBlock`).
@@ -140,6 +144,11 @@ class SecureChannel:
         self.frames_dropped = self.send_waits = self.send_would_block = 0
         self._backlog: list[bytes] | None = None  # frames waiting for queue room
         self._backlog_task: asyncio.Task[None] | None = None
+        #: Optional inline consumer (see the module docs): called from the
+        #: read callback with frames that arrived while none were queued;
+        #: returns True if it handled them, False to have them queued for
+        #: :meth:`recv` as usual. It must not raise.
+        self.consumer: Callable[[list[bytes]], bool] | None = None
         counters.attach(self)
         self._tasks: tuple[asyncio.Task[None], ...] = (
             asyncio.create_task(self._write_loop(), name=f"hm-tx-{peer_address[:12]}"),
@@ -471,6 +480,9 @@ class SecureChannel:
         self.bytes_in += sum(map(len, frames))
         if self._backlog is not None:
             self._backlog.extend(frames)
+            return
+        consumer = self.consumer
+        if consumer is not None and not len(self._recvq) and consumer(frames):
             return
         try:
             taken = self._recvq.put_many_nowait(frames)
