@@ -35,7 +35,9 @@ from hivemesh.core.identity import Identity
 from hivemesh.stores.sqlite import SQLiteStore
 
 path, durability, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
+logged = sys.argv[4] == "log"
 store = SQLiteStore(path, durability=durability)
+store.write_behind = store.append_log = logged  # the daemon's mode
 heads = store.heads()
 writers = []
 for n in range(2):
@@ -50,6 +52,8 @@ for i in range(5000):  # bounded even if nobody kills us
         w.append("chat.line", {"text": "x" * rng.randrange(200)}, 1_800_000_000_000 + w.head.seq)
     events, sig = w.seal()
     store.append(w.identity.public, events, sig)
+    if logged and rng.random() < 0.2:
+        store.sync()  # the daemon's group commit: commit, then empty the log
     sys.stdout.write(f"{w.identity.public.hex()} {events[-1].seq}\n")
     sys.stdout.flush()
 """
@@ -91,11 +95,11 @@ class Lines:
             pass
 
 
-def run_and_kill(path: Path, durability: str, rng: random.Random) -> dict[str, int]:
+def run_and_kill(path: Path, durability: str, mode: str, rng: random.Random) -> dict[str, int]:
     """Start a writer, kill -9 it after a random number of acks; return acks."""
     env = {**os.environ, "PYTHONPATH": SRC}
     proc = subprocess.Popen(
-        [sys.executable, "-c", WRITER, str(path), durability, str(rng.randrange(1 << 30))],
+        [sys.executable, "-c", WRITER, str(path), durability, str(rng.randrange(1 << 30)), mode],
         stdout=subprocess.PIPE,
         env=env,
     )
@@ -120,16 +124,21 @@ def run_and_kill(path: Path, durability: str, rng: random.Random) -> dict[str, i
     return acked
 
 
-@pytest.mark.parametrize("durability", ["process", "power"])
-def test_kill_9_never_loses_acknowledged_appends(tmp_path: Path, durability: str) -> None:
+@pytest.mark.parametrize(
+    ("durability", "mode"), [("process", "commit"), ("power", "commit"), ("process", "log")]
+)
+def test_kill_9_never_loses_acknowledged_appends(
+    tmp_path: Path, durability: str, mode: str
+) -> None:
     path = tmp_path / "crash.db"
-    rng = random.Random(f"crash/{durability}")
+    rng = random.Random(f"crash/{durability}/{mode}")
     all_acked: dict[str, int] = {}
     for _ in range(4 if durability == "process" else 2):
-        acked = run_and_kill(path, durability, rng)
+        acked = run_and_kill(path, durability, mode, rng)
         assert acked, "the writer acknowledged nothing"
         # The child died holding the database open: recovery has work to do.
-        assert Path(f"{path}-wal").stat().st_size > 0
+        wal, log = Path(f"{path}-wal"), Path(f"{path}-appends")
+        assert wal.stat().st_size > 0 or (log.exists() and log.stat().st_size > 0)
         for a, s in acked.items():
             all_acked[a] = max(all_acked.get(a, 0), s)
         with SQLiteStore(path) as store:  # opens cleanly, recovering the WAL
@@ -147,7 +156,7 @@ def test_torn_wal_tail_rolls_back_whole_commits(tmp_path: Path) -> None:
     commits: the store still opens and verifies, never half a batch."""
     live = tmp_path / "live.db"
     rng = random.Random("torn-wal")
-    acked = run_and_kill(live, "process", rng)
+    acked = run_and_kill(live, "process", "commit", rng)
     wal = Path(f"{live}-wal").read_bytes()
     db = live.read_bytes()
     assert len(wal) > 4096

@@ -20,18 +20,7 @@ import pytest
 from hivemesh.errors import InvalidArgument
 from hivemesh.stores import sqlite as sqlite_mod
 from hivemesh.stores.sqlite import SQLiteStore
-from test_store_support import make_batch, writer
-
-
-def _other_connection_heads(path: Path) -> dict[bytes, int]:
-    """What a second reader (another process after a crash) would see committed."""
-    import sqlite3
-
-    db = sqlite3.connect(path)
-    try:
-        return dict(db.execute("SELECT author, last_seq FROM feeds").fetchall())
-    finally:
-        db.close()
+from test_store_support import committed_heads, make_batch, writer
 
 
 def test_grouped_batches_are_committed_by_sync(tmp_path: Path) -> None:
@@ -43,10 +32,10 @@ def test_grouped_batches_are_committed_by_sync(tmp_path: Path) -> None:
             events, sig = make_batch(w, 4, rng)
             store.append(w.identity.public, events, sig, durable=False)
         assert store.pending == 3
-        assert _other_connection_heads(tmp_path / "s.db") == {}  # not committed yet
+        assert committed_heads(tmp_path / "s.db") == {}  # not committed yet
         store.sync()
         assert store.pending == 0
-        assert _other_connection_heads(tmp_path / "s.db") == {w.identity.public: 12}
+        assert committed_heads(tmp_path / "s.db") == {w.identity.public: 12}
 
 
 def test_a_read_sees_pending_batches(tmp_path: Path) -> None:
@@ -71,7 +60,7 @@ def test_a_durable_append_commits_the_open_group(tmp_path: Path) -> None:
         events, sig = make_batch(me, 2, rng)
         store.append(me.identity.public, events, sig)  # durable: ours
         assert store.pending == 0
-        committed = _other_connection_heads(tmp_path / "s.db")
+        committed = committed_heads(tmp_path / "s.db")
         assert committed == {peer.identity.public: 5, me.identity.public: 2}
 
 
@@ -82,7 +71,7 @@ def test_without_write_behind_every_append_commits(tmp_path: Path) -> None:
         events, sig = make_batch(w, 3, rng)
         store.append(w.identity.public, events, sig, durable=False)
         assert store.pending == 0
-        assert _other_connection_heads(tmp_path / "s.db") == {w.identity.public: 3}
+        assert committed_heads(tmp_path / "s.db") == {w.identity.public: 3}
 
 
 def test_a_bad_batch_in_a_group_rolls_back_alone(tmp_path: Path) -> None:
@@ -98,7 +87,7 @@ def test_a_bad_batch_in_a_group_rolls_back_alone(tmp_path: Path) -> None:
             store.append(b.identity.public, events, sig, durable=False)  # ... so this has a hole
         assert store.pending == 1
         store.sync()
-        assert _other_connection_heads(tmp_path / "s.db") == {a.identity.public: 3}
+        assert committed_heads(tmp_path / "s.db") == {a.identity.public: 3}
 
 
 def test_the_group_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -111,7 +100,7 @@ def test_the_group_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
             events, sig = make_batch(w, 1, rng)
             store.append(w.identity.public, events, sig, durable=False)
             assert store.pending == (i + 1) % 4
-        assert _other_connection_heads(tmp_path / "s.db") == {w.identity.public: 8}
+        assert committed_heads(tmp_path / "s.db") == {w.identity.public: 8}
 
 
 def test_close_commits_the_group(tmp_path: Path) -> None:
@@ -122,14 +111,14 @@ def test_close_commits_the_group(tmp_path: Path) -> None:
     events, sig = make_batch(w, 6, rng)
     store.append(w.identity.public, events, sig, durable=False)
     store.close()
-    assert _other_connection_heads(tmp_path / "s.db") == {w.identity.public: 6}
+    assert committed_heads(tmp_path / "s.db") == {w.identity.public: 6}
 
 
 _CRASHER = """
 import os, random, sys
 sys.path[:0] = [sys.argv[2], sys.argv[3]]
 from hivemesh.stores.sqlite import SQLiteStore
-from test_store_support import make_batch, writer
+from test_store_support import committed_heads, make_batch, writer
 rng = random.Random(7)
 peer, me = writer(0), writer(1)
 store = SQLiteStore(sys.argv[1])

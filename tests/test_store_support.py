@@ -15,6 +15,17 @@ from hivemesh.stores.sqlite import SQLiteStore
 NOW_MS = 1_800_000_000_000
 
 
+def committed_heads(path: Path) -> dict[bytes, int]:
+    """What a second connection (another process after a crash) sees committed."""
+    import sqlite3
+
+    db = sqlite3.connect(path)
+    try:
+        return dict(db.execute("SELECT author, last_seq FROM feeds").fetchall())
+    finally:
+        db.close()
+
+
 def writer(n: int) -> FeedWriter:
     """A fresh feed writer for the deterministic identity number ``n``."""
     return FeedWriter(Identity.from_seed(bytes([n + 1]) * 32), Head(), HLC())

@@ -27,8 +27,8 @@ endpoint learnt from the journal, open the control socket.
 
 **Stop.** Close the control socket, announce ``left`` to the members, send
 what is queued (briefly), close channels, close the store. Every append was
-already committed when it returned, so a ``kill -9`` loses nothing that was
-acknowledged either.
+already durable when it returned (in the store's append log until the next
+group commit), so a ``kill -9`` loses nothing that was acknowledged either.
 
 **Parts wired in.** SWIM membership (:mod:`hivemesh.runtime.members`),
 direct messages with a durable inbox, request/reply and ping
@@ -179,7 +179,8 @@ class Daemon(DaemonAPI):
         self.trust.min_refresh_s = 1.0  # the timer loop's poll() catches edits
         self._trust_generation = self.trust.generation
         store = self._store = SQLiteStore(cfg.store_path)
-        store.write_behind = cfg.commit_delay_ms > 0  # see the pump's group commit
+        # Received batches and our own (logged) join one commit per commit_delay_ms.
+        store.write_behind = store.append_log = cfg.commit_delay_ms > 0
         rng = random.Random(secrets.randbits(128))
         self.started_ms = now_ms()
         self.node = Node(

@@ -15,7 +15,7 @@ Guarantees
 ~~~~~~~~~~
 * **Atomic, durable appends.** :meth:`SQLiteStore.append` writes a batch's
   events, its signature and the feed's new head in one transaction. When it
-  returns, the batch is committed.
+  returns, the batch is committed (or, with the append log, durably logged).
 
   - ``durability="process"`` (default): ``synchronous=NORMAL``. The commit is
     in the WAL via ``write(2)`` before ``append`` returns, so it survives the
@@ -32,12 +32,23 @@ Guarantees
   this connection is the only writer) and joins a *pending group* in memory;
   the group is written in one transaction (so every batch is still
   all-or-nothing) by the next :meth:`SQLiteStore.sync`, by the next
-  ``durable`` append (our own events, which are never acknowledged or sent
-  before they are committed), by any read (reads see every append), or when
-  it reaches :data:`GROUP_MAX_APPENDS` / :data:`GROUP_MAX_BYTES`. A
-  ``kill -9`` loses at most the pending group, which anti-entropy pulls
+  ``durable`` append unless the append log (below) takes it (our own events
+  are never acknowledged or sent before they are durable), by any read
+  (reads see every append), or when it reaches :data:`GROUP_MAX_APPENDS` /
+  :data:`GROUP_MAX_BYTES`. A ``kill -9`` loses at most the pending group, which anti-entropy pulls
   again from the peers; the saving is a transaction per received frame
   (three ``executemany`` per group instead of five statements per batch).
+
+* **Append log for our own batches (opt-in).** With
+  :attr:`SQLiteStore.append_log` set as well (the daemon sets both), a
+  *durable* append -- our own batch -- is made durable by one ``write(2)`` to
+  ``<store>-appends`` (plus ``fdatasync`` with ``durability="power"``) and
+  joins the pending group instead of committing its own transaction; the
+  group's commit empties the log, and opening the store commits whatever a
+  crash left in it (:mod:`hivemesh.stores.appendlog`). Same guarantee as a
+  commit, about 100 us less on the path of every publish. A group holding
+  logged batches stays pending when its commit fails (retried by the next
+  ``sync``), since those batches were already acknowledged.
 
 * **Only hivemesh files open.** The file is created atomically (built under a
   temporary name, fsync'ed, then linked into place), carries SQLite
@@ -79,10 +90,11 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from hivemesh.core.event import GENESIS, Event
+from hivemesh.core.event import GENESIS, Event, decode_event
 from hivemesh.core.store import StoredHead
-from hivemesh.errors import InvalidArgument, StoreCorrupt, StoreError
+from hivemesh.errors import HivemeshError, InvalidArgument, StoreCorrupt, StoreError
 from hivemesh.stores import checkpoint
+from hivemesh.stores.appendlog import LOG_SUFFIX, AppendLog, LogScan, claim
 from hivemesh.stores.checkpoint import Checkpointer
 from hivemesh.stores.sqlite_file import (
     APPLICATION_ID,
@@ -149,13 +161,52 @@ class SQLiteStore:
         self._pending_sigs: list[tuple[bytes, int, bytes]] = []
         self._pending_feeds: dict[bytes, tuple[int, bytes, int]] = {}
         self._head_cache: dict[bytes, tuple[int, bytes, int]] = {}
+        #: Make durable appends with one write to the append log and commit
+        #: them with the group (needs :attr:`write_behind`; see the module docs).
+        self.append_log = False
+        self._log = AppendLog(Path(f"{self.path}{LOG_SUFFIX}"), fsync=durability == "power")
+        #: Batches the last open recovered from the append log, and the bytes
+        #: of a torn record it cut off its end.
+        self.log_recovered = self.log_torn_bytes = 0
         if not self.path.exists():
             create_file(self.path)
         elif self.path.stat().st_size == 0:
             raise StoreCorrupt(f"{self.path}: store file is empty (torn or truncated)")
         self._db = open_file(self.path, durability)
+        try:
+            self._recover_log()
+        except BaseException:
+            self.close()
+            raise
 
     # -- opening ----------------------------------------------------------------
+
+    def _recover_log(self) -> None:
+        """Commit the batches a crashed writer left in the append log."""
+        found = claim(self._log.path)
+        if found is None:
+            return
+        try:
+            self._replay_log(found.scan)
+        except BaseException:
+            found.release()
+            raise
+        found.done()
+
+    def _replay_log(self, scan: LogScan) -> None:
+        self.log_torn_bytes = scan.torn_bytes
+        for rec in scan.records:
+            try:
+                events = [decode_event(raw) for raw in rec.raws]
+            except HivemeshError as exc:
+                raise self._corrupt(f"append log holds an undecodable event: {exc}") from exc
+            if events[-1].seq <= self._head_row(rec.author)[0]:
+                continue  # committed before the log was emptied
+            try:
+                self.append(rec.author, events, rec.sig)  # no append_log yet: commits
+            except InvalidArgument as exc:
+                raise self._corrupt(f"append log record does not fit the store: {exc}") from exc
+            self.log_recovered += 1
 
     def _corrupt(self, what: str) -> StoreCorrupt:
         return StoreCorrupt(f"{self.path}: {what}")
@@ -204,6 +255,12 @@ class SQLiteStore:
             )
         if first.prev != last_hash:
             raise InvalidArgument(f"event #{first.seq} does not chain to the stored head")
+        logged = durable and self.append_log and self.write_behind
+        if logged:
+            try:
+                self._log.write(author, sig, [e.raw for e in events])
+            except OSError as exc:
+                raise StoreError(f"{self._log.path}: writing the append log: {exc}") from exc
         self._pending_events.extend([(author, e.seq, e.raw) for e in events])
         self._pending_sigs.append((author, last.seq, sig))
         row = (last.seq, last.id, n_sigs + 1)
@@ -211,7 +268,7 @@ class SQLiteStore:
         self._group_appends += 1
         self._group_bytes += _COMMIT_OVERHEAD + len(events) * len(last.raw)  # an estimate
         if (
-            durable
+            (durable and not logged)
             or not self.write_behind
             or self._group_appends >= GROUP_MAX_APPENDS
             or self._group_bytes >= GROUP_MAX_BYTES
@@ -236,14 +293,17 @@ class SQLiteStore:
         return self._group_appends
 
     def sync(self) -> None:
-        """Commit every pending append in one transaction (see module docs).
+        """Commit every pending append in one transaction (see module docs),
+        then empty the append log.
 
-        On failure nothing pending is kept (the error propagates; the cached
-        heads are reloaded from the file)."""
+        On failure the error propagates. A group holding logged batches (our
+        own, already acknowledged) stays pending for the next ``sync``;
+        otherwise nothing pending is kept and the cached heads are reloaded
+        from the file."""
         if not self._group_appends:
             return
         events, sigs, feeds = self._pending_events, self._pending_sigs, self._pending_feeds
-        nbytes = self._group_bytes
+        nbytes, appends = self._group_bytes, self._group_appends
         self._pending_events, self._pending_sigs, self._pending_feeds = [], [], {}
         self._group_appends = self._group_bytes = 0
         db = self.db
@@ -264,8 +324,18 @@ class SQLiteStore:
                         db.execute("ROLLBACK")
                     raise
         except BaseException:
-            self._head_cache.clear()
+            if self._log.size:  # acknowledged batches: keep them for the next try
+                self._pending_events, self._pending_sigs = events, sigs
+                self._pending_feeds = feeds
+                self._group_appends, self._group_bytes = appends, nbytes
+            else:
+                self._head_cache.clear()
             raise
+        if self._log.size:
+            try:
+                self._log.reset()
+            except OSError as exc:  # committed: the next open skips what it still holds
+                raise StoreError(f"{self._log.path}: emptying the append log: {exc}") from exc
         self._committed(nbytes)
 
     def _read(self) -> sqlite3.Connection:
@@ -469,8 +539,11 @@ class SQLiteStore:
     def close(self) -> None:
         """Commit any write-behind group, checkpoint the WAL and close the
         file (idempotent)."""
-        if self._db is not None:
-            self.sync()
+        try:
+            if self._db is not None:
+                self.sync()
+        finally:
+            self._log.close()  # kept if it still holds uncommitted batches
         ckpt, self._ckpt = self._ckpt, None
         if ckpt is not None:
             ckpt.stop()
