@@ -2,8 +2,9 @@
 
 Modules
 -------
-* :mod:`~hivemesh.runtime.daemon` -- :class:`Daemon`: lifecycle and the pump
-  (frames in, outbox out, one timer at the earliest deadline).
+* :mod:`~hivemesh.runtime.daemon` -- :class:`Daemon`: wiring and lifecycle;
+  :mod:`~hivemesh.runtime.pump` -- its pump (frames in, outbox out, group
+  commit, one timer at the earliest deadline).
 * :mod:`~hivemesh.runtime.connections` -- one secure channel per peer: dial
   with deadlines and backoff, accept, resolve simultaneous dials, bounded
   send queues with backpressure and counted drops.
@@ -24,15 +25,16 @@ Modules
 
 Data dir layout
 ---------------
-============  ===========================================================
-node.key      Ed25519 identity (0600; :mod:`hivemesh.stores.keyfile`)
-store.db      the journal and blobs (SQLite WAL; :mod:`hivemesh.stores`)
-inbox.db      received direct messages (SQLite WAL)
-trust.json    trusted and revoked addresses, invites (0600; :mod:`hivemesh.trust`)
-config.toml   optional configuration (:mod:`hivemesh.config`)
-ctl.sock      the control socket (0600), present while the daemon runs
-daemon.lock   held (flock) by the running daemon: one daemon per data dir
-============  ===========================================================
+================  ===========================================================
+node.key          Ed25519 identity (0600; :mod:`hivemesh.stores.keyfile`)
+store.db          the journal and blobs (SQLite WAL; :mod:`hivemesh.stores`)
+store.db-appends  our own batches not yet committed to store.db (append log)
+inbox.db          received direct messages (SQLite WAL)
+trust.json        trusted and revoked addresses, invites (0600; :mod:`hivemesh.trust`)
+config.toml       optional configuration (:mod:`hivemesh.config`)
+ctl.sock          the control socket (0600), present while the daemon runs
+daemon.lock       held (flock) by the running daemon: one daemon per data dir
+================  ===========================================================
 
 The data dir itself is created with mode 0700.
 """

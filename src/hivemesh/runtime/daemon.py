@@ -8,17 +8,22 @@ the control socket -- and moves bytes and time between them. It holds no
 protocol logic of its own; that lives in the core (as aioquic's asyncio
 package wraps its sans-IO connection):
 
-* **Input.** Each channel's reader task hands frames to
-  ``node.receive(peer, frame, now_ms)``; local writes call ``node.append``.
+* **Input.** Frames from the channels go to
+  ``node.receive(peer, frame, now_ms)`` -- from the read callback itself
+  when nothing is waiting, else through the link's reader task; local writes
+  call ``node.append``.
 * **Output.** After every input, :meth:`Daemon.flush` drains
-  ``node.outbox()`` into the per-peer bounded send queues (awaiting when one
-  is full: backpressure reaches the reader that caused the traffic) and
+  ``node.outbox()`` into the per-peer bounded send queues (waiting when one
+  is full: backpressure reaches the readers that caused the traffic) and
   ``node.events()`` into subscribers' bounded queues.
 * **Time.** One timer task sleeps until the earliest deadline of the core,
   membership, direct messages, blob fetches and invite probation, then calls
   each ``handle_timer(now_ms)``. Time is
   wall-clock milliseconds; randomness is a ``random.Random`` seeded from
   :mod:`secrets`.
+
+The pump itself (input, output, timers, group commit) is the
+:class:`~hivemesh.runtime.pump.Pump` mixin.
 
 **Start.** Open (or create) the key file and store, verify and replay every
 stored feed into the views (rehydration), listen, announce our endpoint in a
@@ -56,14 +61,12 @@ from typing import Any
 
 from hivemesh.config import Config, bootstrap_targets, parse_endpoint
 from hivemesh.core.event import Event
-from hivemesh.core.frames import FrameType
 from hivemesh.core.identity import Identity, address_of, public_key_of, short
 from hivemesh.core.node import Node, NodeConfig
 from hivemesh.core.views.context import ContextView
 from hivemesh.core.views.names import NamesView
 from hivemesh.errors import (
     ConfigError,
-    StoreError,
 )
 from hivemesh.runtime.blobs import Blobs
 from hivemesh.runtime.clock import now_ms
@@ -74,6 +77,7 @@ from hivemesh.runtime.hostutil import lock_data_dir, primary_ipv4
 from hivemesh.runtime.invites import Invites
 from hivemesh.runtime.members import MemberDriver
 from hivemesh.runtime.messaging import Messaging
+from hivemesh.runtime.pump import Pump
 from hivemesh.runtime.status import Subscription
 from hivemesh.runtime.trustview import KIND_TRUST_ADD, KIND_TRUST_REVOKE, TrustView
 from hivemesh.transports import ChannelOptions
@@ -81,13 +85,10 @@ from hivemesh.trust import TrustStore
 
 __all__ = ["Daemon", "Subscription", "now_ms"]
 
-#: Byte 2 of an encoded EVENTS frame (msgpack ``[version, type, ...]``).
-_EVENTS_TYPE_BYTE = bytes([FrameType.EVENTS])
-
 log = logging.getLogger("hivemesh.runtime")
 
 
-class Daemon(DaemonAPI):
+class Daemon(Pump, DaemonAPI):
     """One running node (see module docs; the client API is in
     :mod:`hivemesh.runtime.daemon_api`)."""
 
@@ -419,55 +420,7 @@ class Daemon(DaemonAPI):
         peers = set(self.node.peers)
         return [a for a in sorted(self.conns.links) if a in peers and a != destination]
 
-    # -- the pump ------------------------------------------------------------------
-
-    async def _on_frame(self, peer: str, frame: bytes) -> None:
-        await self._ready.wait()
-        t = now_ms()
-        if peer in self.invites.probation:
-            if self.invites.on_probation_frame(peer, frame, t):
-                await self._on_peer(peer, True)
-            return
-        self.node.receive(peer, frame, t)
-        await self.flush()
-
-    async def _on_frames(self, peer: str, frames: list[bytes]) -> None:
-        """A batch of frames read from ``peer`` at once: handle them all, then
-        flush once (outputs wait at most one batch, 64 frames)."""
-        await self._ready.wait()
-        receive = self.node.receive
-        only_events = True
-        for frame in frames:
-            if peer in self.invites.probation:
-                await self._on_frame(peer, frame)
-                continue
-            only_events = only_events and frame[2:3] == _EVENTS_TYPE_BYTE
-            receive(peer, frame, now_ms())
-        await self.flush(deadlines=not only_events)
-
-    def _on_frames_now(self, peer: str, frames: list[bytes]) -> bool:
-        """:meth:`_on_frames` inline from the channel's read callback, when
-        nothing could make it wait (else False: the reader task takes them)."""
-        if (
-            self._flush_lock.locked()
-            or self._unsent
-            or not self._ready.is_set()
-            or peer in self.invites.probation
-        ):
-            return False
-        receive = self.node.receive
-        only_events = True
-        for frame in frames:
-            only_events = only_events and frame[2:3] == _EVENTS_TYPE_BYTE
-            receive(peer, frame, now_ms())
-        self._flush_now(deadlines=not only_events)
-        return True
-
-    def disconnect_later(self, peer: str, reason: str) -> None:
-        """Close the channel to ``peer`` from synchronous code."""
-        task = asyncio.get_running_loop().create_task(self.conns.disconnect(peer, reason))
-        self._bg.add(task)
-        task.add_done_callback(self._bg.discard)
+    # -- membership and peers (the pump is in hivemesh.runtime.pump) --------------
 
     async def _on_peer(self, peer: str, up: bool) -> None:
         await self._ready.wait()
@@ -497,138 +450,3 @@ class Daemon(DaemonAPI):
                 self.counters["bad_endpoint"] += 1
                 continue
             self.conns.want(h, p, address)
-
-    async def flush(self, *, deadlines: bool = True) -> None:
-        """Drain the core's outbox and events (see module docs).
-
-        ``deadlines=False`` (a flush after EVENTS frames only) skips looking
-        for a new earlier timer unless the flush sent something: applying
-        pushed events moves no deadline earlier, and a gap's pull sends a WANT.
-        """
-        async with self._flush_lock:
-            sent = self._drain()
-            unsent = self._unsent
-            while unsent:  # a send queue was full: wait for room, in order
-                peer, frame = unsent.popleft()
-                await self.conns.send(peer, frame)
-                if not unsent:
-                    self._drain()
-        self._after_flush(deadlines or sent)
-
-    def _flush_now(self, *, deadlines: bool) -> None:
-        """:meth:`flush` without waiting: what cannot be sent at once is left
-        in ``_unsent`` for a flush task (scheduled here) to send in order."""
-        sent = self._drain()
-        if self._unsent:
-            self._schedule_flush()
-        self._after_flush(deadlines or sent)
-
-    def _drain(self) -> bool:
-        """Move the core's output to the send queues (or, once one is full,
-        to ``_unsent``) and its events to subscribers; True if it sent."""
-        sent = False
-        node = self.node
-        unsent = self._unsent
-        send_fast = self.conns.send_fast
-        while True:
-            t = now_ms()
-            self.members.after_input(t)
-            self.messaging.after_input()
-            self.blobs.after_input()
-            out = node.outbox()
-            events = node.events()
-            if not out and not events:
-                break
-            sent = sent or bool(out)
-            for peer, frame in out:
-                if unsent or not send_fast(peer, frame):
-                    unsent.append((peer, frame))
-            for ev in events:
-                self._dispatch(ev)
-            if not node.has_output:  # handling them queued nothing new
-                break
-        self._group_commit()
-        return sent
-
-    def _after_flush(self, deadlines: bool) -> None:
-        if self._started and deadlines and self._next_deadline() < self._armed_ms:
-            self._wake.set()
-
-    def _group_commit(self) -> None:
-        """Commit batches received from peers at most ``commit_delay_ms``
-        after the first of them was applied (one commit for many frames; our
-        own appends are committed when made, see the store's module docs)."""
-        if (self._store.pending or self.node.journal.unsettled) and self._commit_timer is None:
-            self._commit_timer = asyncio.get_running_loop().call_later(
-                self.config.commit_delay_ms / 1000, self._commit_group
-            )
-
-    def _commit_group(self) -> None:
-        self._commit_timer = None
-        if not self._started:
-            return  # stop() closes the store, which commits
-        try:
-            for peer in self.node.settle():  # verify attested runs, then store them
-                log.warning("%s sent an invalid head signature: disconnecting", short(peer))
-                self.disconnect_later(peer, "invalid head signature")
-            self._store.sync()
-        except StoreError:  # disk full, I/O error: retried at the next commit
-            self.counters["group_commit_failed"] += 1
-            log.exception("group commit failed")
-
-    def _dispatch(self, ev: Event) -> None:
-        if ev.kind in TrustView.kinds and ev.author != self.identity.public:
-            task = asyncio.get_running_loop().create_task(self._recheck_trust())
-            self._bg.add(task)
-            task.add_done_callback(self._bg.discard)
-        if ev.kind == KIND_HELLO and ev.author != self.identity.public:
-            addr = address_of(ev.author)
-            self.learn(addr, self.endpoints.endpoints(addr))
-        for sub in self._subs:
-            sub.offer(ev)
-
-    async def _timer_loop(self) -> None:
-        while self._started:
-            t = now_ms()
-            self.node.handle_timer(t)
-            self.members.m.handle_timer(t)
-            self.messaging.handle_timer(t)
-            self.invites.expire(t)
-            if self.trust.poll() != self._trust_generation:  # trust.json edited
-                self._trust_generation = self.trust.generation
-                await self._recheck_trust()
-            self.blobs.handle_timer(t)
-            await self.flush()
-            self._wake.clear()
-            self._armed_ms = min(self._next_deadline(), now_ms() + 1000)
-            delay_s = max(0.0, (self._armed_ms - now_ms()) / 1000)
-            try:
-                async with asyncio.timeout(delay_s):
-                    await self._wake.wait()
-            except TimeoutError:
-                pass
-
-    def _next_deadline(self) -> int:
-        d = min(self.node.next_deadline(), self.members.m.next_deadline())
-        for extra in (
-            self.messaging.next_deadline(),
-            self.invites.next_deadline(),
-            self.blobs.next_deadline(),
-        ):
-            if extra is not None:
-                d = min(d, extra)
-        return d
-
-    def _schedule_flush(self) -> None:
-        """Flush soon from a synchronous caller (coalesced into one task)."""
-        if self._flush_scheduled or not self._started:
-            return
-        self._flush_scheduled = True
-
-        async def run() -> None:
-            self._flush_scheduled = False
-            await self.flush()
-
-        task = asyncio.get_running_loop().create_task(run())
-        self._bg.add(task)
-        task.add_done_callback(self._bg.discard)
