@@ -78,12 +78,14 @@ class Config:
     suspicion_mult: int = 4
     # [replication]
     sync_interval_ms: int = 1000
-    # batches received from peers are group-committed within this many ms,
-    # and the head signatures of batches that came straight from their author
-    # are verified then, one per run (0: verify and commit every batch before
-    # applying the next; our own appends are always committed before they are
-    # sent or acknowledged)
-    commit_delay_ms: int = 25
+    # batches received from peers and our own (durable at once in the store's
+    # append log) are group-committed within this many ms, and the head
+    # signatures of batches that came straight from their author are verified
+    # then, one per run (0: verify and commit every batch before applying the
+    # next, and commit our own appends before they are sent or acknowledged).
+    # Each commit and verify stalls the node's loop (~0.3-0.6 ms on a busy
+    # machine); 100 ms keeps that under 1% of its time
+    commit_delay_ms: int = 100
     # [trust] "open": any authenticated peer unless revoked;
     #         "invite": only addresses in trust.json
     trust_mode: str = "open"
