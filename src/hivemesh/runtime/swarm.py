@@ -258,13 +258,15 @@ class LocalSwarm:
             self._ready(node)
         return nodes
 
-    def _reap(self, node: NodeProc, sig: int, grace_s: float = 5.0) -> None:
+    def _reap(self, node: NodeProc, sig: int | None, grace_s: float = 5.0) -> None:
+        """Send ``sig`` (None: it was sent already), wait ``grace_s``, then SIGKILL."""
         proc = node.proc
         if proc is None:
             return
         if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(sig)
+            if sig is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(sig)
             try:
                 proc.wait(grace_s)
             except subprocess.TimeoutExpired:
@@ -281,7 +283,8 @@ class LocalSwarm:
                 with contextlib.suppress(ProcessLookupError):
                     node.proc.send_signal(signal.SIGTERM)
         for node in self.nodes.values():
-            self._reap(node, signal.SIGTERM)
+            # not a second SIGTERM: a daemon exits without cleanup on a second signal
+            self._reap(node, None)
 
     def __enter__(self) -> LocalSwarm:
         return self
