@@ -192,3 +192,28 @@ def test_frames_go_inline_unless_the_reader_is_busy_and_stay_in_order() -> None:
         await b.close()
 
     asyncio.run(main())
+
+
+def test_an_inline_handler_that_raises_is_counted_and_its_link_dropped() -> None:
+    async def main() -> None:
+        ia, ib = Identity.from_seed(b"\x0b" * 32), Identity.from_seed(b"\x0c" * 32)
+
+        async def on_frames(peer: str, frames: list[bytes]) -> None:
+            return None
+
+        def on_frames_now(peer: str, frames: list[bytes]) -> bool:
+            raise RuntimeError("a bug in a handler")
+
+        a = _manager(ia, [])
+        b = _manager(ib, [], on_frames=on_frames, on_frames_now=on_frames_now)
+        pb = await b.listen("127.0.0.1", 0)
+        a.want("127.0.0.1", pb, ib.address)
+        await _until(lambda: ib.address in a.links and ia.address in b.links)
+        link = b.links[ia.address]
+        assert a.send_fast(ib.address, b"boom")
+        await _until(lambda: b.counters["reader_crashed"] == 1)
+        await _until(lambda: b.links.get(ia.address) is not link)  # that link is gone
+        await a.close()
+        await b.close()
+
+    asyncio.run(asyncio.wait_for(main(), 20))
