@@ -158,6 +158,29 @@ def test_send_now_writes_at_once_when_idle_and_keeps_order_with_the_queue() -> N
     run(main())
 
 
+def test_frames_sent_in_one_loop_turn_after_the_first_leave_together() -> None:
+    """An idle channel writes the first frame of a turn at once; the rest of
+    that turn's frames queue behind it and go out in one write next turn."""
+
+    async def main() -> None:
+        async with await start() as listener:
+            ch = await connect(HOST, listener.port, A, authorize=trust_all)
+            await ch.wait_sent(5)
+            for i in range(20):
+                ch.send_nowait(b"f%d" % i)
+            stats = ch.statistics()
+            assert stats.frames_out == 1 and stats.send_queue_frames == 19
+            got: list[bytes] = []
+            while len(got) < 20:
+                got += await ch.recv_batch(64)
+            assert got == [(b"f%d" % i)[::-1] for i in range(20)]
+            ch.send_nowait(b"next turn")  # a new turn: written at once again
+            assert ch.statistics().frames_out == 21
+            ch.close()
+
+    run(main())
+
+
 def test_unknown_peer_is_refused_and_counted() -> None:
     async def main() -> None:
         async with await start(authorize=lambda a: a == C.address) as listener:

@@ -5,7 +5,9 @@ Theory of operation
 The *writer* is a task: it takes every queued frame up to
 ``write_batch_bytes``, seals them into as few records as fit, writes once
 and drains (stall deadline ``write_stall_timeout_s``); an idle channel
-writes a lone frame at once instead (:meth:`SecureChannel.send_nowait`).
+writes the first frame of an event-loop turn at once instead
+(:meth:`SecureChannel.send_nowait`), and the turn's later frames follow it
+in one write.
 The *reader* is the transport's protocol: bytes are opened and their frames
 queued in the same event-loop callback that read them (no reader task to
 wake per read). An owner may set an inline :attr:`SecureChannel.consumer`:
@@ -137,6 +139,8 @@ class SecureChannel:
         self._closed = asyncio.Event()
         self._writer_idle = asyncio.Event()
         self._writer_busy = False
+        self._wrote_this_turn = False  # _write_now wrote a frame this loop turn
+        self._loop = asyncio.get_running_loop()
         self._retiring = False  # retire(): CLOSE sent, still reading
         self._keep_unsent = False  # unsent frames wait for take_unsent()
         self._linger: asyncio.TimerHandle | None = None
@@ -197,8 +201,11 @@ class SecureChannel:
         waking the writer task. A flush that sends one frame to many peers
         then writes them back to back (the receivers wake together), and a
         frame costs no task switch. Anything else goes through the queue,
-        whose writer drains with the stall deadline."""
-        if self._writer_busy or len(self._sendq) or self._retiring:
+        whose writer drains with the stall deadline. Only the first frame of
+        an event-loop turn is written this way: more frames to the same peer
+        in one turn queue behind it and leave together, sealed into as few
+        records as fit, in one write at the next turn."""
+        if self._wrote_this_turn or self._writer_busy or len(self._sendq) or self._retiring:
             return False  # (retiring: the queue is closed, put_nowait raises)
         transport = self._transport
         if transport.get_write_buffer_size() or transport.is_closing():
@@ -206,7 +213,12 @@ class SecureChannel:
         transport.write(self._session.encode_frame(frame))
         self.frames_out += 1
         self.bytes_out += len(frame)
+        self._wrote_this_turn = True
+        self._loop.call_soon(self._next_turn)
         return True
+
+    def _next_turn(self) -> None:
+        self._wrote_this_turn = False
 
     def send_nowait(self, frame: bytes) -> None:
         """Queue ``frame`` or raise :class:`WouldBlock` if the send queue is full."""
