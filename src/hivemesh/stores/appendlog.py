@@ -177,6 +177,14 @@ class LogClaim:
             os.close(fd)
 
 
+def _fsync_dir(path: Path) -> None:
+    dfd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
 def claim(path: Path) -> LogClaim | None:
     """The log at ``path`` for recovery, or None when there is none or a live
     writer holds it (its own records are its to commit)."""
@@ -205,6 +213,12 @@ class AppendLog:
             fd = _open_locked(self.path, flags, fcntl.LOCK_EX)
             if fd is None:  # pragma: no cover - O_CREAT: only if removed at each try
                 raise FileNotFoundError(self.path)
+            if self.fsync:  # the new file's directory entry must survive power loss too
+                try:
+                    _fsync_dir(self.path.parent)
+                except BaseException:
+                    os.close(fd)
+                    raise
             self._fd = fd
         record = encode_record(author, sig, raws)
         view = memoryview(record)
