@@ -19,7 +19,9 @@ from typing import Any
 
 import pytest
 
-from hivemesh.errors import StoreCorrupt, StoreError
+from hivemesh.errors import InvalidArgument, StoreError
+from hivemesh.stores import appendlog as appendlog_mod
+from hivemesh.stores import sqlite as sqlite_mod
 from hivemesh.stores.appendlog import LOG_SUFFIX, encode_record, read_records
 from hivemesh.stores.replay import rehydrate
 from hivemesh.stores.sqlite import SQLiteStore
@@ -119,15 +121,33 @@ def test_records_already_committed_are_skipped(tmp_path: Path) -> None:
     assert not _log(path).exists()
 
 
-def test_a_record_that_does_not_fit_the_store_is_corruption(tmp_path: Path) -> None:
+def test_a_record_that_does_not_fit_the_store_is_set_aside(tmp_path: Path) -> None:
+    """Only a power loss that rolled the store back can leave such a record:
+    the store opens at what it holds and the log is kept for inspection."""
     path, rng, me = tmp_path / "s.db", random.Random(4), writer(0)
     SQLiteStore(path).close()
     make_batch(me, 2, rng)  # never stored: the logged batch below has a hole
     events, sig = make_batch(me, 2, rng)
-    _log(path).write_bytes(encode_record(me.identity.public, sig, [e.raw for e in events]))
-    with pytest.raises(StoreCorrupt, match="append log"):
-        SQLiteStore(path)
-    assert _log(path).exists()  # kept for whoever repairs it
+    record = encode_record(me.identity.public, sig, [e.raw for e in events])
+    _log(path).write_bytes(record)
+    with SQLiteStore(path) as store:
+        assert store.log_orphaned == 1 and store.log_recovered == 0
+        assert store.heads() == {}
+    assert not _log(path).exists()
+    assert Path(f"{_log(path)}.orphaned").read_bytes() == record
+
+
+def test_a_logged_event_that_differs_from_the_stored_one_is_set_aside(tmp_path: Path) -> None:
+    path, rng, me = tmp_path / "s.db", random.Random(8), writer(0)
+    with SQLiteStore(path) as store:
+        events, sig = make_batch(me, 2, rng)
+        store.append(me.identity.public, events, sig)
+    other, other_sig = make_batch(writer(0), 2, random.Random(9))  # same seqs, other events
+    assert other[-1].raw != events[-1].raw
+    _log(path).write_bytes(encode_record(me.identity.public, other_sig, [e.raw for e in other]))
+    with SQLiteStore(path) as store:
+        assert store.log_orphaned == 1
+        assert store.read_range(me.identity.public, 1, 2) == [e.raw for e in events]
 
 
 def test_a_second_opener_leaves_a_live_writers_log_alone(tmp_path: Path) -> None:
@@ -158,21 +178,43 @@ class _FailingCommits:
         return getattr(self._db, name)
 
 
-def test_a_failed_commit_keeps_logged_appends_for_the_next_sync(tmp_path: Path) -> None:
+@pytest.mark.parametrize("via", ["sync", "a full group"])
+def test_a_failed_commit_keeps_logged_appends_and_no_new_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, via: str
+) -> None:
+    """Logged batches stay pending for the next try; an append whose full
+    group failed to commit first raises without taking its batch."""
+    if via == "a full group":
+        monkeypatch.setattr(sqlite_mod, "GROUP_MAX_APPENDS", 1)
     path, rng, me = tmp_path / "s.db", random.Random(6), writer(0)
     with _logging_store(path) as store:
         real = store.db
-        events, sig = make_batch(me, 2, rng)
-        store.append(me.identity.public, events, sig)
+        first, sig1 = make_batch(me, 2, rng)
+        store.append(me.identity.public, first, sig1)  # logged, pending
+        second, sig2 = make_batch(me, 1, rng)
         store._db = _FailingCommits(real, failures=1)  # type: ignore[assignment]
         with pytest.raises(StoreError):
-            store.sync()
+            if via == "sync":
+                store.sync()
+            else:
+                store.append(me.identity.public, second, sig2)
         assert store.pending == 1 and _log(path).stat().st_size > 0
         store._db = real
-        events, sig = make_batch(me, 1, rng)  # the next append still continues the feed
-        store.append(me.identity.public, events, sig)
+        store.append(me.identity.public, second, sig2)  # continues the feed (or is retried)
         store.sync()
         assert committed_heads(path) == {me.identity.public: 3}
+
+
+def test_a_batch_over_the_record_limit_is_refused_before_it_is_logged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(appendlog_mod, "_MAX_PAYLOAD", 100)
+    path, rng, me = tmp_path / "s.db", random.Random(11), writer(0)
+    with _logging_store(path) as store:
+        events, sig = make_batch(me, 2, rng)
+        with pytest.raises(InvalidArgument, match="record limit"):
+            store.append(me.identity.public, events, sig)
+        assert store.pending == 0 and store.heads() == {}
 
 
 def test_a_log_write_that_fails_is_a_store_error_and_changes_nothing(tmp_path: Path) -> None:
@@ -187,3 +229,21 @@ def test_a_log_write_that_fails_is_a_store_error_and_changes_nothing(tmp_path: P
         store.append(me.identity.public, events, sig)  # the same batch, now accepted
         store.sync()
         assert committed_heads(path) == {me.identity.public: 2}
+
+
+def test_a_close_whose_commit_fails_still_closes_and_the_next_open_recovers(
+    tmp_path: Path,
+) -> None:
+    path, rng, me = tmp_path / "s.db", random.Random(12), writer(0)
+    store = _logging_store(path)
+    real = store.db
+    events, sig = make_batch(me, 2, rng)
+    store.append(me.identity.public, events, sig)
+    store._db = _FailingCommits(real, failures=1)  # type: ignore[assignment]
+    with pytest.raises(StoreError):
+        store.close()
+    with pytest.raises(StoreError, match="closed"):
+        store.heads()
+    assert read_records(_log(path).read_bytes()).records  # kept for the next open
+    with SQLiteStore(path) as again:
+        assert again.log_recovered == 1 and again.heads()[me.identity.public][0] == 2

@@ -101,7 +101,7 @@ class Daemon(Pump, DaemonAPI):
         self._subs: list[Subscription] = []
         self._tasks: list[asyncio.Task[Any]] = []
         self._flush_lock = asyncio.Lock()
-        self._unsent: deque[tuple[str, bytes]] = deque()  # output behind a full send queue
+        self._unsent: deque[tuple[str, bytes]] = deque()  # output send_fast could not take (pump)
         self._wake = asyncio.Event()
         self._armed_ms = 0
         self._flush_scheduled = False

@@ -15,8 +15,8 @@ of UDP):
   votes or gets a vote. The proposer ignores replies from outside its voter
   set. The node's own vote is handled in process, without a frame, after the
   frames to the other voters left. Lease frames go straight onto the peer's
-  channel -- onto the socket itself when the channel is idle
-  (``SecureChannel.send_now``) -- not through the core's outbox and the
+  channel -- onto the socket itself when the channel is idle and this loop
+  turn wrote nothing to it yet (``SecureChannel.send_now``) -- not through the core's outbox and the
   daemon's flush; a full or closing channel falls back to that path.
 * **Durability.** The voter's durable state (per resource a token bound,
   and the longest TTL) is appended to ``<data_dir>/lease_voter.log``

@@ -11,10 +11,12 @@ moves bytes and time between the channels and the sans-IO core:
   queued (see :mod:`hivemesh.runtime.connections`).
 * **Output.** After every input :meth:`Pump.flush` drains ``node.outbox()``
   into the peers' send queues and ``node.events()`` to subscribers. The
-  inline path never waits: a frame that does not fit a send queue at once
-  goes to ``_unsent``, and a flush task sends it (and everything after it,
-  in order) waiting for room -- the backpressure reaches the readers, since
-  inline input is declined while anything is unsent.
+  inline path never waits: a frame the connection manager cannot take at
+  once (a full send queue, no link yet, a handover) goes to ``_unsent``,
+  and a flush task sends it (and everything after it, in order) through
+  :meth:`ConnectionManager.send`, waiting for room -- the backpressure
+  reaches the readers, since inline input is declined while anything is
+  unsent.
 * **Group commit.** Batches received from peers, our own logged appends and
   attested runs' signature checks are committed together at most
   ``commit_delay_ms`` after the first of them (:meth:`Pump._group_commit`).
@@ -34,7 +36,7 @@ from hivemesh.core.event import Event
 from hivemesh.core.frames import FrameType
 from hivemesh.core.identity import Identity, address_of, short
 from hivemesh.core.node import Node
-from hivemesh.errors import StoreError
+from hivemesh.errors import HivemeshError
 from hivemesh.runtime.blobs import Blobs
 from hivemesh.runtime.clock import now_ms
 from hivemesh.runtime.connections import ConnectionManager
@@ -212,7 +214,7 @@ class Pump:
                 log.warning("%s sent an invalid head signature: disconnecting", short(peer))
                 self.disconnect_later(peer, "invalid head signature")
             self._store.sync()
-        except StoreError:  # disk full, I/O error: retried at the next commit
+        except HivemeshError:  # disk full, I/O error: retried at the next commit
             self.counters["group_commit_failed"] += 1
             log.exception("group commit failed")
 

@@ -82,6 +82,7 @@ def status_of(d: Daemon) -> dict[str, Any]:
             # our batches a crash left in the store's append log, committed at start
             "log_recovered": d._store.log_recovered,
             "log_torn_bytes": d._store.log_torn_bytes,
+            "log_orphaned": d._store.log_orphaned,
             "version_vector": {address_of(a): s for a, s in sorted(j.version_vector().items())},
         },
         "peers_connected": len(d.conns.links),

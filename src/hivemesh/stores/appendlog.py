@@ -19,20 +19,26 @@ bytes are in the kernel's page cache, as SQLite's own WAL writes are with
 ``synchronous=NORMAL``), and with ``durability="power"`` also power loss.
 
 Opening a store replays a log left behind first (:func:`claim`): a record
-already committed is skipped, a record that continues the stored feed is
-committed, and the log is removed. A live writer holds an exclusive
-``flock`` on its log, so a second process opening the same store leaves it
-alone.
+already committed (the same event at its last seq) is skipped, a record that
+continues the stored feed is committed, and the log is removed. A record that
+does neither -- only a power loss with ``durability="process"`` can cause
+that, by rolling back the store's last commits while the log survives --
+ends the replay: the log is kept as ``<log>.orphaned`` and counted, and the
+store opens at what it holds (as SQLite itself does after such a loss).
+A live writer holds an exclusive ``flock`` on its log, so a second process
+opening the same store leaves it alone.
 
 Record format: ``b"HMAL" | u32 length | u32 crc32(payload) | payload``,
 big-endian, ``payload = msgpack [author, sig, [raw event, ...]]``. A record
 cut short or failing its checksum ends the log: only a write that never
-returned (so its batch was never acknowledged or sent) or a power loss can
-leave one, and it is counted in :attr:`LogScan.torn_bytes`.
+returned (its batch was never acknowledged or sent; a failed write is also
+cut off at once) or a power loss can leave one, and it is counted in
+:attr:`LogScan.torn_bytes`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import struct
@@ -43,7 +49,9 @@ from pathlib import Path
 
 import msgpack
 
-from hivemesh.core.codec import MAX_FRAME_BYTES
+from hivemesh.core.codec import MAX_EVENT_BYTES
+from hivemesh.core.feed import MAX_UNSEALED
+from hivemesh.errors import InvalidArgument
 
 __all__ = [
     "LOG_SUFFIX",
@@ -60,8 +68,9 @@ __all__ = [
 LOG_SUFFIX = "-appends"
 _MAGIC = b"HMAL"
 _HEADER = struct.Struct(">4sII")
-#: A record holds one signed batch: at most a frame's worth of events.
-_MAX_PAYLOAD = 4 * MAX_FRAME_BYTES
+#: A record holds one sealed batch: at most ``MAX_UNSEALED`` events of at most
+#: ``MAX_EVENT_BYTES`` each (plus msgpack headers, author and signature).
+_MAX_PAYLOAD = MAX_UNSEALED * (MAX_EVENT_BYTES + 16) + 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,14 +170,30 @@ class LogClaim:
         self.path = path
         self._fd: int | None = fd
         chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
+        try:
+            while chunk := os.read(fd, 1 << 20):
+                chunks.append(chunk)
+        except BaseException:
+            self.release()
+            raise
         self.scan = read_records(b"".join(chunks))
 
     def done(self) -> None:
         """Remove the log (its records are committed) and release it."""
-        self.path.unlink(missing_ok=True)
-        self.release()
+        try:
+            self.path.unlink(missing_ok=True)
+        finally:
+            self.release()
+
+    def set_aside(self) -> Path:
+        """Keep the log for inspection as ``<log>.orphaned`` (replacing an
+        older one) and release it; returns the new path."""
+        aside = self.path.with_name(self.path.name + ".orphaned")
+        try:
+            os.replace(self.path, aside)
+        finally:
+            self.release()
+        return aside
 
     def release(self) -> None:
         """Release the lock, keeping the file (recovery failed)."""
@@ -221,11 +246,18 @@ class AppendLog:
                     raise
             self._fd = fd
         record = encode_record(author, sig, raws)
+        if len(record) - _HEADER.size > _MAX_PAYLOAD:
+            raise InvalidArgument(f"a batch of {len(record)} bytes is over the log's record limit")
         view = memoryview(record)
-        while view:
-            view = view[os.write(fd, view) :]
-        if self.fsync:
-            os.fdatasync(fd)
+        try:
+            while view:
+                view = view[os.write(fd, view) :]
+            if self.fsync:
+                os.fdatasync(fd)
+        except BaseException:
+            with contextlib.suppress(OSError):  # no torn or unacknowledged record behind us
+                os.ftruncate(fd, self.size)
+            raise
         self.size += len(record)
 
     def reset(self) -> None:

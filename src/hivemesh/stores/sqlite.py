@@ -45,8 +45,9 @@ Guarantees
   ``<store>-appends`` (plus ``fdatasync`` with ``durability="power"``) and
   joins the pending group instead of committing its own transaction; the
   group's commit empties the log, and opening the store commits whatever a
-  crash left in it (:mod:`hivemesh.stores.appendlog`). Same guarantee as a
-  commit, about 100 us less on the path of every publish. A group holding
+  crash left in it (:mod:`hivemesh.stores.appendlog`). The same guarantee
+  as a commit for each durability setting, about 100 us less on the path of
+  every publish. A group holding
   logged batches stays pending when its commit fails (retried by the next
   ``sync``), since those batches were already acknowledged.
 
@@ -84,6 +85,7 @@ re-derives every hash chain and checks every signature at rehydration.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sqlite3
 from collections.abc import Iterator, Sequence
@@ -92,7 +94,7 @@ from typing import Any, Literal
 
 from hivemesh.core.event import GENESIS, Event, decode_event
 from hivemesh.core.store import StoredHead
-from hivemesh.errors import HivemeshError, InvalidArgument, StoreCorrupt, StoreError
+from hivemesh.errors import InvalidArgument, RemoteProtocolError, StoreCorrupt, StoreError
 from hivemesh.stores import checkpoint
 from hivemesh.stores.appendlog import LOG_SUFFIX, AppendLog, LogScan, claim
 from hivemesh.stores.checkpoint import Checkpointer
@@ -105,6 +107,8 @@ from hivemesh.stores.sqlite_file import (
     guard,
     open_file,
 )
+
+log = logging.getLogger("hivemesh.stores")
 
 __all__ = [
     "APPLICATION_ID",
@@ -165,9 +169,10 @@ class SQLiteStore:
         #: them with the group (needs :attr:`write_behind`; see the module docs).
         self.append_log = False
         self._log = AppendLog(Path(f"{self.path}{LOG_SUFFIX}"), fsync=durability == "power")
-        #: Batches the last open recovered from the append log, and the bytes
-        #: of a torn record it cut off its end.
-        self.log_recovered = self.log_torn_bytes = 0
+        #: Batches the last open recovered from the append log, the bytes of a
+        #: torn record it cut off its end, and the records it had to set aside
+        #: because they no longer fit the store (see the append log's docs).
+        self.log_recovered = self.log_torn_bytes = self.log_orphaned = 0
         if not self.path.exists():
             create_file(self.path)
         elif self.path.stat().st_size == 0:
@@ -187,26 +192,35 @@ class SQLiteStore:
         if found is None:
             return
         try:
-            self._replay_log(found.scan)
+            fits = self._replay_log(found.scan)
         except BaseException:
             found.release()
             raise
-        found.done()
+        if fits:
+            found.done()
+            return
+        aside = found.set_aside()
+        log.warning("%s: append log records past the store's head kept in %s", self.path, aside)
 
-    def _replay_log(self, scan: LogScan) -> None:
+    def _replay_log(self, scan: LogScan) -> bool:
+        """Commit the records that continue the store; False at the first
+        one that neither continues it nor is stored already (module docs)."""
         self.log_torn_bytes = scan.torn_bytes
-        for rec in scan.records:
+        for n, rec in enumerate(scan.records):
             try:
                 events = [decode_event(raw) for raw in rec.raws]
-            except HivemeshError as exc:
-                raise self._corrupt(f"append log holds an undecodable event: {exc}") from exc
-            if events[-1].seq <= self._head_row(rec.author)[0]:
-                continue  # committed before the log was emptied
-            try:
+                if events[-1].seq <= self._head_row(rec.author)[0]:
+                    # committed before the log was emptied: the same event must be stored
+                    stored = self.read_range(rec.author, events[-1].seq, events[-1].seq)
+                    if stored != [events[-1].raw]:
+                        raise InvalidArgument(f"#{events[-1].seq} differs from the stored one")
+                    continue
                 self.append(rec.author, events, rec.sig)  # no append_log yet: commits
-            except InvalidArgument as exc:
-                raise self._corrupt(f"append log record does not fit the store: {exc}") from exc
+            except (RemoteProtocolError, InvalidArgument):
+                self.log_orphaned = len(scan.records) - n
+                return False
             self.log_recovered += 1
+        return True
 
     def _corrupt(self, what: str) -> StoreCorrupt:
         return StoreCorrupt(f"{self.path}: {what}")
@@ -230,9 +244,12 @@ class SQLiteStore:
         """Atomically store contiguous events of ``author`` and the signature
         over the last one (see :class:`~hivemesh.core.store.FeedStore`).
 
-        Committed before returning, unless ``durable`` is false and
-        :attr:`write_behind` is set: then the batch joins the pending group
-        (see module docs) and :meth:`sync` commits it.
+        Committed before returning, unless :attr:`write_behind` is set and
+        ``durable`` is false (the batch joins the pending group, see module
+        docs) or :attr:`append_log` is set too (the batch is durable in the
+        append log and joins the group); :meth:`sync` commits the group. A
+        group at its limits is committed *before* the batch joins it, so an
+        append that raises never leaves its batch behind.
         Raises :class:`InvalidArgument` unless the batch continues the stored
         feed exactly (next seq, chained to the stored head).
         """
@@ -255,6 +272,11 @@ class SQLiteStore:
             )
         if first.prev != last_hash:
             raise InvalidArgument(f"event #{first.seq} does not chain to the stored head")
+        size = _COMMIT_OVERHEAD + len(events) * len(last.raw)  # an estimate
+        if self._group_appends and (
+            self._group_appends >= GROUP_MAX_APPENDS or self._group_bytes + size > GROUP_MAX_BYTES
+        ):
+            self.sync()  # the full group first: if that fails, this batch stays out
         logged = durable and self.append_log and self.write_behind
         if logged:
             try:
@@ -266,13 +288,8 @@ class SQLiteStore:
         row = (last.seq, last.id, n_sigs + 1)
         self._pending_feeds[author] = self._head_cache[author] = row
         self._group_appends += 1
-        self._group_bytes += _COMMIT_OVERHEAD + len(events) * len(last.raw)  # an estimate
-        if (
-            (durable and not logged)
-            or not self.write_behind
-            or self._group_appends >= GROUP_MAX_APPENDS
-            or self._group_bytes >= GROUP_MAX_BYTES
-        ):
+        self._group_bytes += size
+        if (durable and not logged) or not self.write_behind:
             self.sync()
 
     def _head_row(self, author: bytes) -> tuple[int, bytes, int]:
@@ -542,15 +559,15 @@ class SQLiteStore:
         try:
             if self._db is not None:
                 self.sync()
-        finally:
+        finally:  # even if that failed: logged batches stay in the log for the next open
             self._log.close()  # kept if it still holds uncommitted batches
-        ckpt, self._ckpt = self._ckpt, None
-        if ckpt is not None:
-            ckpt.stop()
-        db, self._db = self._db, None
-        if db is not None:
-            with self._guard("closing"):
-                db.close()
+            ckpt, self._ckpt = self._ckpt, None
+            if ckpt is not None:
+                ckpt.stop()
+            db, self._db = self._db, None
+            if db is not None:
+                with self._guard("closing"):
+                    db.close()
 
     def __enter__(self) -> SQLiteStore:
         return self

@@ -233,8 +233,9 @@ class SecureChannel:
             raise WouldBlock(f"send queue to {self.peer_address[:12]} is full")
 
     def send_now(self, frame: bytes) -> None:
-        """:meth:`send_nowait` (which already writes at once when the channel
-        is idle, see :meth:`_write_now`); kept for latency-bound callers."""
+        """:meth:`send_nowait` (which writes at once when the channel is idle
+        and nothing was written to it yet in this loop turn, see
+        :meth:`_write_now`); kept for latency-bound callers."""
         self.send_nowait(frame)
 
     async def send(self, frame: bytes, *, timeout_s: float | None = None) -> None:
