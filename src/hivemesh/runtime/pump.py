@@ -154,7 +154,7 @@ class Pump:
                 peer, frame = unsent.popleft()
                 await self.conns.send(peer, frame)
                 if not unsent:
-                    self._drain()
+                    sent = self._drain() or sent
         self._after_flush(deadlines or sent)
 
     def _flush_now(self, *, deadlines: bool) -> None:
