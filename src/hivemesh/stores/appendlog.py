@@ -245,6 +245,7 @@ class AppendLog:
                     os.close(fd)
                     raise
             self._fd = fd
+            self.size = os.fstat(fd).st_size  # empty, unless another store wrote it
         record = encode_record(author, sig, raws)
         if len(record) - _HEADER.size > _MAX_PAYLOAD:
             raise InvalidArgument(f"a batch of {len(record)} bytes is over the log's record limit")
