@@ -6,16 +6,13 @@ The manager keeps at most one :class:`~hivemesh.transports` secure channel per
 peer address (its *link*) and hands every received frame to
 ``on_frame(peer, frame)``, or, when an ``on_frames`` callback is given, every
 batch of frames read at once to ``on_frames(peer, frames)`` (the daemon then
-flushes once per batch). With ``on_frames_now(peer, frames) -> bool`` too,
-frames go to it straight from the channel's read callback (no reader task
-woken per read) whenever that link's reader is idle with nothing queued; it
-returns False when it cannot handle them at once (the daemon is waiting on a
-full send queue, say), and they take the reader's path, in order.
-``on_peer(peer, up)`` reports links coming and going,
-one call at a time and in order: inline in the dialler, acceptor or reader
-that saw the change, or from a small task when the change was seen inside
-:meth:`send` (the daemon sends while holding its flush lock, and ``on_peer``
-flushes), so a callback may itself send or flush.
+flushes once per batch). ``on_frames_now(peer, frames) -> bool`` gets them
+straight from the read callback while the link's reader is idle with nothing
+queued; when it returns False they take the reader's path, in order.
+``on_peer(peer, up)`` reports links coming and going, one call at a time
+and in order: inline in the dialler, acceptor or reader that saw the change,
+or from a small task when it was seen inside :meth:`send` (the daemon sends
+holding its flush lock, and ``on_peer`` flushes), so a callback may send.
 
 * **Dialling.** :meth:`ConnectionManager.want` registers an endpoint to keep a
   channel to: a known ``(address, host, port)`` or a bootstrap ``host:port``
@@ -371,10 +368,8 @@ class ConnectionManager(Dialling):
         log.info("disconnected %s: %s", short(link.address), reason)
 
     def _consume(self, link: PeerLink, frames: list[bytes]) -> bool:
-        """The channel's inline consumer (module docs): False while the
-        link's reader is still handling an earlier batch, or when
-        ``on_frames_now`` declines."""
-        if link.busy or self._on_frames_now is None:
+        """The channel's inline consumer (module docs)."""
+        if link.busy or self._on_frames_now is None:  # the reader holds earlier frames
             return False
         link.last_rx_mono = time.monotonic()
         try:
@@ -384,8 +379,7 @@ class ConnectionManager(Dialling):
             self.counters["reader_crashed"] += 1
             link.channel.close()  # its reader then drops the link
             return True
-        if done:
-            self.counters["frames_inline"] += len(frames)
+        self.counters["frames_inline"] += len(frames) if done else 0
         return done
 
     async def _reader(self, link: PeerLink) -> None:
