@@ -35,6 +35,13 @@ def _manager(ident: Identity, events: list[tuple[str, bool]], **kw: Any) -> Conn
     )
 
 
+async def _link(a: ConnectionManager, b: ConnectionManager) -> None:
+    """``a`` dials ``b`` on loopback; returns once both hold the link."""
+    pb = await b.listen("127.0.0.1", 0)
+    a.want("127.0.0.1", pb, b.address)
+    await _until(lambda: b.address in a.links and a.address in b.links)
+
+
 async def _until(pred: Any, timeout_s: float = 10.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
@@ -169,9 +176,7 @@ def test_frames_go_inline_unless_the_reader_is_busy_and_stay_in_order() -> None:
 
         a = _manager(ia, [])
         b = _manager(ib, [], on_frames=on_frames, on_frames_now=on_frames_now)
-        pb = await b.listen("127.0.0.1", 0)
-        a.want("127.0.0.1", pb, ib.address)
-        await _until(lambda: ib.address in a.links and ia.address in b.links)
+        await _link(a, b)
         assert a.send_fast(ib.address, b"1") and a.send_fast(ib.address, b"2")
         await _until(lambda: len(got) == 2)
         decline = True
@@ -206,9 +211,7 @@ def test_an_inline_handler_that_raises_is_counted_and_its_link_dropped() -> None
 
         a = _manager(ia, [])
         b = _manager(ib, [], on_frames=on_frames, on_frames_now=on_frames_now)
-        pb = await b.listen("127.0.0.1", 0)
-        a.want("127.0.0.1", pb, ib.address)
-        await _until(lambda: ib.address in a.links and ia.address in b.links)
+        await _link(a, b)
         link = b.links[ia.address]
         assert a.send_fast(ib.address, b"boom")
         await _until(lambda: b.counters["reader_crashed"] == 1)

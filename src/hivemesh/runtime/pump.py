@@ -126,13 +126,17 @@ class Pump:
             or peer in self.invites.probation
         ):
             return False
+        self._flush_now(deadlines=not self._receive_all(peer, frames))
+        return True
+
+    def _receive_all(self, peer: str, frames: list[bytes]) -> bool:
+        """Hand ``frames`` to the core; True if all were EVENTS frames."""
         receive = self.node.receive
         only_events = True
         for frame in frames:
             only_events = only_events and frame[2:3] == _EVENTS_TYPE_BYTE
             receive(peer, frame, now_ms())
-        self._flush_now(deadlines=not only_events)
-        return True
+        return only_events
 
     def disconnect_later(self, peer: str, reason: str) -> None:
         """Close the channel to ``peer`` from synchronous code."""
