@@ -92,6 +92,37 @@ def test_ctx_set_on_one_node_is_read_on_the_other(pair: LocalSwarm) -> None:
     assert whole["kv"] == {"plan": {"steps": 3}}
 
 
+def test_ctx_sets_from_the_cli_replicate(pair: LocalSwarm) -> None:
+    a, b = pair.nodes["a"], pair.nodes["b"]
+    added = cli_json("ctx", "add", "who", "ann", "bob", "-c", "room", data_dir=a.data_dir)
+    assert added["members"] == ["ann", "bob"] and added["events"] >= 1
+    cli_json("ctx", "add", "done", "shop-07", "--grow-only", "-c", "room", data_dir=a.data_dir)
+    wait_until(
+        lambda: (
+            b.client.ctx_members("room", "who") == ["ann", "bob"]
+            and b.client.ctx_members("room", "done", grow_only=True) == ["shop-07"]
+        ),
+        10,
+        what="both sets on b",
+    )
+    removed = cli_json("ctx", "remove", "who", "ann", "-c", "room", data_dir=b.data_dir)
+    assert removed["members"] == ["bob"]
+    wait_until(lambda: a.client.ctx_members("room", "who") == ["bob"], 10, what="remove on a")
+    listed = cli_json("ctx", "members", "who", "-c", "room", data_dir=a.data_dir)
+    assert listed == {"members": ["bob"]}
+    text = cli("ctx", "members", "done", "--grow-only", "-c", "room", data_dir=b.data_dir)
+    assert text.returncode == 0 and text.stdout.split() == ["shop-07"]
+    whole = cli_json("ctx", "get", "-c", "room", data_dir=a.data_dir)
+    assert whole["orset"] == {"who": ["bob"]} and whole["gset"] == {"done": ["shop-07"]}
+    # A grow-only set has no remove; a huge element is a typed error.
+    assert cli("ctx", "remove", "done", "x", "--grow-only", data_dir=a.data_dir).returncode == 2
+    out = cli("ctx", "add", "who", "x" * 5000, "--json", data_dir=a.data_dir)
+    assert out.returncode == 1
+    assert json.loads(out.stdout)["error"]["code"] == "invalid_argument"
+    with pytest.raises(hivemesh.HivemeshError):
+        a.client.ctx_remove("room", "done", [])
+
+
 def test_ctx_watch_streams_remote_changes(pair: LocalSwarm) -> None:
     a, b = pair.nodes["a"], pair.nodes["b"]
     cmd = [sys.executable, "-m", "hivemesh", "ctx", "watch", "-c", "w", "--json"]

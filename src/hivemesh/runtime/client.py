@@ -152,6 +152,31 @@ class Client:
         result: dict[str, Any] = self.call("ctx.set", context=context, key=key, value=value)
         return result
 
+    def ctx_add(
+        self, context: str, set_name: str, elements: list[str], *, grow_only: bool = False
+    ) -> dict[str, Any]:
+        """Add ``elements`` to a set of ``context`` (the add-wins set, or the
+        grow-only one); ``{"members", "events"}``."""
+        result: dict[str, Any] = self.call(
+            "ctx.add", context=context, set=set_name, elements=elements, grow_only=grow_only
+        )
+        return result
+
+    def ctx_remove(self, context: str, set_name: str, elements: list[str]) -> dict[str, Any]:
+        """Remove ``elements`` from an add-wins set of ``context``."""
+        result: dict[str, Any] = self.call(
+            "ctx.remove", context=context, set=set_name, elements=elements
+        )
+        return result
+
+    def ctx_members(self, context: str, set_name: str, *, grow_only: bool = False) -> list[str]:
+        """The sorted members of a set of ``context``."""
+        result: dict[str, Any] = self.call(
+            "ctx.members", context=context, set=set_name, grow_only=grow_only
+        )
+        members: list[str] = result["members"]
+        return members
+
     def claim_name(self, name: str) -> dict[str, Any]:
         """Claim a name for the daemon's node."""
         result: dict[str, Any] = self.call("name.claim", name=name)

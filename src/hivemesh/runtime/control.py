@@ -132,6 +132,40 @@ async def _ctx_set(d: Daemon, args: dict[str, Any]) -> Any:
     }
 
 
+def _set_handle(d: Daemon, args: dict[str, Any]) -> Any:
+    """The set named in ``args``: the add-wins set, or the grow-only one with ``grow_only``."""
+    ctx = d.context(_arg(args, "context", str, "default"))
+    name = _arg(args, "set", str)
+    return ctx.gset(name) if _arg(args, "grow_only", bool, False) else ctx.orset(name)
+
+
+def _elements(args: dict[str, Any]) -> list[str]:
+    elements: list[str] = _arg(args, "elements", list)
+    if not elements or not all(isinstance(e, str) for e in elements):
+        raise InvalidArgument("elements must be a non-empty list of strings")
+    return elements
+
+
+async def _ctx_add(d: Daemon, args: dict[str, Any]) -> Any:
+    handle = _set_handle(d, args)
+    for element in _elements(args):
+        handle.add(element)
+    return {"members": handle.members(), "events": await d.commit()}
+
+
+async def _ctx_remove(d: Daemon, args: dict[str, Any]) -> Any:
+    if args.get("grow_only"):
+        raise InvalidArgument("a grow-only set has no remove")
+    handle = _set_handle(d, args)
+    for element in _elements(args):
+        handle.discard(element)
+    return {"members": handle.members(), "events": await d.commit()}
+
+
+async def _ctx_members(d: Daemon, args: dict[str, Any]) -> Any:
+    return {"members": _set_handle(d, args).members()}
+
+
 async def _name_claim(d: Daemon, args: dict[str, Any]) -> Any:
     name = _arg(args, "name", str)
     owner = await d.claim_name(name)
@@ -213,7 +247,10 @@ async def _stop(d: Daemon, args: dict[str, Any]) -> Any:
 
 OPS: dict[str, Op] = {
     "append": _append,
+    "ctx.add": _ctx_add,
     "ctx.get": _ctx_get,
+    "ctx.members": _ctx_members,
+    "ctx.remove": _ctx_remove,
     "ctx.set": _ctx_set,
     "inbox": _inbox,
     "invite": _invite,

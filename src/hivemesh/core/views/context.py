@@ -5,9 +5,14 @@ Theory of operation
 The view holds one :class:`loro.LoroDoc` per *context name* (``"default"``,
 ``"task-42"``, ...); :meth:`ContextView.context` returns a typed handle on one.
 Inside a context there is one key/value map (``ctx["k"] = v``) and any number
-of named lists, counters and texts (``ctx.list("chat")``,
-``ctx.counter("n")``, ``ctx.text("notes")``). Each is a loro root container;
-a list and a counter may share a name because loro keys roots by type too.
+of named lists, counters, texts and sets (``ctx.list("chat")``,
+``ctx.counter("n")``, ``ctx.text("notes")``, ``ctx.gset("done")``,
+``ctx.orset("participants")``). Each is a loro root container; a list and a
+counter may share a name because loro keys roots by type too. The two set
+types (grow-only, and add-wins observed-remove) are loro maps under reserved
+root names; their semantics are in :mod:`hivemesh.core.views.context_api`.
+They need no rule of their own here: their operations are map operations of
+the writing author, checked like any other below.
 
 **Writing.** A node's local writes mutate its own docs directly. The node then
 calls :meth:`ContextView.pending_update` until it returns ``None`` and appends
@@ -77,12 +82,23 @@ from loro import CounterSpan, EncodedBlobMode, ExportMode, IdSpan, LoroDoc
 from hivemesh.core.codec import MAX_BODY_BYTES
 from hivemesh.core.event import Event
 from hivemesh.core.views.base import ViewBase, state_digest
-from hivemesh.core.views.context_api import _KV_ROOT, _check_root, _deep, _number
+from hivemesh.core.views.context_api import (
+    _KV_ROOT,
+    GSET_PREFIX,
+    ORSET_PREFIX,
+    _check_root,
+    _deep,
+    _number,
+    gset_members,
+    orset_members,
+)
 from hivemesh.core.views.context_api import CONTEXT_PATTERN as CONTEXT_PATTERN
 from hivemesh.core.views.context_api import MAX_VALUE_BYTES as MAX_VALUE_BYTES
 from hivemesh.core.views.context_api import Context as Context
 from hivemesh.core.views.context_api import CounterHandle as CounterHandle
+from hivemesh.core.views.context_api import GSetHandle as GSetHandle
 from hivemesh.core.views.context_api import ListHandle as ListHandle
+from hivemesh.core.views.context_api import ORSetHandle as ORSetHandle
 from hivemesh.core.views.context_api import TextHandle as TextHandle
 from hivemesh.errors import (
     DecodeError,
@@ -101,7 +117,9 @@ __all__ = [
     "Context",
     "ContextView",
     "CounterHandle",
+    "GSetHandle",
     "ListHandle",
+    "ORSetHandle",
     "TextHandle",
     "peer_id_of",
 ]
@@ -376,7 +394,8 @@ class ContextView(ViewBase):
         """Every non-empty context as plain data.
 
         ``{context: {"kv": {...}, "list": {name: [...]}, "counter": {name: n},
-        "text": {name: str}, "other": {"name:Type": value}}}``. Empty roots
+        "text": {name: str}, "gset": {name: [sorted members]}, "orset": {name:
+        [sorted members]}, "other": {"name:Type": value}}}``. Empty roots
         (``[]``, ``{}``, ``""``, ``0``) are left out, so a container that a
         replica merely opened is indistinguishable from one it never saw.
         """
@@ -406,6 +425,12 @@ def _doc_snapshot(doc: LoroDoc) -> dict[str, Any]:
         if ctype == "Map" and root == _KV_ROOT:
             value: Any = _deep(doc.get_map(root))
             section = None
+        elif ctype == "Map" and root.startswith(GSET_PREFIX):
+            value = gset_members(_deep(doc.get_map(root)))
+            section, root = "gset", root.removeprefix(GSET_PREFIX)
+        elif ctype == "Map" and root.startswith(ORSET_PREFIX):
+            value = orset_members(_deep(doc.get_map(root)))
+            section, root = "orset", root.removeprefix(ORSET_PREFIX)
         elif ctype == "List":
             value = _deep(doc.get_list(root))
             section = "list"

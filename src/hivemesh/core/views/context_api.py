@@ -1,11 +1,40 @@
 """The typed API over one loro context document: ``ctx["k"] = v``,
-``ctx.list(name)``, ``ctx.counter(name)``, ``ctx.text(name)``.
+``ctx.list(name)``, ``ctx.counter(name)``, ``ctx.text(name)``,
+``ctx.gset(name)``, ``ctx.orset(name)``.
 
 Writes need a :class:`~hivemesh.core.views.context.ContextView` built with the
 local author; they land in the local loro doc and reach the journal through
 ``ContextView.pending_update``. Every read first materialises the doc's state
 (imports are applied to a detached doc lazily; see ``ContextView``). Values are
 JSON-like (plus bytes), at most :data:`MAX_VALUE_BYTES` each.
+
+Sets
+----
+Two set types hold strings (at most :data:`MAX_ELEMENT_BYTES` of UTF-8 each),
+each kept in a loro map root named ``gset:<name>`` or ``orset:<name>`` (user
+root names cannot contain ``:``, so these never collide with other roots):
+
+* :class:`GSetHandle`, a **grow-only set**: one map entry per element
+  (``element -> True``). Concurrent adds of one element write the same value,
+  so the map's last-writer-wins rule never matters. There is no removal.
+* :class:`ORSetHandle`, an **add-wins observed-remove set**. Every add writes a
+  fresh entry ``tag -> element`` whose *tag* is the loro id of that very
+  operation (``"<peer hex>.<counter hex>"``), unique swarm-wide because each
+  author writes under its own peer id and never reuses a counter. An element
+  is a member while at least one of its entries is present. A remove deletes
+  the entries of that element that its writer has *observed*, and only those;
+  an add made concurrently (not yet seen by the remover) wrote a tag the
+  remover never saw, so it survives: **an add concurrent with a remove of the
+  same element wins**. An add also deletes the element's observed entries (its
+  fresh entry supersedes them), so an element carries at most one entry per
+  concurrent adder, not one per add ever made.
+
+Both merge as loro maps do (commutative, associative, idempotent), so their
+value depends only on the set of accepted updates. Entries of an unexpected
+shape (another author writing the root by hand) are ignored by every replica
+alike. As for every context type, the guarantees are those of writes made
+through this API: a trusted author can still write anything into its own feed,
+including a deletion in a grow-only set's map.
 """
 
 from __future__ import annotations
@@ -25,17 +54,28 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONTEXT_PATTERN",
+    "GSET_PREFIX",
+    "MAX_ELEMENT_BYTES",
     "MAX_VALUE_BYTES",
+    "ORSET_PREFIX",
     "Context",
     "CounterHandle",
+    "GSetHandle",
     "ListHandle",
+    "ORSetHandle",
     "TextHandle",
+    "gset_members",
+    "orset_members",
 ]
 
 #: Context names and root container names.
 CONTEXT_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}\Z")
 #: Largest single value accepted by a local write (msgpack-encoded size).
 MAX_VALUE_BYTES = 64 * 1024
+#: Largest set element (UTF-8 bytes).
+MAX_ELEMENT_BYTES = 4096
+#: Root-name prefixes of the set types (``gset:<name>``, ``orset:<name>``).
+GSET_PREFIX, ORSET_PREFIX = "gset:", "orset:"
 
 _KV_ROOT = "kv"
 _MAX_DEPTH = 32
@@ -209,8 +249,117 @@ class TextHandle:
         return str(self._text.to_string())
 
 
+def _check_element(element: str) -> str:
+    if not isinstance(element, str):
+        raise InvalidArgument(f"set elements must be strings, not {type(element).__name__}")
+    if len(element.encode("utf-8", "surrogatepass")) > MAX_ELEMENT_BYTES:
+        raise InvalidArgument(f"set element over {MAX_ELEMENT_BYTES} bytes")
+    return element
+
+
+def gset_members(entries: dict[str, Any]) -> list[str]:
+    """The members of a grow-only set given its map's plain value, sorted."""
+    return sorted(k for k, v in entries.items() if v is True)
+
+
+def orset_members(entries: dict[str, Any]) -> list[str]:
+    """The members of an add-wins set given its map's plain value (tag -> element), sorted."""
+    return sorted({v for v in entries.values() if type(v) is str})
+
+
+class _SetHandle:
+    """What both set types share: a map root and sorted reads."""
+
+    __slots__ = ("_ctx", "_map")
+    _prefix = ""
+
+    def __init__(self, ctx: Context, name: str) -> None:
+        self._ctx = ctx
+        self._map = ctx._doc.get_map(self._prefix + name)
+
+    def _entries(self) -> dict[str, Any]:
+        self._ctx._live()
+        entries: dict[str, Any] = _deep(self._map)
+        return entries
+
+    def _write(self, element: str) -> str:
+        self._ctx._live()
+        self._ctx._writable()
+        return _check_element(element)
+
+    def members(self) -> list[str]:
+        """The members, sorted."""
+        raise NotImplementedError
+
+    def __contains__(self, element: object) -> bool:
+        return isinstance(element, str) and element in self.members()
+
+    def __len__(self) -> int:
+        return len(self.members())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.members())
+
+
+class GSetHandle(_SetHandle):
+    """A grow-only set of strings ("shops done"): add, never remove."""
+
+    __slots__ = ()
+    _prefix = GSET_PREFIX
+
+    def add(self, element: str) -> None:
+        """Add ``element`` (a no-op when it is already a member)."""
+        if self._map.get(self._write(element)) is None:
+            self._map.insert(element, True)
+
+    def members(self) -> list[str]:
+        """The members, sorted."""
+        return gset_members(self._entries())
+
+
+class ORSetHandle(_SetHandle):
+    """An add-wins observed-remove set of strings (chat participants).
+
+    See the module docs: a remove takes away only the adds its writer has
+    seen, so an add concurrent with a remove of the same element wins.
+    """
+
+    __slots__ = ()
+    _prefix = ORSET_PREFIX
+
+    def _tags(self, element: str) -> list[str]:
+        entries = self._entries()
+        return sorted(tag for tag, v in entries.items() if v == element and type(v) is str)
+
+    def add(self, element: str) -> None:
+        """Add ``element`` under a fresh tag, superseding the adds seen so far."""
+        old = self._tags(self._write(element))
+        doc = self._ctx._doc
+        last = doc.oplog_vv.get_last(doc.peer_id)
+        counter = 0 if last is None else last + 1  # the id of the insert below
+        self._map.insert(f"{doc.peer_id:x}.{counter:x}", element)
+        for tag in old:
+            self._map.delete(tag)
+
+    def discard(self, element: str) -> None:
+        """Remove ``element`` if present: delete every add of it seen so far."""
+        for tag in self._tags(self._write(element)):
+            self._map.delete(tag)
+
+    def remove(self, element: str) -> None:
+        """Like :meth:`discard`, but raise ``KeyError`` when ``element`` is absent."""
+        if element not in self:
+            raise KeyError(element)
+        self.discard(element)
+
+    def members(self) -> list[str]:
+        """The members, sorted."""
+        return orset_members(self._entries())
+
+
 class Context:
-    """Typed access to one context: a key/value map plus named lists, counters, texts.
+    """Typed access to one context: a key/value map plus named lists, counters,
+    texts, grow-only sets and add-wins sets.
 
     Reads always work; writes need a view built with the local author and go
     to the journal on the next :meth:`ContextView.pending_update`.
@@ -285,3 +434,11 @@ class Context:
     def text(self, name: str) -> TextHandle:
         """The text called ``name``."""
         return TextHandle(self, _check_root(name))
+
+    def gset(self, name: str) -> GSetHandle:
+        """The grow-only set called ``name``."""
+        return GSetHandle(self, _check_root(name))
+
+    def orset(self, name: str) -> ORSetHandle:
+        """The add-wins observed-remove set called ``name``."""
+        return ORSetHandle(self, _check_root(name))

@@ -1,4 +1,11 @@
-"""``hivemesh ctx get|set|watch``: shared context replicated over the swarm."""
+"""``hivemesh ctx get|set|watch|add|remove|members``: shared context replicated
+over the swarm.
+
+``add``/``remove``/``members`` work on a context's sets: the add-wins
+observed-remove set called NAME by default (an add concurrent with a remove of
+the same element wins), or the grow-only set called NAME with ``--grow-only``
+(no remove).
+"""
 
 from __future__ import annotations
 
@@ -25,11 +32,60 @@ def register(sub: Any) -> None:
     s.add_argument("--context", "-c", default="default")
     add_common(s)
     s.set_defaults(func=_set)
+    a = csub.add_parser("add", help="add ELEMENTs to the set NAME")
+    a.add_argument("set", metavar="NAME")
+    a.add_argument("elements", metavar="ELEMENT", nargs="+")
+    _set_options(a, grow_only=True)
+    a.set_defaults(func=_add)
+    r = csub.add_parser("remove", help="remove ELEMENTs from the add-wins set NAME")
+    r.add_argument("set", metavar="NAME")
+    r.add_argument("elements", metavar="ELEMENT", nargs="+")
+    _set_options(r, grow_only=False)
+    r.set_defaults(func=_remove)
+    m = csub.add_parser("members", help="print the members of the set NAME")
+    m.add_argument("set", metavar="NAME")
+    _set_options(m, grow_only=True)
+    m.set_defaults(func=_members)
     w = csub.add_parser("watch", help="print the context every time it changes")
     w.add_argument("--context", "-c", default="default")
     w.add_argument("--idle-timeout-s", type=float, help="stop after this long without changes")
     add_common(w)
     w.set_defaults(func=_watch)
+
+
+def _set_options(p: argparse.ArgumentParser, *, grow_only: bool) -> None:
+    p.add_argument("--context", "-c", default="default")
+    if grow_only:
+        p.add_argument(
+            "--grow-only", action="store_true", help="the grow-only set (default: add-wins set)"
+        )
+    add_common(p)
+
+
+def _members_text(r: dict[str, Any]) -> str:
+    return "\n".join(r["members"]) if r["members"] else "(empty)"
+
+
+def _add(args: argparse.Namespace) -> int:
+    return run_with_client(
+        args,
+        lambda c: c.ctx_add(args.context, args.set, args.elements, grow_only=args.grow_only),
+        _members_text,
+    )
+
+
+def _remove(args: argparse.Namespace) -> int:
+    return run_with_client(
+        args, lambda c: c.ctx_remove(args.context, args.set, args.elements), _members_text
+    )
+
+
+def _members(args: argparse.Namespace) -> int:
+    return run_with_client(
+        args,
+        lambda c: {"members": c.ctx_members(args.context, args.set, grow_only=args.grow_only)},
+        _members_text,
+    )
 
 
 def _get(args: argparse.Namespace) -> int:
