@@ -57,10 +57,12 @@ def test_import_hivemesh_does_not_load_the_runtime() -> None:
 
 def test_a_node_does_not_load_the_collector_or_model_stacks() -> None:
     """Importing the node (and the plan control ops it registers) leaves the
-    collector's DuckDB/Arrow and the model providers' HTTP stack unloaded."""
+    collector's DuckDB/Arrow, the model providers' HTTP stack and the MCP and
+    HTML-parsing stacks of the tools unloaded."""
     code = (
         "import sys, hivemesh, hivemesh.node, hivemesh.roles.meshops;"
-        "print(sorted(m for m in ('duckdb', 'pyarrow', 'numpy', 'httpx', 'jsonschema')"
+        "print(sorted(m for m in ('duckdb', 'pyarrow', 'numpy', 'httpx', 'jsonschema',"
+        " 'mcp', 'lxml', 'starlette', 'uvicorn')"
         " if m in sys.modules))"
     )
     out = subprocess.run(

@@ -19,6 +19,9 @@ built by :func:`load_config` from four layers, later layers winning:
        collector = true             # run the metrics-collector on this node
        [telemetry.metrics_sinks.prometheus]   # mirror the collector's store
        port = 9464
+       [mcp.mcpServers.web]         # MCP tool servers, desktop-client format
+       command = "hivemesh"
+       args = ["webtools"]
 
 3. environment variables ``HIVEMESH_<FIELD>`` (``HIVEMESH_LISTEN``,
    ``HIVEMESH_BOOTSTRAP=a:1,b:2``, ``HIVEMESH_PROBE_INTERVAL_MS=200``, ...);
@@ -28,6 +31,10 @@ Telemetry sinks (``metrics_sinks``) are written as a TOML table of tables as
 above, or anywhere as specs ``NAME[:key=value,key=value...]``: a TOML list
 of specs, ``HIVEMESH_METRICS_SINKS="prometheus:port=9464;otlp:endpoint=http://h:4318"``
 (specs separated by ``;``), or ``hivemesh up --sink SPEC`` (repeatable).
+
+MCP servers for agents' tools (``mcp_servers``) use the format desktop MCP
+clients use (:mod:`hivemesh.tools.spec`): the ``[mcp]`` table above, or
+``HIVEMESH_MCP_SERVERS='{"mcpServers": {...}}'``.
 
 Unknown keys, wrong types and out-of-range values raise
 :class:`~hivemesh.errors.ConfigError` naming the layer they came from, so a
@@ -45,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from hivemesh.errors import ConfigError
+from hivemesh.tools.spec import MCPServerSpec, parse_mcp_config
 
 __all__ = ["Config", "SinkSpecs", "bootstrap_targets", "load_config", "parse_endpoint"]
 
@@ -106,6 +114,8 @@ class Config:
     metrics_sinks: SinkSpecs = ()
     # [leases] quorum voters (addresses); empty: members seen up at first use
     lease_voters: tuple[str, ...] = ()
+    # [mcp] tool servers for agents ({"mcpServers": {...}}, see hivemesh.tools.spec)
+    mcp_servers: tuple[MCPServerSpec, ...] = ()
 
     @property
     def key_path(self) -> Path:
@@ -261,6 +271,10 @@ def _coerce(name: str, value: Any, origin: str) -> Any:
     kind = str(f.type)
     if name == "metrics_sinks":
         return _parse_sinks(value, origin)
+    if name == "mcp_servers":
+        if isinstance(value, tuple) and all(isinstance(v, MCPServerSpec) for v in value):
+            return value
+        return parse_mcp_config(value, origin)
     try:
         if name == "data_dir":
             return Path(str(value)).expanduser()
@@ -304,7 +318,9 @@ def _from_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: {exc}") from None
     out: dict[str, Any] = {}
     for key, value in doc.items():
-        if isinstance(value, dict):
+        if key == "mcp":
+            out["mcp_servers"] = _coerce("mcp_servers", value, f"{path} [mcp]")
+        elif isinstance(value, dict):
             allowed = _SECTIONS.get(key)
             if allowed is None:
                 raise ConfigError(f"{path}: unknown table [{key}]")

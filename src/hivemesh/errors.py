@@ -81,17 +81,33 @@ Every class carries a short stable ``code`` used as the counter name in
             └── UnknownField
     LocalProtocolError
     └── SpoolFull
+    -- tools (MCP client) and web tools --
+    TransportError
+    ├── ToolError                    an MCP tool call failed (has .tool, .reason)
+    │   ├── ToolUnavailable          server would not start, is unreachable or died
+    │   ├── ToolTimeout(ToolError, DeadlineExceeded)
+    │   ├── UnknownTool              no such tool on any configured server
+    │   └── ToolFailed               the tool answered with an error result
+    └── FetchError                   a page could not be fetched (has .status)
+        ├── FetchTimeout(FetchError, DeadlineExceeded)
+        ├── CaptchaRequired          the page is a CAPTCHA challenge (switch route)
+        └── AccessCodeRequired       the page needs a code only a human has
+    RemoteProtocolError
+    └── DecodeError
+        └── ExtractError             a page that cannot be parsed or read
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "AccessCodeRequired",
     "BackendUnavailable",
     "BadRecord",
     "BadSignature",
     "BenchWorkerFailed",
     "BlobMismatch",
     "BrokenChain",
+    "CaptchaRequired",
     "ChannelSuperseded",
     "ConfigError",
     "ConnectionClosed",
@@ -99,6 +115,9 @@ __all__ = [
     "DaemonNotRunning",
     "DeadlineExceeded",
     "DecodeError",
+    "ExtractError",
+    "FetchError",
+    "FetchTimeout",
     "ForeignOperations",
     "ForgedSender",
     "ForkError",
@@ -136,9 +155,14 @@ __all__ = [
     "StaleFencingToken",
     "StoreCorrupt",
     "StoreError",
+    "ToolError",
+    "ToolFailed",
+    "ToolTimeout",
+    "ToolUnavailable",
     "TransportError",
     "UnknownField",
     "UnknownPeer",
+    "UnknownTool",
     "UnsupportedVersion",
     "UntrustedAuthor",
     "WouldBlock",
@@ -537,3 +561,76 @@ class ChannelSuperseded(ConnectionClosed):
     """
 
     code = "channel_superseded"
+
+
+# -- tools (MCP client) and web tools ------------------------------------------
+
+
+class ToolError(TransportError):
+    """An MCP tool call failed. ``tool`` names it (``server.tool``);
+    ``reason`` is the server's error code when it sent one (``captcha_required``)."""
+
+    code = "tool_error"
+
+    def __init__(self, message: str, *, tool: str = "", reason: str = "") -> None:
+        super().__init__(message)
+        self.tool = tool
+        self.reason = reason
+
+
+class ToolUnavailable(ToolError):
+    """The tool's MCP server could not be started or reached, or it died."""
+
+    code = "tool_unavailable"
+
+
+class ToolTimeout(ToolError, DeadlineExceeded):
+    """A tool call (or connecting to its server) passed its deadline."""
+
+    code = "tool_timeout"
+
+
+class UnknownTool(ToolError):
+    """No configured MCP server offers this tool."""
+
+    code = "unknown_tool"
+
+
+class ToolFailed(ToolError):
+    """The tool ran and answered with an error result."""
+
+    code = "tool_failed"
+
+
+class FetchError(TransportError):
+    """A page could not be fetched; ``status`` is the HTTP status if one came."""
+
+    code = "fetch_failed"
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class FetchTimeout(FetchError, DeadlineExceeded):
+    """Fetching a page passed its deadline."""
+
+    code = "fetch_timeout"
+
+
+class CaptchaRequired(FetchError):
+    """The page is a CAPTCHA challenge on this route (another route may pass)."""
+
+    code = "captcha_required"
+
+
+class AccessCodeRequired(FetchError):
+    """The page can only be read with an access code that a human has."""
+
+    code = "access_code_required"
+
+
+class ExtractError(DecodeError):
+    """A page that cannot be parsed, or read the way it was asked to be."""
+
+    code = "extract_failed"

@@ -43,7 +43,7 @@ from hivemesh.llm.base import LLMProvider
 from hivemesh.roles import meshops
 from hivemesh.roles.base import Emit, Job, Role
 from hivemesh.roles.decomposer import Decomposer
-from hivemesh.roles.executor import Executor
+from hivemesh.roles.executor import Executor, ToolBox
 from hivemesh.roles.observer import Observer
 from hivemesh.roles.scorer import Scorer
 
@@ -62,8 +62,10 @@ def make_role(
     strategy: str = "",
     caps: tuple[str, ...] = (),
     max_concurrent: int = 4,
+    tools: ToolBox | None = None,
 ) -> Role:
-    """Build the role ``name`` for node key ``me`` (observers need no LLM)."""
+    """Build the role ``name`` for node key ``me`` (observers need no LLM;
+    ``tools`` are an executor's)."""
     if name == "observer":
         return Observer(me)
     if llm is None:
@@ -73,7 +75,7 @@ def make_role(
     if name == "scorer":
         return Scorer(me, llm)
     if name == "executor":
-        return Executor(me, llm, caps=caps, max_concurrent=max_concurrent)
+        return Executor(me, llm, caps=caps, max_concurrent=max_concurrent, tools=tools)
     raise ConfigError(f"unknown role {name!r}; one of {', '.join(ROLE_NAMES)}")
 
 

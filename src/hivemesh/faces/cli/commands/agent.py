@@ -4,7 +4,13 @@ The node is a full hivemesh node (its own identity and store in
 ``--data-dir``, connections, control socket); see :mod:`hivemesh.roles.agent`.
 The LLM comes from ``HIVEMESH_LLM_*`` (or ``--base-url``/``--model``); an
 observer needs none. With ``--json`` it prints ``up --json``'s ready line
-``{"address", "listen", "control", "role"}``. SIGINT/SIGTERM stop it cleanly.
+``{"address", "listen", "control", "role", "tools"}``. SIGINT/SIGTERM stop it
+cleanly.
+
+An executor's tools come from MCP servers: the ``[mcp]`` table of the node's
+config file and ``--mcp CONFIG`` (a JSON or TOML file, or inline JSON, in the
+desktop-client format ``{"mcpServers": {...}}``; its servers replace
+same-named ones from the config file). See :mod:`hivemesh.tools`.
 """
 
 from __future__ import annotations
@@ -38,6 +44,11 @@ def register(sub: Any) -> None:
     p.add_argument("--bootstrap", action="append", help="[address@]host:port (repeatable)")
     p.add_argument("--base-url", default="", help="OpenAI-compatible base URL (overrides env)")
     p.add_argument("--model", default="", help="model name (overrides env)")
+    p.add_argument(
+        "--mcp",
+        metavar="CONFIG",
+        help='MCP tool servers: a file or inline JSON {"mcpServers": {...}}',
+    )
     p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=_run)
 
@@ -62,18 +73,21 @@ async def _serve(args: argparse.Namespace) -> int:
     from hivemesh.node import Node
     from hivemesh.roles.agent import RoleDriver, make_role
     from hivemesh.runtime.telemetry import usage_hook
+    from hivemesh.tools.mcp_client import MCPToolSet
+    from hivemesh.tools.spec import merge_specs
 
     llm = None
     cfg = None
     if args.role != "observer":  # resolve first: no LLM configured -> explain and exit 2
         cfg = LLMConfig.resolve(None, os.environ, base_url=args.base_url, model=args.model)
     caps = tuple(sorted(c.strip() for c in args.caps.split(",") if c.strip()))
+    extra = _mcp_specs(args.mcp) if args.mcp else ()  # a bad file fails before the node starts
     node = Node(data_dir_of(args), listen=args.listen, bootstrap=list(args.bootstrap or ()))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with node:
+    async with node, MCPToolSet(merge_specs(node.config.mcp_servers, extra)) as tools:
         if cfg is not None:  # every LLM call is recorded in the node's telemetry
             llm = provider_from_config(cfg, on_usage=usage_hook(node.metrics))
         role = make_role(
@@ -83,6 +97,7 @@ async def _serve(args: argparse.Namespace) -> int:
             strategy=args.strategy,
             caps=caps,
             max_concurrent=args.max_concurrent,
+            tools=tools if tools.connections else None,
         )
         driver = RoleDriver(node, role)
         ready = {
@@ -90,6 +105,7 @@ async def _serve(args: argparse.Namespace) -> int:
             "listen": node.endpoint,
             "control": str(node.config.control_path),
             "role": args.role,
+            "tools": sorted(tools.connections),
         }
         if args.json:
             print(json.dumps(ready, sort_keys=True), flush=True)
@@ -102,3 +118,12 @@ async def _serve(args: argparse.Namespace) -> int:
             if close is not None:
                 await close()
     return 0
+
+
+def _mcp_specs(value: str) -> tuple[Any, ...]:
+    """``--mcp``: inline JSON (starts with ``{``) or a JSON/TOML file."""
+    from hivemesh.tools.spec import load_mcp_config, parse_mcp_config
+
+    if value.lstrip().startswith("{"):
+        return parse_mcp_config(value, "--mcp")
+    return load_mcp_config(value)
