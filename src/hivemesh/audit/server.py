@@ -149,7 +149,7 @@ class FixtureServer:
         self._views: Counter[str] = Counter()
         self._counts: Counter[tuple[str, str, str]] = Counter()  # (shop, route, outcome)
         self.requests: deque[dict[str, Any]] = deque(maxlen=100_000)
-        self._conns: set[asyncio.StreamWriter] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -176,8 +176,10 @@ class FixtureServer:
         """Stop listening and close every connection."""
         for srv in self._servers.values():
             srv.close()
-        for w in list(self._conns):
-            w.close()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         for srv in self._servers.values():
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(srv.wait_closed(), 2.0)
@@ -231,7 +233,9 @@ class FixtureServer:
     async def _serve_conn(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, route: str
     ) -> None:
-        self._conns.add(writer)
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
         try:
             while True:
                 try:
@@ -256,7 +260,8 @@ class FixtureServer:
                 if not keep:
                     return
         finally:
-            self._conns.discard(writer)
+            if task is not None:
+                self._tasks.discard(task)
             writer.close()
 
     async def _read(self, reader: asyncio.StreamReader, route: str) -> _Request | None:
