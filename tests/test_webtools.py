@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -224,13 +223,6 @@ def test_mcp_server_over_stdio_with_the_official_client(fx: FixtureServer) -> No
             await check_server(client, fx)
 
     asyncio.run(main())
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def test_mcp_server_over_streamable_http(fx: FixtureServer) -> None:
