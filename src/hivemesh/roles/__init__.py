@@ -5,7 +5,9 @@
 * :class:`Executor` -- claims tasks it can do, runs them, publishes results;
 * :class:`Observer` -- never writes; renders the tree from the journal.
 
-:class:`MCPToolBox` gives executors the tools of an MCP server.
+:class:`MCPToolBox` gives executors the tools of an open MCP client session;
+:class:`hivemesh.tools.mcp_client.MCPToolSet` those of configured MCP servers
+(``hivemesh agent --mcp``).
 
 Roles do no networking: a driver polls them (:class:`LocalSwarm` in-process,
 :class:`RoleDriver` on a running :class:`hivemesh.Node`, which is what

@@ -8,6 +8,11 @@ an optional dependency: anything with ``await list_tools()`` (``.tools`` with
 arguments)`` (``.content`` items with ``.text``, ``.is_error``) works.
 An allow-list limits what the model may call; a tool error comes back as
 text for the model to react to, never as an exception.
+
+For servers named in configuration (``hivemesh agent --mcp``, ``[mcp]``),
+with deadlines, typed errors and restarts, use
+:class:`hivemesh.tools.mcp_client.MCPToolSet`; this adapter is for a client
+session the caller already holds (an in-memory ``mcp.Client(app)``).
 """
 
 from __future__ import annotations
