@@ -348,8 +348,9 @@ class Cluster:
             self._note("phase-heal")
 
     def _workload_append(self, sn: SimNode) -> None:
-        """One step of the journal workload: a note, a context write, a name
-        claim or a max-register bump, through the real view APIs."""
+        """One step of the journal workload: a note, a context write (map,
+        list, counter, text, sets), a name claim or a max-register bump,
+        through the real view APIs."""
         assert sn.node is not None
         now = self.now + sn.skew_ms
         r = self.work_rng.randrange(1 << 30)
@@ -364,6 +365,13 @@ class Cluster:
                 ctx.list("chat").append(f"{sn.index}:{r}")
             elif roll == 2:
                 ctx.counter("n").add(1)
+            elif r & 0x100:  # the sets: adds and removes of a few shared names
+                name = f"agent-{(r >> 9) % 5}"
+                ctx.gset("seen").add(name)
+                if (r >> 12) % 3:
+                    ctx.orset("present").add(name)
+                else:
+                    ctx.orset("present").discard(name)
             else:
                 ctx.text("notes").append(f"[{sn.index}]")
             items = []
