@@ -355,3 +355,21 @@ def test_cli_serves_and_prints_where_things_are(tmp_path: Path) -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0
+
+
+def test_connections_are_capped(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import hivemesh.audit.server as server_mod
+
+    monkeypatch.setattr(server_mod, "MAX_CONNECTIONS", 2)
+    with serve_in_thread(build_world(7, FAST), out_dir=tmp_path) as fx:
+        port = int(fx.url.rsplit(":", 1)[1])
+        idle = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(2)]
+        try:
+            for s in idle:  # both served (a request each keeps them open)
+                s.sendall(b"GET /shops.json HTTP/1.1\r\n\r\n")
+                assert s.recv(12) == b"HTTP/1.1 200"
+            assert raw(port, b"GET / HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 503")
+            assert fx.refused == 1
+        finally:
+            for s in idle:
+                s.close()

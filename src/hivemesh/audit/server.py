@@ -32,8 +32,9 @@ market database (:mod:`hivemesh.audit.market`; a stale token gets 409);
 ``/_fixture/stats`` counts requests by shop, route and outcome. At start the
 ground truth is written to ``<out_dir>/ground-truth.json``.
 
-Limits: request head 16 KiB, body 1 MiB, 64 headers, connections idle for
-30 s are closed; a malformed request gets 400 and the connection is closed.
+Limits: request head 16 KiB, body 1 MiB, 64 headers, 512 connections at
+once (more get 503), connections idle for 30 s are closed; a malformed
+request gets 400 and the connection is closed.
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ MAX_HEAD_BYTES = 16 * 1024
 MAX_BODY_BYTES = 1024 * 1024
 MAX_HEADERS = 64
 IDLE_TIMEOUT_S = 30.0
+#: Connections served at once; more get 503 and are closed (counted in ``refused``).
+MAX_CONNECTIONS = 512
 _REASONS = {
     200: "OK",
     400: "Bad Request",
@@ -150,6 +153,8 @@ class FixtureServer:
         self._counts: Counter[tuple[str, str, str]] = Counter()  # (shop, route, outcome)
         self.requests: deque[dict[str, Any]] = deque(maxlen=100_000)
         self._tasks: set[asyncio.Task[Any]] = set()
+        #: Connections refused because :data:`MAX_CONNECTIONS` were open.
+        self.refused = 0
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -233,6 +238,13 @@ class FixtureServer:
     async def _serve_conn(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, route: str
     ) -> None:
+        if len(self._tasks) >= MAX_CONNECTIONS:
+            self.refused += 1
+            with contextlib.suppress(Exception):  # read the request so the 503 is not reset
+                await asyncio.wait_for(self._read(reader, route), 1.0)
+            await self._write(writer, _error_page(503, "too many connections"), close=True)
+            writer.close()
+            return
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
