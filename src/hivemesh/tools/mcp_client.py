@@ -12,7 +12,7 @@ each call (from when the session is up). Failures are typed:
 
 * :class:`~hivemesh.errors.ToolUnavailable` -- the server would not start,
   is unreachable, or died. The connection is dropped and the next call
-  starts a new one (after a back-off that doubles from 0.2 s up to 10 s while
+  starts a new one (after a back-off that doubles from 1 s up to 30 s while
   starts keep failing), so a crashed server costs calls, never the caller;
 * :class:`~hivemesh.errors.ToolTimeout` -- a deadline passed (the session
   stays: a slow tool is not a dead server);
@@ -175,7 +175,7 @@ class MCPConnection:
 
     def _fail_backoff(self) -> None:
         self.counters["start_failures"] += 1
-        self._backoff_s = min(10.0, max(0.2, self._backoff_s * 2))
+        self._backoff_s = min(30.0, max(1.0, self._backoff_s * 2))
         self._retry_at = time.monotonic() + self._backoff_s
 
     async def _drop(self) -> None:
