@@ -22,6 +22,7 @@ import hivemesh
 from hivemesh.audit.pages import format_price
 from hivemesh.audit.server import FixtureServer, serve_in_thread
 from hivemesh.audit.world import CURRENCY_DIGITS, LOCALES, WorldOptions, build_world
+from hivemesh.core.views.blobs import blob_digest
 from hivemesh.errors import ExtractError
 from hivemesh.webtools.extract import dom_snapshot, extract_prices, extract_tables, parse_html
 from hivemesh.webtools.money import parse_price
@@ -182,6 +183,8 @@ async def check_server(client: Client, fx: FixtureServer) -> None:
     s2 = await client.call_tool("dom_snapshot", {"html": html})
     assert s1.structured_content is not None and s2.structured_content is not None
     assert s1.structured_content["sha256"] == s2.structured_content["sha256"]
+    snap = s1.structured_content
+    assert snap["blob"] == blob_digest(snap["html"].encode()).hex()  # ready for blob.put
     tables = await client.call_tool("extract_tables", {"html": html})
     structured = await client.call_tool("extract_structured", {"html": html})
     assert not tables.is_error and not structured.is_error

@@ -15,7 +15,8 @@ Theory of operation
                         the next page's URL;
 ``follow_pagination``   every page from a first one, following "next" links
                         (loop-safe, at most ``max_pages``), with its prices;
-``dom_snapshot``        the canonical HTML of the parsed DOM and its SHA-256.
+``dom_snapshot``        the canonical HTML of the parsed DOM, its SHA-256 and its
+                        hivemesh blob address (BLAKE2b-256, as ``blob.put`` uses).
 
 Results are JSON objects (MCP structured content, mirrored as text). A
 failure is an MCP error result whose text starts with the stable code of the
@@ -42,6 +43,7 @@ from typing import Any, ParamSpec, TypeVar
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
+from hivemesh.core.views.blobs import blob_digest
 from hivemesh.errors import ExtractError, HivemeshError, InvalidArgument
 from hivemesh.webtools import extract as ex
 from hivemesh.webtools.fetch import Fetcher
@@ -218,10 +220,12 @@ def build_server(fetcher: Fetcher, *, name: str = "hivemesh-web") -> tuple[MCPSe
     async def dom_snapshot(
         url: str = "", html: str = "", route: str = "", timeout_s: float = 0
     ) -> dict[str, Any]:
-        """The page's HTML after parsing, normalised (same DOM, same bytes), and its sha256."""
+        """The page's HTML after parsing, normalised (same DOM, same bytes): its
+        sha256, its hivemesh blob address (blob: blake2b-256) and the HTML."""
         doc, _ = await load(url, html, route, timeout_s)
         text, digest = ex.dom_snapshot(doc)
-        return {"sha256": digest, "bytes": len(text.encode("utf-8")), "html": text}
+        data = text.encode("utf-8")
+        return {"sha256": digest, "blob": blob_digest(data).hex(), "bytes": len(data), "html": text}
 
     return app, counters
 
