@@ -24,7 +24,14 @@ from hivemesh.audit.server import FixtureServer, serve_in_thread
 from hivemesh.audit.world import CURRENCY_DIGITS, LOCALES, WorldOptions, build_world
 from hivemesh.core.views.blobs import blob_digest
 from hivemesh.errors import ExtractError
-from hivemesh.webtools.extract import dom_snapshot, extract_prices, extract_tables, parse_html
+from hivemesh.webtools.extract import (
+    detect_block,
+    dom_snapshot,
+    extract_prices,
+    extract_tables,
+    next_page_url,
+    parse_html,
+)
 from hivemesh.webtools.money import parse_price
 
 SRC = str(Path(hivemesh.__file__).resolve().parent.parent)
@@ -90,6 +97,22 @@ def test_blocks_skip_old_prices_and_banners() -> None:
     assert extract_tables(parse_html("<table><tr><th>a</th></tr><tr><td>1</td></tr></table>")) == [
         {"caption": "", "headers": ["a"], "rows": [["1"]]}
     ]
+
+
+def test_prices_in_tails_anchors_and_captcha_widgets() -> None:
+    html = (
+        '<html lang="en"><body><ul><li><a href="/a">Lamp</a> - $12.00</li>'
+        '<li><a href="/b">Desk</a> - $1,349.50</li></ul>'
+        '<a class="carousel-next" href="#">next</a>'
+        '<form class="newsletter"><div class="g-recaptcha"></div></form></body></html>'
+    )
+    doc = parse_html(html)
+    got = extract_prices(doc)["products"]
+    assert [(p["name"], p["price"]) for p in got] == [("Lamp", "12.00"), ("Desk", "1349.50")]
+    assert next_page_url(doc, "http://h/shop/") is None  # an in-page anchor is not a page
+    assert detect_block(doc) is None  # a page with products is not a challenge
+    challenge = parse_html('<html><body><div class="g-recaptcha"></div></body></html>')
+    assert detect_block(challenge) == "captcha"
 
 
 def test_dom_snapshot_is_stable_for_the_same_dom() -> None:

@@ -394,7 +394,8 @@ def _from_blocks(doc: _Element, lang: str) -> list[dict[str, Any]]:
     for el in body.iter():
         if not isinstance(el.tag, str) or el.tag.lower() in _STRUCK:
             continue
-        own = " ".join(t for t in (el.text,) if t)
+        # the element's own text: its text and the tails of its children
+        own = " ".join(t for t in (el.text, *(c.tail for c in el)) if t)
         if not own or not find_prices(own, lang=lang):
             continue
         node = el
@@ -457,6 +458,12 @@ def extract_prices(doc: _Element, *, strategy: str = "auto") -> dict[str, Any]:
 # -- navigation and blocks --------------------------------------------------------
 
 
+def _navigable(href: Any) -> bool:
+    """A link to another page (not an in-page anchor or a script)."""
+    h = str(href or "").strip()
+    return bool(h) and not h.startswith("#") and not h.lower().startswith("javascript:")
+
+
 def next_page_url(doc: _Element, base_url: str) -> str | None:
     """The URL of the next page (``rel=next``, a "next" link in many
     languages, or the number after the current one), absolute."""
@@ -467,12 +474,12 @@ def next_page_url(doc: _Element, base_url: str) -> str | None:
     candidates: list[str] = []
     for el in doc.iter("link", "a"):
         rel = str(el.get("rel") or "").lower().split()
-        if "next" in rel and el.get("href"):
+        if "next" in rel and _navigable(el.get("href")):
             candidates.append(str(el.get("href")))
     if not candidates:
         for a in doc.iter("a"):
             href = a.get("href")
-            if not href:
+            if not _navigable(href):
                 continue
             cls = str(a.get("class") or "") + " " + str(a.get("aria-label") or "")
             label = _text(a).strip(_ARROWS)
@@ -490,7 +497,7 @@ def next_page_url(doc: _Element, base_url: str) -> str | None:
                 break
         if current is not None:
             for a in doc.iter("a"):
-                if _text(a) == str(current + 1) and a.get("href"):
+                if _text(a) == str(current + 1) and _navigable(a.get("href")):
                     candidates.append(str(a.get("href")))
                     break
     return urljoin(base, candidates[0]) if candidates else None
@@ -502,17 +509,19 @@ _CAPTCHA_TEXT = re.compile(r"verify (that )?you are (a )?human|are you a robot|j
 
 def detect_block(doc: _Element) -> str | None:
     """``"captcha"`` for a challenge page, ``"access_code"`` for a page that
-    asks for an access code, else ``None``."""
-    for el in doc.iter():
-        if not isinstance(el.tag, str):
-            continue
-        marks = f"{el.get('id') or ''} {el.get('class') or ''}"
-        if _CAPTCHA_MARK.search(marks):
-            return "captcha"
+    asks for an access code, else ``None``. A page that lists products is
+    never a challenge, even with a CAPTCHA widget in some form on it."""
     title = doc.find(".//title")
     body_text = _text(doc)[:2000]
-    if _CAPTCHA_TEXT.search((_text(title) if title is not None else "") + " " + body_text):
-        return "captcha"
+    marked = any(
+        isinstance(el.tag, str)
+        and _CAPTCHA_MARK.search(f"{el.get('id') or ''} {el.get('class') or ''}")
+        for el in doc.iter()
+    )
+    if marked or _CAPTCHA_TEXT.search(
+        (_text(title) if title is not None else "") + " " + body_text
+    ):
+        return None if extract_prices(doc)["products"] else "captcha"
     asks = re.search(r"access code|zugangscode|code d'accès", body_text, re.I)
     for inp in doc.iter("input"):
         if asks and str(inp.get("name") or "").lower() in ("code", "access_code", "accesscode"):
