@@ -327,14 +327,16 @@ class FixtureServer:
         head.append("Connection: close" if close else "Connection: keep-alive")
         data = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1")
         try:
-            if resp.fault == "truncate":
-                writer.write(data + resp.body[: len(resp.body) // 2])
+            async with asyncio.timeout(IDLE_TIMEOUT_S):  # a client that stops reading
+                if resp.fault == "truncate":
+                    writer.write(data + resp.body[: len(resp.body) // 2])
+                    await writer.drain()
+                    writer.transport.abort()
+                    return False
+                writer.write(data + resp.body)
                 await writer.drain()
-                writer.transport.abort()
-                return False
-            writer.write(data + resp.body)
-            await writer.drain()
-        except ConnectionError:
+        except (ConnectionError, TimeoutError):
+            writer.transport.abort()
             return False
         return True
 

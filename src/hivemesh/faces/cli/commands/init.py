@@ -28,6 +28,11 @@ _CONFIG_TEMPLATE = """\
 
 [trust]
 # trust_mode = "open"              # or "invite": only trusted addresses
+
+# MCP tool servers for `hivemesh agent`, in the desktop MCP client format:
+# [mcp.mcpServers.web]
+# command = "hivemesh"
+# args = ["webtools"]
 """
 
 
