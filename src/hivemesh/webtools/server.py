@@ -245,6 +245,7 @@ def serve_http(fetcher: Fetcher, host: str = "127.0.0.1", port: int = 0) -> None
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
+    sock.listen(128)  # clients that connect before uvicorn runs wait in the backlog
     bound = sock.getsockname()[1]
     web = app.streamable_http_app(host=host)
     server = uvicorn.Server(uvicorn.Config(web, log_level="warning", lifespan="on"))
