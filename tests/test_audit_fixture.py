@@ -321,7 +321,10 @@ def test_proxies_reach_only_the_fixture_and_garbage_gets_400(served: FixtureServ
     assert raw(origin, b"GET /nope HTTP/1.1\r\nConnection: close\r\n\r\n").startswith(
         b"HTTP/1.1 404"
     )
-    assert httpx.get(served.url + "/shops.json", timeout=5).status_code == 200  # still serving
+    with httpx.Client(timeout=5) as client:  # HEAD, then GET on the same connection
+        head = client.head(served.url + "/shops.json")
+        assert head.status_code == 200 and head.content == b""
+        assert client.get(served.url + "/shops.json").json()[0]["id"] == "shop-01"
 
 
 def test_cli_serves_and_prints_where_things_are(tmp_path: Path) -> None:

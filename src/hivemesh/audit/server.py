@@ -108,6 +108,8 @@ class _Response:
     headers: dict[str, str] = field(default_factory=dict)
     #: "reset": close without answering; "truncate": send half the body, then close.
     fault: str | None = None
+    #: Answer to a HEAD request: the headers only.
+    head_only: bool = False
 
 
 def _json(status: int, data: Any) -> _Response:
@@ -266,6 +268,8 @@ class FixtureServer:
                 except Exception:  # a bug here must not take the fixture down
                     log.exception("fixture handler failed for %s %s", req.method, req.path)
                     resp = _error_page(500, "fixture error")
+                if req.method == "HEAD":
+                    resp.head_only = True
                 keep = req.headers.get("connection", "").lower() != "close"
                 if resp.fault is not None or not await self._write(writer, resp, close=not keep):
                     return
@@ -333,7 +337,7 @@ class FixtureServer:
                     await writer.drain()
                     writer.transport.abort()
                     return False
-                writer.write(data + resp.body)
+                writer.write(data if resp.head_only else data + resp.body)
                 await writer.drain()
         except (ConnectionError, TimeoutError):
             writer.transport.abort()
