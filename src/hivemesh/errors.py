@@ -81,6 +81,14 @@ Every class carries a short stable ``code`` used as the counter name in
             └── UnknownField
     LocalProtocolError
     └── SpoolFull
+    -- hardening (load and local input) --
+    TransportError
+    ├── PeerBusy                 the peer refused the connection for load
+    └── SelfConnection           the dialled endpoint is this node itself
+    InvalidArgument
+    ├── InputTooLarge            a request or value over its size limit
+    ├── InputTooDeep             JSON nested deeper than allowed
+    └── InvalidEncoding          text that is not valid UTF-8
 """
 
 from __future__ import annotations
@@ -106,8 +114,11 @@ __all__ = [
     "GapError",
     "HandshakeError",
     "HivemeshError",
+    "InputTooDeep",
+    "InputTooLarge",
     "InvalidAddress",
     "InvalidArgument",
+    "InvalidEncoding",
     "InvalidName",
     "InvalidPlanEvent",
     "InvalidRecord",
@@ -127,11 +138,13 @@ __all__ = [
     "LeaseUnavailable",
     "LocalProtocolError",
     "OpsOutOfOrder",
+    "PeerBusy",
     "PeerIdentityMismatch",
     "PeerUnreachable",
     "QueueFull",
     "RemoteProtocolError",
     "ReplayError",
+    "SelfConnection",
     "SpoolFull",
     "StaleFencingToken",
     "StoreCorrupt",
@@ -537,3 +550,38 @@ class ChannelSuperseded(ConnectionClosed):
     """
 
     code = "channel_superseded"
+
+
+# -- hardening: load and malformed local input ----------------------------------
+
+
+class PeerBusy(TransportError):
+    """The peer refused the connection for load (too many handshakes or
+    channels in progress); retry later, with backoff."""
+
+    code = "peer_busy"
+
+
+class SelfConnection(TransportError):
+    """The dialled endpoint is this node itself (e.g. its own address in its
+    bootstrap list); there is nothing to connect to."""
+
+    code = "self_connection"
+
+
+class InputTooLarge(InvalidArgument):
+    """A request, argument or value is over its size limit."""
+
+    code = "too_large"
+
+
+class InputTooDeep(InvalidArgument):
+    """A JSON value is nested deeper than the control protocol allows."""
+
+    code = "too_deep"
+
+
+class InvalidEncoding(InvalidArgument):
+    """Text (a key, a name, a value) that is not valid UTF-8."""
+
+    code = "bad_encoding"
