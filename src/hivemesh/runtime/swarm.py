@@ -224,8 +224,10 @@ class LocalSwarm:
                 self._reap(node, signal.SIGKILL)
                 tail = (node.data_dir / "daemon.log").read_text(errors="replace")[-2000:]
                 raise DeadlineExceeded(f"node {node.label} did not start:\n{tail}")
-            ready, _, _ = select.select([proc.stdout], [], [], remaining)
-            if ready:
+            # poll, not select: a test may hold more than FD_SETSIZE sockets
+            poller = select.poll()
+            poller.register(proc.stdout, select.POLLIN)
+            if poller.poll(remaining * 1000):
                 chunk = os.read(proc.stdout.fileno(), 4096)
                 if not chunk:
                     continue
