@@ -1,5 +1,5 @@
-"""Exhaustion on real processes: a handshake flood, a node that lists
-itself among its bootstrap addresses.
+"""Exhaustion on real processes: a handshake flood, idle control clients,
+a node that lists itself among its bootstrap addresses.
 
 The nodes are real ``hivemesh up`` processes on loopback; the flood is raw
 TCP connections from this process (:mod:`flood`), bounded in count and time.
@@ -7,12 +7,22 @@ TCP connections from this process (:mod:`flood`), bounded in count and time.
 
 from __future__ import annotations
 
+import json
+import os
 import signal
+import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
+import hivemesh
 from flood import HandshakeFlood
+from hivemesh.runtime.client import Client
+from hivemesh.runtime.control import MAX_CLIENTS
 from hivemesh.runtime.swarm import LocalSwarm, NodeProc, wait_until
+
+SRC = str(Path(hivemesh.__file__).resolve().parent.parent)
 
 
 def _linked(observer: NodeProc, peer: NodeProc, direction: str) -> bool:
@@ -75,3 +85,54 @@ def test_a_node_with_itself_in_its_bootstrap_list_starts_quietly_and_works(
             log = (node.data_dir / "daemon.log").read_bytes()[logs[node.label] :].decode()
             assert " ERROR " not in log and "Traceback" not in log, log
             assert node.client.status()["counters"].get("dial_self_skipped", 0) == 1
+
+
+def test_idle_control_connections_cannot_lock_out_the_cli(tmp_path: Path) -> None:
+    """More idle connections than the control socket has slots, then the
+    CLI: it answers at once, and the idle ones time out on their own."""
+    with LocalSwarm(tmp_path, env={"HIVEMESH_CONTROL_TIMEOUT_S": "3"}) as swarm:
+        a = swarm.start("a")
+        idle = []
+        try:
+            for _ in range(MAX_CLIENTS + 6):
+                s = socket.socket(socket.AF_UNIX)
+                s.connect(str(a.data_dir / "ctl.sock"))
+                idle.append(s)
+            t0 = time.monotonic()
+            Client(a.data_dir, timeout_s=5).status()
+            assert time.monotonic() - t0 < 1.0  # not after any idle timeout
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "hivemesh",
+                    "status",
+                    "--json",
+                    "--data-dir",
+                    str(a.data_dir),
+                ],
+                env={"PYTHONPATH": SRC, "PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            assert out.returncode == 0, out.stdout + out.stderr
+            assert json.loads(out.stdout)["address"] == a.address
+
+            def all_closed() -> bool:  # each idle one is closed within 3 s
+                for s in idle:
+                    s.settimeout(0.0)
+                    try:
+                        if s.recv(4096):
+                            continue  # its closing notice; EOF follows
+                    except BlockingIOError:
+                        return False
+                return True
+
+            wait_until(all_closed, 10.0, what="idle control connections closed")
+            counters = a.client.status()["counters"]
+            assert counters["control_evicted_idle"] >= 7
+            assert counters["control_idle_timeout"] >= 1
+        finally:
+            for s in idle:
+                s.close()
