@@ -25,7 +25,9 @@ package wraps its sans-IO connection):
 The pump itself (input, output, timers, group commit) is the
 :class:`~hivemesh.runtime.pump.Pump` mixin.
 
-**Start.** Open (or create) the key file and store, verify and replay every
+**Start.** Make the data dir private (0700, every file 0600; loose modes
+found there are fixed and logged as a warning), open (or create) the key
+file and store, verify and replay every
 stored feed into the views (rehydration), listen, announce our endpoint in a
 ``node.hello`` event if it changed, dial bootstrap endpoints and every
 endpoint learnt from the journal, open the control socket.
@@ -170,10 +172,13 @@ class Daemon(Pump, DaemonAPI):
 
     async def _start(self) -> None:
         from hivemesh.stores.keyfile import load_or_create_identity
+        from hivemesh.stores.private import made_private, secure_data_dir
         from hivemesh.stores.sqlite import SQLiteStore
 
         cfg = self.config
-        cfg.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        loose = secure_data_dir(cfg.data_dir)
+        if loose:
+            log.warning("%s", made_private(cfg.data_dir, loose))
         self._lock_fd = lock_data_dir(cfg.data_dir)
         self.identity = load_or_create_identity(cfg.data_dir)
         self.trust = TrustStore(cfg.data_dir)

@@ -54,6 +54,7 @@ from hivemesh.errors import (
     StoreError,
     UnknownPeer,
 )
+from hivemesh.stores.private import create_private
 
 if TYPE_CHECKING:
     from hivemesh.runtime.daemon import Daemon
@@ -85,6 +86,7 @@ class Inbox:
 
     def __init__(self, path: Path) -> None:
         try:
+            create_private(path)  # 0600, and so its -wal and -shm
             self.db = sqlite3.connect(str(path), isolation_level=None)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")

@@ -199,7 +199,8 @@ class LocalSwarm:
             cmd += ["--bootstrap", b]
         cmd += node.extra_args
         node.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        log = open(node.data_dir / "daemon.log", "ab")  # noqa: SIM115 - owned by the child
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+        log = os.fdopen(os.open(node.data_dir / "daemon.log", flags, 0o600), "ab")
         try:
             node.proc = subprocess.Popen(
                 cmd,

@@ -41,6 +41,7 @@ from typing import Any
 import msgpack
 
 from hivemesh.errors import InvalidArgument, SpoolFull, StoreCorrupt
+from hivemesh.stores.private import create_private
 from hivemesh.telemetry.schema import BATCH_TYPE, MAX_BATCH_BYTES, MAX_BATCH_RECORDS
 
 __all__ = ["Spool", "SpoolBatch", "SpoolStats"]
@@ -80,6 +81,7 @@ class Spool:
         self.max_records = max_records
         self._lock = threading.Lock()
         try:
+            create_private(self.path)  # 0600, and so its -wal and -shm
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
