@@ -31,81 +31,81 @@ driver picks; ``source`` is a string naming the peer's host.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import OrderedDict
 from collections.abc import Hashable
-from dataclasses import dataclass
 
 from hivemesh.errors import InvalidArgument
 
 __all__ = ["HandshakeAdmission"]
 
 
-@dataclass(slots=True)
-class _Pending:
-    source: str
-    progress: float
-    order: int
-
-
 class HandshakeAdmission:
-    """Admit inbound handshakes up to ``max_pending``, evicting as described above."""
+    """Admit inbound handshakes up to ``max_pending``, evicting as described above.
+
+    Each source keeps its pending handshakes in order of last progress (an
+    ordered dict; progress moves a handshake to the end), so choosing a
+    victim costs one look at each source, not at each handshake.
+    """
 
     def __init__(self, max_pending: int) -> None:
         if max_pending < 1:
             raise InvalidArgument("max_pending must be at least 1")
         self.max_pending = max_pending
-        self._pending: dict[Hashable, _Pending] = {}
-        self._per_source: Counter[str] = Counter()
-        self._order = 0
+        self._source: dict[Hashable, str] = {}
+        self._progress: dict[Hashable, float] = {}
+        self._by_source: dict[str, OrderedDict[Hashable, None]] = {}
         #: Handshakes evicted so far.
         self.evicted = 0
 
     def __len__(self) -> int:
-        return len(self._pending)
+        return len(self._source)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._pending
+        return key in self._source
 
     def admit(self, key: Hashable, source: str, now: float) -> Hashable | None:
         """Admit a new handshake; return the key of the one to evict, if any.
 
         The evicted handshake is already forgotten here: the caller closes it.
         """
-        if key in self._pending:
+        if key in self._source:
             raise InvalidArgument(f"handshake {key!r} is already pending")
         victim = None
-        if len(self._pending) >= self.max_pending:
+        if len(self._source) >= self.max_pending:
             victim = self._victim(source)
             self.finish(victim)
             self.evicted += 1
-        self._order += 1
-        self._pending[key] = _Pending(source, now, self._order)
-        self._per_source[source] += 1
+        self._source[key] = source
+        self._progress[key] = now
+        self._by_source.setdefault(source, OrderedDict())[key] = None
         return victim
 
     def progress(self, key: Hashable, now: float) -> None:
         """A complete handshake message arrived on ``key``."""
-        pending = self._pending.get(key)
-        if pending is not None:
-            pending.progress = now
+        source = self._source.get(key)
+        if source is not None:
+            self._progress[key] = now
+            self._by_source[source].move_to_end(key)
 
     def finish(self, key: Hashable) -> None:
         """``key`` is no longer pending (done, failed or evicted); idempotent."""
-        pending = self._pending.pop(key, None)
-        if pending is None:
+        source = self._source.pop(key, None)
+        if source is None:
             return
-        self._per_source[pending.source] -= 1
-        if not self._per_source[pending.source]:
-            del self._per_source[pending.source]
+        del self._progress[key]
+        queue = self._by_source[source]
+        del queue[key]
+        if not queue:
+            del self._by_source[source]
 
     def _victim(self, newcomer: str) -> Hashable:
         # The newcomer counts for its own source: a flood's next connection
         # evicts the flood's oldest one even when another source holds as many.
-        def weight(source: str) -> int:
-            return self._per_source[source] + (source == newcomer)
-
-        heaviest = max(weight(s) for s in self._per_source)
-        return min(
-            (key for key, p in self._pending.items() if weight(p.source) == heaviest),
-            key=lambda k: (self._pending[k].progress, self._pending[k].order),
-        )
+        best: tuple[int, float] | None = None
+        victim: Hashable = None
+        for source, queue in self._by_source.items():
+            oldest = next(iter(queue))
+            rank = (-(len(queue) + (source == newcomer)), self._progress[oldest])
+            if best is None or rank < best:
+                best, victim = rank, oldest
+        return victim
