@@ -7,13 +7,16 @@ TCP connections from this process (:mod:`flood`), bounded in count and time.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import resource
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import hivemesh
@@ -23,6 +26,24 @@ from hivemesh.runtime.control import MAX_CLIENTS
 from hivemesh.runtime.swarm import LocalSwarm, NodeProc, wait_until
 
 SRC = str(Path(hivemesh.__file__).resolve().parent.parent)
+
+
+@contextlib.contextmanager
+def low_open_files_limit(soft: int) -> Iterator[None]:
+    """Processes started inside inherit this soft RLIMIT_NOFILE."""
+    old = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, old[1]))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, old)
+
+
+def open_files_limit(node: NodeProc) -> int:
+    assert node.proc is not None
+    limits = Path(f"/proc/{node.proc.pid}/limits").read_text()
+    line = next(x for x in limits.splitlines() if x.startswith("Max open files"))
+    return int(line.split()[3])
 
 
 def _linked(observer: NodeProc, peer: NodeProc, direction: str) -> bool:
@@ -40,7 +61,8 @@ def test_a_handshake_flood_does_not_keep_a_legitimate_peer_out(tmp_path: Path) -
     within a few seconds; what the flood is told when pushed out is "busy";
     and nothing the peer's dialler saw was anything but busy."""
     with LocalSwarm(tmp_path) as swarm:
-        a = swarm.start("a")
+        with low_open_files_limit(256):  # a common default is 1024; a needs more
+            a = swarm.start("a")
         with HandshakeFlood(a.port, 800, refresh=True, max_opens=400_000, deadline_s=120) as flood:
             assert flood.wait_connected(800, 20), flood.stats
             b = swarm.start("b", bootstrap=[a.endpoint])
@@ -53,6 +75,9 @@ def test_a_handshake_flood_does_not_keep_a_legitimate_peer_out(tmp_path: Path) -
             }
         transport = a.client.status()["transport"]
         print(f"inbound link {took_s:.2f} s after b was ready; flood {flood.stats}")
+        log = (a.data_dir / "daemon.log").read_text()
+        assert " ERROR " not in log and "Traceback" not in log, log  # e.g. out of files
+        assert open_files_limit(a) >= 2048  # it raised its own soft limit
         assert set(b_dials) <= {"dial_failed_peer_busy"}, b_dials
         assert transport["handshakes_evicted"] >= 50
         assert transport["refused_busy"] >= transport["handshakes_evicted"]

@@ -75,7 +75,7 @@ from hivemesh.runtime.clock import now_ms
 from hivemesh.runtime.connections import ConnectionManager
 from hivemesh.runtime.daemon_api import DaemonAPI
 from hivemesh.runtime.endpoints import KIND_HELLO, EndpointsView, hello_body
-from hivemesh.runtime.hostutil import lock_data_dir, primary_ipv4
+from hivemesh.runtime.hostutil import lock_data_dir, primary_ipv4, raise_open_files_limit
 from hivemesh.runtime.invites import Invites
 from hivemesh.runtime.members import MemberDriver
 from hivemesh.runtime.messaging import Messaging
@@ -180,6 +180,7 @@ class Daemon(Pump, DaemonAPI):
         if loose:
             log.warning("%s", made_private(cfg.data_dir, loose))
         self._lock_fd = lock_data_dir(cfg.data_dir)
+        raise_open_files_limit()
         self.identity = load_or_create_identity(cfg.data_dir)
         self.trust = TrustStore(cfg.data_dir)
         self.trust.min_refresh_s = 1.0  # the timer loop's poll() catches edits
