@@ -18,11 +18,12 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import hivemesh
 from flood import HandshakeFlood
 from hivemesh.runtime.client import Client
-from hivemesh.runtime.control import MAX_CLIENTS
+from hivemesh.runtime.control import MAX_CLIENTS, MAX_STREAMS
 from hivemesh.runtime.swarm import LocalSwarm, NodeProc, wait_until
 
 SRC = str(Path(hivemesh.__file__).resolve().parent.parent)
@@ -114,7 +115,8 @@ def test_a_node_with_itself_in_its_bootstrap_list_starts_quietly_and_works(
 
 def test_idle_control_connections_cannot_lock_out_the_cli(tmp_path: Path) -> None:
     """More idle connections than the control socket has slots, then the
-    CLI: it answers at once, and the idle ones time out on their own."""
+    CLI: it answers at once, and the idle ones time out on their own. Streams
+    cannot take every slot either."""
     with LocalSwarm(tmp_path, env={"HIVEMESH_CONTROL_TIMEOUT_S": "3"}) as swarm:
         a = swarm.start("a")
         idle = []
@@ -158,6 +160,23 @@ def test_idle_control_connections_cannot_lock_out_the_cli(tmp_path: Path) -> Non
             counters = a.client.status()["counters"]
             assert counters["control_evicted_idle"] >= 7
             assert counters["control_idle_timeout"] >= 1
+
+            # streams may hold at most MAX_STREAMS slots: requests still find room
+            def watch() -> tuple[socket.socket, dict[str, Any]]:
+                s = socket.socket(socket.AF_UNIX)
+                s.settimeout(5)
+                s.connect(str(a.data_dir / "ctl.sock"))
+                s.sendall(b'{"id":1,"op":"events.watch","args":{}}\n')
+                return s, json.loads(s.makefile("rb").readline())
+
+            for _ in range(MAX_STREAMS):
+                s, first = watch()
+                idle.append(s)
+                assert first["ok"] is True
+            s, refused = watch()
+            idle.append(s)
+            assert refused["error"]["code"] == "peer_busy", refused
+            assert Client(a.data_dir, timeout_s=5).status()["address"] == a.address
         finally:
             for s in idle:
                 s.close()

@@ -27,9 +27,9 @@ Limits, so that no local client can wedge the daemon or lock out the CLI:
   (waiting for its next request line) for ``control_timeout_s`` is closed;
   when all slots are taken, a newcomer takes the slot of the connection that
   has been idle longest (it is told so and closed). Only when every slot is
-  busy with a request or a stream is a newcomer refused, with a typed error
-  (``control_refused_busy``). At most :data:`MAX_STREAMS` of the slots hold
-  streams, so requests always find room.
+  busy with a request or a stream is a newcomer refused, with
+  :class:`~hivemesh.errors.PeerBusy` (``control_refused_busy``). At most
+  :data:`MAX_STREAMS` of the slots hold streams, so requests always find room.
 * Every request runs under a deadline (``control_timeout_s``, or the
   request's own ``timeout_s`` plus a second).
 * Malformed input gets a typed error with a stable code and is counted
@@ -64,6 +64,7 @@ from hivemesh.errors import (
     InputTooLarge,
     InvalidArgument,
     LocalProtocolError,
+    PeerBusy,
 )
 from hivemesh.runtime.wirejson import MAX_LINE_BYTES, decode
 
@@ -329,7 +330,8 @@ class ControlServer:
         if not self._make_room():
             counters["control_refused_busy"] += 1
             with contextlib.suppress(Exception):
-                await _write(writer, _error(None, LocalProtocolError("too many control clients")))
+                busy = PeerBusy(f"the daemon is serving {MAX_CLIENTS} control clients; retry")
+                await _write(writer, _error(None, busy))
             writer.close()
             return
         conn = self._clients[task] = _Conn(loop.time())
@@ -349,7 +351,8 @@ class ControlServer:
                 except InputTooLarge as exc:
                     await self._bad_request(writer, None, exc)
                     continue
-                conn.idle, conn.deadline = False, None
+                # (an eviction that lost the race with this line is void)
+                conn.idle, conn.deadline, conn.evicted = False, None, False
                 if not line:
                     return
                 try:
@@ -366,7 +369,7 @@ class ControlServer:
                     streams = sum(c.streaming for c in self._clients.values())
                     if streams >= MAX_STREAMS:
                         counters["control_refused_busy"] += 1
-                        busy = LocalProtocolError(f"too many streams (at most {MAX_STREAMS})")
+                        busy = PeerBusy(f"the daemon is serving {MAX_STREAMS} streams; retry")
                         await _write(writer, _error(rid, busy))
                         return
                     conn.streaming = True
