@@ -120,9 +120,9 @@ async def _read_refusal(reader: asyncio.StreamReader) -> HivemeshError:
     return refusal_error((await reader.readexactly(n)).decode("ascii", "replace"))
 
 
-async def _read_record(reader: asyncio.StreamReader, want: int) -> bytes:
+async def _read_record(reader: asyncio.StreamReader, want: int, *, dialler: bool) -> bytes:
     (size,) = _U16.unpack(await reader.readexactly(2))
-    if size == 0:
+    if size == 0 and dialler:  # only a listener refuses
         raise await _read_refusal(reader)
     if size != want:
         raise HandshakeError(f"handshake message of {size} bytes, expected {want} (not hivemesh?)")
@@ -144,7 +144,7 @@ async def _handshake(
     try:
         if hs.initiator:
             _write_record(writer, hs.initiate())
-            reply = hs.receive(await _read_record(reader, MESSAGE_BYTES[1]))
+            reply = hs.receive(await _read_record(reader, MESSAGE_BYTES[1], dialler=True))
             assert reply is not None
             _write_record(writer, reply)
             result = hs.result()
@@ -169,13 +169,13 @@ async def _handshake(
                 data = await reader.read(options.read_chunk_bytes)
                 if not data:
                     raise HandshakeError("the responder closed before accepting us")
-        reply = hs.receive(await _read_record(reader, MESSAGE_BYTES[0]))
+        reply = hs.receive(await _read_record(reader, MESSAGE_BYTES[0], dialler=False))
         assert reply is not None
         if progress is not None:
             progress(0)
         _write_record(writer, reply)
         try:
-            hs.receive(await _read_record(reader, MESSAGE_BYTES[2]))
+            hs.receive(await _read_record(reader, MESSAGE_BYTES[2], dialler=False))
         except UnknownPeer:
             result = hs.result()  # keys exist: tell the peer why, encrypted
             refusal = FrameSession(result.send, result.recv, initiator=False)
