@@ -14,7 +14,7 @@ works across the socket. A daemon that is not running raises
 refuse for its form (too large, nested too deep, text that is not UTF-8:
 :mod:`hivemesh.runtime.wirejson`) is refused here first, with the same
 typed error, and never half-sent; if the daemon hangs up while a request is
-being sent, its answer (say, "too many control clients") is still read and
+being sent, its answer (say, that it is busy) is still read and
 raised rather than a ``BrokenPipeError``.
 """
 
