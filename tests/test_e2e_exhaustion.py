@@ -127,7 +127,7 @@ def test_idle_control_connections_cannot_lock_out_the_cli(tmp_path: Path) -> Non
                 idle.append(s)
             t0 = time.monotonic()
             Client(a.data_dir, timeout_s=5).status()
-            assert time.monotonic() - t0 < 1.0  # not after any idle timeout
+            assert time.monotonic() - t0 < 2.0  # not after an idle timeout (3 s)
             out = subprocess.run(
                 [
                     sys.executable,

@@ -97,7 +97,7 @@ def test_silent_connections_beyond_the_cap_are_evicted_and_told_busy() -> None:
             )
             t0 = time.monotonic()
             ch = await connect(HOST, listener.port, A, authorize=trust_all, timeout_s=3.0)
-            assert time.monotonic() - t0 < 1.0  # the cap's deadline is 5 s
+            assert time.monotonic() - t0 < 2.5  # the handshake deadline is 5 s
             ch.close()
             # the 7 that waited longest were told why (6 for the flood, 1 for the dialler)
             replies = [await read_to_eof(r) for r, _ in flood[:7]]
