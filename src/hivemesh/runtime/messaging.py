@@ -95,7 +95,7 @@ class Inbox:
                 " sender TEXT NOT NULL, msg_id TEXT NOT NULL, data BLOB NOT NULL,"
                 " received_ms INTEGER NOT NULL, relayed_by TEXT, UNIQUE (sender, msg_id))"
             )
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"{path}: cannot open the inbox: {exc}") from None
 
     def count(self) -> int:
