@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import socket
+import subprocess
+import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+import hivemesh
 from hivemesh.errors import (
     ConfigError,
     LLMBadOutput,
@@ -27,6 +32,8 @@ from hivemesh.llm import (
     provider_from_config,
 )
 from llm_server import ScriptedServer, Step
+
+SRC = str(Path(hivemesh.__file__).resolve().parent.parent)
 
 SCHEMA = {
     "type": "object",
@@ -141,18 +148,56 @@ def test_dropped_connection_and_garbled_payload_are_retried() -> None:
     assert res.text == "ok" and res.attempts == 3
 
 
-def test_connection_refused_is_unavailable() -> None:
+def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+        return int(s.getsockname()[1])
+
+
+def test_connection_refused_is_unavailable_and_says_so() -> None:
+    port = _closed_port()
 
     async def main() -> None:
         cfg = LLMConfig(base_url=f"http://127.0.0.1:{port}/v1", model="m", timeout_s=2)
         async with OpenAICompatProvider(cfg, policy=RetryPolicy(2, backoff_base_s=0.01)) as p:
-            with pytest.raises(LLMUnavailable):
+            with pytest.raises(LLMUnavailable, match=f"connection refused to 127.0.0.1:{port}"):
                 await p.complete(MSGS)
 
     asyncio.run(main())
+
+
+def test_a_silent_server_is_a_timeout_that_names_the_endpoint() -> None:
+    with socket.socket() as listener:  # accepts (the kernel does), never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+
+        async def main() -> None:
+            cfg = LLMConfig(base_url=f"http://127.0.0.1:{port}/v1", model="m", timeout_s=0.3)
+            async with OpenAICompatProvider(cfg, policy=RetryPolicy(1)) as p:
+                with pytest.raises(LLMTimeout, match=f"127.0.0.1:{port}"):
+                    await p.complete(MSGS)
+
+        asyncio.run(main())
+
+
+def test_the_plan_command_shows_why_the_llm_is_unreachable() -> None:
+    """What the user sees: the CLI, as a separate process, against a closed port."""
+    port = _closed_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HIVEMESH_")}
+    env.update(PYTHONPATH=SRC, HIVEMESH_LLM_MAX_ATTEMPTS="1")
+    url = f"http://127.0.0.1:{port}/v1"
+    cmd = [sys.executable, "-m", "hivemesh", "plan", "--in-process", "--timeout-s", "10"]
+    out = subprocess.run(
+        [*cmd, "--base-url", url, "--model", "m", "Plan a trip"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode != 0
+    assert f"connection refused to 127.0.0.1:{port}" in out.stdout + out.stderr
+    assert "All connection attempts failed" not in out.stdout + out.stderr
 
 
 def test_config_resolution_and_missing_config_explains() -> None:

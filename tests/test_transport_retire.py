@@ -10,10 +10,10 @@ as dropped.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 import pytest
 
+from aiotest import eventually, run
 from hivemesh.core.identity import Identity
 from hivemesh.errors import ChannelSuperseded, ConnectionClosed
 from hivemesh.transports import SecureChannel, connect, serve
@@ -21,23 +21,6 @@ from hivemesh.transports import SecureChannel, connect, serve
 HOST = "127.0.0.1"
 A = Identity.from_seed(b"r" * 32)
 B = Identity.from_seed(b"s" * 32)
-
-
-def run(coro: object, timeout_s: float = 20.0) -> None:
-    async def bounded() -> None:
-        async with asyncio.timeout(timeout_s):
-            await coro  # type: ignore[misc]
-
-    asyncio.run(bounded())
-
-
-async def eventually(pred: Callable[[], bool], what: str, timeout_s: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not pred():
-        if loop.time() > deadline:
-            pytest.fail(f"timed out waiting for: {what}")
-        await asyncio.sleep(0.005)
 
 
 async def drain(channel: SecureChannel) -> list[bytes]:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import random
 import socket
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 
+from aiotest import eventually, read_to_eof, run
 from hivemesh.core.codec import MAX_FRAME_BYTES
 from hivemesh.core.identity import Identity
 from hivemesh.errors import (
@@ -17,9 +18,9 @@ from hivemesh.errors import (
     ConnectionClosed,
     DeadlineExceeded,
     FrameTooLarge,
-    HandshakeError,
     InvalidAddress,
     InvalidArgument,
+    PeerBusy,
     PeerIdentityMismatch,
     PeerUnreachable,
     UnknownPeer,
@@ -38,26 +39,6 @@ HOST = "127.0.0.1"
 A = Identity.from_seed(b"a" * 32)
 B = Identity.from_seed(b"b" * 32)
 C = Identity.from_seed(b"c" * 32)
-
-
-def run(coro: Coroutine[Any, Any, None], timeout_s: float = 30.0) -> None:
-    """Run one test coroutine with an overall deadline."""
-
-    async def bounded() -> None:
-        async with asyncio.timeout(timeout_s):
-            await coro
-
-    asyncio.run(bounded())
-
-
-async def eventually(pred: Callable[[], bool], what: str, timeout_s: float = 5.0) -> None:
-    """Wait until ``pred()`` holds; fail with ``what`` after ``timeout_s``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not pred():
-        if loop.time() > deadline:
-            pytest.fail(f"timed out waiting for: {what}")
-        await asyncio.sleep(0.005)
 
 
 def trust_all(address: str) -> bool:
@@ -286,18 +267,9 @@ async def _raw_exchange(port: int, data: bytes) -> bytes:
     reader, writer = await asyncio.open_connection(HOST, port)
     writer.write(data)
     await writer.drain()
-    out = await _read_to_eof(reader)
+    out = await read_to_eof(reader)
     writer.close()
     return out
-
-
-async def _read_to_eof(reader: asyncio.StreamReader) -> bytes:
-    """Everything until the server hangs up (a reset counts as hanging up); 5 s deadline."""
-    async with asyncio.timeout(5):
-        try:
-            return await reader.read()
-        except ConnectionResetError:
-            return b""
 
 
 def test_garbage_on_the_port_is_a_counted_handshake_error() -> None:
@@ -311,7 +283,7 @@ def test_garbage_on_the_port_is_a_counted_handshake_error() -> None:
             writer.write(b"\x00\x20" + rng.randbytes(32))
             assert len(await reader.readexactly(2 + 193)) == 195
             writer.write(b"\x00\xa1" + rng.randbytes(161))
-            assert await _read_to_eof(reader) == b""
+            assert await read_to_eof(reader) == b""
             writer.close()
             await eventually(
                 lambda: listener.counters.get("errors.handshake_failed") == 2, "both counted"
@@ -329,7 +301,7 @@ def test_silent_client_hits_the_handshake_deadline() -> None:
         opts = ChannelOptions(handshake_timeout_s=0.2)
         async with await start(options=opts) as listener:
             reader, writer = await asyncio.open_connection(HOST, listener.port)
-            assert await _read_to_eof(reader) == b""  # the server hung up on us
+            assert await read_to_eof(reader) == b""  # the server hung up on us
             writer.close()
             assert listener.counters.get("errors.deadline_exceeded") == 1
 
@@ -594,7 +566,7 @@ def test_closing_the_listener_closes_pending_handshakes() -> None:
         await eventually(lambda: listener.counters.get("connections_accepted") == 1, "accepted")
         listener.close()
         await listener.wait_closed()
-        assert await _read_to_eof(reader) == b""
+        assert await read_to_eof(reader) == b""
         writer.close()
 
     run(main())
@@ -623,11 +595,11 @@ def test_unread_frames_at_local_close_are_counted_in_the_listener() -> None:
     run(main())
 
 
-def test_channel_cap_refuses_extra_connections() -> None:
+def test_channel_cap_refuses_extra_connections_as_busy() -> None:
     async def main() -> None:
         async with await start(max_channels=1) as listener:
             first = await connect(HOST, listener.port, A, authorize=trust_all)
-            with pytest.raises(HandshakeError, match="handshake"):  # closed or reset
+            with pytest.raises(PeerBusy, match="busy"):  # told why, not just closed
                 await connect(HOST, listener.port, C, authorize=trust_all)
             assert listener.counters.get("refused_busy") == 1
             first.close()

@@ -95,6 +95,14 @@ Every class carries a short stable ``code`` used as the counter name in
     RemoteProtocolError
     └── DecodeError
         └── ExtractError             a page that cannot be parsed or read
+    -- hardening (load and local input) --
+    TransportError
+    ├── PeerBusy                 the peer refused the connection for load
+    └── SelfConnection           the dialled endpoint is this node itself
+    InvalidArgument
+    ├── InputTooLarge            a request or value over its size limit
+    ├── InputTooDeep             JSON nested deeper than allowed
+    └── InvalidEncoding          text that is not valid UTF-8
 """
 
 from __future__ import annotations
@@ -125,8 +133,11 @@ __all__ = [
     "GapError",
     "HandshakeError",
     "HivemeshError",
+    "InputTooDeep",
+    "InputTooLarge",
     "InvalidAddress",
     "InvalidArgument",
+    "InvalidEncoding",
     "InvalidName",
     "InvalidPlanEvent",
     "InvalidRecord",
@@ -146,11 +157,13 @@ __all__ = [
     "LeaseUnavailable",
     "LocalProtocolError",
     "OpsOutOfOrder",
+    "PeerBusy",
     "PeerIdentityMismatch",
     "PeerUnreachable",
     "QueueFull",
     "RemoteProtocolError",
     "ReplayError",
+    "SelfConnection",
     "SpoolFull",
     "StaleFencingToken",
     "StoreCorrupt",
@@ -634,3 +647,36 @@ class ExtractError(DecodeError):
     """A page that cannot be parsed, or read the way it was asked to be."""
 
     code = "extract_failed"
+# -- hardening: load and malformed local input ----------------------------------
+
+
+class PeerBusy(TransportError):
+    """The peer refused the connection for load (too many handshakes or
+    channels in progress); retry later, with backoff."""
+
+    code = "peer_busy"
+
+
+class SelfConnection(TransportError):
+    """The dialled endpoint is this node itself (e.g. its own address in its
+    bootstrap list); there is nothing to connect to."""
+
+    code = "self_connection"
+
+
+class InputTooLarge(InvalidArgument):
+    """A request, argument or value is over its size limit."""
+
+    code = "too_large"
+
+
+class InputTooDeep(InvalidArgument):
+    """A JSON value is nested deeper than the control protocol allows."""
+
+    code = "too_deep"
+
+
+class InvalidEncoding(InvalidArgument):
+    """Text (a key, a name, a value) that is not valid UTF-8."""
+
+    code = "bad_encoding"

@@ -2,13 +2,19 @@
 
 ::
 
+    import asyncio
     import hivemesh
 
-    async with hivemesh.Node("./agent-a", bootstrap=["10.0.0.5:7420"]) as node:
-        with node.context("task-42") as ctx:        # writes are published on exit
-            ctx["status"] = "running"
-        async for ev in node.subscribe("ctx.update"):
-            print(ev.author, ev.kind)
+    async def main() -> None:
+        async with hivemesh.Node("./agent-a", bootstrap=["10.0.0.5:7420"]) as node:
+            with node.context("task-42") as ctx:    # writes are published on exit
+                ctx["status"] = "running"
+            await node.wait_name("planner")         # names arrive as it catches up
+            await node.send("planner", {"ask": "next step?"})
+            async for ev in node.subscribe("ctx.update"):
+                print(ev.author, ev.kind)
+
+    asyncio.run(main())
 
 A :class:`Node` is the same daemon as ``hivemesh up`` (its own identity,
 store, connections and control socket in ``data_dir``), running on the
@@ -215,11 +221,26 @@ class Node:
         return await self.daemon.claim_name(name) == self.address
 
     def resolve(self, name_or_address: str) -> str:
-        """The address behind a name (or the address itself)."""
+        """The address behind a name (or the address itself); raises
+        :class:`~hivemesh.errors.UnknownPeer` if no claim for it is known yet."""
         return self.daemon.resolve(name_or_address)
 
+    async def wait_name(self, name: str, *, timeout_s: float = 30.0) -> str:
+        """Wait until ``name`` resolves (see :meth:`resolve`); returns the address.
+
+        A node that just started knows only the names in its own journal; the
+        swarm's name claims reach it as it catches up, usually within a sync
+        interval or two. Call this before the first :meth:`send` or
+        :meth:`request` to a name. Raises
+        :class:`~hivemesh.errors.DeadlineExceeded` after ``timeout_s``.
+        """
+        return await self.daemon.wait_resolved(name, timeout_s=timeout_s)
+
     async def send(self, to: str, data: Any, *, timeout_s: float = 10.0) -> Mapping[str, Any]:
-        """Send an acknowledged direct message to an address or a name."""
+        """Send an acknowledged direct message to an address or a name
+        (a name must be known: see :meth:`wait_name`). Returns the receipt
+        (``acked``, ``to``, ``msg_id``, ``rtt_ms``, ...) once the receiver has
+        it in its inbox."""
         return await self.daemon.send_direct(to, data, timeout_s=timeout_s)
 
     async def request(self, to: str, kind: str, body: Any, *, timeout_s: float = 10.0) -> Any:

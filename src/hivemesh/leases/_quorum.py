@@ -39,6 +39,7 @@ from hivemesh.core import codec
 from hivemesh.core.lease_quorum import Acquire, Outcome, Proposer, Release, Renew, Show, Voter
 from hivemesh.errors import BackendUnavailable, DecodeError, InvalidArgument, LeaseContended
 from hivemesh.leases._api import LeaseInfo
+from hivemesh.stores.private import open_private
 
 __all__ = ["LocalQuorum", "QuorumLeaseBackend", "VoterServer", "parse_voters"]
 
@@ -132,7 +133,7 @@ class VoterServer:
     def _persist(self) -> None:
         assert self._state_path is not None and self.voter is not None
         tmp = self._state_path.with_suffix(".tmp")
-        with open(tmp, "wb") as f:
+        with os.fdopen(open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as f:
             f.write(codec.pack(self.voter.snapshot()))
             f.flush()
             os.fsync(f.fileno())

@@ -185,8 +185,12 @@ async def complete_with_retries(
     rng: random.Random,
     on_usage: UsageHook | None,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    endpoint: str | None = None,
 ) -> LLMResult:
-    """Run ``send`` under the shared deadline/retry/validation policy."""
+    """Run ``send`` under the shared deadline/retry/validation policy.
+
+    ``endpoint`` (say ``http://127.0.0.1:11434/v1``) is named in a timeout's
+    message, so the user sees where no reply came from."""
     validator = _validator(schema) if schema is not None else None
     convo: list[Message] = [Message(role=m["role"], content=m["content"]) for m in messages]
     last: LLMError | None = None
@@ -198,7 +202,8 @@ async def complete_with_retries(
             async with asyncio.timeout(timeout_s):
                 reply = await send(convo, timeout_s)
         except TimeoutError:
-            last = LLMTimeout(f"{model}: no reply within {timeout_s:.1f} s")
+            at = f" from {endpoint}" if endpoint else ""
+            last = LLMTimeout(f"{model}: no reply{at} within {timeout_s:.1f} s")
         except LLMError as exc:
             last = exc
         else:

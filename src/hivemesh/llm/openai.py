@@ -6,13 +6,17 @@ One exchange is ``POST {base_url}/chat/completions`` with ``model``,
 ``choices[0].message.content`` and ``usage`` are read; anything else about
 the payload is ignored. Transport problems map to typed errors
 (:class:`~hivemesh.errors.LLMTimeout`, ``LLMUnavailable``, ``LLMHTTPError``,
-``LLMBadOutput`` for a garbled payload) and the shared policy in
+``LLMBadOutput`` for a garbled payload) whose message names the cause and the
+endpoint (``connection refused to 127.0.0.1:11434``, not httpx's "All
+connection attempts failed"), and the shared policy in
 :mod:`hivemesh.llm.base` decides about retries.
 """
 
 from __future__ import annotations
 
 import random
+import socket
+import ssl
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,10 +33,38 @@ from hivemesh.llm.base import (
 )
 from hivemesh.llm.config import LLMConfig
 
-__all__ = ["OpenAICompatProvider"]
+__all__ = ["OpenAICompatProvider", "connection_failure"]
 
 _MAX_REPLY_BYTES = 4 * 1024 * 1024
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def connection_failure(exc: BaseException, where: str) -> str:
+    """Why a request to ``where`` (``host:port``) failed, in words: the
+    root cause under httpx's wrappers (which often say only "All connection
+    attempts failed"), e.g. ``connection refused to 127.0.0.1:9``."""
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo:  # the chain, breadth first; exception groups too
+        err = todo.pop(0)
+        if id(err) in seen:
+            continue
+        seen.add(id(err))
+        if isinstance(err, ConnectionRefusedError):
+            return f"connection refused to {where} (is the server running?)"
+        if isinstance(err, ConnectionResetError):
+            return f"connection reset by {where}"
+        if isinstance(err, socket.gaierror):
+            return f"cannot resolve the host of {where}: {err.strerror or err}"
+        if isinstance(err, ssl.SSLError):
+            return f"TLS with {where} failed: {err.reason or err}"
+        if isinstance(err, OSError) and err.errno is not None:
+            return f"{err.strerror or err} ({where})"
+        if isinstance(err, BaseExceptionGroup):
+            todo.extend(err.exceptions)
+        todo.extend(e for e in (err.__cause__, err.__context__) if e is not None)
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__} talking to {where}: {text}"
 
 
 class OpenAICompatProvider:
@@ -66,6 +98,11 @@ class OpenAICompatProvider:
             trust_env=httpx.URL(config.base_url).host not in _LOOPBACK,
         )
 
+    def _where(self) -> str:
+        url = httpx.URL(self.config.base_url)
+        port = url.port or (443 if url.scheme == "https" else 80)
+        return f"[{url.host}]:{port}" if ":" in url.host else f"{url.host}:{port}"
+
     async def aclose(self) -> None:
         """Close pooled connections."""
         await self._client.aclose()
@@ -98,6 +135,7 @@ class OpenAICompatProvider:
             policy=self.policy,
             rng=self.rng,
             on_usage=self.on_usage,
+            endpoint=f"{self.config.base_url} ({self._where()})",
         )
 
     async def _send(self, convo: list[Message], deadline_s: float, json_mode: bool) -> RawReply:
@@ -114,9 +152,15 @@ class OpenAICompatProvider:
                 "/chat/completions", json=payload, timeout=httpx.Timeout(deadline_s)
             )
         except httpx.TimeoutException as exc:
-            raise LLMTimeout(f"{self.model}: {type(exc).__name__}") from None
+            where = self._where()
+            what = "connecting to" if isinstance(exc, httpx.ConnectTimeout) else "no reply from"
+            raise LLMTimeout(
+                f"{self.config.base_url}: {what} {where} within {deadline_s:.1f} s"
+            ) from None
         except httpx.HTTPError as exc:
-            raise LLMUnavailable(f"{self.config.base_url}: {type(exc).__name__}: {exc}") from None
+            raise LLMUnavailable(
+                f"{self.config.base_url}: {connection_failure(exc, self._where())}"
+            ) from None
         if resp.status_code // 100 != 2:
             raise LLMHTTPError(
                 f"{self.config.base_url}: HTTP {resp.status_code}: {resp.text[:200]}",

@@ -36,5 +36,8 @@ ctl.sock          the control socket (0600), present while the daemon runs
 daemon.lock       held (flock) by the running daemon: one daemon per data dir
 ================  ===========================================================
 
-The data dir itself is created with mode 0700.
+The data dir is 0700 and every file in it 0600, whatever the umask (also
+the SQLite ``-wal``/``-shm`` files, the telemetry spool, lease state and the
+collector's store); looser modes found at start are fixed and logged as a
+warning (:mod:`hivemesh.stores.private`).
 """

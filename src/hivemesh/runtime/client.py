@@ -10,21 +10,28 @@ it without an event loop::
 Errors come back as the daemon raised them: the ``type`` of an error
 response is looked up in :mod:`hivemesh.errors`, so ``except UnknownPeer``
 works across the socket. A daemon that is not running raises
-:class:`~hivemesh.errors.DaemonNotRunning`.
+:class:`~hivemesh.errors.DaemonNotRunning`. A request the daemon would
+refuse for its form (too large, nested too deep, text that is not UTF-8:
+:mod:`hivemesh.runtime.wirejson`) is refused here first, with the same
+typed error, and never half-sent; if the daemon hangs up while a request is
+being sent, its answer (say, that it is busy) is still read and
+raised rather than a ``BrokenPipeError``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from hivemesh import errors
 from hivemesh.errors import DaemonNotRunning, DeadlineExceeded, HivemeshError
+from hivemesh.runtime.wirejson import encode
 
 __all__ = ["Client"]
 
@@ -36,6 +43,30 @@ def _raise(err: dict[str, Any]) -> None:
     if not (isinstance(cls, type) and issubclass(cls, HivemeshError)):
         cls = HivemeshError
     raise cls(str(err.get("message", "")))
+
+
+def _exchange(
+    s: socket.socket, f: BinaryIO, request: bytes, op: str, timeout_s: float, path: Path
+) -> dict[str, Any]:
+    """Send ``request`` and read the first answer line from ``f`` (see module docs)."""
+    # if it hangs up on us mid-request, it may have said why before it did
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        s.sendall(request)
+    try:
+        line = f.readline()
+    except TimeoutError:
+        raise DeadlineExceeded(f"{op}: no answer in {timeout_s:.1f}s") from None
+    except ConnectionResetError:
+        line = b""
+    if not line:
+        raise DaemonNotRunning(f"daemon at {path} closed the connection")
+    try:
+        resp = json.loads(line)
+    except ValueError:
+        raise DaemonNotRunning(f"daemon at {path} answered garbage: {line[:80]!r}") from None
+    if not isinstance(resp, dict):
+        raise DaemonNotRunning(f"daemon at {path} answered garbage: {line[:80]!r}")
+    return resp
 
 
 class Client:
@@ -65,18 +96,11 @@ class Client:
         timeout = self.timeout_s if timeout_s is None else timeout_s
         if timeout_s is not None:
             args["timeout_s"] = timeout_s
+        rid = next(self._ids)
+        request = encode({"id": rid, "op": op, "args": args})
         s = self._connect(timeout + 2.0)
         try:
-            rid = next(self._ids)
-            s.sendall(json.dumps({"id": rid, "op": op, "args": args}).encode() + b"\n")
-            f = s.makefile("rb")
-            try:
-                line = f.readline()
-            except TimeoutError:
-                raise DeadlineExceeded(f"{op}: no answer in {timeout + 2.0:.1f}s") from None
-            if not line:
-                raise DaemonNotRunning(f"daemon at {self.path} closed the connection")
-            resp = json.loads(line)
+            resp = _exchange(s, s.makefile("rb"), request, op, timeout + 2.0, self.path)
         finally:
             s.close()
         if not resp.get("ok"):
@@ -89,11 +113,11 @@ class Client:
         With ``idle_timeout_s`` the iterator ends when no event came for that
         long; without it, it blocks until the daemon goes away.
         """
+        request = encode({"id": 1, "op": op, "args": args})
         s = self._connect(self.timeout_s)
         try:
-            s.sendall(json.dumps({"id": 1, "op": op, "args": args}).encode() + b"\n")
             f = s.makefile("rb")
-            first = json.loads(f.readline() or b"{}")
+            first = _exchange(s, f, request, op, self.timeout_s, self.path)
             if not first.get("ok"):
                 _raise(first.get("error") or {"message": "stream refused"})
             s.settimeout(idle_timeout_s)

@@ -99,6 +99,7 @@ from hivemesh.errors import (
     WouldBlock,
 )
 from hivemesh.runtime.dialling import Dialling, Target
+from hivemesh.runtime.hostutil import handshake_slots
 from hivemesh.transports import ChannelOptions, SecureChannel, TransportCounters, serve
 from hivemesh.transports.channel import CLOSE_GRACE_S
 
@@ -221,6 +222,7 @@ class ConnectionManager(Dialling):
                 on_channel=self._accepted,
                 counters=self.transport_counters,
                 options=self._options,
+                max_pending_handshakes=handshake_slots(),
             )
         except OSError as exc:
             raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None

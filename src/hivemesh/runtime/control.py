@@ -21,11 +21,25 @@ Streaming operations (``ctx.watch``, ``events.watch``) answer
 ``{"id": 1, "ok": true, "result": {"stream": true}}`` and then send
 ``{"id": 1, "event": {...}}`` lines until the client hangs up.
 
-At most :data:`MAX_CLIENTS` connections are served at once (more are
-refused with an error and counted). Every request runs under a deadline
-(``control_timeout_s``, or the request's own ``timeout_s`` plus a second); a
-line over :data:`MAX_LINE_BYTES`, bad JSON or an unknown op gets a typed
-error and is counted, never a crash.
+Limits, so that no local client can wedge the daemon or lock out the CLI:
+
+* At most :data:`MAX_CLIENTS` connections at once. A connection that is idle
+  (waiting for its next request line) for ``control_timeout_s`` is closed;
+  when all slots are taken, a newcomer takes the slot of the connection that
+  has been idle longest (it is told so and closed). Only when every slot is
+  busy with a request or a stream is a newcomer refused, with
+  :class:`~hivemesh.errors.PeerBusy` (``control_refused_busy``). At most
+  :data:`MAX_STREAMS` of the slots hold streams, so requests always find room.
+* Every request runs under a deadline (``control_timeout_s``, or the
+  request's own ``timeout_s`` plus a second).
+* Malformed input gets a typed error with a stable code and is counted
+  (``control_bad_request`` and ``control_bad_request_<code>``), never a
+  crash or a silent hang-up: a line over :data:`MAX_LINE_BYTES`
+  (``too_large``; the rest of the line is read and dropped, so the client
+  is never cut off mid-write), JSON nested too deep (``too_deep``), text
+  that is not UTF-8 (``bad_encoding``), anything else that is not a request
+  or names no op (``invalid_argument``). The limits are
+  :mod:`hivemesh.runtime.wirejson`'s, which the client checks first.
 """
 
 from __future__ import annotations
@@ -38,12 +52,21 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hivemesh.core.event import Event
 from hivemesh.core.identity import address_of
-from hivemesh.errors import DeadlineExceeded, HivemeshError, InvalidArgument
+from hivemesh.errors import (
+    DeadlineExceeded,
+    HivemeshError,
+    InputTooLarge,
+    InvalidArgument,
+    LocalProtocolError,
+    PeerBusy,
+)
+from hivemesh.runtime.wirejson import MAX_LINE_BYTES, decode
 
 if TYPE_CHECKING:
     from hivemesh.runtime.daemon import Daemon
@@ -58,9 +81,10 @@ __all__ = ["MAX_LINE_BYTES", "ControlServer", "event_json", "jsonable"]
 
 log = logging.getLogger("hivemesh.runtime.control")
 
-MAX_LINE_BYTES = 1024 * 1024
-#: Concurrent control connections; more are refused (counted).
+#: Concurrent control connections (see the module docs for who gets a slot).
 MAX_CLIENTS = 64
+#: Of those, the most that may hold a stream (``ctx.watch``, ``events.watch``).
+MAX_STREAMS = 48
 
 Op = Callable[["Daemon", dict[str, Any]], Awaitable[Any]]
 
@@ -274,6 +298,17 @@ def register_op(name: str, op: Op) -> None:
     OPS[name] = op
 
 
+@dataclass(eq=False, slots=True)
+class _Conn:
+    """One control connection: idle (waiting for a request line) or busy."""
+
+    idle_since: float
+    idle: bool = True
+    streaming: bool = False
+    evicted: bool = False
+    deadline: asyncio.Timeout | None = None  # armed while idle
+
+
 class ControlServer:
     """Serves the control protocol for one daemon."""
 
@@ -282,7 +317,7 @@ class ControlServer:
         self.path = path
         self.timeout_s = timeout_s
         self._server: asyncio.base_events.Server | None = None
-        self._clients: set[asyncio.Task[Any]] = set()
+        self._clients: dict[asyncio.Task[Any], _Conn] = {}
 
     async def start(self) -> None:
         """Bind the socket with mode 0600 (replacing a stale one)."""
@@ -309,39 +344,72 @@ class ControlServer:
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
 
+    def _make_room(self) -> bool:
+        """Free a slot for a newcomer if all are taken: evict the connection
+        idle longest. False if every slot is busy."""
+        if len(self._clients) < MAX_CLIENTS:
+            return True
+        idle = [c for c in self._clients.values() if c.idle and not c.evicted]
+        if not idle:
+            return False
+        victim = min(idle, key=lambda c: c.idle_since)
+        victim.evicted = True
+        if victim.deadline is not None:
+            victim.deadline.reschedule(asyncio.get_running_loop().time())
+        self.daemon.counters["control_evicted_idle"] += 1
+        return True
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         counters = self.daemon.counters
-        if len(self._clients) >= MAX_CLIENTS:
+        loop = asyncio.get_running_loop()
+        if not self._make_room():
             counters["control_refused_busy"] += 1
             with contextlib.suppress(Exception):
-                await _write(writer, _error(None, InvalidArgument("too many control clients")))
+                busy = PeerBusy(f"the daemon is serving {MAX_CLIENTS} control clients; retry")
+                await _write(writer, _error(None, busy))
             writer.close()
             return
-        self._clients.add(task)
+        conn = self._clients[task] = _Conn(loop.time())
         try:
             while True:
+                conn.idle, conn.idle_since = True, loop.time()
                 try:
-                    line = await reader.readline()
-                except (ValueError, asyncio.LimitOverrunError):
-                    counters["control_bad_request"] += 1
-                    await _write(writer, _error(None, InvalidArgument("request line too long")))
+                    async with asyncio.timeout(self.timeout_s) as conn.deadline:
+                        line = await _read_line(reader)
+                except TimeoutError:
+                    if not conn.evicted:  # evictions were counted when decided
+                        counters["control_idle_timeout"] += 1
+                    why = "another client needed the slot" if conn.evicted else "idle"
+                    msg = f"control connection closed: {why} (send a request within "
+                    await _write(writer, _error(None, DeadlineExceeded(f"{msg}{self.timeout_s}s)")))
                     return
+                except InputTooLarge as exc:
+                    await self._bad_request(writer, None, exc)
+                    continue
+                # (an eviction that lost the race with this line is void)
+                conn.idle, conn.deadline, conn.evicted = False, None, False
                 if not line:
                     return
                 try:
-                    req = json.loads(line)
+                    req = decode(line)
                     if not isinstance(req, dict) or not isinstance(req.get("op"), str):
-                        raise ValueError("request must be an object with an op")
-                except ValueError as exc:
-                    counters["control_bad_request"] += 1
-                    await _write(writer, _error(None, InvalidArgument(f"bad request: {exc}")))
+                        raise InvalidArgument("a request is an object with an op")
+                except InvalidArgument as exc:
+                    await self._bad_request(writer, None, exc)
                     continue
                 rid = req.get("id")
                 args = req.get("args") or {}
                 op = req["op"]
                 if op in STREAMS:
+                    streams = sum(c.streaming for c in self._clients.values())
+                    if streams >= MAX_STREAMS:
+                        counters["control_refused_busy"] += 1
+                        busy = PeerBusy(f"the daemon is serving {MAX_STREAMS} streams; retry")
+                        await _write(writer, _error(rid, busy))
+                        return
+                    conn.streaming = True
                     await self._stream(rid, op, args, writer)
                     return
                 await _write(writer, await self._call(rid, op, args))
@@ -350,14 +418,23 @@ class ControlServer:
         except TimeoutError:  # the client stopped reading its answers
             counters["control_slow_client"] += 1
         finally:
-            self._clients.discard(task)
+            self._clients.pop(task, None)
             writer.close()
+
+    async def _bad_request(
+        self, writer: asyncio.StreamWriter, rid: Any, exc: HivemeshError
+    ) -> None:
+        counters = self.daemon.counters
+        counters["control_bad_request"] += 1
+        counters[f"control_bad_request_{exc.code}"] += 1
+        await _write(writer, _error(rid, exc))
 
     async def _call(self, rid: Any, op: str, args: Any) -> dict[str, Any]:
         fn = OPS.get(op)
         if fn is None or not isinstance(args, dict):
             self.daemon.counters["control_bad_request"] += 1
-            return _error(rid, InvalidArgument(f"unknown op {op!r} or bad args"))
+            self.daemon.counters[f"control_bad_request_{InvalidArgument.code}"] += 1
+            return _error(rid, InvalidArgument(f"unknown op {op!r:.80} or bad args"))
         timeout = self.timeout_s
         t = args.get("timeout_s")
         if isinstance(t, (int, float)) and not isinstance(t, bool) and t > 0:
@@ -431,8 +508,35 @@ def _error(rid: Any, exc: HivemeshError) -> dict[str, Any]:
     }
 
 
+async def _read_line(reader: asyncio.StreamReader) -> bytes:
+    """One request line (b"" at EOF). A line over the reader's limit is read
+    to its end and dropped, then :class:`InputTooLarge` is raised."""
+    dropped = 0
+    while True:  # bounded in time by the caller's deadline
+        try:
+            line = await reader.readuntil(b"\n")
+        except asyncio.IncompleteReadError as exc:
+            line = exc.partial  # the last line may lack its newline
+        except asyncio.LimitOverrunError as exc:
+            # exc.consumed bytes hold no newline: drop them and read on
+            await reader.readexactly(exc.consumed)
+            dropped += exc.consumed
+            continue
+        if not dropped:
+            return line
+        raise InputTooLarge(
+            f"request line of {dropped + len(line)} bytes is over the control socket's "
+            f"{MAX_LINE_BYTES} (use a blob for large data)"
+        )
+
+
 async def _write(writer: asyncio.StreamWriter, obj: dict[str, Any]) -> None:
-    writer.write(json.dumps(obj, separators=(",", ":")).encode() + b"\n")
+    try:
+        text = json.dumps(obj, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError) as exc:  # a result we cannot send: a bug
+        log.error("control answer for request %r cannot be encoded: %s", obj.get("id"), exc)
+        text = json.dumps(_error(obj.get("id"), LocalProtocolError(f"unencodable answer: {exc}")))
+    writer.write(text.encode() + b"\n")
     t = writer.transport
     if t.is_closing() or t.get_write_buffer_size():  # else drain() would return at once
         async with asyncio.timeout(10.0):

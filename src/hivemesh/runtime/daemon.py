@@ -25,7 +25,9 @@ package wraps its sans-IO connection):
 The pump itself (input, output, timers, group commit) is the
 :class:`~hivemesh.runtime.pump.Pump` mixin.
 
-**Start.** Open (or create) the key file and store, verify and replay every
+**Start.** Make the data dir private (0700, every file 0600; loose modes
+found there are fixed and logged as a warning), open (or create) the key
+file and store, verify and replay every
 stored feed into the views (rehydration), listen, announce our endpoint in a
 ``node.hello`` event if it changed, dial bootstrap endpoints and every
 endpoint learnt from the journal, open the control socket.
@@ -73,7 +75,7 @@ from hivemesh.runtime.clock import now_ms
 from hivemesh.runtime.connections import ConnectionManager
 from hivemesh.runtime.daemon_api import DaemonAPI
 from hivemesh.runtime.endpoints import KIND_HELLO, EndpointsView, hello_body
-from hivemesh.runtime.hostutil import lock_data_dir, primary_ipv4
+from hivemesh.runtime.hostutil import lock_data_dir, primary_ipv4, raise_open_files_limit
 from hivemesh.runtime.invites import Invites
 from hivemesh.runtime.members import MemberDriver
 from hivemesh.runtime.messaging import Messaging
@@ -170,11 +172,15 @@ class Daemon(Pump, DaemonAPI):
 
     async def _start(self) -> None:
         from hivemesh.stores.keyfile import load_or_create_identity
+        from hivemesh.stores.private import made_private, secure_data_dir
         from hivemesh.stores.sqlite import SQLiteStore
 
         cfg = self.config
-        cfg.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        loose = secure_data_dir(cfg.data_dir)
+        if loose:
+            log.warning("%s", made_private(cfg.data_dir, loose))
         self._lock_fd = lock_data_dir(cfg.data_dir)
+        raise_open_files_limit()
         self.identity = load_or_create_identity(cfg.data_dir)
         self.trust = TrustStore(cfg.data_dir)
         self.trust.min_refresh_s = 1.0  # the timer loop's poll() catches edits

@@ -8,6 +8,8 @@ names, direct messages, status). The pump and the wiring live in
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -17,7 +19,7 @@ from hivemesh.core.identity import public_key_of
 from hivemesh.core.node import Node
 from hivemesh.core.views.context import Context, ContextView
 from hivemesh.core.views.names import NamesView
-from hivemesh.errors import InvalidAddress, InvalidArgument, UnknownPeer
+from hivemesh.errors import DeadlineExceeded, InvalidAddress, InvalidArgument, UnknownPeer
 from hivemesh.runtime.clock import now_ms
 from hivemesh.runtime.messaging import Messaging, ping, request, send_direct
 from hivemesh.runtime.status import Subscription, peers_of, status_of
@@ -27,6 +29,8 @@ if TYPE_CHECKING:
     from hivemesh.runtime.telemetry import DaemonTelemetry
 
 __all__ = ["DaemonAPI"]
+
+_NAME_POLL_S = 0.5  # wait_resolved re-checks at least this often
 
 
 class DaemonAPI:
@@ -126,8 +130,31 @@ class DaemonAPI:
                 pass
         owner = self.names.resolve(target)
         if owner is None:
-            raise UnknownPeer(f"no node has claimed the name {target!r}")
+            raise UnknownPeer(
+                f"no node has claimed the name {target!r} (as far as this node knows yet)"
+            )
         return owner
+
+    async def wait_resolved(self, target: str, *, timeout_s: float) -> str:
+        """:meth:`resolve` ``target``, waiting up to ``timeout_s`` for a name
+        that is not known yet (a fresh node learns names as it catches up);
+        raises :class:`DeadlineExceeded` then."""
+        sub = self.subscribe(NamesView.kinds)
+        try:
+            async with asyncio.timeout(timeout_s):
+                while True:
+                    with contextlib.suppress(UnknownPeer):
+                        return self.resolve(target)
+                    # woken by a name event; the poll covers a full (dropping) queue
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(_NAME_POLL_S):
+                            await sub.queue.get()
+        except TimeoutError:
+            raise DeadlineExceeded(
+                f"no node claimed the name {target!r} within {timeout_s}s"
+            ) from None
+        finally:
+            self.unsubscribe(sub)
 
     def status(self) -> dict[str, Any]:
         """Everything ``hivemesh status`` shows (see :mod:`hivemesh.runtime.status`)."""

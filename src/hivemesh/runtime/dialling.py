@@ -4,14 +4,18 @@ A mixin: one dialler task per endpoint the node wants a channel to. While a
 link to the peer is up the dialler sleeps on an event that the link's end
 sets (no polling); it dials while none is, backing off exponentially
 (``reconnect_min_s`` doubling to ``reconnect_max_s``, jittered) after failed
-dials and after links that ended soon after they opened. Every dial has a
-deadline. The attributes declared below are set by the manager.
+dials -- a peer that refused us as busy included -- and after links that
+ended soon after they opened. Every dial has a deadline. An endpoint that
+turns out to be this node itself (say, its own address in its bootstrap
+list) is dropped at once, with one INFO line. The attributes declared below
+are set by the manager.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import random
 import time
 from collections import Counter
@@ -20,10 +24,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from hivemesh.core.identity import Identity
-from hivemesh.errors import ChannelSuperseded, HivemeshError
+from hivemesh.errors import ChannelSuperseded, HivemeshError, SelfConnection
 from hivemesh.transports import ChannelOptions, TransportCounters, connect
 
 __all__ = ["Dialling", "Target"]
+
+log = logging.getLogger("hivemesh.runtime.connections")
 
 
 @dataclass(slots=True)
@@ -133,6 +139,12 @@ class Dialling:
                         counters=self.transport_counters,
                         options=self._options,
                     )
+            except SelfConnection:
+                # Our own endpoint (bootstrap lists are often shared by every node).
+                self.counters["dial_self_skipped"] += 1
+                log.info("%s:%d is this node itself: not dialling it", target.host, target.port)
+                self._targets.pop((target.host, target.port), None)
+                return
             except ChannelSuperseded:
                 # The peer accepted us and retired the channel at once: it holds
                 # a better one to us, which reaches us as our link shortly.

@@ -71,7 +71,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import secrets
 import time
 from collections import Counter
@@ -94,6 +93,7 @@ from hivemesh.leases._api import LeaseInfo
 from hivemesh.leases._client import LeaseClient
 from hivemesh.runtime.claims import MeshClaims
 from hivemesh.runtime.voterlog import VoterLog
+from hivemesh.stores.private import write_private
 
 if TYPE_CHECKING:
     from hivemesh.runtime.daemon import Daemon
@@ -234,9 +234,7 @@ class MeshLeases:
 
     @staticmethod
     def _save_voters(path: Path, voters: list[str]) -> None:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"voters": voters}))
-        os.replace(tmp, path)
+        write_private(path, json.dumps({"voters": voters}).encode())
 
     # -- voter side -----------------------------------------------------------------
 

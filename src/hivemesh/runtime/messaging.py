@@ -54,6 +54,7 @@ from hivemesh.errors import (
     StoreError,
     UnknownPeer,
 )
+from hivemesh.stores.private import create_private
 
 if TYPE_CHECKING:
     from hivemesh.runtime.daemon import Daemon
@@ -85,6 +86,7 @@ class Inbox:
 
     def __init__(self, path: Path) -> None:
         try:
+            create_private(path)  # 0600, and so its -wal and -shm
             self.db = sqlite3.connect(str(path), isolation_level=None)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
@@ -93,7 +95,7 @@ class Inbox:
                 " sender TEXT NOT NULL, msg_id TEXT NOT NULL, data BLOB NOT NULL,"
                 " received_ms INTEGER NOT NULL, relayed_by TEXT, UNIQUE (sender, msg_id))"
             )
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"{path}: cannot open the inbox: {exc}") from None
 
     def count(self) -> int:

@@ -199,7 +199,8 @@ class LocalSwarm:
             cmd += ["--bootstrap", b]
         cmd += node.extra_args
         node.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        log = open(node.data_dir / "daemon.log", "ab")  # noqa: SIM115 - owned by the child
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+        log = os.fdopen(os.open(node.data_dir / "daemon.log", flags, 0o600), "ab")
         try:
             node.proc = subprocess.Popen(
                 cmd,
@@ -224,8 +225,10 @@ class LocalSwarm:
                 self._reap(node, signal.SIGKILL)
                 tail = (node.data_dir / "daemon.log").read_text(errors="replace")[-2000:]
                 raise DeadlineExceeded(f"node {node.label} did not start:\n{tail}")
-            ready, _, _ = select.select([proc.stdout], [], [], remaining)
-            if ready:
+            # poll, not select: a test may hold more than FD_SETSIZE sockets
+            poller = select.poll()
+            poller.register(proc.stdout, select.POLLIN)
+            if poller.poll(remaining * 1000):
                 chunk = os.read(proc.stdout.fileno(), 4096)
                 if not chunk:
                     continue

@@ -44,6 +44,7 @@ from typing import Any
 
 from hivemesh.core import codec
 from hivemesh.errors import DecodeError, StoreCorrupt
+from hivemesh.stores.private import open_private
 
 __all__ = ["VoterLog"]
 
@@ -116,7 +117,7 @@ class VoterLog:
         snap = self._record(self.state())
         size = max(self.size, 2 * len(snap))
         tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "wb") as f:
+        with os.fdopen(open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as f:
             f.write(snap)
             f.write(bytes(size - len(snap)))
             f.flush()

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from hivemesh.errors import StoreCorrupt, StoreError
+from hivemesh.stores.private import create_private
 
 __all__ = [
     "APPLICATION_ID",
@@ -107,6 +108,7 @@ def create_file(path: Path) -> None:
 def _build(path: Path, tmp: Path) -> None:
     """Write an empty, initialised store at ``tmp``."""
     with guard(path, "creating the store"):
+        create_private(tmp)  # SQLite gives -journal/-wal/-shm the db file's mode
         db = sqlite3.connect(tmp, isolation_level=None)
         try:
             db.execute(f"PRAGMA application_id = {APPLICATION_ID}")

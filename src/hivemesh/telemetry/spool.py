@@ -40,7 +40,8 @@ from typing import Any
 
 import msgpack
 
-from hivemesh.errors import InvalidArgument, SpoolFull, StoreCorrupt
+from hivemesh.errors import InvalidArgument, SpoolFull, StoreCorrupt, StoreError
+from hivemesh.stores.private import create_private
 from hivemesh.telemetry.schema import BATCH_TYPE, MAX_BATCH_BYTES, MAX_BATCH_RECORDS
 
 __all__ = ["Spool", "SpoolBatch", "SpoolStats"]
@@ -80,6 +81,7 @@ class Spool:
         self.max_records = max_records
         self._lock = threading.Lock()
         try:
+            create_private(self.path)  # 0600, and so its -wal and -shm
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
@@ -93,6 +95,8 @@ class Spool:
             row = self._db.execute("SELECT count(*), max(seq) FROM spool").fetchone()
         except sqlite3.DatabaseError as exc:
             raise StoreCorrupt(f"telemetry spool {self.path}: {exc}") from exc
+        except OSError as exc:
+            raise StoreError(f"telemetry spool {self.path}: cannot create it: {exc}") from exc
         self._backlog: int = row[0]
         self._seq_fd = os.open(f"{self.path}.seq", os.O_RDWR | os.O_CREAT, 0o600)
         side = os.pread(self._seq_fd, 8, 0)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -36,6 +37,7 @@ import duckdb
 import pyarrow as pa  # type: ignore[import-untyped]
 
 from hivemesh.errors import InvalidArgument, StoreError
+from hivemesh.stores.private import PRIVATE_FILE
 
 __all__ = ["COLUMNS", "MetricsStore", "parse_since"]
 
@@ -104,6 +106,9 @@ class MetricsStore:
             self._con = duckdb.connect(path, read_only=read_only)
         except duckdb.Error as exc:
             raise StoreError(f"cannot open metrics store {path}: {exc}") from exc
+        # DuckDB creates its file and WAL by the umask and cannot open an
+        # empty file made private first: each is made private once it exists.
+        self._private: list[str] = [] if read_only or path == ":memory:" else [path, f"{path}.wal"]
         if not read_only:
             cols = ", ".join(f"{n} {_DDL_TYPES[t]}" for n, t in COLUMNS)
             self._con.execute(f"CREATE TABLE IF NOT EXISTS metrics({cols})")
@@ -119,6 +124,15 @@ class MetricsStore:
                 " subject VARCHAR, severity VARCHAR, status VARCHAR, summary VARCHAR,"
                 " value DOUBLE, started_ms BIGINT, updated_ms BIGINT)"
             )
+        self._keep_private()
+
+    def _keep_private(self) -> None:
+        """Mode 0600 for the store's files that exist (after each write: a
+        checkpoint removes the WAL, the next write makes a new one)."""
+        for name in self._private:
+            with contextlib.suppress(FileNotFoundError):
+                if os.stat(name).st_mode & 0o077:
+                    os.chmod(name, PRIVATE_FILE)
 
     # -- writing ---------------------------------------------------------------
 
@@ -194,6 +208,8 @@ class MetricsStore:
             with contextlib.suppress(duckdb.Error):
                 con.execute("ROLLBACK")
             raise StoreError(f"metrics store write failed: {exc}") from exc
+        finally:
+            self._keep_private()
 
     def existing_ids(self, ids: Sequence[str]) -> set[str]:
         """Which of ``ids`` are already stored (for records without a seq)."""
@@ -228,6 +244,7 @@ class MetricsStore:
             self._con.execute("INSERT OR REPLACE INTO alerts SELECT * FROM _hm_alerts")
         finally:
             self._con.unregister("_hm_alerts")
+            self._keep_private()
 
     # -- reading ---------------------------------------------------------------
 

@@ -38,8 +38,10 @@ attacker who later steals either long-term key cannot decrypt recorded
 traffic (the ``ee`` DH uses one-shot ephemerals). Failure modes:
 :class:`~hivemesh.errors.HandshakeError` (malformed, bad crypto, bad
 signature), :class:`~hivemesh.errors.PeerIdentityMismatch` (a different
-identity than dialled) and :class:`~hivemesh.errors.UnknownPeer` (valid but
-untrusted). A failed handshake object is dead: every later call raises.
+identity than dialled), :class:`~hivemesh.errors.UnknownPeer` (valid but
+untrusted) and :class:`~hivemesh.errors.SelfConnection` (the peer proved our
+own identity: we dialled ourselves). A failed handshake object is dead:
+every later call raises.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ from hivemesh.errors import (
     InvalidArgument,
     LocalProtocolError,
     PeerIdentityMismatch,
+    SelfConnection,
     UnknownPeer,
 )
 
@@ -479,6 +482,8 @@ class SecureHandshake:
         return None
 
     def _check_policy(self, address: str) -> None:
+        if address == self._creds.identity.address:
+            raise SelfConnection(f"the peer is this node itself ({address[:12]})")
         if self._expect is not None and address != self._expect:
             raise PeerIdentityMismatch(
                 f"dialled {self._expect[:12]} but the peer proved {address[:12]} "

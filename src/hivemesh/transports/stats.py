@@ -70,7 +70,8 @@ class _HasStatistics(Protocol):
 class TransportCounters:
     """Counters for one listener or dialer, keyed by stable names.
 
-    Names: ``handshakes_ok``, ``connections_accepted``, ``refused_busy``,
+    Names: ``handshakes_ok``, ``connections_accepted``, ``refused_busy``
+    (told "busy": evicted or over the channel cap), ``handshakes_evicted``,
     ``channels_open``, ``channels_closed``, ``errors.<code>`` and the
     :data:`CHANNEL_FIELDS` summed over all channels ever attached.
     """

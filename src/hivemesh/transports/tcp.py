@@ -22,6 +22,26 @@ port fails at its first two bytes.
   are counted by error code in :attr:`Listener.counters` and never stop the
   listener. :meth:`Listener.revalidate` re-runs the trust policy on open
   channels (revocation).
+
+**Refusing for load.** When the handshake cap is reached, a newcomer is
+still admitted and the pending handshake that waited longest for its peer
+is evicted instead (:mod:`hivemesh.transports.admission`: a flood of silent
+or half-finished handshakes cannot keep a legitimate peer out). An evicted
+connection, and any connection beyond ``max_channels``, is told why before
+it is closed, in place of the next handshake message::
+
+    refusal := 0x0000 || length (u8) || code (ASCII), e.g. "busy"
+
+No handshake message is empty, so a zero length is unambiguous. The dialler
+raises :class:`~hivemesh.errors.PeerBusy` for ``busy`` (its caller backs off
+and retries), :class:`~hivemesh.errors.HandshakeError` naming any other
+code. The refusal is not authenticated (nothing is yet): an on-path
+attacker could forge one, as it could forge a TCP reset.
+
+**Dialling oneself.** A handshake whose peer proves our own identity (a
+node with its own endpoint in its bootstrap list, or two processes sharing
+one key) fails with :class:`~hivemesh.errors.SelfConnection`; the dialler
+checks before sending message 3, so it never completes.
 """
 
 from __future__ import annotations
@@ -29,9 +49,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import secrets
+import socket
 import struct
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from hivemesh.core.identity import Identity
 from hivemesh.errors import (
@@ -39,9 +62,11 @@ from hivemesh.errors import (
     HandshakeError,
     HivemeshError,
     InvalidArgument,
+    PeerBusy,
     PeerUnreachable,
     UnknownPeer,
 )
+from hivemesh.transports.admission import HandshakeAdmission
 from hivemesh.transports.channel import Authorize, ChannelOptions, SecureChannel, peer_close_error
 from hivemesh.transports.noise import (
     MESSAGE_BYTES,
@@ -56,6 +81,17 @@ __all__ = ["ChannelOptions", "Listener", "SecureChannel", "connect", "serve"]
 
 _log = logging.getLogger(__name__)
 _U16 = struct.Struct(">H")
+#: The first bytes of a refusal (see the module docs).
+REFUSAL_MARK = b"\x00\x00"
+#: The refusal code for "too many handshakes or channels: retry later".
+BUSY = "busy"
+#: Connections accepted per event-loop turn (asyncio's ``backlog``). Well
+#: under ``max_pending_handshakes``: a newcomer's first message is read
+#: within about two turns, before that many newer connections can evict it.
+ACCEPT_BATCH = 128
+#: Connections the kernel queues for accept (``listen(2)``): deep, so that a
+#: flood does not make it drop a legitimate peer's SYN (a 1 s retransmit).
+LISTEN_QUEUE = 4096
 
 
 # -- handshake over a stream ----------------------------------------------------
@@ -65,8 +101,29 @@ def _write_record(writer: asyncio.StreamWriter, message: bytes) -> None:
     writer.write(_U16.pack(len(message)) + message)
 
 
-async def _read_record(reader: asyncio.StreamReader, want: int) -> bytes:
+def encode_refusal(code: str) -> bytes:
+    """The wire bytes telling a dialler why it is refused (see the module docs)."""
+    body = code.encode("ascii", "replace")[:255]
+    return REFUSAL_MARK + bytes([len(body)]) + body
+
+
+def refusal_error(code: str) -> HivemeshError:
+    """The dialler's error for a refusal carrying ``code``."""
+    if code == BUSY:
+        return PeerBusy("the peer is busy (too many connections in progress); retry later")
+    return HandshakeError(f"the peer refused the connection: {code!r}")
+
+
+async def _read_refusal(reader: asyncio.StreamReader) -> HivemeshError:
+    """Read a refusal's code (its mark was read); return the error to raise."""
+    (n,) = await reader.readexactly(1)
+    return refusal_error((await reader.readexactly(n)).decode("ascii", "replace"))
+
+
+async def _read_record(reader: asyncio.StreamReader, want: int, *, dialler: bool) -> bytes:
     (size,) = _U16.unpack(await reader.readexactly(2))
+    if size == 0 and dialler:  # only a listener refuses
+        raise await _read_refusal(reader)
     if size != want:
         raise HandshakeError(f"handshake message of {size} bytes, expected {want} (not hivemesh?)")
     return await reader.readexactly(size)
@@ -77,34 +134,48 @@ async def _handshake(
     writer: asyncio.StreamWriter,
     hs: SecureHandshake,
     options: ChannelOptions,
+    progress: Callable[[int], None] | None = None,
 ) -> tuple[FrameSession, list[bytes]]:
-    """Run ``hs`` to completion; raise typed errors only."""
+    """Run ``hs`` to completion; raise typed errors only.
+
+    The responder calls ``progress(i)`` when handshake message ``i`` (0 or
+    2) has arrived complete.
+    """
     try:
         if hs.initiator:
             _write_record(writer, hs.initiate())
-            reply = hs.receive(await _read_record(reader, MESSAGE_BYTES[1]))
+            reply = hs.receive(await _read_record(reader, MESSAGE_BYTES[1], dialler=True))
             assert reply is not None
             _write_record(writer, reply)
             result = hs.result()
             session = FrameSession(
                 result.send, result.recv, initiator=True, max_frame_bytes=options.max_frame_bytes
             )
+            # Evicted after message 2, the responder sends a refusal in
+            # place of its ACCEPT record: a record never starts with 0x0000.
+            mark = await reader.readexactly(2)
+            if mark == REFUSAL_MARK:
+                raise await _read_refusal(reader)
             frames: list[bytes] = []
-            while not session.accepted:
-                data = await reader.read(options.read_chunk_bytes)
-                if not data:
-                    raise HandshakeError("the responder closed before accepting us")
+            data = mark
+            while True:
                 frames += session.receive_data(data)
                 if session.failure is not None:
                     raise session.failure
                 if session.peer_close is not None:
                     raise peer_close_error(session.peer_close)
-            return session, frames
-        reply = hs.receive(await _read_record(reader, MESSAGE_BYTES[0]))
+                if session.accepted:
+                    return session, frames
+                data = await reader.read(options.read_chunk_bytes)
+                if not data:
+                    raise HandshakeError("the responder closed before accepting us")
+        reply = hs.receive(await _read_record(reader, MESSAGE_BYTES[0], dialler=False))
         assert reply is not None
+        if progress is not None:
+            progress(0)
         _write_record(writer, reply)
         try:
-            hs.receive(await _read_record(reader, MESSAGE_BYTES[2]))
+            hs.receive(await _read_record(reader, MESSAGE_BYTES[2], dialler=False))
         except UnknownPeer:
             result = hs.result()  # keys exist: tell the peer why, encrypted
             refusal = FrameSession(result.send, result.recv, initiator=False)
@@ -112,6 +183,8 @@ async def _handshake(
             with contextlib.suppress(Exception):
                 await writer.drain()
             raise
+        if progress is not None:
+            progress(2)
         result = hs.result()
         session = FrameSession(
             result.send, result.recv, initiator=False, max_frame_bytes=options.max_frame_bytes
@@ -190,6 +263,14 @@ async def connect(
     )
 
 
+@dataclass(eq=False, slots=True)
+class _Inbound:
+    """One inbound handshake in progress (the admission's key)."""
+
+    deadline: asyncio.Timeout | None = None
+    evicted: bool = False
+
+
 class Listener:
     """A listening socket handing authenticated channels to ``on_channel``."""
 
@@ -213,9 +294,8 @@ class Listener:
         self._random_bytes = random_bytes
         self._opts = options
         self._creds = StaticCredentials.generate(identity, random_bytes)
-        self._max_pending = max_pending_handshakes
+        self._admission = HandshakeAdmission(max_pending_handshakes)
         self._max_channels = max_channels
-        self._pending = 0
         self._channels: dict[int, SecureChannel] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._server: asyncio.Server | None = None
@@ -237,32 +317,51 @@ class Listener:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.counters.incr("connections_accepted")
-        if self._pending >= self._max_pending or len(self.channels()) >= self._max_channels:
-            self.counters.incr("refused_busy")
-            writer.close()
+        full = len(self._channels) >= self._max_channels  # prune only when it may be full
+        if full and len(self.channels()) >= self._max_channels:
+            self._refuse(writer, BUSY)
             return
-        self._pending += 1
+        loop = asyncio.get_running_loop()
+        me = _Inbound()
+        peer = writer.get_extra_info("peername")
+        source = str(peer[0]) if isinstance(peer, tuple) and peer else "?"
+        # No await between admitting and arming the deadline: an eviction
+        # always finds the victim's deadline to fire (see _evict).
+        victim = self._admission.admit(me, source, loop.time())
+        if isinstance(victim, _Inbound):
+            self._evict(victim, loop)
+
+        def progress(message: int) -> None:
+            if message == 2:  # the last one: past eviction, about to be a channel
+                self._admission.finish(me)
+            else:
+                self._admission.progress(me, loop.time())
+
         hs = SecureHandshake(
             self._creds, initiator=False, random_bytes=self._random_bytes, authorize=self._authorize
         )
         try:
             try:
-                async with asyncio.timeout(self._opts.handshake_timeout_s):
-                    session, _ = await _handshake(reader, writer, hs, self._opts)
+                async with asyncio.timeout(self._opts.handshake_timeout_s) as me.deadline:
+                    session, _ = await _handshake(reader, writer, hs, self._opts, progress)
             except TimeoutError:
+                if me.evicted:
+                    self.counters.incr("handshakes_evicted")
+                    self._refuse(writer, BUSY)
+                    return
                 raise DeadlineExceeded(
                     f"handshake not finished in {self._opts.handshake_timeout_s}s"
                 ) from None
         except HivemeshError as exc:
             self.counters.record_error(exc)
-            _log.debug("handshake from %s failed: %r", writer.get_extra_info("peername"), exc)
+            _log.debug("handshake from %s failed: %r", peer, exc)
             writer.close()
             return
         except BaseException:  # cancelled (listener closing) or a bug: never leak the socket
             writer.close()
             raise
         finally:
-            self._pending -= 1
+            self._admission.finish(me)
         self.counters.incr("handshakes_ok")
         result = hs.result()
         channel = SecureChannel(
@@ -282,6 +381,20 @@ class Listener:
             self.counters.incr("errors.on_channel")
             _log.exception("on_channel failed for %r", channel)
             channel.close()
+
+    def _refuse(self, writer: asyncio.StreamWriter, code: str) -> None:
+        """Tell the dialler why, then close (the transport flushes first)."""
+        self.counters.incr(f"refused_{code}")
+        writer.write(encode_refusal(code))
+        writer.close()
+
+    @staticmethod
+    def _evict(victim: _Inbound, loop: asyncio.AbstractEventLoop) -> None:
+        """End ``victim``'s handshake now: its deadline fires at once and its
+        task refuses it as busy."""
+        victim.evicted = True
+        if victim.deadline is not None:
+            victim.deadline.reschedule(loop.time())
 
     def _spawn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.create_task(self._handle(reader, writer))
@@ -323,7 +436,7 @@ async def serve(
     random_bytes: RandomBytes = secrets.token_bytes,
     options: ChannelOptions | None = None,
     counters: TransportCounters | None = None,
-    max_pending_handshakes: int = 64,
+    max_pending_handshakes: int = 512,
     max_channels: int = 1024,
 ) -> Listener:
     """Listen on ``host:port`` (port 0 picks one; see :attr:`Listener.port`).
@@ -331,8 +444,10 @@ async def serve(
     Every accepted connection must finish the handshake within
     ``options.handshake_timeout_s`` and pass ``authorize(address)``; then
     ``on_channel(channel)`` runs in its own task. Returning from it does not
-    close the channel. Connections beyond ``max_pending_handshakes`` in
-    progress or ``max_channels`` open are closed at once (``refused_busy``).
+    close the channel. Beyond ``max_pending_handshakes`` in progress the
+    handshake that waited longest for its peer is evicted
+    (``handshakes_evicted``); beyond ``max_channels`` open a newcomer is
+    refused. Both are told ``busy`` (``refused_busy``; see the module docs).
     Refusals and failures are counted, never raised.
     """
     listener = Listener(
@@ -345,5 +460,9 @@ async def serve(
         max_pending_handshakes=max_pending_handshakes,
         max_channels=max_channels,
     )
-    listener._server = await asyncio.start_server(listener._spawn, host, port)
+    server = await asyncio.start_server(listener._spawn, host, port, backlog=ACCEPT_BATCH)
+    listener._server = server
+    for tsock in server.sockets:  # deepen the kernel's queue, keep asyncio's batch
+        with socket.socket(tsock.family, tsock.type, tsock.proto, os.dup(tsock.fileno())) as s:
+            s.listen(LISTEN_QUEUE)
     return listener

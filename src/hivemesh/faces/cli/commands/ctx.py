@@ -13,8 +13,9 @@ import argparse
 import json
 from typing import Any
 
-from hivemesh.errors import HivemeshError
+from hivemesh.errors import HivemeshError, InputTooDeep, InvalidArgument, InvalidEncoding
 from hivemesh.runtime.cliutil import add_common, data_dir_of, emit_error, run_with_client
+from hivemesh.runtime.wirejson import decode
 
 
 def register(sub: Any) -> None:
@@ -104,9 +105,11 @@ def _get(args: argparse.Namespace) -> int:
 
 def _set(args: argparse.Namespace) -> int:
     try:
-        value = json.loads(args.value)
-    except ValueError:
-        value = args.value
+        value = decode(args.value, what="VALUE")
+    except (InputTooDeep, InvalidEncoding) as exc:  # JSON we refuse, not plain text
+        return emit_error(args, exc)
+    except InvalidArgument:
+        value = args.value  # not JSON: plain text (checked when it is sent)
     return run_with_client(
         args,
         lambda c: c.ctx_set(args.context, args.key, value),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from hivemesh.errors import HivemeshError
@@ -45,17 +46,20 @@ def register(sub: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from hivemesh.stores.keyfile import load_or_create_identity
+    from hivemesh.stores.private import made_private, secure_data_dir, write_private
 
     ddir = data_dir_of(args)
     try:
         existed = (ddir / "node.key").exists()
-        ddir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        loose = secure_data_dir(ddir)
         identity = load_or_create_identity(ddir)
     except HivemeshError as exc:
         return emit_error(args, exc)
+    if loose:
+        print(f"warning: {made_private(ddir, loose)}", file=sys.stderr)
     cfg = ddir / "config.toml"
     if not cfg.exists():
-        cfg.write_text(_CONFIG_TEMPLATE, encoding="utf-8")
+        write_private(cfg, _CONFIG_TEMPLATE.encode("utf-8"))
     result = {"address": identity.address, "data_dir": str(ddir), "created": not existed}
     emit(
         args,

@@ -8,11 +8,11 @@ message in its inbox (its node acknowledged it); fails with
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from hivemesh.errors import InvalidArgument
 from hivemesh.runtime.cliutil import add_common, emit_error, run_with_client
+from hivemesh.runtime.wirejson import decode
 
 
 def register(sub: Any) -> None:
@@ -27,9 +27,9 @@ def register(sub: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     try:
-        data = json.loads(args.data)
-    except ValueError as exc:
-        return emit_error(args, InvalidArgument(f"--data is not JSON: {exc}"))
+        data = decode(args.data, what="--data")
+    except InvalidArgument as exc:  # not JSON, too deep, not UTF-8: typed either way
+        return emit_error(args, exc)
     return run_with_client(
         args,
         lambda c: c.send(args.to, data, timeout_s=args.timeout_s),
