@@ -647,6 +647,8 @@ class ExtractError(DecodeError):
     """A page that cannot be parsed, or read the way it was asked to be."""
 
     code = "extract_failed"
+
+
 # -- hardening: load and malformed local input ----------------------------------
 
 
