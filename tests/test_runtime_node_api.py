@@ -12,7 +12,13 @@ import pytest
 import hivemesh
 from hivemesh.errors import DeadlineExceeded, LocalProtocolError, UnknownPeer
 
-FAST = {"sync_interval_ms": 200, "reconnect_min_s": 0.05, "reconnect_max_s": 0.5}
+# two loopback nodes that bootstrap from each other: open trust (nodes are private by default)
+FAST = {
+    "sync_interval_ms": 200,
+    "reconnect_min_s": 0.05,
+    "reconnect_max_s": 0.5,
+    "trust_mode": "open",
+}
 
 
 async def _until(pred, timeout_s: float = 10.0, what: str = "condition"):  # type: ignore[no-untyped-def]

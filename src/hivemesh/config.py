@@ -12,6 +12,8 @@ built by :func:`load_config` from four layers, later layers winning:
        [network]
        listen = "0.0.0.0:7420"
        bootstrap = ["10.0.0.5:7420"]
+       [trust]
+       trust_mode = "invite"        # private (default); "open" admits any peer
        [membership]
        probe_interval_ms = 1000     # SWIM: probe one member per interval
        suspicion_mult = 4           # suspect -> down after ~mult * interval
@@ -86,9 +88,10 @@ class Config:
     # Each commit and verify stalls the node's loop (~0.3-0.6 ms on a busy
     # machine); 100 ms keeps that under 1% of its time
     commit_delay_ms: int = 100
-    # [trust] "open": any authenticated peer unless revoked;
-    #         "invite": only addresses in trust.json
-    trust_mode: str = "open"
+    # [trust] "invite" (private, the default): only peers this node invited or
+    #         was invited by, and those its swarms vouch for (runtime.trustview);
+    #         "open": any authenticated peer unless revoked (a trusted lab LAN)
+    trust_mode: str = "invite"
     # [limits]
     send_queue_frames: int = 4096
     slow_peer_timeout_s: float = 10.0

@@ -119,7 +119,7 @@ def run_demo(
         n.line(f"{'✔' if ok else '✘'} {name}: {detail}")
         return ok
 
-    swarm = LocalSwarm(root)
+    swarm = LocalSwarm(root, trust_mode="open")  # a loopback demo mesh opts into open trust
     try:
         labels = [f"node{i + 1}" for i in range(nodes)]
         victim, writer, named = labels[-1], labels[0], labels[1]

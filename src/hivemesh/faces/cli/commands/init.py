@@ -27,7 +27,8 @@ _CONFIG_TEMPLATE = """\
 # suspicion_mult = 4
 
 [trust]
-# trust_mode = "open"              # or "invite": only trusted addresses
+# trust_mode = "invite"            # private: only invited nodes (hivemesh invite/join);
+#                                  # "open" admits any authenticated peer (a lab LAN)
 """
 
 
