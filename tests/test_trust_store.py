@@ -8,6 +8,8 @@ import stat
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hivemesh.core.codec import pack, unpack
 from hivemesh.core.identity import Identity
@@ -18,6 +20,7 @@ from hivemesh.errors import (
     InviteError,
     InviteExpired,
     InviteMalformed,
+    InviteNonCanonical,
     InviteUsed,
     StoreCorrupt,
 )
@@ -80,6 +83,109 @@ def test_malformed_fields() -> None:
     for index, value in [(2, "not a list"), (4, b"short"), (5, 7), (0, 2)]:
         with pytest.raises(InviteMalformed):
             accept_invite(_tamper(token, index, value), 1000)
+
+
+def _body(token: str) -> bytes:
+    body = token[len(INVITE_PREFIX) :]
+    return base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+
+
+def _token(raw: bytes) -> str:
+    return INVITE_PREFIX + base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _token_with(chars: str) -> str:
+    """A valid token whose base64 body contains one of ``chars`` (nonce search)."""
+    for i in range(256):
+        token = make_invite(ALICE, EPS, 600, 1000, bytes([i]) * 16)
+        if any(c in token[len(INVITE_PREFIX) :] for c in chars):
+            return token
+    raise AssertionError("no such token")  # pragma: no cover
+
+
+def _widen_first(raw: bytes, old: bytes, new: bytes) -> bytes:
+    """``raw`` with its first ``old`` msgpack prefix re-encoded as the wider ``new``."""
+    at = raw.index(old)
+    return raw[:at] + new + raw[at + len(old) :]
+
+
+def _non_canonical_tokens() -> dict[str, str]:
+    token = make_invite(ALICE, EPS, 600, 1000, NONCE)
+    body = token[len(INVITE_PREFIX) :]
+    raw = _body(token)
+    assert raw[:2] == b"\x96\x01"  # [1, ...] as fixarray + positive fixint
+    # a token whose body does not fill its last base64 character (needs padding)
+    ragged = make_invite(ALICE, [*EPS, "h:1"], 600, 1000, NONCE)
+    ragged_body = ragged[len(INVITE_PREFIX) :]
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    unused = {2: 0b1111, 3: 0b11}[len(ragged_body) % 4]
+    last = alphabet[alphabet.index(ragged_body[-1]) | unused]
+    std = _token_with("-_")
+    ep = EPS[0].encode()
+    return {
+        "padding": ragged + "=" * (-len(ragged_body) % 4),
+        "standard alphabet": std.replace("-", "+").replace("_", "/"),
+        "unused bits": ragged[:-1] + last,
+        "uint8 for a fixint": _token(b"\x96\xcc\x01" + raw[2:]),
+        "str8 for a fixstr": _token(
+            _widen_first(raw, bytes([0xA0 | len(ep)]) + ep, bytes([0xD9, len(ep)]) + ep)
+        ),
+        "bin16 for a bin8": _token(_widen_first(raw, b"\xc4\x10" + NONCE, b"\xc5\x00\x10" + NONCE)),
+        "array16 for a fixarray": _token(b"\xdc\x00\x06" + raw[1:]),
+        "trailing bytes": _token(raw + b"\x00"),
+        "whitespace around": f" {token}\n",
+        "whitespace inside": token[:20] + " " + token[20:],
+        "upper-case prefix": token.upper()[:4] + body,
+        "other case in the body": INVITE_PREFIX + body.swapcase(),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_non_canonical_tokens()))
+def test_only_the_canonical_encoding_of_a_token_is_accepted(name: str) -> None:
+    """Another spelling of a valid token is refused with a typed error."""
+    canonical = make_invite(ALICE, EPS, 600, 1000, NONCE)
+    assert accept_invite(canonical, 1000).nonce == NONCE
+    variant = _non_canonical_tokens()[name]
+    assert variant != canonical
+    with pytest.raises(InviteMalformed) as info:  # InviteNonCanonical is one
+        accept_invite(variant, 1000)
+    assert info.value.code in ("invite_noncanonical", "invite_malformed", "invite_bad_signature")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "padding",
+        "standard alphabet",
+        "unused bits",
+        "uint8 for a fixint",
+        "str8 for a fixstr",
+        "bin16 for a bin8",
+        "array16 for a fixarray",
+        "whitespace around",
+        "whitespace inside",
+    ],
+)
+def test_a_decodable_other_encoding_is_named_non_canonical(name: str) -> None:
+    """These decode to the very same signed invite, so only the encoding check
+    can refuse them (a signature check cannot)."""
+    with pytest.raises(InviteNonCanonical):
+        accept_invite(_non_canonical_tokens()[name], 1000)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(
+        st.text(max_size=300),
+        st.binary(max_size=200).map(_token),
+        st.text(
+            alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_=+/ "
+        ).map(lambda t: INVITE_PREFIX + t),
+    )
+)
+def test_garbage_tokens_only_raise_invite_errors(token: str) -> None:
+    with pytest.raises(InviteError):
+        accept_invite(token, 1000)
 
 
 def test_make_invite_arguments() -> None:

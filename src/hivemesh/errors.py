@@ -28,6 +28,7 @@ Every class carries a short stable ``code`` used as the counter name in
     │   ├── BenchWorkerFailed      (bench fanout area)
     │   └── InviteError
     │       ├── InviteMalformed
+    │       │   └── InviteNonCanonical
     │       ├── InviteBadSignature
     │       ├── InviteExpired
     │       └── InviteUsed
@@ -115,6 +116,7 @@ __all__ = [
     "InviteError",
     "InviteExpired",
     "InviteMalformed",
+    "InviteNonCanonical",
     "InviteUsed",
     "LLMBadOutput",
     "LLMError",
@@ -405,6 +407,13 @@ class InviteMalformed(InviteError):
     """The invite token is not a well-formed hivemesh invite."""
 
     code = "invite_malformed"
+
+
+class InviteNonCanonical(InviteMalformed):
+    """The invite token is not in its one canonical encoding (padding, alphabet,
+    a non-minimal msgpack form, trailing bytes, whitespace, case)."""
+
+    code = "invite_noncanonical"
 
 
 class InviteBadSignature(InviteError):

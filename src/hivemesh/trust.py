@@ -20,6 +20,14 @@ where ``sig`` is the inviter's Ed25519 signature over
 and ``nonce`` is 16 secret random bytes. The inviter records the nonce in its
 store (:meth:`TrustStore.issue_invite`): single use, until ``expires_s``.
 
+A token has exactly one encoding: base64url without padding (``A-Z a-z 0-9
+- _`` only, unused bits zero) of msgpack in its minimal form, with nothing
+before, inside or after it. :func:`accept_invite` decodes strictly, encodes
+the result again and refuses anything that does not come back byte for byte
+(:class:`~hivemesh.errors.InviteNonCanonical`): other padding or alphabet,
+wider integers or strings than needed, trailing bytes, whitespace, another
+case. So a token's text is its identity, in logs and wherever it is compared.
+
 **The join flow** (``hivemesh join TOKEN``):
 
 1. The joiner checks the token (:func:`accept_invite`: signature, expiry,
@@ -53,6 +61,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import secrets
 import time
 from collections.abc import Iterator
@@ -70,6 +79,7 @@ from hivemesh.errors import (
     InviteError,
     InviteExpired,
     InviteMalformed,
+    InviteNonCanonical,
     InviteUsed,
     StoreCorrupt,
 )
@@ -88,6 +98,8 @@ _INVITE_DOMAIN = "hivemesh/invite/v1"
 _PROOF_DOMAIN = b"hivemesh/join/v1"
 _NONCE_BYTES = 16
 _MAX_TOKEN_CHARS = 4096
+_SIG_BYTES = 64
+_BASE64URL = re.compile(r"[A-Za-z0-9_-]*")
 _FILE = "trust.json"
 
 
@@ -120,25 +132,55 @@ def make_invite(
     expires_s = int(now_s) + int(ttl_s)
     sig = identity.sign(_signed_part(identity.public, eps, expires_s, nonce))
     raw = pack([1, identity.public, eps, expires_s, nonce, sig])
-    return INVITE_PREFIX + base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+    return INVITE_PREFIX + _b64(raw)
 
 
-def accept_invite(token: str, now_s: int) -> Invite:
-    """Verify an invite token; raises InviteMalformed/InviteBadSignature/InviteExpired."""
-    token = token.strip() if isinstance(token, str) else ""
-    if not token.startswith(INVITE_PREFIX) or len(token) > _MAX_TOKEN_CHARS:
-        raise InviteMalformed(f"an invite starts with {INVITE_PREFIX!r} and is short")
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+
+def _decode_token(token: str) -> Any:
+    """The token's msgpack value, if ``token`` is in its one canonical form."""
+    if type(token) is not str or not token.strip().startswith(INVITE_PREFIX):
+        raise InviteMalformed(f"an invite starts with {INVITE_PREFIX!r}")
+    if token != token.strip():
+        raise InviteNonCanonical("an invite has no whitespace around it")
+    if len(token) > _MAX_TOKEN_CHARS:
+        raise InviteMalformed(f"an invite is at most {_MAX_TOKEN_CHARS} characters")
     body = token[len(INVITE_PREFIX) :]
+    if not _BASE64URL.fullmatch(body):
+        raise InviteNonCanonical("an invite is base64url (A-Z a-z 0-9 - _) without padding")
     try:
         raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
         obj = unpack(raw, limit=_MAX_TOKEN_CHARS)
     except (ValueError, DecodeError) as exc:
         raise InviteMalformed(f"invite is not base64url msgpack: {exc}") from None
+    if _b64(raw) != body:
+        raise InviteNonCanonical("invite base64 has non-zero unused bits")
+    try:
+        again = pack(obj)
+    except ValueError:  # pragma: no cover - unpack only returns packable values
+        again = b""
+    if again != raw:
+        raise InviteNonCanonical("invite msgpack is not in its minimal encoding")
+    return obj
+
+
+def accept_invite(token: str, now_s: int) -> Invite:
+    """Verify an invite token in its canonical form (module docs).
+
+    Raises :class:`InviteMalformed` (:class:`InviteNonCanonical` for another
+    encoding of a well-formed token), :class:`InviteBadSignature` or
+    :class:`InviteExpired`.
+    """
+    obj = _decode_token(token)
     if type(obj) is not list or len(obj) != 6 or obj[0] != 1:
         raise InviteMalformed("invite must be [1, key, endpoints, expires, nonce, sig]")
     _, pub, eps, expires_s, nonce, sig = obj
-    if type(pub) is not bytes or len(pub) != 32 or type(sig) is not bytes:
-        raise InviteMalformed("invite key or signature has the wrong form")
+    if type(pub) is not bytes or len(pub) != 32:
+        raise InviteMalformed("invite key has the wrong form")
+    if type(sig) is not bytes or len(sig) != _SIG_BYTES:
+        raise InviteMalformed("invite signature has the wrong form")
     if type(nonce) is not bytes or len(nonce) != _NONCE_BYTES or type(expires_s) is not int:
         raise InviteMalformed("invite nonce or expiry has the wrong form")
     try:
