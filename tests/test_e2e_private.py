@@ -70,6 +70,11 @@ def test_a_stranger_gets_nothing_from_a_default_node(tmp_path: Path) -> None:
         assert stranger.address not in a.client.status()["members"]
         assert a.address not in stranger.client.status()["members"]
         assert a.client.status()["peers_connected"] == 0
+        # the stranger says so: in status, and once (not per redial) in its log
+        refused = stranger.client.status()["trust"]["refused_by"]
+        assert [(t["endpoint"], t["refused"]) for t in refused] == [(a.endpoint, "unknown_peer")]
+        log = (stranger.data_dir / "daemon.log").read_text()
+        assert log.count("turned this node away") == 1, log
 
         # The protocol itself: an authenticated identity asks for a's whole feed.
         mallory = Identity.from_seed(bytes([42]) * 32)
@@ -78,3 +83,19 @@ def test_a_stranger_gets_nothing_from_a_default_node(tmp_path: Path) -> None:
         assert mallory.address not in _vv(a)
         assert not stranger.client.ctx_get("default", "secret")["found"]
         assert int(a.client.status()["counters"].get("events_served", 0)) == 0
+
+
+def test_a_stranger_on_probation_gets_nothing_and_is_cut_off(tmp_path: Path) -> None:
+    """A node holding invites hears unknown peers out (a joiner must present its
+    proof first); a stranger that asks for anything else is closed at once."""
+    with LocalSwarm(tmp_path, trust_mode=None) as swarm:
+        a = swarm.start("a")
+        a.client.ctx_set("default", "secret", "the plan")
+        a.client.call("invite", ttl_s=600)
+        mallory = Identity.from_seed(bytes([43]) * 32)
+        got = asyncio.run(_pull_everything(a, mallory))  # returns when a hangs up
+        assert got == []
+        counters = a.client.status()["counters"]
+        assert counters.get("probation_violation", 0) == 1
+        assert int(counters.get("events_served", 0)) == 0
+        assert mallory.address not in a.client.status()["members"]

@@ -21,10 +21,20 @@ from hivemesh.errors import (
     InviteExpired,
     InviteMalformed,
     InviteNonCanonical,
+    InviteRevoked,
+    InviteUnknown,
     InviteUsed,
     StoreCorrupt,
 )
-from hivemesh.trust import INVITE_PREFIX, TrustStore, accept_invite, join_proof, make_invite
+from hivemesh.trust import (
+    INVITE_MEMORY_S,
+    INVITE_PREFIX,
+    MAX_INVITE_RECORDS,
+    TrustStore,
+    accept_invite,
+    join_proof,
+    make_invite,
+)
 
 ALICE = Identity.from_seed(b"a" * 32)
 BOB = Identity.from_seed(b"b" * 32)
@@ -227,38 +237,67 @@ def test_revoke_wins_and_other_processes_see_it(tmp_path: Path) -> None:
     assert daemon.is_trusted(BOB.address) and daemon.revoked() == []
 
 
-def test_join_flow_trusts_both_ways(tmp_path: Path) -> None:
+def test_join_flow_trusts_the_joiner_once(tmp_path: Path) -> None:
     alice = TrustStore(tmp_path / "alice")
-    bob = TrustStore(tmp_path / "bob")
     token = alice.issue_invite(ALICE, EPS, 600, 1000)
     assert alice.pending_invites(1000) == 1
-    invite = bob.accept(token, 1001)
-    assert bob.is_trusted(ALICE.address) and invite.endpoints == tuple(EPS)
+    invite = accept_invite(token, 1001)
+    assert invite.inviter == ALICE.address and invite.endpoints == tuple(EPS)
     proof = join_proof(invite, BOB.address)
     assert not alice.is_trusted(BOB.address)
-    alice.redeem(BOB.address, proof, 1002)
+    assert alice.redeem(BOB.address, proof, 1002) is True
     assert alice.is_trusted(BOB.address) and alice.pending_invites(1002) == 0
-    # Single use: a second redemption (say by Eve with Bob's stolen proof) fails.
+    # Bob again (his admission was lost on the way): answered, nothing consumed
+    assert alice.redeem(BOB.address, proof, 1003) is False
+    # Single use: Eve cannot use it, and learns why
     with pytest.raises(InviteUsed):
-        alice.redeem(BOB.address, proof, 1003)
+        alice.redeem(EVE.address, join_proof(invite, EVE.address), 1003)
+    assert not alice.is_trusted(EVE.address)
 
 
-def test_proof_is_bound_to_the_joiner_and_expires(tmp_path: Path) -> None:
+def test_refusals_name_their_cause(tmp_path: Path) -> None:
     alice = TrustStore(tmp_path)
-    token = alice.issue_invite(ALICE, EPS, 600, 1000)
-    invite = accept_invite(token, 1000)
-    with pytest.raises(InviteUsed):  # Bob's proof presented by Eve's connection
+    invite = accept_invite(alice.issue_invite(ALICE, EPS, 600, 1000), 1000)
+    with pytest.raises(InviteUnknown):  # Bob's proof presented by Eve's connection
         alice.redeem(EVE.address, join_proof(invite, BOB.address), 1001)
-    with pytest.raises(InviteUsed):  # expired
+    with pytest.raises(InviteExpired):
         alice.redeem(BOB.address, join_proof(invite, BOB.address), 1600)
+    foreign = accept_invite(make_invite(ALICE, EPS, 600, 1000, NONCE), 1000)  # never issued
+    with pytest.raises(InviteUnknown):
+        alice.redeem(BOB.address, join_proof(foreign, BOB.address), 1001)
     assert not alice.is_trusted(BOB.address) and not alice.is_trusted(EVE.address)
+    assert alice.remembered_invites() == 1
+
+
+def test_used_and_expired_invites_are_remembered_for_a_while(tmp_path: Path) -> None:
+    alice = TrustStore(tmp_path)
+    invite = accept_invite(alice.issue_invite(ALICE, EPS, 600, 1000), 1000)
+    alice.redeem(BOB.address, join_proof(invite, BOB.address), 1001)
+    late = 1600 + INVITE_MEMORY_S - 1
+    with pytest.raises(InviteUsed):  # still known as used, long after it expired
+        alice.redeem(EVE.address, join_proof(invite, EVE.address), late)
+    alice.issue_invite(ALICE, EPS, 600, late + 1)  # prunes the forgotten ones
+    assert alice.remembered_invites() == 1
+    with pytest.raises(InviteUnknown):
+        alice.redeem(EVE.address, join_proof(invite, EVE.address), late + 2)
+
+
+def test_invite_records_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert MAX_INVITE_RECORDS == 1024
+    monkeypatch.setattr("hivemesh.trust.MAX_INVITE_RECORDS", 8)
+    alice = TrustStore(tmp_path)
+    for i in range(12):
+        alice.issue_invite(ALICE, EPS, 600 + i, 1000, i.to_bytes(16, "big"))
+    assert alice.remembered_invites() == 8  # the 4 that expire first are forgotten
+    last = accept_invite(alice.issue_invite(ALICE, EPS, 9999, 1000, bytes([255]) * 16), 1000)
+    assert alice.redeem(BOB.address, join_proof(last, BOB.address), 1001)
 
 
 def test_revoked_cannot_redeem(tmp_path: Path) -> None:
     alice = TrustStore(tmp_path)
     token = alice.issue_invite(ALICE, EPS, 600, 1000)
     alice.revoke(EVE.address, 1000)
-    with pytest.raises(InviteError):
+    with pytest.raises(InviteRevoked):
         alice.redeem(EVE.address, join_proof(accept_invite(token, 1000), EVE.address), 1001)
     assert alice.pending_invites(1001) == 1
 

@@ -31,7 +31,9 @@ Every class carries a short stable ``code`` used as the counter name in
     │       │   └── InviteNonCanonical
     │       ├── InviteBadSignature
     │       ├── InviteExpired
-    │       └── InviteUsed
+    │       ├── InviteUsed
+    │       ├── InviteUnknown
+    │       └── InviteRevoked
     ├── RemoteProtocolError
     │   ├── DecodeError
     │   │   └── FrameTooLarge
@@ -117,6 +119,8 @@ __all__ = [
     "InviteExpired",
     "InviteMalformed",
     "InviteNonCanonical",
+    "InviteRevoked",
+    "InviteUnknown",
     "InviteUsed",
     "LLMBadOutput",
     "LLMError",
@@ -429,9 +433,26 @@ class InviteExpired(InviteError):
 
 
 class InviteUsed(InviteError):
-    """No unexpired, unused invite matches this join proof."""
+    """The invite was already used by another node.
+
+    Like every ``Invite*`` refusal of a join, it is also the CLOSE code with
+    which the inviter ends the joiner's channel, so the joiner learns why.
+    """
 
     code = "invite_used"
+
+
+class InviteUnknown(InviteError):
+    """The inviter holds no invite matching the join proof (a foreign or forged
+    token, or one forgotten long after it expired)."""
+
+    code = "invite_unknown"
+
+
+class InviteRevoked(InviteError):
+    """The inviter revoked the joining node, so no invite admits it."""
+
+    code = "invite_revoked"
 
 
 # -- planner (issue 6) ---------------------------------------------------------

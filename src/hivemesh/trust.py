@@ -38,13 +38,20 @@ case. So a token's text is its identity, in logs and wherever it is compared.
    = ``blake2b(key=nonce, "hivemesh/join/v1" || inviter_pub || joiner_pub)``.
    It proves possession of the token without revealing the nonce and is
    bound to both identities, so it is useless to anyone else.
-3. The inviter's transport, facing an authenticated but untrusted peer that
-   presents a proof, calls :meth:`TrustStore.redeem`: if the proof matches
-   an unexpired, unused invite, the invite is consumed and the joiner's
-   address is trusted; otherwise the connection is refused
-   (:class:`~hivemesh.errors.UnknownPeer`). Revoked addresses cannot redeem.
-4. Membership then runs :meth:`~hivemesh.core.membership.Membership.join`
-   with the inviter as seed, and peer exchange introduces the others.
+3. The inviter, facing an authenticated but untrusted peer that presents a
+   proof, calls :meth:`TrustStore.redeem`: if the proof matches an
+   unexpired, unused invite, the invite is marked used by that joiner and
+   the joiner's address is trusted. Otherwise it names the cause --
+   :class:`~hivemesh.errors.InviteUsed`, :class:`~hivemesh.errors.InviteExpired`,
+   :class:`~hivemesh.errors.InviteUnknown` (not an invite of ours),
+   :class:`~hivemesh.errors.InviteRevoked` -- and the runtime closes the
+   channel with that code, so the joiner learns why. Used and expired
+   invites are remembered for :data:`INVITE_MEMORY_S` (at most
+   :data:`MAX_INVITE_RECORDS`) for exactly that.
+4. The joiner trusts the inviter once it is admitted (the runtime's
+   ``RT_JOINED``); membership then runs
+   :meth:`~hivemesh.core.membership.Membership.join` with the inviter as
+   seed, and peer exchange introduces the others.
 
 Trust is per node. For a swarm larger than a pair, the runtime should
 publish ``trust.add`` / ``trust.revoke`` journal events signed by the
@@ -76,16 +83,19 @@ from hivemesh.errors import (
     DecodeError,
     InvalidArgument,
     InviteBadSignature,
-    InviteError,
     InviteExpired,
     InviteMalformed,
     InviteNonCanonical,
+    InviteRevoked,
+    InviteUnknown,
     InviteUsed,
     StoreCorrupt,
 )
 
 __all__ = [
+    "INVITE_MEMORY_S",
     "INVITE_PREFIX",
+    "MAX_INVITE_RECORDS",
     "Invite",
     "TrustStore",
     "accept_invite",
@@ -101,6 +111,10 @@ _MAX_TOKEN_CHARS = 4096
 _SIG_BYTES = 64
 _BASE64URL = re.compile(r"[A-Za-z0-9_-]*")
 _FILE = "trust.json"
+#: How long an expired or used invite is remembered, to tell a late joiner why.
+INVITE_MEMORY_S = 7 * 86400
+#: Invite records kept at most (the oldest are forgotten first).
+MAX_INVITE_RECORDS = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,44 +297,63 @@ class TrustStore:
         nonce = secrets.token_bytes(_NONCE_BYTES) if nonce is None else nonce
         token = make_invite(identity, endpoints, ttl_s, now_s, nonce)
         with self._edit() as data:
-            _prune(data, now_s)
             data["invites"][nonce.hex()] = {
                 "inviter": identity.address,
                 "expires_s": int(now_s) + int(ttl_s),
             }
+            _prune(data, now_s)
         return token
 
-    def accept(self, token: str, now_s: int) -> Invite:
-        """Joiner side: verify ``token`` and trust its inviter."""
-        invite = accept_invite(token, now_s)
-        self.add(invite.inviter, now_s, note="inviter")
-        return invite
-
-    def redeem(self, joiner_address: str, proof: bytes, now_s: int) -> None:
+    def redeem(self, joiner_address: str, proof: bytes, now_s: int) -> bool:
         """Inviter side: consume the invite ``proof`` matches and trust the joiner.
 
-        Raises :class:`InviteUsed` if no unexpired, unused invite matches and
-        :class:`InviteError` if the joiner was revoked.
+        Returns True if the invite was redeemed now, False if this joiner had
+        redeemed it before (its admission may not have reached it; it is
+        trusted again unless revoked). Otherwise the cause is raised:
+        :class:`InviteRevoked` (the joiner was revoked), :class:`InviteUsed`
+        (another node used it), :class:`InviteExpired`, or
+        :class:`InviteUnknown` (no invite of ours matches: foreign, forged,
+        or forgotten after :data:`INVITE_MEMORY_S`).
         """
         joiner_pub = public_key_of(joiner_address)
+        if type(proof) is not bytes:
+            raise InviteUnknown("a join proof is bytes")
         with self._edit() as data:
             _prune(data, now_s)
             if joiner_address in data["revoked"]:
-                raise InviteError("a revoked address cannot redeem an invite")
-            for nonce_hex in sorted(data["invites"]):
-                inv = data["invites"][nonce_hex]
-                msg = _PROOF_DOMAIN + public_key_of(inv["inviter"]) + joiner_pub
-                want = hashlib.blake2b(msg, key=bytes.fromhex(nonce_hex), digest_size=32).digest()
-                if isinstance(proof, bytes) and hmac.compare_digest(want, proof):
-                    del data["invites"][nonce_hex]
-                    data["trusted"][joiner_address] = {"since_s": int(now_s), "note": "invited"}
-                    return
-        raise InviteUsed("no unexpired, unused invite matches this proof")
+                raise InviteRevoked("the inviter revoked this node")
+            nonce_hex, inv = _matching(data["invites"], joiner_pub, proof)
+            if inv is None:
+                raise InviteUnknown("no invite of the inviter matches (foreign or forgotten)")
+            used_by = inv.get("used_by")
+            if used_by == joiner_address:
+                data["trusted"].setdefault(
+                    joiner_address, {"since_s": int(now_s), "note": "invited"}
+                )
+                return False
+            if used_by is not None:
+                raise InviteUsed("the invite was already used by another node")
+            if inv["expires_s"] <= now_s:
+                raise InviteExpired(f"the invite expired {now_s - inv['expires_s']} s ago")
+            inv["used_by"], inv["used_s"] = joiner_address, int(now_s)
+            data["invites"][nonce_hex] = inv
+            data["trusted"][joiner_address] = {"since_s": int(now_s), "note": "invited"}
+        return True
 
     def pending_invites(self, now_s: int) -> int:
         """How many issued invites are still redeemable."""
         self._refresh()
-        return sum(1 for v in self._data["invites"].values() if v["expires_s"] > now_s)
+        return sum(
+            1
+            for v in self._data["invites"].values()
+            if v["expires_s"] > now_s and v.get("used_by") is None
+        )
+
+    def remembered_invites(self) -> int:
+        """Issued invites still on record: redeemable, used or expired (a node
+        holding any hears joiners out, to tell them why it refuses)."""
+        self._refresh()
+        return len(self._data["invites"])
 
     # -- file handling -----------------------------------------------------------------
 
@@ -364,9 +397,29 @@ def _empty() -> dict[str, Any]:
 
 
 def _prune(data: dict[str, Any], now_s: int) -> None:
-    for k in sorted(data["invites"]):
-        if data["invites"][k]["expires_s"] <= now_s:
-            del data["invites"][k]
+    """Forget invites :data:`INVITE_MEMORY_S` after they expired, and the oldest
+    beyond :data:`MAX_INVITE_RECORDS`."""
+    invites = data["invites"]
+    for k in sorted(invites):
+        if invites[k]["expires_s"] + INVITE_MEMORY_S <= now_s:
+            del invites[k]
+    extra = len(invites) - MAX_INVITE_RECORDS
+    if extra > 0:
+        for k in sorted(invites, key=lambda k: (invites[k]["expires_s"], k))[:extra]:
+            del invites[k]
+
+
+def _matching(
+    invites: dict[str, Any], joiner_pub: bytes, proof: bytes
+) -> tuple[str, dict[str, Any] | None]:
+    """The invite record whose proof for ``joiner_pub`` is ``proof``."""
+    for nonce_hex in sorted(invites):
+        inv = invites[nonce_hex]
+        msg = _PROOF_DOMAIN + public_key_of(inv["inviter"]) + joiner_pub
+        want = hashlib.blake2b(msg, key=bytes.fromhex(nonce_hex), digest_size=32).digest()
+        if hmac.compare_digest(want, proof):
+            return nonce_hex, dict(inv)
+    return "", None
 
 
 def _load(path: Path) -> dict[str, Any]:

@@ -204,6 +204,7 @@ class Daemon(Pump, DaemonAPI):
         self.trust_view = TrustView()
         for view in (self.context_view, self.names, self.endpoints, self.trust_view):
             self.node.add_view(view)
+        self.invites.attach(self.node)
         from hivemesh.runtime.leases import attach as attach_leases
 
         self.leases, self.claims = attach_leases(self)  # quorum voter/proposer, claims view
@@ -223,6 +224,7 @@ class Daemon(Pump, DaemonAPI):
             slow_peer_timeout_s=cfg.slow_peer_timeout_s,
             rng=random.Random(secrets.randbits(128)),
             options=ChannelOptions(send_queue_frames=cfg.send_queue_frames),
+            on_refused=self.invites.on_refused,
         )
         host, port = cfg.listen_endpoint()
         self.listen_port = await self.conns.listen(host, port)
@@ -348,8 +350,11 @@ class Daemon(Pump, DaemonAPI):
 
         ``open`` mode: anyone not revoked here. ``invite`` mode: the web of
         trust grown from ``trust.json`` through the journal's vouches
-        (:mod:`hivemesh.runtime.trustview`).
+        (:mod:`hivemesh.runtime.trustview`). Either way, the inviter of a
+        join in progress (:mod:`hivemesh.runtime.invites`).
         """
+        if address in self.invites.joins:
+            return True
         if self.trust.is_revoked(address):
             return False
         if self.config.trust_mode == "open" or self.trust.is_trusted(address):
@@ -389,7 +394,12 @@ class Daemon(Pump, DaemonAPI):
     async def _recheck_trust(self) -> None:
         """After trust changed: drop peers no longer admitted, dial new ones."""
         for peer in sorted(self.conns.links):
-            if peer not in self.invites.probation and not self.authorize(peer):
+            if peer in self.invites.probation:
+                if self.authorize(peer):  # vouched for meanwhile: a peer like any other
+                    del self.invites.probation[peer]
+                    await self._on_peer(peer, True)
+                continue
+            if not self.authorize(peer):
                 self.counters["disconnected_revoked"] += 1
                 self.conns.forget(peer)
                 await self.conns.disconnect(peer, "revoked", revoked=True)
@@ -428,16 +438,22 @@ class Daemon(Pump, DaemonAPI):
             return  # not a member until it presents a valid join proof
         if up:
             self.invites.send_proof(peer)
-            eps = self.endpoints.endpoints(peer)
-            link = self.conns.links.get(peer)
-            if link is not None and link.endpoint is not None and not eps:
-                eps = [f"{link.endpoint[0]}:{link.endpoint[1]}"]
-            self.members.channel_up(peer, eps, now_ms())
+            if peer not in self.invites.awaiting:  # else: once it admits us
+                self.member_up(peer)
         else:
             self.invites.probation.pop(peer, None)
             self.node.remove_peer(peer)
             self.learn(peer, self.endpoints.endpoints(peer))
         await self.flush()
+
+    def member_up(self, peer: str) -> None:
+        """A channel to ``peer`` is up and both sides admit each other:
+        replicate with it, and join membership through it if it is new."""
+        eps = self.endpoints.endpoints(peer)
+        link = self.conns.links.get(peer)
+        if link is not None and link.endpoint is not None and not eps:
+            eps = [f"{link.endpoint[0]}:{link.endpoint[1]}"]
+        self.members.channel_up(peer, eps, now_ms())
 
     def learn(self, address: str, endpoints: list[str]) -> None:
         """Keep dialling ``address`` at ``endpoints`` (if it may connect)."""

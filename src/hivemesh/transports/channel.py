@@ -58,6 +58,10 @@ from hivemesh.errors import (
     DeadlineExceeded,
     HivemeshError,
     InvalidArgument,
+    InviteExpired,
+    InviteRevoked,
+    InviteUnknown,
+    InviteUsed,
     UnknownPeer,
     WouldBlock,
 )
@@ -94,10 +98,18 @@ class ChannelOptions:
                 raise InvalidArgument(f"ChannelOptions.{name} must be positive, got {value!r}")
 
 
+#: CLOSE codes by which a peer refuses a join, each raised as its own type.
+_JOIN_REFUSALS: dict[str, type[HivemeshError]] = {
+    cls.code: cls for cls in (InviteUsed, InviteExpired, InviteUnknown, InviteRevoked)
+}
+
+
 def peer_close_error(code: str) -> HivemeshError:
     """The local error for a CLOSE item carrying ``code`` from the peer."""
     if code == UnknownPeer.code:
         return UnknownPeer("the peer does not trust this node (refused or revoked)")
+    if code in _JOIN_REFUSALS:
+        return _JOIN_REFUSALS[code](f"the peer refused the join: {code}")
     if code == "normal":
         return ConnectionClosed("the peer closed the channel")
     if code == ChannelSuperseded.code:
