@@ -32,6 +32,7 @@ from hivemesh.trust import (
     MAX_INVITE_RECORDS,
     TrustStore,
     accept_invite,
+    is_swarm_id,
     join_proof,
     make_invite,
 )
@@ -245,10 +246,10 @@ def test_join_flow_trusts_the_joiner_once(tmp_path: Path) -> None:
     assert invite.inviter == ALICE.address and invite.endpoints == tuple(EPS)
     proof = join_proof(invite, BOB.address)
     assert not alice.is_trusted(BOB.address)
-    assert alice.redeem(BOB.address, proof, 1002) is True
+    assert alice.redeem(BOB.address, proof, 1002)[0] is True
     assert alice.is_trusted(BOB.address) and alice.pending_invites(1002) == 0
     # Bob again (his admission was lost on the way): answered, nothing consumed
-    assert alice.redeem(BOB.address, proof, 1003) is False
+    assert alice.redeem(BOB.address, proof, 1003)[0] is False
     # Single use: Eve cannot use it, and learns why
     with pytest.raises(InviteUsed):
         alice.redeem(EVE.address, join_proof(invite, EVE.address), 1003)
@@ -300,6 +301,38 @@ def test_revoked_cannot_redeem(tmp_path: Path) -> None:
     with pytest.raises(InviteRevoked):
         alice.redeem(EVE.address, join_proof(accept_invite(token, 1000), EVE.address), 1001)
     assert alice.pending_invites(1001) == 1
+
+
+def test_swarms_founded_joined_and_named_in_invites(tmp_path: Path) -> None:
+    alice = TrustStore(tmp_path / "alice")
+    assert alice.swarms() == []
+    token = alice.issue_invite(ALICE, EPS, 600, 1000)  # founds alice's home swarm
+    (home,) = alice.swarms()
+    assert is_swarm_id(home) and alice.home_swarm(1001) == home
+    new, swarm = alice.redeem(BOB.address, join_proof(accept_invite(token, 1000), BOB.address), 1)
+    assert new and swarm == home
+    other = "0" * 32
+    alice.join_swarm(other, EVE.address, 2000)  # alice joins Eve's swarm too
+    assert alice.swarms() == [home, other]  # the home swarm stays first
+    token = alice.issue_invite(ALICE, EPS, 600, 2000, swarm=other)
+    eve_proof = join_proof(accept_invite(token, 2000), EVE.address)
+    assert alice.redeem(EVE.address, eve_proof, 2001) == (True, other)
+    with pytest.raises(InvalidArgument):
+        alice.issue_invite(ALICE, EPS, 600, 2000, swarm="f" * 32)  # not alice's
+    with pytest.raises(InvalidArgument):
+        alice.join_swarm("not-an-id", EVE.address, 2000)
+
+
+def test_a_trust_file_without_swarms_still_loads(tmp_path: Path) -> None:
+    (tmp_path / "trust.json").write_text(
+        '{"version": 1, "trusted": {}, "revoked": {}, "invites": {}}'
+    )
+    assert TrustStore(tmp_path).swarms() == []
+    (tmp_path / "trust.json").write_text(
+        '{"version": 1, "trusted": {}, "revoked": {}, "invites": {}, "swarms": {"x": {}}}'
+    )
+    with pytest.raises(StoreCorrupt):
+        TrustStore(tmp_path)
 
 
 def test_corrupt_file_is_a_typed_error(tmp_path: Path) -> None:

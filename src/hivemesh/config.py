@@ -92,6 +92,9 @@ class Config:
     #         was invited by, and those its swarms vouch for (runtime.trustview);
     #         "open": any authenticated peer unless revoked (a trusted lab LAN)
     trust_mode: str = "invite"
+    # whose vouches an invite-mode node follows into its swarms: "web" (every
+    # member's, transitively), "direct" (of nodes it vouched for), "none"
+    trust_vouches: str = "web"
     # [limits]
     send_queue_frames: int = 4096
     slow_peer_timeout_s: float = 10.0
@@ -159,7 +162,7 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
     ),
     "membership": ("probe_interval_ms", "probe_timeout_ms", "suspicion_mult"),
     "replication": ("sync_interval_ms", "commit_delay_ms"),
-    "trust": ("trust_mode",),
+    "trust": ("trust_mode", "trust_vouches"),
     "limits": ("send_queue_frames", "slow_peer_timeout_s", "control_timeout_s", "inbox_max"),
     "telemetry": (
         "telemetry",
@@ -175,6 +178,7 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
 }
 _FIELDS = {f.name: f for f in dataclasses.fields(Config)}
 _TRUST_MODES = ("open", "invite")
+_TRUST_VOUCHES = ("web", "direct", "none")
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
@@ -329,6 +333,8 @@ def _validate(cfg: Config) -> None:
     bootstrap_targets(cfg.bootstrap)
     if cfg.trust_mode not in _TRUST_MODES:
         raise ConfigError(f"trust_mode must be one of {_TRUST_MODES}")
+    if cfg.trust_vouches not in _TRUST_VOUCHES:
+        raise ConfigError(f"trust_vouches must be one of {_TRUST_VOUCHES}")
     if cfg.log_level not in _LOG_LEVELS:
         raise ConfigError(f"log_level must be one of {_LOG_LEVELS}")
     positive = (

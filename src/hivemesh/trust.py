@@ -5,11 +5,12 @@ Theory of operation
 Nodes are private by default: a node talks only to addresses in its
 :class:`TrustStore` (``trust.json`` in the data dir, mode 0600, written
 atomically under an advisory lock so the CLI and a running daemon can share
-it). ``trust revoke`` moves an address to the revoked set, which wins over
-everything: the runtime drops the connection, calls ``node.remove_peer`` and
-``membership.forget``, and the node's journal ``trusted`` hook refuses the
-address's new events. A running daemon sees CLI edits because every read
-checks the file's identity (inode, size, mtime) and reloads when it changed.
+it) and to the members of its swarms (below). ``trust revoke`` moves an
+address to the revoked set, which wins over everything: the runtime drops
+the connection, calls ``node.remove_peer`` and ``membership.forget``, and
+the node's journal ``trusted`` hook refuses the address's new events. A
+running daemon sees CLI edits because every read checks the file's identity
+(inode, size, mtime) and reloads when it changed.
 
 **Invites.** ``hivemesh invite`` prints a token::
 
@@ -53,10 +54,13 @@ case. So a token's text is its identity, in logs and wherever it is compared.
    :meth:`~hivemesh.core.membership.Membership.join` with the inviter as
    seed, and peer exchange introduces the others.
 
-Trust is per node. For a swarm larger than a pair, the runtime should
-publish ``trust.add`` / ``trust.revoke`` journal events signed by the
-trusting node, and admit an address trusted by any member it trusts
-(revocations winning); that view lives above this module.
+**Swarms.** Trust is per node, but a node also records the swarms it
+belongs to (:meth:`TrustStore.swarms`): the one it founds at its first
+invite (a random 16-byte id), and each it joins (:meth:`TrustStore.join_swarm`).
+Every invite brings the joiner into one of them (:meth:`TrustStore.issue_invite`,
+``swarm``), which :meth:`TrustStore.redeem` returns. The runtime publishes
+admissions as swarm-scoped ``trust.add`` journal events and admits the members
+of its own swarms only (:mod:`hivemesh.runtime.trustview`).
 """
 
 from __future__ import annotations
@@ -99,6 +103,7 @@ __all__ = [
     "Invite",
     "TrustStore",
     "accept_invite",
+    "is_swarm_id",
     "join_proof",
     "make_invite",
 ]
@@ -110,6 +115,7 @@ _NONCE_BYTES = 16
 _MAX_TOKEN_CHARS = 4096
 _SIG_BYTES = 64
 _BASE64URL = re.compile(r"[A-Za-z0-9_-]*")
+_SWARM_ID = re.compile(r"[0-9a-f]{32}")
 _FILE = "trust.json"
 #: How long an expired or used invite is remembered, to tell a late joiner why.
 INVITE_MEMORY_S = 7 * 86400
@@ -125,6 +131,11 @@ class Invite:
     endpoints: tuple[str, ...]
     expires_s: int
     nonce: bytes
+
+
+def is_swarm_id(value: object) -> bool:
+    """True for a swarm id: 16 random bytes as 32 lower-case hex digits."""
+    return isinstance(value, str) and _SWARM_ID.fullmatch(value) is not None
 
 
 def _signed_part(pub: bytes, endpoints: list[str], expires_s: int, nonce: bytes) -> bytes:
@@ -269,6 +280,11 @@ class TrustStore:
         self._refresh()
         return sorted(self._data["revoked"])
 
+    def swarms(self) -> list[str]:
+        """The ids of the swarms this node belongs to, the home swarm first."""
+        self._refresh()
+        return _by_age(self._data["swarms"])
+
     # -- changes ---------------------------------------------------------------------
 
     def add(self, address: str, now_s: int, *, note: str = "") -> None:
@@ -285,6 +301,19 @@ class TrustStore:
             data["trusted"].pop(address, None)
             data["revoked"][address] = {"since_s": int(now_s)}
 
+    def home_swarm(self, now_s: int) -> str:
+        """The swarm invites and ``trust add`` bring nodes into: the oldest one
+        this node belongs to, founded now if it belongs to none."""
+        with self._edit() as data:
+            return _home(data, now_s)
+
+    def join_swarm(self, swarm: str, via: str, now_s: int) -> None:
+        """Record that this node joined ``swarm`` through the inviter ``via``."""
+        if not is_swarm_id(swarm):
+            raise InvalidArgument("a swarm id is 32 lower-case hex digits")
+        with self._edit() as data:
+            data["swarms"].setdefault(swarm, {"since_s": int(now_s), "via": via})
+
     def issue_invite(
         self,
         identity: Identity,
@@ -292,24 +321,33 @@ class TrustStore:
         ttl_s: int,
         now_s: int,
         nonce: bytes | None = None,
+        *,
+        swarm: str | None = None,
     ) -> str:
-        """Make a single-use invite token and remember it until it expires."""
+        """Make a single-use invite token into ``swarm`` (default: the home
+        swarm) and remember it (module docs)."""
         nonce = secrets.token_bytes(_NONCE_BYTES) if nonce is None else nonce
         token = make_invite(identity, endpoints, ttl_s, now_s, nonce)
         with self._edit() as data:
+            if swarm is None:
+                swarm = _home(data, now_s)
+            elif swarm not in data["swarms"]:
+                raise InvalidArgument(f"this node is not in swarm {swarm!r}")
             data["invites"][nonce.hex()] = {
                 "inviter": identity.address,
                 "expires_s": int(now_s) + int(ttl_s),
+                "swarm": swarm,
             }
             _prune(data, now_s)
         return token
 
-    def redeem(self, joiner_address: str, proof: bytes, now_s: int) -> bool:
+    def redeem(self, joiner_address: str, proof: bytes, now_s: int) -> tuple[bool, str]:
         """Inviter side: consume the invite ``proof`` matches and trust the joiner.
 
-        Returns True if the invite was redeemed now, False if this joiner had
-        redeemed it before (its admission may not have reached it; it is
-        trusted again unless revoked). Otherwise the cause is raised:
+        Returns ``(new, swarm)``: the swarm the invite brings the joiner into,
+        and whether it was redeemed now (False: this joiner had redeemed it
+        before and its admission may not have reached it; it is trusted again
+        unless revoked). Otherwise the cause is raised:
         :class:`InviteRevoked` (the joiner was revoked), :class:`InviteUsed`
         (another node used it), :class:`InviteExpired`, or
         :class:`InviteUnknown` (no invite of ours matches: foreign, forged,
@@ -326,11 +364,12 @@ class TrustStore:
             if inv is None:
                 raise InviteUnknown("no invite of the inviter matches (foreign or forgotten)")
             used_by = inv.get("used_by")
+            swarm = str(inv.get("swarm") or _home(data, now_s))
             if used_by == joiner_address:
                 data["trusted"].setdefault(
                     joiner_address, {"since_s": int(now_s), "note": "invited"}
                 )
-                return False
+                return False, swarm
             if used_by is not None:
                 raise InviteUsed("the invite was already used by another node")
             if inv["expires_s"] <= now_s:
@@ -338,7 +377,7 @@ class TrustStore:
             inv["used_by"], inv["used_s"] = joiner_address, int(now_s)
             data["invites"][nonce_hex] = inv
             data["trusted"][joiner_address] = {"since_s": int(now_s), "note": "invited"}
-        return True
+        return True, swarm
 
     def pending_invites(self, now_s: int) -> int:
         """How many issued invites are still redeemable."""
@@ -393,7 +432,18 @@ class TrustStore:
 
 
 def _empty() -> dict[str, Any]:
-    return {"version": 1, "trusted": {}, "revoked": {}, "invites": {}}
+    return {"version": 1, "trusted": {}, "revoked": {}, "invites": {}, "swarms": {}}
+
+
+def _by_age(swarms: dict[str, Any]) -> list[str]:
+    return sorted(swarms, key=lambda s: (swarms[s]["since_s"], s))
+
+
+def _home(data: dict[str, Any], now_s: int) -> str:
+    """The home swarm of ``data``, founding one (a fresh random id) if needed."""
+    if not data["swarms"]:
+        data["swarms"][secrets.token_hex(16)] = {"since_s": int(now_s), "via": ""}
+    return _by_age(data["swarms"])[0]
 
 
 def _prune(data: dict[str, Any], now_s: int) -> None:
@@ -427,10 +477,13 @@ def _load(path: Path) -> dict[str, Any]:
         data = json.loads(path.read_text("utf-8"))
     except (OSError, ValueError) as exc:
         raise StoreCorrupt(f"{path}: unreadable trust store: {exc}") from None
+    if type(data) is dict:
+        data.setdefault("swarms", {})  # written before swarms existed
     if (
         type(data) is not dict
         or data.get("version") != 1
-        or not all(type(data.get(k)) is dict for k in ("trusted", "revoked", "invites"))
+        or not all(type(data.get(k)) is dict for k in ("trusted", "revoked", "invites", "swarms"))
+        or not all(is_swarm_id(s) and type(v) is dict for s, v in data["swarms"].items())
     ):
         raise StoreCorrupt(f"{path}: not a version-1 trust store")
     return data

@@ -149,11 +149,17 @@ async def _admit(d: Daemon, args: dict[str, Any]) -> Any:
 
 
 async def _trust_list(d: Daemon, args: dict[str, Any]) -> Any:
-    return {"mode": d.config.trust_mode, "trusted": d.trust.trusted(), "revoked": d.trust.revoked()}
+    t = d.trust
+    return {
+        "mode": d.config.trust_mode,
+        "trusted": t.trusted(),
+        "revoked": t.revoked(),
+        "swarms": t.swarms(),
+    }
 
 
 async def _invite(d: Daemon, args: dict[str, Any]) -> Any:
-    return d.invite(_arg(args, "ttl_s", int, 3600))
+    return d.invite(_arg(args, "ttl_s", int, 3600), _arg(args, "swarm", str, None))
 
 
 async def _join(d: Daemon, args: dict[str, Any]) -> Any:

@@ -38,9 +38,10 @@ group commit), so a ``kill -9`` loses nothing that was acknowledged either.
 **Parts wired in.** SWIM membership (:mod:`hivemesh.runtime.members`),
 direct messages with a durable inbox, request/reply and ping
 (:mod:`hivemesh.runtime.messaging`), blobs (:mod:`hivemesh.runtime.blobs`),
-trust (``trust.json`` plus the journal's web of trust: ``authorize`` at the
-handshake and for membership, ``author_trusted`` at the journal gate;
-:mod:`hivemesh.runtime.trustview`, :mod:`hivemesh.runtime.invites`), the
+trust (``trust.json`` plus the journal's swarm-scoped web of trust:
+``authorize`` at the handshake, for membership and relayed messages,
+``author_trusted`` at the journal gate, ``shares`` for whose feeds a peer
+sees; :mod:`hivemesh.runtime.trustview`, :mod:`hivemesh.runtime.invites`), the
 views (context, names, endpoints, blob index, trust) and any application
 view added with :meth:`Daemon.add_view` (verified replay first). Only one
 daemon runs per data dir (``daemon.lock``).
@@ -79,7 +80,7 @@ from hivemesh.runtime.members import MemberDriver
 from hivemesh.runtime.messaging import Messaging
 from hivemesh.runtime.pump import Pump
 from hivemesh.runtime.status import Subscription
-from hivemesh.runtime.trustview import KIND_TRUST_ADD, KIND_TRUST_REVOKE, TrustView
+from hivemesh.runtime.trustview import KIND_TRUST_ADD, KIND_TRUST_REVOKE, TrustView, TrustWeb
 from hivemesh.transports import ChannelOptions
 from hivemesh.trust import TrustStore
 
@@ -126,6 +127,8 @@ class Daemon(Pump, DaemonAPI):
         self._mdns: Any = None
         self._lock_fd: int | None = None
         self._trust_generation = 0
+        self._web: tuple[tuple[int, int], TrustWeb] | None = None
+        self._addresses: dict[bytes, str] = {}
         self.advertised = ""
 
     # -- lifecycle -------------------------------------------------------------
@@ -197,6 +200,7 @@ class Daemon(Pump, DaemonAPI):
                 settle_delay_ms=None,
             ),
             trusted=self.author_trusted,
+            shares=self.shares if cfg.trust_mode == "invite" else None,
         )
         self.context_view = ContextView(self.identity.public)
         self.names = NamesView()
@@ -237,6 +241,7 @@ class Daemon(Pump, DaemonAPI):
             cfg.data_dir / "inbox.db",
             inbox_max=cfg.inbox_max,
             relays=self._relays,
+            admit=self.authorize,
         )
         self.messaging.on_output = self._schedule_flush
         self._ready.set()
@@ -359,14 +364,36 @@ class Daemon(Pump, DaemonAPI):
             return False
         if self.config.trust_mode == "open" or self.trust.is_trusted(address):
             return True
-        admitted, revoked = self.trust_view.evaluate(
-            self.trust.trusted(), self.trust.revoked(), self.address
-        )
-        return address in admitted and address not in revoked
+        return address in self.web().admitted
+
+    def web(self) -> TrustWeb:
+        """Our swarms' web of trust now (:mod:`hivemesh.runtime.trustview`)."""
+        key = (self.trust.generation, self.trust_view.version)
+        if self._web is None or self._web[0] != key:
+            t = self.trust
+            web = self.trust_view.evaluate(
+                t.trusted(), t.revoked(), self.address, t.swarms(), self.config.trust_vouches
+            )
+            self._web = (key, web)
+        return self._web[1]
 
     def author_trusted(self, author: bytes) -> bool:
         """The journal gate: may events authored by ``author`` be stored?"""
-        return self.authorize(address_of(author))
+        return self.authorize(self._address_of(author))
+
+    def shares(self, peer: str, author: bytes) -> bool:
+        """May ``peer`` see ``author``'s feed? Its own and ours, and those of
+        the members of a swarm it shares with us (``invite`` mode's core policy)."""
+        a = self._address_of(author)
+        return a == peer or a == self.address or self.web().shares(peer, a)
+
+    def _address_of(self, author: bytes) -> str:
+        address = self._addresses.get(author)
+        if address is None:
+            if len(self._addresses) >= 65_536:  # bounded: a cache, not a registry
+                self._addresses.clear()
+            address = self._addresses[author] = address_of(author)
+        return address
 
     async def revoke(self, address: str) -> None:
         """Revoke ``address``: drop its channel, forget it, refuse its new events."""
@@ -380,15 +407,18 @@ class Daemon(Pump, DaemonAPI):
         await self.flush()
 
     def admit(self, address: str) -> None:
-        """Trust ``address`` (invite mode) and lift any revocation."""
+        """Trust ``address`` (invite mode), lift any revocation, and bring it
+        into our home swarm (as an invite would)."""
         public_key_of(address)
-        self.trust.add(address, now_ms() // 1000)
-        self.vouch(address)
+        t = now_ms() // 1000
+        self.trust.add(address, t)
+        self.vouch(address, self.trust.home_swarm(t))
         self.learn(address, self.endpoints.endpoints(address))
 
-    def vouch(self, address: str) -> None:
-        """Publish that we trust ``address`` (others in the swarm may admit it)."""
-        self.node.append(KIND_TRUST_ADD, {"address": address}, now_ms())
+    def vouch(self, address: str, swarm: str) -> None:
+        """Publish that we bring ``address`` into ``swarm`` (its other members
+        may admit it; nobody outside that swarm follows it)."""
+        self.node.append(KIND_TRUST_ADD, {"address": address, "swarm": swarm}, now_ms())
         self._schedule_flush()
 
     async def _recheck_trust(self) -> None:

@@ -160,9 +160,10 @@ class DaemonAPI:
         """Round-trip time to a connected peer (by address or name)."""
         return await ping(self._daemon(), target, timeout_s=timeout_s)
 
-    def invite(self, ttl_s: int = 3600) -> dict[str, Any]:
-        """A single-use invite token for a new node: ``{token, inviter, expires_s}``."""
-        return self._daemon().invites.issue(ttl_s, now_ms())
+    def invite(self, ttl_s: int = 3600, swarm: str | None = None) -> dict[str, Any]:
+        """A single-use invite token for a new node into ``swarm`` (default:
+        our home swarm): ``{token, inviter, expires_s, swarm}``."""
+        return self._daemon().invites.issue(ttl_s, now_ms(), swarm)
 
     async def join(self, token: str, *, timeout_s: float) -> dict[str, Any]:
         """Join the swarm of the node that issued ``token``.

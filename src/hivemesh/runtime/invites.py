@@ -14,8 +14,9 @@ after the handshake instead of inside it:
   proof; any other frame closes the channel with ``unknown_peer`` (counted
   ``probation_violation``), as does silence for :data:`PROBATION_MS`
   (``probation_expired``). A proof :meth:`TrustStore.redeem` accepts
-  trusts the joiner, publishes our vouch for it and answers ``RT_JOINED``;
-  the channel then proceeds as any other. Otherwise the channel is closed
+  trusts the joiner, publishes our vouch bringing it into the invite's swarm
+  and answers ``RT_JOINED`` naming that swarm; the channel then proceeds as
+  any other. Otherwise the channel is closed
   with the cause as its CLOSE code -- ``invite_used``, ``invite_expired``,
   ``invite_unknown`` (not an invite of ours), ``invite_revoked`` -- counted
   ``join_refused_<code>``. An ``RT_JOIN`` from a joiner already admitted
@@ -25,7 +26,10 @@ after the handshake instead of inside it:
   and dials the inviter, which only this *pending join* authorises. On the
   channel it sends ``RT_JOIN`` and nothing else until ``RT_JOINED`` (other
   frames for the inviter are dropped, counted ``dropped_before_admission``).
-  Admitted, it trusts the inviter (``trust.json``), vouches for it, and
+  Admitted, it trusts the inviter (``trust.json``), records the swarm it
+  joined and vouches for the inviter into it -- unless it is in that swarm
+  already and the inviter is not (a claim that would merge swarms: then it
+  trusts the inviter alone, counted ``join_swarm_conflict``) -- and
   membership starts through it. A refusal -- the inviter's CLOSE code, or
   ``unknown_peer`` in the handshake, or every endpoint in the token proving
   to be another node -- or the join's deadline ends it: the waiting caller
@@ -133,13 +137,15 @@ class Invites:
             self.probation[address] = now_ms + PROBATION_MS
         return True
 
-    def issue(self, ttl_s: int, now_ms: int) -> dict[str, Any]:
-        """A new single-use invite token for this node."""
+    def issue(self, ttl_s: int, now_ms: int, swarm: str | None = None) -> dict[str, Any]:
+        """A new single-use invite token into ``swarm`` (default: our home swarm)."""
         if not 0 < ttl_s <= _MAX_TTL_S:
             raise InvalidArgument(f"ttl_s must be 1..{_MAX_TTL_S}")
         d = self.daemon
-        token = d.trust.issue_invite(d.identity, [d.advertised], ttl_s, now_ms // 1000)
-        return {"token": token, "inviter": d.address, "expires_s": now_ms // 1000 + ttl_s}
+        now_s = now_ms // 1000
+        token = d.trust.issue_invite(d.identity, [d.advertised], ttl_s, now_s, swarm=swarm)
+        swarm = swarm or d.trust.swarms()[0]
+        return {"token": token, "inviter": d.address, "expires_s": now_s + ttl_s, "swarm": swarm}
 
     def on_probation_frame(self, peer: str, frame: bytes, now_ms: int) -> bool:
         """Handle a frame from a peer on probation; True if it was admitted."""
@@ -152,7 +158,7 @@ class Invites:
             ftype, fields = decode_frame(frame)
             if ftype != RT_JOIN:
                 raise UnknownPeer("on probation: the first frame must be a join proof")
-            new = d.trust.redeem(peer, _proof(fields), now_ms // 1000)
+            new, swarm = d.trust.redeem(peer, _proof(fields), now_ms // 1000)
         except UnknownPeer as exc:
             d.counters["probation_violation"] += 1
             d.disconnect_later(peer, "probation violated", error=exc)
@@ -164,24 +170,25 @@ class Invites:
             d.disconnect_later(peer, "join refused", error=exc)
             return False
         del self.probation[peer]
-        self._admitted(peer, new)
+        self._admitted(peer, new, swarm)
         return True
 
     def _on_join(self, peer: str, fields: list[Any], now_ms: int) -> None:
         """``RT_JOIN`` from a peer we admit already (our answer was lost)."""
         try:
-            new = self.daemon.trust.redeem(peer, _proof(fields), now_ms // 1000)
+            new, swarm = self.daemon.trust.redeem(peer, _proof(fields), now_ms // 1000)
         except InviteError as exc:
             self.daemon.counters[f"join_refused_{exc.code}"] += 1
             return
-        self._admitted(peer, new)
+        self._admitted(peer, new, swarm)
 
-    def _admitted(self, peer: str, new: bool) -> None:
+    def _admitted(self, peer: str, new: bool, swarm: str) -> None:
+        """We brought ``peer`` into ``swarm``: say so in the journal, and to it."""
         d = self.daemon
         if new:
             d.counters["invites_redeemed"] += 1
-            d.vouch(peer)
-        d.node.send(peer, encode_frame(RT_JOINED))
+            d.vouch(peer, swarm)
+        d.node.send(peer, encode_frame(RT_JOINED, bytes.fromhex(swarm)))
 
     def expire(self, now_ms: int) -> None:
         """Close channels whose probation ran out; fail joins past their deadline."""
@@ -248,17 +255,24 @@ class Invites:
             self.daemon.node.send(peer, encode_frame(RT_JOIN, pending.proof))
 
     def _on_joined(self, peer: str, fields: list[Any], now_ms: int) -> None:
-        """The inviter admitted us."""
-        if fields:
-            raise DecodeError("RT_JOINED takes no fields")
+        """The inviter admitted us into its swarm ``fields[0]``."""
+        if len(fields) != 1 or type(fields[0]) is not bytes or len(fields[0]) != 16:
+            raise DecodeError("RT_JOINED takes the 16-byte swarm id")
         d = self.daemon
         pending = self.joins.pop(peer, None)
         if pending is None:
             d.counters["joined_unexpected"] += 1
             return
         self.awaiting.discard(peer)
-        d.trust.add(peer, now_ms // 1000, note="inviter")
-        d.vouch(peer)
+        swarm, now_s = fields[0].hex(), now_ms // 1000
+        d.trust.add(peer, now_s, note="inviter")
+        members = d.web().swarms.get(swarm)
+        if members is None or peer in members:
+            d.trust.join_swarm(swarm, peer, now_s)
+            d.vouch(peer, swarm)
+        else:  # it claims a swarm we are in without being in it: we admit it, no more
+            d.counters["join_swarm_conflict"] += 1
+            log.warning("%s claims a swarm it is not in; trusting it alone", short(peer))
         d.counters["joins_completed"] += 1
         seconds = round((now_ms - pending.started_ms) / 1000, 3)
         log.info("joined through %s in %.1f s", short(peer), seconds)
@@ -322,9 +336,14 @@ class Invites:
         return None
 
     def status(self, now_ms: int) -> dict[str, Any]:
-        """Invites, probation, joins in progress and their last outcomes."""
+        """Our swarms and whom we admit; invites, probation, joins in progress
+        and their last outcomes."""
         d = self.daemon
+        web = d.web()
         return {
+            "vouches": d.config.trust_vouches,
+            "swarms": {s: sorted(m) for s, m in sorted(web.swarms.items())},
+            "admitted": sorted(web.admitted),
             "pending_invites": d.trust.pending_invites(now_ms // 1000),
             "probation": len(self.probation),
             "joining": {

@@ -29,6 +29,8 @@ _CONFIG_TEMPLATE = """\
 [trust]
 # trust_mode = "invite"            # private: only invited nodes (hivemesh invite/join);
 #                                  # "open" admits any authenticated peer (a lab LAN)
+# trust_vouches = "web"            # follow vouches of all members of our swarms;
+#                                  # "direct": of nodes we vouched for; "none"
 """
 
 

@@ -37,6 +37,7 @@ def register(sub: Any) -> None:
 def _list(args: argparse.Namespace) -> int:
     def text(r: dict[str, Any]) -> str:
         lines = [f"mode: {r['mode']}"]
+        lines += [f"swarm {s}" for s in r.get("swarms", [])]
         lines += [f"trusted {a}" for a in r["trusted"]]
         lines += [f"revoked {a}" for a in r["revoked"]]
         return "\n".join(lines)
