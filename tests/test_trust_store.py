@@ -248,8 +248,12 @@ def test_join_flow_trusts_the_joiner_once(tmp_path: Path) -> None:
     assert not alice.is_trusted(BOB.address)
     assert alice.redeem(BOB.address, proof, 1002)[0] is True
     assert alice.is_trusted(BOB.address) and alice.pending_invites(1002) == 0
-    # Bob again (his admission was lost on the way): answered, nothing consumed
+    # Bob again (his admission was lost on the way): answered, nothing consumed,
+    # and nothing written (a peer re-sending its proof cannot make us fsync)
+    before = os.stat(tmp_path / "alice" / "trust.json")
     assert alice.redeem(BOB.address, proof, 1003)[0] is False
+    after = os.stat(tmp_path / "alice" / "trust.json")
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
     # Single use: Eve cannot use it, and learns why
     with pytest.raises(InviteUsed):
         alice.redeem(EVE.address, join_proof(invite, EVE.address), 1003)
@@ -267,7 +271,8 @@ def test_refusals_name_their_cause(tmp_path: Path) -> None:
     with pytest.raises(InviteUnknown):
         alice.redeem(BOB.address, join_proof(foreign, BOB.address), 1001)
     assert not alice.is_trusted(BOB.address) and not alice.is_trusted(EVE.address)
-    assert alice.remembered_invites() == 1
+    assert alice.remembered_invites(1001) == 1
+    assert alice.remembered_invites(1600 + INVITE_MEMORY_S) == 0  # forgotten, even unpruned
 
 
 def test_used_and_expired_invites_are_remembered_for_a_while(tmp_path: Path) -> None:
@@ -278,7 +283,7 @@ def test_used_and_expired_invites_are_remembered_for_a_while(tmp_path: Path) -> 
     with pytest.raises(InviteUsed):  # still known as used, long after it expired
         alice.redeem(EVE.address, join_proof(invite, EVE.address), late)
     alice.issue_invite(ALICE, EPS, 600, late + 1)  # prunes the forgotten ones
-    assert alice.remembered_invites() == 1
+    assert alice.remembered_invites(late + 2) == 1
     with pytest.raises(InviteUnknown):
         alice.redeem(EVE.address, join_proof(invite, EVE.address), late + 2)
 
@@ -289,7 +294,7 @@ def test_invite_records_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     alice = TrustStore(tmp_path)
     for i in range(12):
         alice.issue_invite(ALICE, EPS, 600 + i, 1000, i.to_bytes(16, "big"))
-    assert alice.remembered_invites() == 8  # the 4 that expire first are forgotten
+    assert alice.remembered_invites(1000) == 8  # the 4 that expire first are forgotten
     last = accept_invite(alice.issue_invite(ALICE, EPS, 9999, 1000, bytes([255]) * 16), 1000)
     assert alice.redeem(BOB.address, join_proof(last, BOB.address), 1001)
 

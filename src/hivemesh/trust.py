@@ -356,6 +356,11 @@ class TrustStore:
         joiner_pub = public_key_of(joiner_address)
         if type(proof) is not bytes:
             raise InviteUnknown("a join proof is bytes")
+        self._refresh()
+        _, seen = _matching(self._data["invites"], joiner_pub, proof)
+        again = seen is not None and seen.get("used_by") == joiner_address
+        if again and seen and seen.get("swarm") and self.is_trusted(joiner_address):
+            return False, str(seen["swarm"])  # answered again: nothing to write
         with self._edit() as data:
             _prune(data, now_s)
             if joiner_address in data["revoked"]:
@@ -388,11 +393,13 @@ class TrustStore:
             if v["expires_s"] > now_s and v.get("used_by") is None
         )
 
-    def remembered_invites(self) -> int:
-        """Issued invites still on record: redeemable, used or expired (a node
-        holding any hears joiners out, to tell them why it refuses)."""
+    def remembered_invites(self, now_s: int) -> int:
+        """Issued invites still on record: redeemable, used, or expired less
+        than :data:`INVITE_MEMORY_S` ago (a node holding any hears joiners
+        out, to tell them why it refuses)."""
         self._refresh()
-        return len(self._data["invites"])
+        invites = self._data["invites"].values()
+        return sum(1 for v in invites if v["expires_s"] + INVITE_MEMORY_S > now_s)
 
     # -- file handling -----------------------------------------------------------------
 

@@ -128,7 +128,7 @@ class Invites:
         d = self.daemon
         if d.authorize(address):
             return True
-        if d.trust.is_revoked(address) or d.trust.remembered_invites() == 0:
+        if d.trust.is_revoked(address) or d.trust.remembered_invites(now_ms // 1000) == 0:
             return False
         if address not in self.probation and len(self.probation) >= MAX_PROBATION:
             d.counters["probation_full"] += 1
