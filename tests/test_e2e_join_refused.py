@@ -30,7 +30,8 @@ PROMPT_S = 10.0  # a refusal must not wait for the 30 s join deadline
 @pytest.fixture(scope="module")
 def swarm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSwarm]:
     with LocalSwarm(tmp_path_factory.mktemp("join"), trust_mode=None) as s:
-        s.start_many(["a", "b", "c", "d"], bootstrap=[])
+        a, b, _, _, _ = s.start_many(["a", "b", "c", "d", "e"], bootstrap=[])
+        b.client.call("join", token=a.client.call("invite")["token"], timeout_s=20)  # a member
         yield s
 
 
@@ -73,13 +74,15 @@ def _assert_refused(
 
 
 def test_a_join_and_then_a_used_invite(swarm: LocalSwarm) -> None:
-    a, b, c = swarm.nodes["a"], swarm.nodes["b"], swarm.nodes["c"]
+    a, c, e = swarm.nodes["a"], swarm.nodes["c"], swarm.nodes["e"]
     token = a.client.call("invite", ttl_s=600)["token"]
-    out, took = _join(swarm, b, token, "--json")
+    out, took = _join(swarm, e, token, "--json")
     assert out.returncode == 0, out.stdout + out.stderr
     joined = json.loads(out.stdout)
     assert joined["inviter"] == a.address and took < PROMPT_S
-    wait_until(lambda: swarm.member_state("a", "b") == "up", 10, what="a sees b up")
+    wait_until(lambda: swarm.member_state("a", "e") == "up", 10, what="a sees e up")
+    out, _ = _join(swarm, e, token)  # e again, with the token it used: fine
+    assert out.returncode == 0, out.stdout + out.stderr
     _assert_refused(swarm, a, c, token, "invite_used", 12)
 
     # the --json shape of a refusal
@@ -96,6 +99,14 @@ def test_an_expired_invite(swarm: LocalSwarm) -> None:
     expires_s = a.client.call("invite", ttl_s=1)["expires_s"]
     wait_until(lambda: time.time() > expires_s + 0.5, 5, what="the invite expires")
     _assert_refused(swarm, a, c, token, "invite_expired", 11)  # the inviter's clock decides
+
+    # a member of a's swarm with that token: refused just as promptly, on the
+    # channel it keeps (RT_JOIN_REFUSED, not a CLOSE)
+    b = swarm.nodes["b"]
+    out, took = _join(swarm, b, token)
+    assert out.returncode == 11 and took < PROMPT_S, out.stdout + out.stderr
+    assert "the invite expired" in out.stderr
+    assert swarm.member_state("a", "b") == "up" and swarm.member_state("b", "a") == "up"
 
     # long expired: refused on the joiner already, same exit code
     old = _forged_token(a, a.endpoint, 60, int(time.time()) - 3600)

@@ -52,6 +52,7 @@ class FrameType(IntEnum):
     RT_PONG = 61
     RT_JOIN = 62
     RT_JOINED = 63
+    RT_JOIN_REFUSED = 64
 
 
 def encode_frame(ftype: int, *fields: Any) -> bytes:

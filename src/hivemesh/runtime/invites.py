@@ -19,8 +19,9 @@ after the handshake instead of inside it:
   any other. Otherwise the channel is closed
   with the cause as its CLOSE code -- ``invite_used``, ``invite_expired``,
   ``invite_unknown`` (not an invite of ours), ``invite_revoked`` -- counted
-  ``join_refused_<code>``. An ``RT_JOIN`` from a joiner already admitted
-  (our ``RT_JOINED`` was lost with its channel) is answered again.
+  ``join_refused_<code>``. An ``RT_JOIN`` from a peer we admit already is
+  answered on the open channel: ``RT_JOINED`` again (our first answer was
+  lost with its channel), or ``RT_JOIN_REFUSED`` with the cause.
 * **Joiner.** :meth:`Invites.join` verifies the token (its expiry with
   :data:`EXPIRY_GRACE_S` of slack: on the edge, the inviter's clock decides)
   and dials the inviter, which only this *pending join* authorises. On the
@@ -57,6 +58,7 @@ from hivemesh.errors import (
     RemoteProtocolError,
     UnknownPeer,
 )
+from hivemesh.transports.channel import peer_close_error
 from hivemesh.trust import accept_invite, join_proof
 
 if TYPE_CHECKING:
@@ -69,6 +71,7 @@ __all__ = [
     "PROBATION_MS",
     "RT_JOIN",
     "RT_JOINED",
+    "RT_JOIN_REFUSED",
     "Invites",
     "PendingJoin",
 ]
@@ -78,6 +81,7 @@ log = logging.getLogger("hivemesh.runtime.invites")
 #: Runtime frame types: a join proof, and the inviter's admission (core.frames table).
 RT_JOIN = int(FrameType.RT_JOIN)
 RT_JOINED = int(FrameType.RT_JOINED)
+RT_JOIN_REFUSED = int(FrameType.RT_JOIN_REFUSED)
 #: How long an unknown peer may stay connected without presenting a proof.
 PROBATION_MS = 10_000
 #: Unknown peers on probation at once; more are refused in the handshake.
@@ -120,6 +124,7 @@ class Invites:
         """Handle ``RT_JOIN`` from admitted peers and ``RT_JOINED`` on ``node``."""
         node.register_handler(RT_JOIN, self._on_join)
         node.register_handler(RT_JOINED, self._on_joined)
+        node.register_handler(RT_JOIN_REFUSED, self._on_join_refused)
 
     # -- inviter -----------------------------------------------------------------
 
@@ -175,10 +180,13 @@ class Invites:
 
     def _on_join(self, peer: str, fields: list[Any], now_ms: int) -> None:
         """``RT_JOIN`` from a peer we admit already (our answer was lost)."""
+        d = self.daemon
         try:
-            new, swarm = self.daemon.trust.redeem(peer, _proof(fields), now_ms // 1000)
+            new, swarm = d.trust.redeem(peer, _proof(fields), now_ms // 1000)
         except InviteError as exc:
-            self.daemon.counters[f"join_refused_{exc.code}"] += 1
+            d.counters["join_refused"] += 1
+            d.counters[f"join_refused_{exc.code}"] += 1
+            d.node.send(peer, encode_frame(RT_JOIN_REFUSED, exc.code))
             return
         self._admitted(peer, new, swarm)
 
@@ -279,6 +287,15 @@ class Invites:
         result = {"inviter": peer, "endpoints": list(pending.endpoints), "seconds": seconds}
         self._finish(pending, result, None)
         d.member_up(peer)
+
+    def _on_join_refused(self, peer: str, fields: list[Any], now_ms: int) -> None:
+        """The inviter, which admits us already, refused this join."""
+        if len(fields) != 1 or type(fields[0]) is not str:
+            raise DecodeError("RT_JOIN_REFUSED takes the refusal's code")
+        error = peer_close_error(fields[0])
+        if not isinstance(error, InviteError):
+            raise DecodeError(f"RT_JOIN_REFUSED with an unknown code {fields[0]!r:.40}")
+        self.on_refused(peer, error)
 
     def on_refused(self, peer: str, error: HivemeshError) -> None:
         """``peer`` turned us away (the connection manager's ``on_refused``)."""

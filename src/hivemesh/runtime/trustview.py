@@ -75,10 +75,12 @@ class TrustWeb:
     revoked: frozenset[str]
     #: swarm id -> its members as this node sees them (this node included)
     swarms: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    #: address -> bit mask of the swarms (in ``swarms`` order) it is a member of
+    masks: Mapping[str, int] = field(default_factory=dict)
 
     def shares(self, a: str, b: str) -> bool:
         """True if ``a`` and ``b`` are both members of one of our swarms."""
-        return any(a in members and b in members for members in self.swarms.values())
+        return bool(self.masks.get(a, 0) & self.masks.get(b, 0))
 
 
 class TrustView:
@@ -141,10 +143,15 @@ class TrustView:
         members = self._members(me, ours, hops, all_revoked)
         admitted = set().union(*members.values()) | (direct - local_revoked)
         admitted.discard(me)
+        masks: dict[str, int] = {}
+        for bit, swarm in enumerate(ours):
+            for address in members[swarm]:
+                masks[address] = masks.get(address, 0) | 1 << bit
         return TrustWeb(
             frozenset(admitted),
             frozenset(all_revoked),
             {s: frozenset(m) for s, m in members.items()},
+            masks,
         )
 
     def _members(

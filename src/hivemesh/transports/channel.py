@@ -99,8 +99,11 @@ class ChannelOptions:
 
 
 #: CLOSE codes by which a peer refuses a join, each raised as its own type.
-_JOIN_REFUSALS: dict[str, type[HivemeshError]] = {
-    cls.code: cls for cls in (InviteUsed, InviteExpired, InviteUnknown, InviteRevoked)
+_JOIN_REFUSALS: dict[str, tuple[type[HivemeshError], str]] = {
+    InviteUsed.code: (InviteUsed, "the invite was already used by another node"),
+    InviteExpired.code: (InviteExpired, "the invite expired (by the inviter's clock)"),
+    InviteUnknown.code: (InviteUnknown, "the inviter holds no such invite (foreign or forgotten)"),
+    InviteRevoked.code: (InviteRevoked, "the inviter revoked this node"),
 }
 
 
@@ -109,7 +112,8 @@ def peer_close_error(code: str) -> HivemeshError:
     if code == UnknownPeer.code:
         return UnknownPeer("the peer does not trust this node (refused or revoked)")
     if code in _JOIN_REFUSALS:
-        return _JOIN_REFUSALS[code](f"the peer refused the join: {code}")
+        cls, text = _JOIN_REFUSALS[code]
+        return cls(text)
     if code == "normal":
         return ConnectionClosed("the peer closed the channel")
     if code == ChannelSuperseded.code:
