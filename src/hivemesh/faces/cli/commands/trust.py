@@ -1,8 +1,10 @@
 """``hivemesh trust list|revoke|add``: who may connect and write.
 
 With a running daemon the change applies at once (a revoked peer is
-disconnected and the revocation is published to the swarm). Without one,
-``trust.json`` is edited directly and the change applies at the next start.
+disconnected and the revocation is published to the swarm; an added one is
+brought into this node's home swarm, as an invite would). Without one,
+``trust.json`` is edited directly and the change applies at the next start:
+the address is trusted by this node alone, not vouched for in its swarm.
 """
 
 from __future__ import annotations
