@@ -168,7 +168,7 @@ class Invites:
             d.counters["probation_violation"] += 1
             d.disconnect_later(peer, "probation violated", error=exc)
             return False
-        except (RemoteProtocolError, InviteError) as exc:
+        except HivemeshError as exc:  # a bad proof, or our store failed: its code says which
             d.counters["join_refused"] += 1
             d.counters[f"join_refused_{exc.code}"] += 1
             log.info("refused the join of %s: %s [%s]", short(peer), exc, exc.code)
@@ -183,10 +183,13 @@ class Invites:
         d = self.daemon
         try:
             new, swarm = d.trust.redeem(peer, _proof(fields), now_ms // 1000)
-        except InviteError as exc:
+        except RemoteProtocolError:
+            raise  # a malformed frame: the core counts it
+        except HivemeshError as exc:
             d.counters["join_refused"] += 1
             d.counters[f"join_refused_{exc.code}"] += 1
-            d.node.send(peer, encode_frame(RT_JOIN_REFUSED, exc.code))
+            if isinstance(exc, InviteError):
+                d.node.send(peer, encode_frame(RT_JOIN_REFUSED, exc.code))
             return
         self._admitted(peer, new, swarm)
 
