@@ -137,3 +137,32 @@ def test_feed_growing_by_push_is_not_pulled_again() -> None:
     a.receive(b.address, want, 12 + grace)
     pump([a, b], 12 + grace)
     assert b.journal.head(a.identity.public).seq == 2
+
+
+def test_a_shares_policy_keeps_a_feed_from_a_peer_in_every_path() -> None:
+    """b is a member of two swarms: a's and c's. c must never see a's feed
+    through b: not pushed, not advertised in HAVE, not served on WANT."""
+    a, b, c = make(1), make(2), make(3)
+    a_pub = a.identity.public
+    b.shares = lambda peer, author: not (peer == c.address and author == a_pub)
+    link([a, b])
+    link([b, c])
+    a.append("app.note", {"secret": 1}, 10)
+    pump([a, b, c], 11)
+    assert b.journal.head(a_pub).seq == 1
+    b.append("app.note", {"public": 1}, 12)  # b's own feed still reaches c
+    b.sync_with(c.address)
+    c.sync_with(b.address)
+    pump([a, b, c], 13)
+    assert c.journal.head(b.identity.public).seq == 1
+    assert c.journal.head(a_pub).seq == 0
+    # a peer that asks anyway gets nothing, and it is counted
+    c.send(b.address, encode_frame(FrameType.WANT, [[a_pub, 1, 1]]))
+    pump([a, b, c], 14)
+    assert c.journal.head(a_pub).seq == 0 and b.counters["want_not_shared"] == 1
+    # nor forwarded, in a large swarm's epidemic push (a's batch carries hops)
+    a.config = b.config = NodeConfig(push_all_below=1)
+    a.append("app.note", {"secret": 2}, 15)
+    pump([a, b, c], 16)
+    assert b.journal.head(a_pub).seq == 2 and c.journal.head(a_pub).seq == 0
+    assert c.counters["gap"] == 0  # not even offered (a gap would ask b, in vain)

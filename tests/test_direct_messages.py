@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import heapq
 import random
+from collections.abc import Callable
 
 import pytest
 
@@ -20,7 +21,15 @@ FAR = 10**12
 class Net:
     """Nodes with Direct attached; timed delivery with seeded loss and delay."""
 
-    def __init__(self, seed: int, n: int, *, loss: float = 0.0, cfg: DirectConfig | None = None):
+    def __init__(
+        self,
+        seed: int,
+        n: int,
+        *,
+        loss: float = 0.0,
+        cfg: DirectConfig | None = None,
+        admit: dict[int, Callable[[str], bool]] | None = None,
+    ):
         self.rng = random.Random(f"{seed}/net")
         self.loss = loss
         self.now = 0
@@ -37,7 +46,9 @@ class Net:
                 now_ms=0,
             )
             self.nodes.append(node)
-            self.directs[node.address] = Direct(node, random.Random(f"{seed}/{i}/d"), cfg)
+            self.directs[node.address] = Direct(
+                node, random.Random(f"{seed}/{i}/d"), cfg, admit=(admit or {}).get(i - 1)
+            )
 
     def link(self, a: int, b: int) -> None:
         self.nodes[a].add_peer(self.nodes[b].address)
@@ -260,3 +271,21 @@ def test_a_relay_cannot_fake_an_acknowledgement() -> None:
     net.nodes[0].receive(net.nodes[1].address, fake, 1)  # ... and acks it itself
     assert net.nodes[0].counters["forged_sender"] == 1
     assert a.results() == [] and a.pending() == 1
+
+
+def test_a_relayed_message_from_a_sender_we_do_not_admit_is_refused() -> None:
+    """The relay is a member of two swarms: the destination admits the relay,
+    not the sender behind it (a node of the relay's other swarm)."""
+    stranger = Identity.from_seed(bytes([1]) * 32).address  # node 0
+    net = Net(14, 3, admit={2: lambda a: a != stranger})
+    net.link(0, 1)
+    net.link(1, 2)
+    z = net.nodes[2].address
+    net.d(0).send(z, "hello from the other swarm", 0)
+    net.run(2000)
+    assert net.d(2).inbox() == []
+    assert net.nodes[2].counters["untrusted_author"] >= 1
+    assert net.d(1).counters["relayed"] >= 1  # it did reach the destination
+    net.d(1).send(z, "hello from the relay", 0)  # the relay itself is admitted
+    net.run(2000)
+    assert [m.data for m in net.d(2).inbox()] == ["hello from the relay"]

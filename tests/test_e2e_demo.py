@@ -53,3 +53,10 @@ def test_demo_exits_0_and_leaves_converged_journals(tmp_path: Path) -> None:
     assert len(journals) == 4
     assert all(j == journals[0] for j in journals)
     assert len(journals[0]) > 10
+    # The demo swarm is private: every node trusts only whom an invite brought.
+    for d in sorted(tmp_path.iterdir()):
+        trusted = json.loads((d / "trust.json").read_text())["trusted"]
+        assert 1 <= len(trusted) <= 3 and {t["note"] for t in trusted.values()} <= {
+            "inviter",
+            "invited",
+        }

@@ -282,3 +282,33 @@ def test_an_agent_without_an_llm_explains_and_exits_2(tmp_path: Path) -> None:
     res = cli("agent", "--role", "scorer", "--data-dir", str(tmp_path / "a"), env={})
     assert res.returncode == 2
     assert "HIVEMESH_LLM_BASE_URL" in res.stderr
+
+
+def test_plan_mesh_on_a_private_mesh_invites_its_agents(tmp_path: Path) -> None:
+    """A default (private) node refuses agents that merely bootstrap from it:
+    ``plan --mesh`` has the node invite each agent it starts."""
+    script = Script()
+    with ScriptedServer.in_thread(script) as srv:
+        env = {"HIVEMESH_LLM_BASE_URL": srv.base_url, "HIVEMESH_LLM_MODEL": "scripted"}
+        with LocalSwarm(tmp_path / "private", env=env, trust_mode=None) as swarm:
+            seed = swarm.start("seed", command=("agent",), extra_args=["--role", "observer"])
+            assert seed.client.call("trust.list")["mode"] == "invite"
+            res = cli(
+                "plan",
+                "a morning in Nara",
+                "--mesh",
+                "--data-dir",
+                str(seed.data_dir),
+                "--swarm",
+                "decomposers=1,scorers=1,executors=2",
+                "--max-depth",
+                "2",
+                "--json",
+                env=env,
+                timeout_s=120,
+            )
+            assert res.returncode == 0, res.stderr[-2000:]
+            doc = json.loads(res.stdout)
+            assert doc["answer"] == "a morning in Nara: combined 2 results"
+            joined = seed.client.status()["counters"].get("invites_redeemed", 0)
+            assert joined == 4

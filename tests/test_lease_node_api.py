@@ -9,7 +9,13 @@ from hivemesh.errors import LeaseUnavailable
 from hivemesh.leases import FencingGuard
 from hivemesh.node import Node
 
-FAST = {"probe_interval_ms": 200, "probe_timeout_ms": 100, "sync_interval_ms": 300}
+# loopback nodes that bootstrap from each other: open trust (nodes are private by default)
+FAST = {
+    "probe_interval_ms": 200,
+    "probe_timeout_ms": 100,
+    "sync_interval_ms": 300,
+    "trust_mode": "open",
+}
 
 
 def test_node_leases_hold_and_claims_decide(tmp_path: Path) -> None:

@@ -43,6 +43,11 @@ def test_explicit_config_file_must_exist(tmp_path: Path) -> None:
         load_config(tmp_path, config_file=tmp_path / "nope.toml", environ={})
 
 
+def test_nodes_are_private_by_default(tmp_path: Path) -> None:
+    cfg = load_config(tmp_path, environ={})
+    assert (cfg.trust_mode, cfg.trust_vouches) == ("invite", "web")
+
+
 @pytest.mark.parametrize(
     ("toml", "match"),
     [
@@ -53,6 +58,7 @@ def test_explicit_config_file_must_exist(tmp_path: Path) -> None:
         ("[membership]\nprobe_interval_ms = 'fast'\n", "must be"),
         ("[membership]\nprobe_interval_ms = 100\nprobe_timeout_ms = 200\n", "below"),
         ("[trust]\ntrust_mode = 'whatever'\n", "trust_mode"),
+        ("[trust]\ntrust_vouches = 'everyone'\n", "trust_vouches"),
         ("[network]\nlisten = 'no-port'\n", "host:port"),
         ("[network]\nbootstrap = ['x:99999']\n", "port"),
         ("[limits]\nsend_queue_frames = 0\n", "> 0"),

@@ -10,9 +10,15 @@ from typing import Any
 import pytest
 
 import hivemesh
-from hivemesh.errors import DeadlineExceeded, LocalProtocolError, UnknownPeer
+from hivemesh.errors import DeadlineExceeded, InviteUsed, LocalProtocolError, UnknownPeer
 
-FAST = {"sync_interval_ms": 200, "reconnect_min_s": 0.05, "reconnect_max_s": 0.5}
+# two loopback nodes that bootstrap from each other: open trust (nodes are private by default)
+FAST = {
+    "sync_interval_ms": 200,
+    "reconnect_min_s": 0.05,
+    "reconnect_max_s": 0.5,
+    "trust_mode": "open",
+}
 
 
 async def _until(pred, timeout_s: float = 10.0, what: str = "condition"):  # type: ignore[no-untyped-def]
@@ -45,6 +51,27 @@ def test_context_replicates_and_subscribe_sees_it(tmp_path: Path) -> None:
             assert b.read_context("task-42")["list"] == {"log": ["started"]}
             await events.aclose()
             assert b.status()["counters"].get("subscriber_dropped", 0) == 0
+
+    asyncio.run(main())
+
+
+def test_private_nodes_join_by_invite_from_python(tmp_path: Path) -> None:
+    """The default (private) trust from the Python API: invite, join, refusal."""
+    private = {k: v for k, v in FAST.items() if k != "trust_mode"}
+
+    async def main() -> None:
+        async with (
+            hivemesh.Node(tmp_path / "a", **private) as a,
+            hivemesh.Node(tmp_path / "b", **private) as b,
+            hivemesh.Node(tmp_path / "c", **private) as c,
+        ):
+            token = a.invite(ttl_s=60)
+            joined = await b.join(token, timeout_s=10)
+            assert joined["inviter"] == a.address
+            assert b.address in await a.wait_peers(1, timeout_s=10)
+            with pytest.raises(InviteUsed):
+                await c.join(token, timeout_s=10)
+            assert c.address not in a.daemon.conns.links
 
     asyncio.run(main())
 

@@ -70,7 +70,9 @@ def _pump() -> tuple[Pump, _Conns]:
         after_input=lambda t: None, m=SimpleNamespace(next_deadline=lambda: FAR)
     )
     p.messaging = p.blobs = p.invites = none  # type: ignore[assignment]
-    p.invites = SimpleNamespace(probation={}, next_deadline=lambda: None)  # type: ignore[assignment]
+    p.invites = SimpleNamespace(  # type: ignore[assignment]
+        probation={}, awaiting=set(), next_deadline=lambda: None
+    )
     p._store = SimpleNamespace(pending=0)
     p.counters = Counter()
     p._subs, p._bg = [], set()

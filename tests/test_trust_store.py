@@ -8,6 +8,8 @@ import stat
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hivemesh.core.codec import pack, unpack
 from hivemesh.core.identity import Identity
@@ -18,10 +20,22 @@ from hivemesh.errors import (
     InviteError,
     InviteExpired,
     InviteMalformed,
+    InviteNonCanonical,
+    InviteRevoked,
+    InviteUnknown,
     InviteUsed,
     StoreCorrupt,
 )
-from hivemesh.trust import INVITE_PREFIX, TrustStore, accept_invite, join_proof, make_invite
+from hivemesh.trust import (
+    INVITE_MEMORY_S,
+    INVITE_PREFIX,
+    MAX_INVITE_RECORDS,
+    TrustStore,
+    accept_invite,
+    is_swarm_id,
+    join_proof,
+    make_invite,
+)
 
 ALICE = Identity.from_seed(b"a" * 32)
 BOB = Identity.from_seed(b"b" * 32)
@@ -82,6 +96,109 @@ def test_malformed_fields() -> None:
             accept_invite(_tamper(token, index, value), 1000)
 
 
+def _body(token: str) -> bytes:
+    body = token[len(INVITE_PREFIX) :]
+    return base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+
+
+def _token(raw: bytes) -> str:
+    return INVITE_PREFIX + base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _token_with(chars: str) -> str:
+    """A valid token whose base64 body contains one of ``chars`` (nonce search)."""
+    for i in range(256):
+        token = make_invite(ALICE, EPS, 600, 1000, bytes([i]) * 16)
+        if any(c in token[len(INVITE_PREFIX) :] for c in chars):
+            return token
+    raise AssertionError("no such token")  # pragma: no cover
+
+
+def _widen_first(raw: bytes, old: bytes, new: bytes) -> bytes:
+    """``raw`` with its first ``old`` msgpack prefix re-encoded as the wider ``new``."""
+    at = raw.index(old)
+    return raw[:at] + new + raw[at + len(old) :]
+
+
+def _non_canonical_tokens() -> dict[str, str]:
+    token = make_invite(ALICE, EPS, 600, 1000, NONCE)
+    body = token[len(INVITE_PREFIX) :]
+    raw = _body(token)
+    assert raw[:2] == b"\x96\x01"  # [1, ...] as fixarray + positive fixint
+    # a token whose body does not fill its last base64 character (needs padding)
+    ragged = make_invite(ALICE, [*EPS, "h:1"], 600, 1000, NONCE)
+    ragged_body = ragged[len(INVITE_PREFIX) :]
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    unused = {2: 0b1111, 3: 0b11}[len(ragged_body) % 4]
+    last = alphabet[alphabet.index(ragged_body[-1]) | unused]
+    std = _token_with("-_")
+    ep = EPS[0].encode()
+    return {
+        "padding": ragged + "=" * (-len(ragged_body) % 4),
+        "standard alphabet": std.replace("-", "+").replace("_", "/"),
+        "unused bits": ragged[:-1] + last,
+        "uint8 for a fixint": _token(b"\x96\xcc\x01" + raw[2:]),
+        "str8 for a fixstr": _token(
+            _widen_first(raw, bytes([0xA0 | len(ep)]) + ep, bytes([0xD9, len(ep)]) + ep)
+        ),
+        "bin16 for a bin8": _token(_widen_first(raw, b"\xc4\x10" + NONCE, b"\xc5\x00\x10" + NONCE)),
+        "array16 for a fixarray": _token(b"\xdc\x00\x06" + raw[1:]),
+        "trailing bytes": _token(raw + b"\x00"),
+        "whitespace around": f" {token}\n",
+        "whitespace inside": token[:20] + " " + token[20:],
+        "upper-case prefix": token.upper()[:4] + body,
+        "other case in the body": INVITE_PREFIX + body.swapcase(),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_non_canonical_tokens()))
+def test_only_the_canonical_encoding_of_a_token_is_accepted(name: str) -> None:
+    """Another spelling of a valid token is refused with a typed error."""
+    canonical = make_invite(ALICE, EPS, 600, 1000, NONCE)
+    assert accept_invite(canonical, 1000).nonce == NONCE
+    variant = _non_canonical_tokens()[name]
+    assert variant != canonical
+    with pytest.raises(InviteMalformed) as info:  # InviteNonCanonical is one
+        accept_invite(variant, 1000)
+    assert info.value.code in ("invite_noncanonical", "invite_malformed", "invite_bad_signature")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "padding",
+        "standard alphabet",
+        "unused bits",
+        "uint8 for a fixint",
+        "str8 for a fixstr",
+        "bin16 for a bin8",
+        "array16 for a fixarray",
+        "whitespace around",
+        "whitespace inside",
+    ],
+)
+def test_a_decodable_other_encoding_is_named_non_canonical(name: str) -> None:
+    """These decode to the very same signed invite, so only the encoding check
+    can refuse them (a signature check cannot)."""
+    with pytest.raises(InviteNonCanonical):
+        accept_invite(_non_canonical_tokens()[name], 1000)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(
+        st.text(max_size=300),
+        st.binary(max_size=200).map(_token),
+        st.text(
+            alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_=+/ "
+        ).map(lambda t: INVITE_PREFIX + t),
+    )
+)
+def test_garbage_tokens_only_raise_invite_errors(token: str) -> None:
+    with pytest.raises(InviteError):
+        accept_invite(token, 1000)
+
+
 def test_make_invite_arguments() -> None:
     with pytest.raises(InvalidArgument):
         make_invite(ALICE, EPS, 600, 0, b"short")
@@ -121,40 +238,106 @@ def test_revoke_wins_and_other_processes_see_it(tmp_path: Path) -> None:
     assert daemon.is_trusted(BOB.address) and daemon.revoked() == []
 
 
-def test_join_flow_trusts_both_ways(tmp_path: Path) -> None:
+def test_join_flow_trusts_the_joiner_once(tmp_path: Path) -> None:
     alice = TrustStore(tmp_path / "alice")
-    bob = TrustStore(tmp_path / "bob")
     token = alice.issue_invite(ALICE, EPS, 600, 1000)
     assert alice.pending_invites(1000) == 1
-    invite = bob.accept(token, 1001)
-    assert bob.is_trusted(ALICE.address) and invite.endpoints == tuple(EPS)
+    invite = accept_invite(token, 1001)
+    assert invite.inviter == ALICE.address and invite.endpoints == tuple(EPS)
     proof = join_proof(invite, BOB.address)
     assert not alice.is_trusted(BOB.address)
-    alice.redeem(BOB.address, proof, 1002)
+    assert alice.redeem(BOB.address, proof, 1002)[0] is True
     assert alice.is_trusted(BOB.address) and alice.pending_invites(1002) == 0
-    # Single use: a second redemption (say by Eve with Bob's stolen proof) fails.
+    # Bob again (his admission was lost on the way): answered, nothing consumed,
+    # and nothing written (a peer re-sending its proof cannot make us fsync)
+    before = os.stat(tmp_path / "alice" / "trust.json")
+    assert alice.redeem(BOB.address, proof, 1003)[0] is False
+    after = os.stat(tmp_path / "alice" / "trust.json")
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    # Single use: Eve cannot use it, and learns why
     with pytest.raises(InviteUsed):
-        alice.redeem(BOB.address, proof, 1003)
+        alice.redeem(EVE.address, join_proof(invite, EVE.address), 1003)
+    assert not alice.is_trusted(EVE.address)
 
 
-def test_proof_is_bound_to_the_joiner_and_expires(tmp_path: Path) -> None:
+def test_refusals_name_their_cause(tmp_path: Path) -> None:
     alice = TrustStore(tmp_path)
-    token = alice.issue_invite(ALICE, EPS, 600, 1000)
-    invite = accept_invite(token, 1000)
-    with pytest.raises(InviteUsed):  # Bob's proof presented by Eve's connection
+    invite = accept_invite(alice.issue_invite(ALICE, EPS, 600, 1000), 1000)
+    with pytest.raises(InviteUnknown):  # Bob's proof presented by Eve's connection
         alice.redeem(EVE.address, join_proof(invite, BOB.address), 1001)
-    with pytest.raises(InviteUsed):  # expired
+    with pytest.raises(InviteExpired):
         alice.redeem(BOB.address, join_proof(invite, BOB.address), 1600)
+    foreign = accept_invite(make_invite(ALICE, EPS, 600, 1000, NONCE), 1000)  # never issued
+    with pytest.raises(InviteUnknown):
+        alice.redeem(BOB.address, join_proof(foreign, BOB.address), 1001)
     assert not alice.is_trusted(BOB.address) and not alice.is_trusted(EVE.address)
+    assert alice.remembered_invites(1001) == 1
+    assert alice.remembered_invites(1600 + INVITE_MEMORY_S) == 0  # forgotten, even unpruned
+
+
+def test_used_and_expired_invites_are_remembered_for_a_while(tmp_path: Path) -> None:
+    alice = TrustStore(tmp_path)
+    invite = accept_invite(alice.issue_invite(ALICE, EPS, 600, 1000), 1000)
+    alice.redeem(BOB.address, join_proof(invite, BOB.address), 1001)
+    late = 1600 + INVITE_MEMORY_S - 1
+    with pytest.raises(InviteUsed):  # still known as used, long after it expired
+        alice.redeem(EVE.address, join_proof(invite, EVE.address), late)
+    alice.issue_invite(ALICE, EPS, 600, late + 1)  # prunes the forgotten ones
+    assert alice.remembered_invites(late + 2) == 1
+    with pytest.raises(InviteUnknown):
+        alice.redeem(EVE.address, join_proof(invite, EVE.address), late + 2)
+
+
+def test_invite_records_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert MAX_INVITE_RECORDS == 1024
+    monkeypatch.setattr("hivemesh.trust.MAX_INVITE_RECORDS", 8)
+    alice = TrustStore(tmp_path)
+    for i in range(12):
+        alice.issue_invite(ALICE, EPS, 600 + i, 1000, i.to_bytes(16, "big"))
+    assert alice.remembered_invites(1000) == 8  # the 4 that expire first are forgotten
+    last = accept_invite(alice.issue_invite(ALICE, EPS, 9999, 1000, bytes([255]) * 16), 1000)
+    assert alice.redeem(BOB.address, join_proof(last, BOB.address), 1001)
 
 
 def test_revoked_cannot_redeem(tmp_path: Path) -> None:
     alice = TrustStore(tmp_path)
     token = alice.issue_invite(ALICE, EPS, 600, 1000)
     alice.revoke(EVE.address, 1000)
-    with pytest.raises(InviteError):
+    with pytest.raises(InviteRevoked):
         alice.redeem(EVE.address, join_proof(accept_invite(token, 1000), EVE.address), 1001)
     assert alice.pending_invites(1001) == 1
+
+
+def test_swarms_founded_joined_and_named_in_invites(tmp_path: Path) -> None:
+    alice = TrustStore(tmp_path / "alice")
+    assert alice.swarms() == []
+    token = alice.issue_invite(ALICE, EPS, 600, 1000)  # founds alice's home swarm
+    (home,) = alice.swarms()
+    assert is_swarm_id(home) and alice.home_swarm(1001) == home
+    new, swarm = alice.redeem(BOB.address, join_proof(accept_invite(token, 1000), BOB.address), 1)
+    assert new and swarm == home
+    other = "0" * 32
+    alice.join_swarm(other, EVE.address, 2000)  # alice joins Eve's swarm too
+    assert alice.swarms() == [home, other]  # the home swarm stays first
+    token = alice.issue_invite(ALICE, EPS, 600, 2000, swarm=other)
+    eve_proof = join_proof(accept_invite(token, 2000), EVE.address)
+    assert alice.redeem(EVE.address, eve_proof, 2001) == (True, other)
+    with pytest.raises(InvalidArgument):
+        alice.issue_invite(ALICE, EPS, 600, 2000, swarm="f" * 32)  # not alice's
+    with pytest.raises(InvalidArgument):
+        alice.join_swarm("not-an-id", EVE.address, 2000)
+
+
+def test_a_trust_file_without_swarms_still_loads(tmp_path: Path) -> None:
+    (tmp_path / "trust.json").write_text(
+        '{"version": 1, "trusted": {}, "revoked": {}, "invites": {}}'
+    )
+    assert TrustStore(tmp_path).swarms() == []
+    (tmp_path / "trust.json").write_text(
+        '{"version": 1, "trusted": {}, "revoked": {}, "invites": {}, "swarms": {"x": {}}}'
+    )
+    with pytest.raises(StoreCorrupt):
+        TrustStore(tmp_path)
 
 
 def test_corrupt_file_is_a_typed_error(tmp_path: Path) -> None:

@@ -12,6 +12,8 @@ built by :func:`load_config` from four layers, later layers winning:
        [network]
        listen = "0.0.0.0:7420"
        bootstrap = ["10.0.0.5:7420"]
+       [trust]
+       trust_mode = "invite"        # private (default); "open" admits any peer
        [membership]
        probe_interval_ms = 1000     # SWIM: probe one member per interval
        suspicion_mult = 4           # suspect -> down after ~mult * interval
@@ -94,9 +96,13 @@ class Config:
     # Each commit and verify stalls the node's loop (~0.3-0.6 ms on a busy
     # machine); 100 ms keeps that under 1% of its time
     commit_delay_ms: int = 100
-    # [trust] "open": any authenticated peer unless revoked;
-    #         "invite": only addresses in trust.json
-    trust_mode: str = "open"
+    # [trust] "invite" (private, the default): only peers this node invited or
+    #         was invited by, and those its swarms vouch for (runtime.trustview);
+    #         "open": any authenticated peer unless revoked (a trusted lab LAN)
+    trust_mode: str = "invite"
+    # whose vouches an invite-mode node follows into its swarms: "web" (every
+    # member's, transitively), "direct" (of nodes it vouched for), "none"
+    trust_vouches: str = "web"
     # [limits]
     send_queue_frames: int = 4096
     slow_peer_timeout_s: float = 10.0
@@ -166,7 +172,7 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
     ),
     "membership": ("probe_interval_ms", "probe_timeout_ms", "suspicion_mult"),
     "replication": ("sync_interval_ms", "commit_delay_ms"),
-    "trust": ("trust_mode",),
+    "trust": ("trust_mode", "trust_vouches"),
     "limits": ("send_queue_frames", "slow_peer_timeout_s", "control_timeout_s", "inbox_max"),
     "telemetry": (
         "telemetry",
@@ -182,6 +188,7 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
 }
 _FIELDS = {f.name: f for f in dataclasses.fields(Config)}
 _TRUST_MODES = ("open", "invite")
+_TRUST_VOUCHES = ("web", "direct", "none")
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
@@ -342,6 +349,8 @@ def _validate(cfg: Config) -> None:
     bootstrap_targets(cfg.bootstrap)
     if cfg.trust_mode not in _TRUST_MODES:
         raise ConfigError(f"trust_mode must be one of {_TRUST_MODES}")
+    if cfg.trust_vouches not in _TRUST_VOUCHES:
+        raise ConfigError(f"trust_vouches must be one of {_TRUST_VOUCHES}")
     if cfg.log_level not in _LOG_LEVELS:
         raise ConfigError(f"log_level must be one of {_LOG_LEVELS}")
     positive = (

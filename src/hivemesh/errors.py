@@ -28,9 +28,12 @@ Every class carries a short stable ``code`` used as the counter name in
     │   ├── BenchWorkerFailed      (bench fanout area)
     │   └── InviteError
     │       ├── InviteMalformed
+    │       │   └── InviteNonCanonical
     │       ├── InviteBadSignature
     │       ├── InviteExpired
-    │       └── InviteUsed
+    │       ├── InviteUsed
+    │       ├── InviteUnknown
+    │       └── InviteRevoked
     ├── RemoteProtocolError
     │   ├── DecodeError
     │   │   └── FrameTooLarge
@@ -145,6 +148,9 @@ __all__ = [
     "InviteError",
     "InviteExpired",
     "InviteMalformed",
+    "InviteNonCanonical",
+    "InviteRevoked",
+    "InviteUnknown",
     "InviteUsed",
     "LLMBadOutput",
     "LLMError",
@@ -444,6 +450,13 @@ class InviteMalformed(InviteError):
     code = "invite_malformed"
 
 
+class InviteNonCanonical(InviteMalformed):
+    """The invite token is not in its one canonical encoding (padding, alphabet,
+    a non-minimal msgpack form, trailing bytes, whitespace, case)."""
+
+    code = "invite_noncanonical"
+
+
 class InviteBadSignature(InviteError):
     """The invite's signature does not verify against the inviter's key."""
 
@@ -457,9 +470,26 @@ class InviteExpired(InviteError):
 
 
 class InviteUsed(InviteError):
-    """No unexpired, unused invite matches this join proof."""
+    """The invite was already used by another node.
+
+    Like every ``Invite*`` refusal of a join, it is also the CLOSE code with
+    which the inviter ends the joiner's channel, so the joiner learns why.
+    """
 
     code = "invite_used"
+
+
+class InviteUnknown(InviteError):
+    """The inviter holds no invite matching the join proof (a foreign or forged
+    token, or one forgotten long after it expired)."""
+
+    code = "invite_unknown"
+
+
+class InviteRevoked(InviteError):
+    """The inviter revoked the joining node, so no invite admits it."""
+
+    code = "invite_revoked"
 
 
 # -- planner (issue 6) ---------------------------------------------------------

@@ -216,6 +216,17 @@ class Node:
 
     # -- names, messages, state ---------------------------------------------------
 
+    def invite(self, *, ttl_s: int = 3600) -> str:
+        """A single-use invite token another node joins with (:meth:`join`):
+        nodes are private by default."""
+        return str(self.daemon.invite(ttl_s)["token"])
+
+    async def join(self, token: str, *, timeout_s: float = 30.0) -> Mapping[str, Any]:
+        """Join the swarm of the node that issued ``token``; returns once it
+        admitted us, or raises the typed cause of its refusal
+        (:meth:`hivemesh.runtime.daemon_api.DaemonAPI.join`)."""
+        return await self.daemon.join(token, timeout_s=timeout_s)
+
     async def claim_name(self, name: str) -> bool:
         """Claim ``name``; True if this node now owns it."""
         return await self.daemon.claim_name(name) == self.address

@@ -5,11 +5,12 @@ Theory of operation
 Nodes are private by default: a node talks only to addresses in its
 :class:`TrustStore` (``trust.json`` in the data dir, mode 0600, written
 atomically under an advisory lock so the CLI and a running daemon can share
-it). ``trust revoke`` moves an address to the revoked set, which wins over
-everything: the runtime drops the connection, calls ``node.remove_peer`` and
-``membership.forget``, and the node's journal ``trusted`` hook refuses the
-address's new events. A running daemon sees CLI edits because every read
-checks the file's identity (inode, size, mtime) and reloads when it changed.
+it) and to the members of its swarms (below). ``trust revoke`` moves an
+address to the revoked set, which wins over everything: the runtime drops
+the connection, calls ``node.remove_peer`` and ``membership.forget``, and
+the node's journal ``trusted`` hook refuses the address's new events. A
+running daemon sees CLI edits because every read checks the file's identity
+(inode, size, mtime) and reloads when it changed.
 
 **Invites.** ``hivemesh invite`` prints a token::
 
@@ -19,6 +20,14 @@ where ``sig`` is the inviter's Ed25519 signature over
 ``msgpack(["hivemesh/invite/v1", inviter_pub, endpoints, expires_s, nonce])``
 and ``nonce`` is 16 secret random bytes. The inviter records the nonce in its
 store (:meth:`TrustStore.issue_invite`): single use, until ``expires_s``.
+
+A token has exactly one encoding: base64url without padding (``A-Z a-z 0-9
+- _`` only, unused bits zero) of msgpack in its minimal form, with nothing
+before, inside or after it. :func:`accept_invite` decodes strictly, encodes
+the result again and refuses anything that does not come back byte for byte
+(:class:`~hivemesh.errors.InviteNonCanonical`): other padding or alphabet,
+wider integers or strings than needed, trailing bytes, whitespace, another
+case. So a token's text is its identity, in logs and wherever it is compared.
 
 **The join flow** (``hivemesh join TOKEN``):
 
@@ -30,18 +39,28 @@ store (:meth:`TrustStore.issue_invite`): single use, until ``expires_s``.
    = ``blake2b(key=nonce, "hivemesh/join/v1" || inviter_pub || joiner_pub)``.
    It proves possession of the token without revealing the nonce and is
    bound to both identities, so it is useless to anyone else.
-3. The inviter's transport, facing an authenticated but untrusted peer that
-   presents a proof, calls :meth:`TrustStore.redeem`: if the proof matches
-   an unexpired, unused invite, the invite is consumed and the joiner's
-   address is trusted; otherwise the connection is refused
-   (:class:`~hivemesh.errors.UnknownPeer`). Revoked addresses cannot redeem.
-4. Membership then runs :meth:`~hivemesh.core.membership.Membership.join`
-   with the inviter as seed, and peer exchange introduces the others.
+3. The inviter, facing an authenticated but untrusted peer that presents a
+   proof, calls :meth:`TrustStore.redeem`: if the proof matches an
+   unexpired, unused invite, the invite is marked used by that joiner and
+   the joiner's address is trusted. Otherwise it names the cause --
+   :class:`~hivemesh.errors.InviteUsed`, :class:`~hivemesh.errors.InviteExpired`,
+   :class:`~hivemesh.errors.InviteUnknown` (not an invite of ours),
+   :class:`~hivemesh.errors.InviteRevoked` -- and the runtime closes the
+   channel with that code, so the joiner learns why. Used and expired
+   invites are remembered for :data:`INVITE_MEMORY_S` (at most
+   :data:`MAX_INVITE_RECORDS`) for exactly that.
+4. The joiner trusts the inviter once it is admitted (the runtime's
+   ``RT_JOINED``); membership then runs
+   :meth:`~hivemesh.core.membership.Membership.join` with the inviter as
+   seed, and peer exchange introduces the others.
 
-Trust is per node. For a swarm larger than a pair, the runtime should
-publish ``trust.add`` / ``trust.revoke`` journal events signed by the
-trusting node, and admit an address trusted by any member it trusts
-(revocations winning); that view lives above this module.
+**Swarms.** Trust is per node, but a node also records the swarms it
+belongs to (:meth:`TrustStore.swarms`): the one it founds at its first
+invite (a random 16-byte id), and each it joins (:meth:`TrustStore.join_swarm`).
+Every invite brings the joiner into one of them (:meth:`TrustStore.issue_invite`,
+``swarm``), which :meth:`TrustStore.redeem` returns. The runtime publishes
+admissions as swarm-scoped ``trust.add`` journal events and admits the members
+of its own swarms only (:mod:`hivemesh.runtime.trustview`).
 """
 
 from __future__ import annotations
@@ -53,6 +72,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import secrets
 import time
 from collections.abc import Iterator
@@ -67,18 +87,23 @@ from hivemesh.errors import (
     DecodeError,
     InvalidArgument,
     InviteBadSignature,
-    InviteError,
     InviteExpired,
     InviteMalformed,
+    InviteNonCanonical,
+    InviteRevoked,
+    InviteUnknown,
     InviteUsed,
     StoreCorrupt,
 )
 
 __all__ = [
+    "INVITE_MEMORY_S",
     "INVITE_PREFIX",
+    "MAX_INVITE_RECORDS",
     "Invite",
     "TrustStore",
     "accept_invite",
+    "is_swarm_id",
     "join_proof",
     "make_invite",
 ]
@@ -88,7 +113,14 @@ _INVITE_DOMAIN = "hivemesh/invite/v1"
 _PROOF_DOMAIN = b"hivemesh/join/v1"
 _NONCE_BYTES = 16
 _MAX_TOKEN_CHARS = 4096
+_SIG_BYTES = 64
+_BASE64URL = re.compile(r"[A-Za-z0-9_-]*")
+_SWARM_ID = re.compile(r"[0-9a-f]{32}")
 _FILE = "trust.json"
+#: How long an expired or used invite is remembered, to tell a late joiner why.
+INVITE_MEMORY_S = 7 * 86400
+#: Invite records kept at most (the oldest are forgotten first).
+MAX_INVITE_RECORDS = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +131,11 @@ class Invite:
     endpoints: tuple[str, ...]
     expires_s: int
     nonce: bytes
+
+
+def is_swarm_id(value: object) -> bool:
+    """True for a swarm id: 16 random bytes as 32 lower-case hex digits."""
+    return isinstance(value, str) and _SWARM_ID.fullmatch(value) is not None
 
 
 def _signed_part(pub: bytes, endpoints: list[str], expires_s: int, nonce: bytes) -> bytes:
@@ -120,25 +157,55 @@ def make_invite(
     expires_s = int(now_s) + int(ttl_s)
     sig = identity.sign(_signed_part(identity.public, eps, expires_s, nonce))
     raw = pack([1, identity.public, eps, expires_s, nonce, sig])
-    return INVITE_PREFIX + base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+    return INVITE_PREFIX + _b64(raw)
 
 
-def accept_invite(token: str, now_s: int) -> Invite:
-    """Verify an invite token; raises InviteMalformed/InviteBadSignature/InviteExpired."""
-    token = token.strip() if isinstance(token, str) else ""
-    if not token.startswith(INVITE_PREFIX) or len(token) > _MAX_TOKEN_CHARS:
-        raise InviteMalformed(f"an invite starts with {INVITE_PREFIX!r} and is short")
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+
+def _decode_token(token: str) -> Any:
+    """The token's msgpack value, if ``token`` is in its one canonical form."""
+    if type(token) is not str or not token.strip().startswith(INVITE_PREFIX):
+        raise InviteMalformed(f"an invite starts with {INVITE_PREFIX!r}")
+    if token != token.strip():
+        raise InviteNonCanonical("an invite has no whitespace around it")
+    if len(token) > _MAX_TOKEN_CHARS:
+        raise InviteMalformed(f"an invite is at most {_MAX_TOKEN_CHARS} characters")
     body = token[len(INVITE_PREFIX) :]
+    if not _BASE64URL.fullmatch(body):
+        raise InviteNonCanonical("an invite is base64url (A-Z a-z 0-9 - _) without padding")
     try:
         raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
         obj = unpack(raw, limit=_MAX_TOKEN_CHARS)
     except (ValueError, DecodeError) as exc:
         raise InviteMalformed(f"invite is not base64url msgpack: {exc}") from None
+    if _b64(raw) != body:
+        raise InviteNonCanonical("invite base64 has non-zero unused bits")
+    try:
+        again = pack(obj)
+    except ValueError:  # pragma: no cover - unpack only returns packable values
+        again = b""
+    if again != raw:
+        raise InviteNonCanonical("invite msgpack is not in its minimal encoding")
+    return obj
+
+
+def accept_invite(token: str, now_s: int) -> Invite:
+    """Verify an invite token in its canonical form (module docs).
+
+    Raises :class:`InviteMalformed` (:class:`InviteNonCanonical` for another
+    encoding of a well-formed token), :class:`InviteBadSignature` or
+    :class:`InviteExpired`.
+    """
+    obj = _decode_token(token)
     if type(obj) is not list or len(obj) != 6 or obj[0] != 1:
         raise InviteMalformed("invite must be [1, key, endpoints, expires, nonce, sig]")
     _, pub, eps, expires_s, nonce, sig = obj
-    if type(pub) is not bytes or len(pub) != 32 or type(sig) is not bytes:
-        raise InviteMalformed("invite key or signature has the wrong form")
+    if type(pub) is not bytes or len(pub) != 32:
+        raise InviteMalformed("invite key has the wrong form")
+    if type(sig) is not bytes or len(sig) != _SIG_BYTES:
+        raise InviteMalformed("invite signature has the wrong form")
     if type(nonce) is not bytes or len(nonce) != _NONCE_BYTES or type(expires_s) is not int:
         raise InviteMalformed("invite nonce or expiry has the wrong form")
     try:
@@ -213,6 +280,11 @@ class TrustStore:
         self._refresh()
         return sorted(self._data["revoked"])
 
+    def swarms(self) -> list[str]:
+        """The ids of the swarms this node belongs to, the home swarm first."""
+        self._refresh()
+        return _by_age(self._data["swarms"])
+
     # -- changes ---------------------------------------------------------------------
 
     def add(self, address: str, now_s: int, *, note: str = "") -> None:
@@ -229,6 +301,19 @@ class TrustStore:
             data["trusted"].pop(address, None)
             data["revoked"][address] = {"since_s": int(now_s)}
 
+    def home_swarm(self, now_s: int) -> str:
+        """The swarm invites and ``trust add`` bring nodes into: the oldest one
+        this node belongs to, founded now if it belongs to none."""
+        with self._edit() as data:
+            return _home(data, now_s)
+
+    def join_swarm(self, swarm: str, via: str, now_s: int) -> None:
+        """Record that this node joined ``swarm`` through the inviter ``via``."""
+        if not is_swarm_id(swarm):
+            raise InvalidArgument("a swarm id is 32 lower-case hex digits")
+        with self._edit() as data:
+            data["swarms"].setdefault(swarm, {"since_s": int(now_s), "via": via})
+
     def issue_invite(
         self,
         identity: Identity,
@@ -236,49 +321,85 @@ class TrustStore:
         ttl_s: int,
         now_s: int,
         nonce: bytes | None = None,
+        *,
+        swarm: str | None = None,
     ) -> str:
-        """Make a single-use invite token and remember it until it expires."""
+        """Make a single-use invite token into ``swarm`` (default: the home
+        swarm) and remember it (module docs)."""
         nonce = secrets.token_bytes(_NONCE_BYTES) if nonce is None else nonce
         token = make_invite(identity, endpoints, ttl_s, now_s, nonce)
         with self._edit() as data:
-            _prune(data, now_s)
+            if swarm is None:
+                swarm = _home(data, now_s)
+            elif swarm not in data["swarms"]:
+                raise InvalidArgument(f"this node is not in swarm {swarm!r}")
             data["invites"][nonce.hex()] = {
                 "inviter": identity.address,
                 "expires_s": int(now_s) + int(ttl_s),
+                "swarm": swarm,
             }
+            _prune(data, now_s)
         return token
 
-    def accept(self, token: str, now_s: int) -> Invite:
-        """Joiner side: verify ``token`` and trust its inviter."""
-        invite = accept_invite(token, now_s)
-        self.add(invite.inviter, now_s, note="inviter")
-        return invite
-
-    def redeem(self, joiner_address: str, proof: bytes, now_s: int) -> None:
+    def redeem(self, joiner_address: str, proof: bytes, now_s: int) -> tuple[bool, str]:
         """Inviter side: consume the invite ``proof`` matches and trust the joiner.
 
-        Raises :class:`InviteUsed` if no unexpired, unused invite matches and
-        :class:`InviteError` if the joiner was revoked.
+        Returns ``(new, swarm)``: the swarm the invite brings the joiner into,
+        and whether it was redeemed now (False: this joiner had redeemed it
+        before and its admission may not have reached it; it is trusted again
+        unless revoked). Otherwise the cause is raised:
+        :class:`InviteRevoked` (the joiner was revoked), :class:`InviteUsed`
+        (another node used it), :class:`InviteExpired`, or
+        :class:`InviteUnknown` (no invite of ours matches: foreign, forged,
+        or forgotten after :data:`INVITE_MEMORY_S`).
         """
         joiner_pub = public_key_of(joiner_address)
+        if type(proof) is not bytes:
+            raise InviteUnknown("a join proof is bytes")
+        self._refresh()
+        _, seen = _matching(self._data["invites"], joiner_pub, proof)
+        again = seen is not None and seen.get("used_by") == joiner_address
+        if again and seen and seen.get("swarm") and self.is_trusted(joiner_address):
+            return False, str(seen["swarm"])  # answered again: nothing to write
         with self._edit() as data:
             _prune(data, now_s)
             if joiner_address in data["revoked"]:
-                raise InviteError("a revoked address cannot redeem an invite")
-            for nonce_hex in sorted(data["invites"]):
-                inv = data["invites"][nonce_hex]
-                msg = _PROOF_DOMAIN + public_key_of(inv["inviter"]) + joiner_pub
-                want = hashlib.blake2b(msg, key=bytes.fromhex(nonce_hex), digest_size=32).digest()
-                if isinstance(proof, bytes) and hmac.compare_digest(want, proof):
-                    del data["invites"][nonce_hex]
-                    data["trusted"][joiner_address] = {"since_s": int(now_s), "note": "invited"}
-                    return
-        raise InviteUsed("no unexpired, unused invite matches this proof")
+                raise InviteRevoked("the inviter revoked this node")
+            nonce_hex, inv = _matching(data["invites"], joiner_pub, proof)
+            if inv is None:
+                raise InviteUnknown("no invite of the inviter matches (foreign or forgotten)")
+            used_by = inv.get("used_by")
+            swarm = str(inv.get("swarm") or _home(data, now_s))
+            if used_by == joiner_address:
+                data["trusted"].setdefault(
+                    joiner_address, {"since_s": int(now_s), "note": "invited"}
+                )
+                return False, swarm
+            if used_by is not None:
+                raise InviteUsed("the invite was already used by another node")
+            if inv["expires_s"] <= now_s:
+                raise InviteExpired(f"the invite expired {now_s - inv['expires_s']} s ago")
+            inv["used_by"], inv["used_s"] = joiner_address, int(now_s)
+            data["invites"][nonce_hex] = inv
+            data["trusted"][joiner_address] = {"since_s": int(now_s), "note": "invited"}
+        return True, swarm
 
     def pending_invites(self, now_s: int) -> int:
         """How many issued invites are still redeemable."""
         self._refresh()
-        return sum(1 for v in self._data["invites"].values() if v["expires_s"] > now_s)
+        return sum(
+            1
+            for v in self._data["invites"].values()
+            if v["expires_s"] > now_s and v.get("used_by") is None
+        )
+
+    def remembered_invites(self, now_s: int) -> int:
+        """Issued invites still on record: redeemable, used, or expired less
+        than :data:`INVITE_MEMORY_S` ago (a node holding any hears joiners
+        out, to tell them why it refuses)."""
+        self._refresh()
+        invites = self._data["invites"].values()
+        return sum(1 for v in invites if v["expires_s"] + INVITE_MEMORY_S > now_s)
 
     # -- file handling -----------------------------------------------------------------
 
@@ -318,13 +439,44 @@ class TrustStore:
 
 
 def _empty() -> dict[str, Any]:
-    return {"version": 1, "trusted": {}, "revoked": {}, "invites": {}}
+    return {"version": 1, "trusted": {}, "revoked": {}, "invites": {}, "swarms": {}}
+
+
+def _by_age(swarms: dict[str, Any]) -> list[str]:
+    return sorted(swarms, key=lambda s: (swarms[s]["since_s"], s))
+
+
+def _home(data: dict[str, Any], now_s: int) -> str:
+    """The home swarm of ``data``, founding one (a fresh random id) if needed."""
+    if not data["swarms"]:
+        data["swarms"][secrets.token_hex(16)] = {"since_s": int(now_s), "via": ""}
+    return _by_age(data["swarms"])[0]
 
 
 def _prune(data: dict[str, Any], now_s: int) -> None:
-    for k in sorted(data["invites"]):
-        if data["invites"][k]["expires_s"] <= now_s:
-            del data["invites"][k]
+    """Forget invites :data:`INVITE_MEMORY_S` after they expired, and the oldest
+    beyond :data:`MAX_INVITE_RECORDS`."""
+    invites = data["invites"]
+    for k in sorted(invites):
+        if invites[k]["expires_s"] + INVITE_MEMORY_S <= now_s:
+            del invites[k]
+    extra = len(invites) - MAX_INVITE_RECORDS
+    if extra > 0:
+        for k in sorted(invites, key=lambda k: (invites[k]["expires_s"], k))[:extra]:
+            del invites[k]
+
+
+def _matching(
+    invites: dict[str, Any], joiner_pub: bytes, proof: bytes
+) -> tuple[str, dict[str, Any] | None]:
+    """The invite record whose proof for ``joiner_pub`` is ``proof``."""
+    for nonce_hex in sorted(invites):
+        inv = invites[nonce_hex]
+        msg = _PROOF_DOMAIN + public_key_of(inv["inviter"]) + joiner_pub
+        want = hashlib.blake2b(msg, key=bytes.fromhex(nonce_hex), digest_size=32).digest()
+        if hmac.compare_digest(want, proof):
+            return nonce_hex, dict(inv)
+    return "", None
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -332,10 +484,13 @@ def _load(path: Path) -> dict[str, Any]:
         data = json.loads(path.read_text("utf-8"))
     except (OSError, ValueError) as exc:
         raise StoreCorrupt(f"{path}: unreadable trust store: {exc}") from None
+    if type(data) is dict:
+        data.setdefault("swarms", {})  # written before swarms existed
     if (
         type(data) is not dict
         or data.get("version") != 1
-        or not all(type(data.get(k)) is dict for k in ("trusted", "revoked", "invites"))
+        or not all(type(data.get(k)) is dict for k in ("trusted", "revoked", "invites", "swarms"))
+        or not all(is_swarm_id(s) and type(v) is dict for s, v in data["swarms"].items())
     ):
         raise StoreCorrupt(f"{path}: not a version-1 trust store")
     return data

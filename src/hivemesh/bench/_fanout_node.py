@@ -58,8 +58,10 @@ def _cpu_s() -> float:
 async def _main(args: argparse.Namespace) -> None:
     me: int = args.index
     receipts = Receipts(me)
-    # Daemon defaults, except quick re-dials so the mesh forms fast at start.
+    # Daemon defaults, except quick re-dials so the mesh forms fast at start,
+    # and open trust (a loopback bench mesh; nodes are private by default).
     settings: dict[str, Any] = {
+        "trust_mode": "open",
         "reconnect_min_s": 0.05,
         "reconnect_max_s": 0.5,
         "sync_interval_ms": args.sync_interval_ms,

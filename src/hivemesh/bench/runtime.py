@@ -35,7 +35,12 @@ __all__ = ["DESCRIPTION", "add_arguments", "run"]
 
 DESCRIPTION = "replicated events/s and write->visible latency between two full nodes"
 HOST = "127.0.0.1"
-_FAST: dict[str, Any] = {"sync_interval_ms": 500, "reconnect_min_s": 0.05, "reconnect_max_s": 0.5}
+_FAST: dict[str, Any] = {
+    "sync_interval_ms": 500,
+    "reconnect_min_s": 0.05,
+    "reconnect_max_s": 0.5,
+    "trust_mode": "open",  # a loopback bench pair (nodes are private by default)
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

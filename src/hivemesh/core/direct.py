@@ -35,7 +35,10 @@ message routed through one carries the sender's Ed25519 signature over
 signature over ``(msg_id, sender, destination)``; a relayed message or ack
 without a valid signature is refused (``ForgedSender``, counted), so a
 relay can drop or delay traffic but neither forge a message nor fake its
-acknowledgement. Direct hops need no signature and carry none.
+acknowledgement. Direct hops need no signature and carry none. With an
+``admit(address)`` policy, a relayed message from a sender it refuses (a
+node that reached us through a member of two swarms, say) is refused
+(:class:`~hivemesh.errors.UntrustedAuthor`, counted) and not acknowledged.
 
 **Receiving.** A message for us is deduplicated by ``(sender, msg_id)`` (a
 bounded memory, entries kept ``dedup_ttl_ms``); a duplicate is acked again
@@ -62,7 +65,14 @@ from hivemesh.core.codec import pack
 from hivemesh.core.frames import FrameType, encode_frame
 from hivemesh.core.identity import public_key_of, verify
 from hivemesh.core.pex import check_address
-from hivemesh.errors import DecodeError, ForgedSender, FrameTooLarge, InvalidArgument, QueueFull
+from hivemesh.errors import (
+    DecodeError,
+    ForgedSender,
+    FrameTooLarge,
+    InvalidArgument,
+    QueueFull,
+    UntrustedAuthor,
+)
 
 if TYPE_CHECKING:
     from hivemesh.core.node import Node
@@ -175,9 +185,11 @@ class Direct:
         config: DirectConfig | None = None,
         *,
         relays: Callable[[str], list[str]] | None = None,
+        admit: Callable[[str], bool] | None = None,
     ) -> None:
         self.node = node
         self.address = node.address
+        self._admit = admit
         self.rng = rng
         self.config = config or DirectConfig()
         self.counters: Counter[str] = Counter()
@@ -301,6 +313,8 @@ class Direct:
                 raise ForgedSender(
                     f"message relayed by {peer[:12]} lacks a valid signature of {sender[:12]}"
                 )
+            if self._admit is not None and not self._admit(sender):
+                raise UntrustedAuthor(f"message relayed by {peer[:12]} from {sender[:12]}")
             relayed_by = peer
         key = (sender, msg_id)
         if key in self._seen:

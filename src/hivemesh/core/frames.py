@@ -14,7 +14,7 @@ type   name         fields
 20-29  direct       direct messages, see :mod:`hivemesh.core.direct`
 30-39  membership   SWIM probes and gossip, see :mod:`hivemesh.core.membership`
 40-49  leases       quorum lease protocol
-60-69  runtime      daemon ping/pong, join proofs (runtime)
+60-69  runtime      daemon ping/pong, join proof and admission (runtime)
 =====  ===========  ====================================================
 """
 
@@ -51,6 +51,8 @@ class FrameType(IntEnum):
     RT_PING = 60
     RT_PONG = 61
     RT_JOIN = 62
+    RT_JOINED = 63
+    RT_JOIN_REFUSED = 64
 
 
 def encode_frame(ftype: int, *fields: Any) -> bytes:

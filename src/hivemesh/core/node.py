@@ -44,6 +44,11 @@ commit; with ``settle_delay_ms`` set, :meth:`Node.handle_timer` settles that
 long after a run began (the simulator's way). Relayed batches are always
 verified before they are applied.
 
+**Who sees what.** With a ``shares(peer, author)`` policy (the runtime's
+trust web: a peer sees the feeds of the swarms it shares with us), a feed is
+never pushed to, advertised to or served to a peer it is not shared with
+(counted ``want_not_shared``); without one, every peer sees every feed.
+
 Bad input from a peer raises a :class:`~hivemesh.errors.RemoteProtocolError`
 inside; :meth:`Node.receive` counts it by code in :attr:`Node.counters` and
 drops it. Nothing invalid is stored.
@@ -119,8 +124,11 @@ class Node:
         now_ms: int,
         config: NodeConfig | None = None,
         trusted: Callable[[bytes], bool] | None = None,
+        shares: Callable[[str, bytes], bool] | None = None,
     ) -> None:
         self.identity = identity
+        #: ``shares(peer, author)``: may ``peer`` see ``author``'s feed? (module docs)
+        self.shares = shares
         self.address = identity.address
         self.config = config or NodeConfig()
         self.rng = rng
@@ -288,12 +296,18 @@ class Node:
 
     def sync_with(self, peer: str) -> None:
         """Start an anti-entropy round with ``peer`` now."""
-        self.send(peer, encode_frame(FrameType.HAVE, self.journal.version_vector(), True))
+        self.send(peer, encode_frame(FrameType.HAVE, self._vv_for(peer), True))
+
+    def _vv_for(self, peer: str) -> dict[bytes, int]:
+        """Our version vector as ``peer`` may see it."""
+        vv = self.journal.version_vector()
+        shares = self.shares
+        return vv if shares is None else {a: s for a, s in vv.items() if shares(peer, a)}
 
     # -- push --------------------------------------------------------------------
 
     def _push(self, author: bytes, raws: list[bytes], sig: bytes, exclude: str | None) -> None:
-        peers = [p for p in self._peers if p != exclude]
+        peers = [p for p in self._peers if p != exclude and self._shared(p, author)]
         if not peers:
             return
         if len(self._peers) < self.config.push_all_below:
@@ -308,7 +322,7 @@ class Node:
     def _forward(self, peer: str, author: bytes, raws: list[bytes], sig: bytes, hops: int) -> None:
         if hops <= 0:
             return
-        peers = [p for p in self._peers if p != peer]
+        peers = [p for p in self._peers if p != peer and self._shared(p, author)]
         if not peers:
             return
         k = min(self.config.push_fanout, len(peers))
@@ -369,8 +383,8 @@ class Node:
                 wants.append((author, ours + 1, seq))
         wants.sort()
         self._request(peer, wants, now_ms)
-        if reply and self.journal.missing_for(vv):
-            self.send(peer, encode_frame(FrameType.HAVE, self.journal.version_vector(), False))
+        if reply and any(self._shared(peer, a) for a, _s, _e in self.journal.missing_for(vv)):
+            self.send(peer, encode_frame(FrameType.HAVE, self._vv_for(peer), False))
 
     def _request(self, peer: str, wants: list[tuple[bytes, int, int]], now_ms: int) -> None:
         trusted = self.journal.trusted
@@ -401,6 +415,9 @@ class Node:
             ):
                 raise DecodeError("WANT range must be [author, start>=1, end]")
             author, start, end = item
+            if not self._shared(peer, author):
+                self.counters["want_not_shared"] += 1
+                continue
             end = min(end, start + self.config.max_want_events - 1)
             while start <= end:
                 chunk = self.journal.read_chunk(author, start, end)
@@ -412,6 +429,9 @@ class Node:
                 self.counters["events_served"] += len(raws)
 
     # -- helpers -------------------------------------------------------------------
+
+    def _shared(self, peer: str, author: bytes) -> bool:
+        return self.shares is None or self.shares(peer, author)
 
     def _emit(self, events: list[Event]) -> None:
         self._events.extend(events)

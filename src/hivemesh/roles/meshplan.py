@@ -13,7 +13,9 @@ socket (:class:`~hivemesh.runtime.client.Client`) and only starts processes.
   CLI). Decomposers get different strategies.
 * **--mesh**: the node is the running local daemon (``--data-dir``); agents
   started for the run (``--swarm``, zero of each allowed: the mesh may
-  already run agents) bootstrap from its endpoint.
+  already run agents) bootstrap from its endpoint -- or, when the mesh is
+  private (``invite`` trust, the default), are private too and each joins it
+  with a single-use invite from that node.
 
 Then it waits until the node holds every started agent's feed (their
 ``plan.hello`` is in), creates the goal with ``plan.goal``, and polls
@@ -92,18 +94,24 @@ def started_swarm(
     tmp = None if root is not None else Path(tempfile.mkdtemp(prefix="hivemesh-plan-"))
     base = root if root is not None else tmp
     assert base is not None
-    swarm = LocalSwarm(base, env=env)
+    client = Client(mesh, timeout_s=10.0) if mesh is not None else None
+    private = client is not None and client.call("trust.list")["mode"] == "invite"
+    swarm = LocalSwarm(base, env=env, trust_mode="invite" if private else "open")
     try:
-        if mesh is None:
+        if client is None:
             seed = swarm.start("observer", command=("agent",), extra_args=["--role", "observer"])
             client, endpoint = seed.client, seed.endpoint
         else:
-            client = Client(mesh, timeout_s=10.0)
             endpoint = mesh_endpoint(client)
         # sequential, from this thread: a child's PR_SET_PDEATHSIG fires when the
         # *thread* that started it exits, so no worker threads here
         for label, args in _agent_specs(counts):
-            swarm.start(label, bootstrap=[endpoint], command=("agent",), extra_args=args)
+            if not private:
+                swarm.start(label, bootstrap=[endpoint], command=("agent",), extra_args=args)
+                continue
+            agent = swarm.start(label, command=("agent",), extra_args=args)
+            token = client.call("invite", ttl_s=600)["token"]
+            agent.client.call("join", token=token, timeout_s=20.0)
         wanted = {n.address for n in swarm.running()}
 
         def holds_all() -> bool:

@@ -98,7 +98,7 @@ from hivemesh.errors import (
     UnknownPeer,
     WouldBlock,
 )
-from hivemesh.runtime.dialling import Dialling, Target
+from hivemesh.runtime.dialling import REFUSALS, Dialling, Target
 from hivemesh.runtime.hostutil import handshake_slots
 from hivemesh.transports import ChannelOptions, SecureChannel, TransportCounters, serve
 from hivemesh.transports.channel import CLOSE_GRACE_S
@@ -111,6 +111,7 @@ FrameCallback = Callable[[str, bytes], Awaitable[None]]
 FramesCallback = Callable[[str, list[bytes]], Awaitable[None]]
 FramesNowCallback = Callable[[str, list[bytes]], bool]
 PeerCallback = Callable[[str, bool], Awaitable[None]]
+RefusedCallback = Callable[[str, HivemeshError], None]
 
 
 def channel_rank(local: str, peer: str, dialer: str, handshake_hash: bytes) -> tuple[int, bytes]:
@@ -177,6 +178,7 @@ class ConnectionManager(Dialling):
         on_frames_now: FramesNowCallback | None = None,
         handover_s: float | None = None,
         linger_s: float = CLOSE_GRACE_S,
+        on_refused: RefusedCallback | None = None,
     ) -> None:
         self.identity = identity
         self.address = identity.address
@@ -185,6 +187,8 @@ class ConnectionManager(Dialling):
         self._on_frames = on_frames
         self._on_frames_now = on_frames_now
         self._on_peer = on_peer
+        #: ``on_refused(peer, error)``: the peer refused us (module docs, Dialling)
+        self._on_refused = on_refused
         self._dial_timeout_s = dial_timeout_s
         self._reconnect_min_s = reconnect_min_s
         self._reconnect_max_s = reconnect_max_s
@@ -405,6 +409,8 @@ class ConnectionManager(Dialling):
             reason = link.channel.close_reason
             code = reason.code if isinstance(reason, HivemeshError) else None
             self.counters[f"channel_closed_{code or getattr(exc, 'code', 'os_error')}"] += 1
+            if link.channel.peer_close_code is not None and isinstance(reason, REFUSALS):
+                self._refused(link.address, reason)
         except Exception:  # a bug in a handler must not kill the daemon silently
             log.exception("reader for %s failed", short(link.address))
             self.counters["reader_crashed"] += 1
@@ -508,12 +514,21 @@ class ConnectionManager(Dialling):
         self._notify(address, False)
         return True
 
-    async def disconnect(self, address: str, reason: str, *, revoked: bool = False) -> None:
-        """Close the channel to ``address`` (revoked, slow, shutting down)."""
+    async def disconnect(
+        self,
+        address: str,
+        reason: str,
+        *,
+        revoked: bool = False,
+        error: HivemeshError | None = None,
+    ) -> None:
+        """Close the channel to ``address`` (revoked, slow, shutting down); the
+        peer's CLOSE carries ``error``'s code (``unknown_peer`` if ``revoked``)."""
         self._end_handover(address, notify=False)
         link = self.links.get(address)
         if link is not None:
-            error = UnknownPeer(f"trust in {address[:12]} was revoked") if revoked else None
+            if revoked:
+                error = UnknownPeer(f"trust in {address[:12]} was revoked")
             await self._drop(link, reason=reason, error=error)
 
     # -- sending -------------------------------------------------------------

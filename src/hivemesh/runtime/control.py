@@ -50,7 +50,6 @@ import contextlib
 import json
 import logging
 import os
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,11 +69,6 @@ from hivemesh.runtime.wirejson import MAX_LINE_BYTES, decode
 
 if TYPE_CHECKING:
     from hivemesh.runtime.daemon import Daemon
-
-
-def now_ms() -> int:
-    """Wall-clock milliseconds."""
-    return time.time_ns() // 1_000_000
 
 
 __all__ = ["MAX_LINE_BYTES", "ControlServer", "event_json", "jsonable"]
@@ -213,20 +207,24 @@ async def _admit(d: Daemon, args: dict[str, Any]) -> Any:
 
 
 async def _trust_list(d: Daemon, args: dict[str, Any]) -> Any:
-    return {"mode": d.config.trust_mode, "trusted": d.trust.trusted(), "revoked": d.trust.revoked()}
+    t = d.trust
+    return {
+        "mode": d.config.trust_mode,
+        "trusted": t.trusted(),
+        "revoked": t.revoked(),
+        "swarms": t.swarms(),
+    }
 
 
 async def _invite(d: Daemon, args: dict[str, Any]) -> Any:
-    ttl_s = _arg(args, "ttl_s", int, 3600)
-    if not 0 < ttl_s <= 30 * 86400:
-        raise InvalidArgument("ttl_s must be 1..2592000")
-    return d.invites.issue(ttl_s, now_ms())
+    return d.invite(_arg(args, "ttl_s", int, 3600), _arg(args, "swarm", str, None))
 
 
 async def _join(d: Daemon, args: dict[str, Any]) -> Any:
-    result = d.invites.join(_arg(args, "token", str), now_ms())
-    await d.flush()
-    return result
+    # answers before this request's own deadline (timeout_s + 1 s, else control_timeout_s)
+    default_s = max(1.0, d.config.control_timeout_s - 1.0)
+    timeout_s = _timeout(args) if "timeout_s" in args else default_s
+    return await d.join(_arg(args, "token", str), timeout_s=timeout_s)
 
 
 async def _send(d: Daemon, args: dict[str, Any]) -> Any:

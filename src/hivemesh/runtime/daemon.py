@@ -40,9 +40,10 @@ group commit), so a ``kill -9`` loses nothing that was acknowledged either.
 **Parts wired in.** SWIM membership (:mod:`hivemesh.runtime.members`),
 direct messages with a durable inbox, request/reply and ping
 (:mod:`hivemesh.runtime.messaging`), blobs (:mod:`hivemesh.runtime.blobs`),
-trust (``trust.json`` plus the journal's web of trust: ``authorize`` at the
-handshake and for membership, ``author_trusted`` at the journal gate;
-:mod:`hivemesh.runtime.trustview`, :mod:`hivemesh.runtime.invites`), the
+trust (``trust.json`` plus the journal's swarm-scoped web of trust:
+``authorize`` at the handshake, for membership and relayed messages,
+``author_trusted`` at the journal gate, ``shares`` for whose feeds a peer
+sees; :mod:`hivemesh.runtime.trustview`, :mod:`hivemesh.runtime.invites`), the
 views (context, names, endpoints, blob index, trust) and any application
 view added with :meth:`Daemon.add_view` (verified replay first). Only one
 daemon runs per data dir (``daemon.lock``).
@@ -81,7 +82,7 @@ from hivemesh.runtime.members import MemberDriver
 from hivemesh.runtime.messaging import Messaging
 from hivemesh.runtime.pump import Pump
 from hivemesh.runtime.status import Subscription
-from hivemesh.runtime.trustview import KIND_TRUST_ADD, KIND_TRUST_REVOKE, TrustView
+from hivemesh.runtime.trustview import KIND_TRUST_ADD, KIND_TRUST_REVOKE, TrustView, TrustWeb
 from hivemesh.transports import ChannelOptions
 from hivemesh.trust import TrustStore
 
@@ -128,6 +129,8 @@ class Daemon(Pump, DaemonAPI):
         self._mdns: Any = None
         self._lock_fd: int | None = None
         self._trust_generation = 0
+        self._web: tuple[tuple[int, int], TrustWeb] | None = None
+        self._addresses: dict[bytes, str] = {}
         self.advertised = ""
 
     # -- lifecycle -------------------------------------------------------------
@@ -203,6 +206,7 @@ class Daemon(Pump, DaemonAPI):
                 settle_delay_ms=None,
             ),
             trusted=self.author_trusted,
+            shares=self.shares if cfg.trust_mode == "invite" else None,
         )
         self.context_view = ContextView(self.identity.public)
         self.names = NamesView()
@@ -210,6 +214,7 @@ class Daemon(Pump, DaemonAPI):
         self.trust_view = TrustView()
         for view in (self.context_view, self.names, self.endpoints, self.trust_view):
             self.node.add_view(view)
+        self.invites.attach(self.node)
         from hivemesh.runtime.leases import attach as attach_leases
 
         self.leases, self.claims = attach_leases(self)  # quorum voter/proposer, claims view
@@ -229,6 +234,7 @@ class Daemon(Pump, DaemonAPI):
             slow_peer_timeout_s=cfg.slow_peer_timeout_s,
             rng=random.Random(secrets.randbits(128)),
             options=ChannelOptions(send_queue_frames=cfg.send_queue_frames),
+            on_refused=self.invites.on_refused,
         )
         host, port = cfg.listen_endpoint()
         self.listen_port = await self.conns.listen(host, port)
@@ -241,6 +247,7 @@ class Daemon(Pump, DaemonAPI):
             cfg.data_dir / "inbox.db",
             inbox_max=cfg.inbox_max,
             relays=self._relays,
+            admit=self.authorize,
         )
         self.messaging.on_output = self._schedule_flush
         self._ready.set()
@@ -354,20 +361,45 @@ class Daemon(Pump, DaemonAPI):
 
         ``open`` mode: anyone not revoked here. ``invite`` mode: the web of
         trust grown from ``trust.json`` through the journal's vouches
-        (:mod:`hivemesh.runtime.trustview`).
+        (:mod:`hivemesh.runtime.trustview`). Either way, the inviter of a
+        join in progress (:mod:`hivemesh.runtime.invites`).
         """
+        if address in self.invites.joins or address == self.address:
+            return True  # (our own records, e.g. telemetry to ourselves as collector)
         if self.trust.is_revoked(address):
             return False
         if self.config.trust_mode == "open" or self.trust.is_trusted(address):
             return True
-        admitted, revoked = self.trust_view.evaluate(
-            self.trust.trusted(), self.trust.revoked(), self.address
-        )
-        return address in admitted and address not in revoked
+        return address in self.web().admitted
+
+    def web(self) -> TrustWeb:
+        """Our swarms' web of trust now (:mod:`hivemesh.runtime.trustview`)."""
+        key = (self.trust.generation, self.trust_view.version)
+        if self._web is None or self._web[0] != key:
+            t = self.trust
+            web = self.trust_view.evaluate(
+                t.trusted(), t.revoked(), self.address, t.swarms(), self.config.trust_vouches
+            )
+            self._web = (key, web)
+        return self._web[1]
 
     def author_trusted(self, author: bytes) -> bool:
         """The journal gate: may events authored by ``author`` be stored?"""
-        return self.authorize(address_of(author))
+        return self.authorize(self._address_of(author))
+
+    def shares(self, peer: str, author: bytes) -> bool:
+        """May ``peer`` see ``author``'s feed? Its own and ours, and those of
+        the members of a swarm it shares with us (``invite`` mode's core policy)."""
+        a = self._address_of(author)
+        return a == peer or a == self.address or self.web().shares(peer, a)
+
+    def _address_of(self, author: bytes) -> str:
+        address = self._addresses.get(author)
+        if address is None:
+            if len(self._addresses) >= 65_536:  # bounded: a cache, not a registry
+                self._addresses.clear()
+            address = self._addresses[author] = address_of(author)
+        return address
 
     async def revoke(self, address: str) -> None:
         """Revoke ``address``: drop its channel, forget it, refuse its new events."""
@@ -381,21 +413,29 @@ class Daemon(Pump, DaemonAPI):
         await self.flush()
 
     def admit(self, address: str) -> None:
-        """Trust ``address`` (invite mode) and lift any revocation."""
+        """Trust ``address`` (invite mode), lift any revocation, and bring it
+        into our home swarm (as an invite would)."""
         public_key_of(address)
-        self.trust.add(address, now_ms() // 1000)
-        self.vouch(address)
+        t = now_ms() // 1000
+        self.trust.add(address, t)
+        self.vouch(address, self.trust.home_swarm(t))
         self.learn(address, self.endpoints.endpoints(address))
 
-    def vouch(self, address: str) -> None:
-        """Publish that we trust ``address`` (others in the swarm may admit it)."""
-        self.node.append(KIND_TRUST_ADD, {"address": address}, now_ms())
+    def vouch(self, address: str, swarm: str) -> None:
+        """Publish that we bring ``address`` into ``swarm`` (its other members
+        may admit it; nobody outside that swarm follows it)."""
+        self.node.append(KIND_TRUST_ADD, {"address": address, "swarm": swarm}, now_ms())
         self._schedule_flush()
 
     async def _recheck_trust(self) -> None:
         """After trust changed: drop peers no longer admitted, dial new ones."""
         for peer in sorted(self.conns.links):
-            if peer not in self.invites.probation and not self.authorize(peer):
+            if peer in self.invites.probation:
+                if self.authorize(peer):  # vouched for meanwhile: a peer like any other
+                    del self.invites.probation[peer]
+                    await self._on_peer(peer, True)
+                continue
+            if not self.authorize(peer):
                 self.counters["disconnected_revoked"] += 1
                 self.conns.forget(peer)
                 await self.conns.disconnect(peer, "revoked", revoked=True)
@@ -434,16 +474,22 @@ class Daemon(Pump, DaemonAPI):
             return  # not a member until it presents a valid join proof
         if up:
             self.invites.send_proof(peer)
-            eps = self.endpoints.endpoints(peer)
-            link = self.conns.links.get(peer)
-            if link is not None and link.endpoint is not None and not eps:
-                eps = [f"{link.endpoint[0]}:{link.endpoint[1]}"]
-            self.members.channel_up(peer, eps, now_ms())
+            if peer not in self.invites.awaiting:  # else: once it admits us
+                self.member_up(peer)
         else:
             self.invites.probation.pop(peer, None)
             self.node.remove_peer(peer)
             self.learn(peer, self.endpoints.endpoints(peer))
         await self.flush()
+
+    def member_up(self, peer: str) -> None:
+        """A channel to ``peer`` is up and both sides admit each other:
+        replicate with it, and join membership through it if it is new."""
+        eps = self.endpoints.endpoints(peer)
+        link = self.conns.links.get(peer)
+        if link is not None and link.endpoint is not None and not eps:
+            eps = [f"{link.endpoint[0]}:{link.endpoint[1]}"]
+        self.members.channel_up(peer, eps, now_ms())
 
     def learn(self, address: str, endpoints: list[str]) -> None:
         """Keep dialling ``address`` at ``endpoints`` (if it may connect)."""

@@ -187,6 +187,28 @@ class DaemonAPI:
         """Round-trip time to a connected peer (by address or name)."""
         return await ping(self._daemon(), target, timeout_s=timeout_s)
 
+    def invite(self, ttl_s: int = 3600, swarm: str | None = None) -> dict[str, Any]:
+        """A single-use invite token for a new node into ``swarm`` (default:
+        our home swarm): ``{token, inviter, expires_s, swarm}``."""
+        return self._daemon().invites.issue(ttl_s, now_ms(), swarm)
+
+    async def join(self, token: str, *, timeout_s: float) -> dict[str, Any]:
+        """Join the swarm of the node that issued ``token``.
+
+        Returns ``{inviter, endpoints, seconds}`` once the inviter admitted
+        this node; raises the cause of a refusal (:class:`InviteUsed`,
+        :class:`InviteExpired`, :class:`InviteUnknown`, :class:`InviteRevoked`,
+        :class:`UnknownPeer`, :class:`PeerIdentityMismatch`, a bad token's
+        :class:`InviteError`) or :class:`DeadlineExceeded` after ``timeout_s``
+        (see :mod:`hivemesh.runtime.invites`).
+        """
+        if not 0 < timeout_s <= 3600:
+            raise InvalidArgument("timeout_s must be in (0, 3600]")
+        d = self._daemon()
+        future = d.invites.join(token, now_ms(), timeout_ms=int(timeout_s * 1000))
+        await self.flush()
+        return await future
+
     def check_address(self, address: str) -> str:
         """Validate an address argument (raises :class:`InvalidArgument`)."""
         try:

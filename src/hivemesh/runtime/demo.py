@@ -4,7 +4,8 @@ The demo starts ``nodes`` separate ``hivemesh up`` processes on loopback and
 walks through the system's promises, *checking* each one through the nodes'
 control sockets (it does not just print):
 
-1. the nodes find each other from one bootstrap address;
+1. the nodes join one node's private swarm, each with its own single-use
+   invite, and find each other;
 2. a name claimed on one node resolves everywhere;
 3. shared context written on one node appears on all;
 4. an acknowledged direct message reaches a node by name;
@@ -119,7 +120,7 @@ def run_demo(
         n.line(f"{'✔' if ok else '✘'} {name}: {detail}")
         return ok
 
-    swarm = LocalSwarm(root)
+    swarm = LocalSwarm(root, trust_mode="invite")  # private, as every node by default
     try:
         labels = [f"node{i + 1}" for i in range(nodes)]
         victim, writer, named = labels[-1], labels[0], labels[1]
@@ -132,11 +133,15 @@ def run_demo(
 
         def start_all() -> str:
             first = swarm.start(labels[0])
-            n.line(f"  {_short(first)} listening on {first.endpoint} — the only bootstrap address")
-            for label in labels[1:]:
-                node = swarm.start(label, bootstrap=[first.endpoint])
-                n.line(f"  {_short(node)} up on {node.endpoint}, joining via {first.endpoint}")
-            return f"{nodes} processes running"
+            n.line(f"  {_short(first)} listening on {first.endpoint}; it invites the others")
+            others = swarm.start_many(labels[1:], bootstrap=[])
+            for node in others:
+                token = first.client.call("invite", ttl_s=600)["token"]
+                res = node.client.call("join", token=token, timeout_s=budget(10))
+                n.line(
+                    f"  {_short(node)} joined with invite …{token[-8:]} in {res['seconds']:.2f} s"
+                )
+            return f"{nodes} processes running, {nodes - 1} joined by invite"
 
         if not check("start", start_all):
             return report

@@ -9,6 +9,14 @@ ended soon after they opened. Every dial has a deadline. An endpoint that
 turns out to be this node itself (say, its own address in its bootstrap
 list) is dropped at once, with one INFO line. The attributes declared below
 are set by the manager.
+
+An endpoint that *turns us away* (:data:`REFUSALS`: the handshake answered
+``unknown_peer``, an open channel was closed with a refusal code such as
+``invite_used``, or the node there is not the one we dialled) is reported to
+``on_refused(address, error)``, logged once per cause, shown as the
+target's ``refused`` code and ``last_error``, and redialled with a longer
+backoff (up to :data:`REFUSED_BACKOFF_MULT` times ``reconnect_max_s``): it
+will not change its mind every second.
 """
 
 from __future__ import annotations
@@ -23,13 +31,25 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from hivemesh.core.identity import Identity
-from hivemesh.errors import ChannelSuperseded, HivemeshError, SelfConnection
+from hivemesh.core.identity import Identity, short
+from hivemesh.errors import (
+    ChannelSuperseded,
+    HivemeshError,
+    InviteError,
+    PeerIdentityMismatch,
+    SelfConnection,
+    UnknownPeer,
+)
 from hivemesh.transports import ChannelOptions, TransportCounters, connect
 
-__all__ = ["Dialling", "Target"]
+__all__ = ["REFUSALS", "REFUSED_BACKOFF_MULT", "Dialling", "Target"]
 
 log = logging.getLogger("hivemesh.runtime.connections")
+
+#: Errors by which an endpoint turns us away (as opposed to failing to answer).
+REFUSALS = (UnknownPeer, InviteError, PeerIdentityMismatch)
+#: A refused dial backs off up to this many times ``reconnect_max_s``.
+REFUSED_BACKOFF_MULT = 6
 
 
 @dataclass(slots=True)
@@ -42,6 +62,7 @@ class Target:
     task: asyncio.Task[None] | None = None
     last_error: str | None = None
     attempts: int = 0
+    refused: str | None = None  # the code of the last refusal, until a link opens
 
 
 class Dialling:
@@ -63,6 +84,7 @@ class Dialling:
     _targets: dict[tuple[str, int], Target]
     _handovers: dict[str, Any]
     _changed: dict[str, asyncio.Event]
+    _on_refused: Callable[[str, HivemeshError], None] | None
 
     def _adopt(self, channel: Any, *, dialer: str, endpoint: tuple[str, int] | None) -> None:
         raise NotImplementedError  # pragma: no cover - the manager's
@@ -156,10 +178,14 @@ class Dialling:
                 code = getattr(exc, "code", "dial_error")
                 self.counters[f"dial_failed_{code}"] += 1
                 target.last_error = f"{type(exc).__name__}: {exc}"
+                limit = self._reconnect_max_s
+                if isinstance(exc, REFUSALS):
+                    self._refused(addr, exc, target)
+                    limit *= REFUSED_BACKOFF_MULT
                 await asyncio.sleep(self._jittered(delay))
-                delay = min(delay * 2, self._reconnect_max_s)
+                delay = min(delay * 2, limit)
                 continue
-            target.last_error = None
+            target.last_error = target.refused = None
             peer = channel.peer_address
             if target.address is None:
                 target.address = peer
@@ -174,6 +200,23 @@ class Dialling:
                 await asyncio.sleep(self._jittered(delay))
                 delay = min(delay * 2, self._reconnect_max_s)
 
+    def _refused(
+        self, address: str | None, error: HivemeshError, target: Target | None = None
+    ) -> None:
+        """An endpoint turned us away: count, log once per cause, report (module docs)."""
+        self.counters[f"refused_{error.code}"] += 1
+        if target is not None and (address is None or isinstance(error, PeerIdentityMismatch)):
+            targets = [target]  # that endpoint only (another may be the node we want)
+        else:
+            targets = [t for t in self._targets.values() if t.address == address]
+        if not targets or any(t.refused != error.code for t in targets):
+            where = short(address) if address else f"{target.host}:{target.port}" if target else "?"
+            log.warning("%s turned this node away: %s [%s]", where, error, error.code)
+        for t in targets:
+            t.refused, t.last_error = error.code, f"{type(error).__name__}: {error}"
+        if address is not None and self._on_refused is not None:
+            self._on_refused(address, error)
+
     def dial_targets(self) -> list[dict[str, Any]]:
         """Endpoints we keep dialling, with the last error."""
         return [
@@ -182,6 +225,7 @@ class Dialling:
                 "address": t.address,
                 "attempts": t.attempts,
                 "last_error": t.last_error,
+                "refused": t.refused,
             }
             for _, t in sorted(self._targets.items())
         ]

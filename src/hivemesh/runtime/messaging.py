@@ -157,12 +157,17 @@ class Messaging:
         *,
         inbox_max: int,
         relays: Callable[[str], list[str]],
+        admit: Callable[[str], bool] | None = None,
     ) -> None:
         self.node = node
         self.rng = rng
         self.inbox_max = inbox_max
         self.direct = Direct(
-            node, rng, DirectConfig(inbox_capacity=min(inbox_max, 10_000)), relays=relays
+            node,
+            rng,
+            DirectConfig(inbox_capacity=min(inbox_max, 10_000)),
+            relays=relays,
+            admit=admit,
         )
         self.inbox = Inbox(inbox_path)
         self.counters: Counter[str] = Counter()

@@ -52,6 +52,7 @@ __all__ = ["Pump"]
 
 #: Byte 2 of an encoded EVENTS frame (msgpack ``[version, type, ...]``).
 _EVENTS_TYPE_BYTE = bytes([FrameType.EVENTS])
+_RT_JOIN_TYPE_BYTE = bytes([FrameType.RT_JOIN])
 
 log = logging.getLogger("hivemesh.runtime")
 
@@ -138,9 +139,12 @@ class Pump:
             receive(peer, frame, now_ms())
         return only_events
 
-    def disconnect_later(self, peer: str, reason: str) -> None:
-        """Close the channel to ``peer`` from synchronous code."""
-        task = asyncio.get_running_loop().create_task(self.conns.disconnect(peer, reason))
+    def disconnect_later(self, peer: str, reason: str, error: HivemeshError | None = None) -> None:
+        """Close the channel to ``peer`` from synchronous code (the peer's CLOSE
+        carries ``error``'s code)."""
+        task = asyncio.get_running_loop().create_task(
+            self.conns.disconnect(peer, reason, error=error)
+        )
         self._bg.add(task)
         task.add_done_callback(self._bg.discard)
 
@@ -176,6 +180,7 @@ class Pump:
         node = self.node
         unsent = self._unsent
         send_fast = self.conns.send_fast
+        awaiting = self.invites.awaiting  # inviters not admitting us yet: RT_JOIN only
         while True:
             t = now_ms()
             self.members.after_input(t)
@@ -187,6 +192,9 @@ class Pump:
                 break
             sent = sent or bool(out)
             for peer, frame in out:
+                if awaiting and peer in awaiting and frame[2:3] != _RT_JOIN_TYPE_BYTE:
+                    self.counters["dropped_before_admission"] += 1
+                    continue
                 if unsent or not send_fast(peer, frame):
                     unsent.append((peer, frame))
             for ev in events:

@@ -86,6 +86,7 @@ def status_of(d: Daemon) -> dict[str, Any]:
             "version_vector": {address_of(a): s for a, s in sorted(j.version_vector().items())},
         },
         "peers_connected": len(d.conns.links),
+        "trust": {"mode": d.config.trust_mode, **d.invites.status(_now_ms())},
         "members": d.members.snapshot(),
         "detection_bound_ms": d.members.detection_bound_ms(),
         "inbox": d.messaging.inbox.count(),

@@ -4,7 +4,11 @@
 own data dir under one root, on ``127.0.0.1`` with ephemeral ports, and talks
 to each through its control socket (:class:`~hivemesh.runtime.client.Client`).
 It can ``kill -9`` a node and restart it on the same data dir and port.
-Every wait has a deadline (:func:`wait_until`); :meth:`LocalSwarm.close`
+Nodes are private (``invite`` trust) by default; a :class:`LocalSwarm` is a
+loopback harness for tests, the demo and benchmarks, and opts its nodes into
+``open`` trust (:data:`OPEN_TRUST`) unless told ``trust_mode="invite"`` (or
+``None``: the node's own default). Every wait has a deadline
+(:func:`wait_until`); :meth:`LocalSwarm.close`
 terminates every child (SIGTERM, then SIGKILL after a grace period), and
 each child asks the kernel to SIGKILL it if its parent dies (Linux
 ``PR_SET_PDEATHSIG``), so a test or demo never leaks processes, even when
@@ -31,7 +35,7 @@ import hivemesh
 from hivemesh.errors import DeadlineExceeded, HivemeshError
 from hivemesh.runtime.client import Client
 
-__all__ = ["FAST_TIMINGS", "LocalSwarm", "NodeProc", "wait_until"]
+__all__ = ["FAST_TIMINGS", "OPEN_TRUST", "LocalSwarm", "NodeProc", "wait_until"]
 
 T = TypeVar("T")
 
@@ -45,6 +49,10 @@ FAST_TIMINGS: dict[str, str] = {
     "HIVEMESH_RECONNECT_MAX_S": "0.5",
     "HIVEMESH_DIAL_TIMEOUT_S": "2",
 }
+
+#: The explicit opt-in of loopback test, demo and bench swarms into ``open``
+#: trust (any authenticated peer): nodes are private by default.
+OPEN_TRUST: dict[str, str] = {"HIVEMESH_TRUST_MODE": "open"}
 
 
 def _die_with_parent() -> None:
@@ -112,7 +120,12 @@ class NodeProc:
 
 
 class LocalSwarm:
-    """Separate node processes under ``root`` (see module docs)."""
+    """Separate node processes under ``root`` (see module docs).
+
+    ``trust_mode`` is the nodes' trust mode: ``"open"`` (this harness's
+    default, :data:`OPEN_TRUST`), ``"invite"``, or None for the node default
+    (private). ``env`` and a node's ``extra_args`` still override it.
+    """
 
     def __init__(
         self,
@@ -120,6 +133,7 @@ class LocalSwarm:
         *,
         env: Mapping[str, str] | None = None,
         start_timeout_s: float = 15.0,
+        trust_mode: str | None = "open",
     ) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
@@ -129,6 +143,10 @@ class LocalSwarm:
         # a clean slate: the caller's HIVEMESH_* settings must not leak in
         base = {k: v for k, v in os.environ.items() if not k.startswith("HIVEMESH_")}
         base.update(FAST_TIMINGS)
+        if trust_mode == "open":
+            base.update(OPEN_TRUST)
+        elif trust_mode is not None:
+            base["HIVEMESH_TRUST_MODE"] = trust_mode
         base.update(env or {})
         base["PYTHONPATH"] = os.pathsep.join(p for p in (src, base.get("PYTHONPATH", "")) if p)
         base["PYTHONUNBUFFERED"] = "1"

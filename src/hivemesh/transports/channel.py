@@ -58,6 +58,10 @@ from hivemesh.errors import (
     DeadlineExceeded,
     HivemeshError,
     InvalidArgument,
+    InviteExpired,
+    InviteRevoked,
+    InviteUnknown,
+    InviteUsed,
     UnknownPeer,
     WouldBlock,
 )
@@ -94,10 +98,22 @@ class ChannelOptions:
                 raise InvalidArgument(f"ChannelOptions.{name} must be positive, got {value!r}")
 
 
+#: CLOSE codes by which a peer refuses a join, each raised as its own type.
+_JOIN_REFUSALS: dict[str, tuple[type[HivemeshError], str]] = {
+    InviteUsed.code: (InviteUsed, "the invite was already used by another node"),
+    InviteExpired.code: (InviteExpired, "the invite expired (by the inviter's clock)"),
+    InviteUnknown.code: (InviteUnknown, "the inviter holds no such invite (foreign or forgotten)"),
+    InviteRevoked.code: (InviteRevoked, "the inviter revoked this node"),
+}
+
+
 def peer_close_error(code: str) -> HivemeshError:
     """The local error for a CLOSE item carrying ``code`` from the peer."""
     if code == UnknownPeer.code:
         return UnknownPeer("the peer does not trust this node (refused or revoked)")
+    if code in _JOIN_REFUSALS:
+        cls, text = _JOIN_REFUSALS[code]
+        return cls(text)
     if code == "normal":
         return ConnectionClosed("the peer closed the channel")
     if code == ChannelSuperseded.code:

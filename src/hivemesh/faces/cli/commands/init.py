@@ -28,7 +28,10 @@ _CONFIG_TEMPLATE = """\
 # suspicion_mult = 4
 
 [trust]
-# trust_mode = "open"              # or "invite": only trusted addresses
+# trust_mode = "invite"            # private: only invited nodes (hivemesh invite/join);
+#                                  # "open" admits any authenticated peer (a lab LAN)
+# trust_vouches = "web"            # follow vouches of all members of our swarms;
+#                                  # "direct": of nodes we vouched for; "none"
 
 # MCP tool servers for `hivemesh agent`, in the desktop MCP client format:
 # [mcp.mcpServers.web]

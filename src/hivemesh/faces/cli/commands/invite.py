@@ -12,6 +12,9 @@ def register(sub: Any) -> None:
     """Add the ``invite`` subcommand."""
     p = sub.add_parser("invite", help="make a single-use invite token for a new node")
     p.add_argument("--ttl-s", type=int, default=3600, help="token lifetime (default 1 h)")
+    p.add_argument(
+        "--swarm", help="the swarm to bring the new node into (default: this node's home swarm)"
+    )
     add_common(p)
     p.set_defaults(func=_run)
 
@@ -19,6 +22,8 @@ def register(sub: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     return run_with_client(
         args,
-        lambda c: c.call("invite", ttl_s=args.ttl_s),
+        lambda c: c.call(
+            "invite", ttl_s=args.ttl_s, **({"swarm": args.swarm} if args.swarm else {})
+        ),
         lambda r: f"{r['token']}\n\non the new node: hivemesh join {r['token'][:16]}…",
     )

@@ -1,8 +1,10 @@
 """``hivemesh trust list|revoke|add``: who may connect and write.
 
 With a running daemon the change applies at once (a revoked peer is
-disconnected and the revocation is published to the swarm). Without one,
-``trust.json`` is edited directly and the change applies at the next start.
+disconnected and the revocation is published to the swarm; an added one is
+brought into this node's home swarm, as an invite would). Without one,
+``trust.json`` is edited directly and the change applies at the next start:
+the address is trusted by this node alone, not vouched for in its swarm.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ def register(sub: Any) -> None:
 def _list(args: argparse.Namespace) -> int:
     def text(r: dict[str, Any]) -> str:
         lines = [f"mode: {r['mode']}"]
+        lines += [f"swarm {s}" for s in r.get("swarms", [])]
         lines += [f"trusted {a}" for a in r["trusted"]]
         lines += [f"revoked {a}" for a in r["revoked"]]
         return "\n".join(lines)

@@ -56,6 +56,11 @@ def register(sub: Any) -> None:
         help="with --collector: mirror metrics to a sink, e.g. prometheus:port=9464 (repeatable)",
     )
     p.add_argument("--trust-mode", choices=["open", "invite"])
+    p.add_argument(
+        "--trust-vouches",
+        choices=["web", "direct", "none"],
+        help="whose vouches to follow into this node's swarms (default web)",
+    )
     p.add_argument("--probe-interval-ms", type=int)
     p.add_argument("--probe-timeout-ms", type=int)
     p.add_argument("--suspicion-mult", type=int)
@@ -75,6 +80,7 @@ def _run(args: argparse.Namespace) -> int:
         "collector": args.collector,
         "metrics_sinks": tuple(args.sink) if args.sink else None,
         "trust_mode": args.trust_mode,
+        "trust_vouches": args.trust_vouches,
         "probe_interval_ms": args.probe_interval_ms,
         "probe_timeout_ms": args.probe_timeout_ms,
         "suspicion_mult": args.suspicion_mult,
