@@ -3,9 +3,9 @@
 The example is taken from README.md by this test and run as a script (a
 separate Python process, its own fresh data dir in a fresh working
 directory, no HIVEMESH_* settings) against a real swarm shaped like the
-tour's: node ``a`` it bootstraps from, node ``b`` that claimed ``planner``.
-The only change made to it is the bootstrap endpoint, which names where
-this test's ``a`` listens instead of the tour's port 7420.
+tour's, private as nodes are by default: node ``a`` whose invite token the
+script gets as its argument, node ``b`` (joined by invite too) that claimed
+``planner``. The script is not changed at all.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from hivemesh.runtime.swarm import FAST_TIMINGS, LocalSwarm, wait_until
 
 SRC = str(Path(hivemesh.__file__).resolve().parent.parent)
 README = Path(__file__).resolve().parent.parent / "README.md"
-TOUR_BOOTSTRAP = '"127.0.0.1:7420"'
 
 
 def python_example() -> str:
@@ -39,19 +38,20 @@ def python_example() -> str:
 
 def test_the_readme_python_example_runs_as_written(tmp_path: Path) -> None:
     code = python_example()
-    assert code.count(TOUR_BOOTSTRAP) == 1
     workdir = tmp_path / "fresh"
     workdir.mkdir()
-    with LocalSwarm(tmp_path / "swarm") as swarm:
+    with LocalSwarm(tmp_path / "swarm", trust_mode="invite") as swarm:
         a = swarm.start("a")
-        b = swarm.start("b", bootstrap=[a.endpoint])
+        b = swarm.start("b")
+        b.client.call("join", token=a.client.call("invite", ttl_s=600)["token"], timeout_s=20)
         b.client.claim_name("planner")
+        token = a.client.call("invite", ttl_s=600)["token"]
         script = workdir / "example.py"
-        script.write_text(code.replace(TOUR_BOOTSTRAP, f'"{a.endpoint}"'), encoding="utf-8")
+        script.write_text(code, encoding="utf-8")
         env = {k: v for k, v in os.environ.items() if not k.startswith("HIVEMESH_")}
         env["PYTHONPATH"] = SRC
         with subprocess.Popen(
-            [sys.executable, str(script)],
+            [sys.executable, str(script), token],
             cwd=workdir,
             env=env,
             stdout=subprocess.PIPE,
@@ -93,6 +93,7 @@ FAST = {
     "sync_interval_ms": int(FAST_TIMINGS["HIVEMESH_SYNC_INTERVAL_MS"]),
     "reconnect_min_s": 0.1,
     "reconnect_max_s": 0.5,
+    "trust_mode": "open",  # loopback test nodes; the example above runs private
 }
 
 
