@@ -81,6 +81,9 @@ Every class carries a short stable ``code`` used as the counter name in
             └── UnknownField
     LocalProtocolError
     └── SpoolFull
+    TransportError
+    ├── SinkUnavailable        an external sink failed for now (retried until written)
+    └── SinkRefused            an external sink refuses the body itself (permanent)
 """
 
 from __future__ import annotations
@@ -132,6 +135,8 @@ __all__ = [
     "QueueFull",
     "RemoteProtocolError",
     "ReplayError",
+    "SinkRefused",
+    "SinkUnavailable",
     "SpoolFull",
     "StaleFencingToken",
     "StoreCorrupt",
@@ -506,6 +511,18 @@ class SpoolFull(LocalProtocolError):
     """The sender's telemetry spool is at its bound; the record was dropped (counted)."""
 
     code = "spool_full"
+
+
+class SinkUnavailable(TransportError):
+    """An external telemetry sink (InfluxDB, ClickHouse, ...) cannot take a write now."""
+
+    code = "sink_unavailable"
+
+
+class SinkRefused(TransportError):
+    """An external telemetry sink refuses the written body itself (retrying cannot help)."""
+
+    code = "sink_refused"
 
 
 # -- runtime -----------------------------------------------------------------

@@ -14,6 +14,12 @@ timestamp is the record's ``ts_ms`` at millisecond precision. Escaping
 follows the line-protocol rules (commas, spaces and ``=`` in tags; commas and
 spaces in measurements). InfluxDB answers 204 on success; anything else is a
 failure the worker retries (see :mod:`._worker`).
+
+A database that does not exist yet (``404 database not found``) is created
+(``CREATE DATABASE``, idempotent in InfluxDB 1.x) and the same body written
+again at once. If it cannot be created (no admin rights), the table stays
+queued and is retried until an operator creates the database: no row sent
+before the database exists is lost.
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ import urllib.parse
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
-from hivemesh.telemetry.sinks._worker import PushSink, http_post
+from hivemesh.errors import SinkUnavailable
+from hivemesh.telemetry.sinks._worker import PushSink, check_status, http_post
 
 __all__ = ["InfluxDbSink", "to_line_protocol"]
 
@@ -62,13 +69,34 @@ class InfluxDbSink(PushSink):
     def __init__(self, url: str, database: str, **kw: float | int) -> None:
         base = url.rstrip("/")
         query = urllib.parse.urlencode({"db": database, "precision": "ms"})
+        self.database = database
         self.write_url = f"{base}/write?{query}"
+        self.query_url = f"{base}/query"
+        #: How many times this sink created its database.
+        self.created = 0
         super().__init__(**kw)  # type: ignore[arg-type]
 
     def push(self, table: pa.Table) -> None:
-        """POST the table as line protocol; raise unless InfluxDB answers 204."""
-        status, body = http_post(
-            self.write_url, to_line_protocol(table), "text/plain", self.timeout_s
+        """POST the table as line protocol (creating the database if it is
+        missing); raise unless InfluxDB answers 204."""
+        body = to_line_protocol(table)
+        status, answer = http_post(self.write_url, body, "text/plain", self.timeout_s)
+        if status == 404 and b"database not found" in answer:
+            self.create_database()
+            status, answer = http_post(self.write_url, body, "text/plain", self.timeout_s)
+        check_status("influxdb", status, 204, answer)
+
+    def create_database(self) -> None:
+        """``CREATE DATABASE`` (a no-op when it exists); raise SinkUnavailable on failure."""
+        name = self.database.replace("\\", "\\\\").replace('"', '\\"')
+        form = urllib.parse.urlencode({"q": f'CREATE DATABASE "{name}"'}).encode()
+        status, answer = http_post(
+            self.query_url, form, "application/x-www-form-urlencoded", self.timeout_s
         )
-        if status != 204:
-            raise RuntimeError(f"influxdb answered {status}: {body[:200]!r}")
+        if status != 200 or b'"error"' in answer:
+            text = answer[:200].decode("utf-8", "replace")
+            raise SinkUnavailable(
+                f"influxdb database {self.database!r} does not exist and creating it failed"
+                f" ({status}: {text}); the rows wait until it exists"
+            )
+        self.created += 1
