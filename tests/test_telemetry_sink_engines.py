@@ -45,7 +45,8 @@ def records(n: int, first_seq: int = 1) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for i in range(n):
         seq = first_seq + i
-        r: dict[str, Any] = {"seq": seq, "ts_ms": NOW + seq, "value": float(seq) / 4}
+        # four records in each millisecond: InfluxDB must still keep every one
+        r: dict[str, Any] = {"seq": seq, "ts_ms": NOW + seq // 4, "value": float(seq) / 4}
         if i % 3 == 0:
             r |= {"kind": "llm_call", "name": "gen_ai.client.operation.duration", "unit": "ms",
                   "agent": "planner, one=1", "attrs": {"gen_ai.request.model": "gpt-x",

@@ -83,7 +83,10 @@ Every class carries a short stable ``code`` used as the counter name in
     └── SpoolFull
     TransportError
     ├── SinkUnavailable        an external sink failed for now (retried until written)
-    └── SinkRefused            an external sink refuses the body itself (permanent)
+    ├── SinkRefused            an external sink refuses the body itself (permanent)
+    └── NoHandler              the node asked serves no requests of that kind
+    LocalProtocolError
+    └── TelemetryRefused       the collector refused hand-sent telemetry (has .reason)
 """
 
 from __future__ import annotations
@@ -129,6 +132,7 @@ __all__ = [
     "LeaseLost",
     "LeaseUnavailable",
     "LocalProtocolError",
+    "NoHandler",
     "OpsOutOfOrder",
     "PeerIdentityMismatch",
     "PeerUnreachable",
@@ -141,6 +145,7 @@ __all__ = [
     "StaleFencingToken",
     "StoreCorrupt",
     "StoreError",
+    "TelemetryRefused",
     "TransportError",
     "UnknownField",
     "UnknownPeer",
@@ -523,6 +528,27 @@ class SinkRefused(TransportError):
     """An external telemetry sink refuses the written body itself (retrying cannot help)."""
 
     code = "sink_refused"
+
+
+class NoHandler(TransportError):
+    """The node a request went to serves no requests of that kind (it answered so).
+
+    For telemetry: the node that holds the name ``metrics-collector`` does not
+    run a collector.
+    """
+
+    code = "no_handler"
+
+
+class TelemetryRefused(LocalProtocolError):
+    """The collector refused telemetry we sent by hand; :attr:`reason` is its code
+    (``unknown_field``, ``invalid_record``, ``untrusted_author``, ``busy``, ...)."""
+
+    code = "telemetry_refused"
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 # -- runtime -----------------------------------------------------------------

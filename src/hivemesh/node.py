@@ -219,13 +219,16 @@ class Node:
         return self.daemon.resolve(name_or_address)
 
     async def send(self, to: str, data: Any, *, timeout_s: float = 10.0) -> Mapping[str, Any]:
-        """Send an acknowledged direct message to an address or a name."""
+        """Send an acknowledged direct message to an address or a name (to
+        ``metrics-collector``: telemetry, returned once stored; see
+        :meth:`hivemesh.runtime.telemetry.DaemonTelemetry.submit`)."""
         return await self.daemon.send_direct(to, data, timeout_s=timeout_s)
 
     async def request(self, to: str, kind: str, body: Any, *, timeout_s: float = 10.0) -> Any:
         """Ask the node ``to`` (address or name) to handle ``body`` with its
         handler for ``kind``; returns the handler's reply. Raises
-        :class:`~hivemesh.errors.DeadlineExceeded` if no reply in time."""
+        :class:`~hivemesh.errors.NoHandler` if that node has no handler for
+        ``kind``, :class:`~hivemesh.errors.DeadlineExceeded` if no reply in time."""
         return await self.daemon.request(to, kind, body, timeout_s=timeout_s)
 
     def on_message(self, kind: str, handler: Callable[[str, Any], Awaitable[Any]]) -> None:

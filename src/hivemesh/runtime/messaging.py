@@ -21,6 +21,10 @@ acks, dedup, one-hop relay). This module adds what needs I/O:
   :func:`request` future (also bypassing the inbox). At most
   :data:`MAX_HANDLERS` handlers run at once; beyond that messages wait in the
   core's bounded inbox (backpressure: they are not acknowledged meanwhile).
+  A request of a kind nobody here handles is answered at once with
+  ``{"$reply_to": msg_id, "error": {"code": "no_handler", ...}}`` (counted
+  ``no_handler``), which the requester raises as
+  :class:`~hivemesh.errors.NoHandler` instead of waiting out its deadline.
   Used by telemetry (records to ``metrics-collector``, the collector's ack
   dict as the reply). A plain message ``{"type": t, ...}`` for which a
   handler was registered with :meth:`Messaging.on_plain` (a hand-sent
@@ -51,6 +55,8 @@ from hivemesh.errors import (
     DeadlineExceeded,
     DecodeError,
     HivemeshError,
+    NoHandler,
+    RemoteProtocolError,
     StoreError,
     UnknownPeer,
 )
@@ -220,11 +226,18 @@ class Messaging:
                 got = self._replies.pop(data["$reply_to"], None)
                 if got is None or got[0] != m.sender:
                     self.counters["stale_reply"] += 1
+                elif not got[1].done() and isinstance(data.get("error"), dict):
+                    got[1].set_exception(_reply_error(m.sender, data["error"]))
                 elif not got[1].done():
                     got[1].set_result(data.get("body"))
                 continue
             kind = data.get("$type") if isinstance(data, dict) else None
             handler = self.handlers.get(kind) if isinstance(kind, str) else None
+            if isinstance(kind, str) and handler is None:  # answer now: no one will
+                self.counters["no_handler"] += 1
+                message = f"{self.node.address[:12]} serves no {kind[:40]!r} requests"
+                self._reply(m, {"error": {"code": NoHandler.code, "message": message}})
+                continue
             plain = data.get("type") if handler is None and isinstance(data, dict) else None
             if isinstance(plain, str) and plain in self.plain_handlers:
                 coro = self.plain_handlers[plain](m.sender, data)
@@ -252,8 +265,11 @@ class Messaging:
         except Exception as exc:  # the handler's failure is the requester's answer
             self.counters["handler_failed"] += 1
             reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        self._reply(m, {"body": reply})
+
+    def _reply(self, m: InboxMessage, fields: dict[str, Any]) -> None:
         try:
-            self.direct.send(m.sender, {"$reply_to": m.msg_id, "body": reply}, _now_ms())
+            self.direct.send(m.sender, {"$reply_to": m.msg_id, **fields}, _now_ms())
         except HivemeshError as exc:
             self.counters[f"reply_refused_{exc.code}"] += 1
         if self.on_output is not None:
@@ -342,6 +358,12 @@ class Messaging:
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _reply_error(sender: str, err: dict[str, Any]) -> HivemeshError:
+    """The typed error a request's error reply stands for (peer text, bounded)."""
+    text = f"{sender[:12]}: {str(err.get('message', ''))[:200]}"
+    return NoHandler(text) if err.get("code") == NoHandler.code else RemoteProtocolError(text)
 
 
 async def send_direct(d: Daemon, to: str, data: Any, *, timeout_s: float) -> dict[str, Any]:

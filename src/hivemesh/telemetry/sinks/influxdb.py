@@ -1,4 +1,4 @@
-"""InfluxDB 1.x sink: line protocol over HTTP (``POST /write?db=..&precision=ms``).
+"""InfluxDB 1.x sink: line protocol over HTTP (``POST /write?db=..&precision=ns``).
 
 Theory of operation
 -------------------
@@ -6,11 +6,16 @@ Each committed table becomes one request body of line-protocol lines, one per
 record::
 
     gen_ai.client.operation.duration,agent=planner,kind=llm_call,model=gpt-4o,ok=true,\
-sender=hm3k... value=812.5,input_tokens=1200i,output_tokens=85i 1764405000123
+sender=hm3k... value=812.5,input_tokens=1200i,output_tokens=85i 1764405000123001021
 
 The measurement is the record name; low-cardinality columns (kind, agent,
-model, tool, operation, ok, sender) are tags, numbers are fields, the
-timestamp is the record's ``ts_ms`` at millisecond precision. Escaping
+model, tool, operation, ok, sender) are tags, numbers are fields. InfluxDB
+keeps one point per measurement, tag set and timestamp (a second write
+*replaces* the first), and one sender easily makes several records with the
+same tags in one millisecond: so the timestamp is the record's ``ts_ms`` in
+nanoseconds plus a tie-break below the millisecond -- its ``seq`` modulo a
+million (or a CRC of its ``id`` when it has no seq) -- which keeps every
+record of a sender apart while it reads as the same millisecond. Escaping
 follows the line-protocol rules (commas, spaces and ``=`` in tags; commas and
 spaces in measurements). InfluxDB answers 204 on success; anything else is a
 failure the worker retries (see :mod:`._worker`).
@@ -25,6 +30,7 @@ before the database exists is lost.
 from __future__ import annotations
 
 import urllib.parse
+import zlib
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
@@ -33,6 +39,7 @@ from hivemesh.telemetry.sinks._worker import PushSink, check_status, http_post
 
 __all__ = ["InfluxDbSink", "to_line_protocol"]
 
+_NS_PER_MS = 1_000_000
 _TAGS = ("agent", "kind", "model", "ok", "operation", "sender", "tool")  # sorted, as Influx likes
 _MEAS_ESC = str.maketrans({",": r"\,", " ": r"\ ", "\n": " "})
 _TAG_ESC = str.maketrans({",": r"\,", " ": r"\ ", "=": r"\=", "\n": " "})
@@ -57,7 +64,10 @@ def to_line_protocol(table: pa.Table) -> bytes:
                 fields.append(f"{f}={int(v)}i")
         meas = str(cols["name"][i]).translate(_MEAS_ESC)
         head = f"{meas},{','.join(tags)}" if tags else meas
-        out.append(f"{head} {','.join(fields)} {int(cols['ts_ms'][i])}")
+        seq, rid = cols["seq"][i], cols["id"][i]
+        tie = seq if seq is not None else zlib.crc32(str(rid).encode()) if rid else 0
+        ts_ns = int(cols["ts_ms"][i]) * _NS_PER_MS + tie % _NS_PER_MS
+        out.append(f"{head} {','.join(fields)} {ts_ns}")
     return ("\n".join(out) + "\n").encode()
 
 
@@ -68,7 +78,7 @@ class InfluxDbSink(PushSink):
 
     def __init__(self, url: str, database: str, **kw: float | int) -> None:
         base = url.rstrip("/")
-        query = urllib.parse.urlencode({"db": database, "precision": "ms"})
+        query = urllib.parse.urlencode({"db": database, "precision": "ns"})
         self.database = database
         self.write_url = f"{base}/write?{query}"
         self.query_url = f"{base}/query"
