@@ -259,3 +259,33 @@ def test_name_held_by_a_node_without_a_collector(tmp_path: Path) -> None:
 
         wait_until(lambda: stored() >= 20, WAIT_S, what="spooled records delivered")
         assert stored() == 20
+
+
+# -- plain direct messages: "delivered" means in the durable inbox ---------------------------
+
+
+def test_plain_message_is_delivered_only_once_in_the_durable_inbox(tmp_path: Path) -> None:
+    with LocalSwarm(tmp_path, env={**ENV, "HIVEMESH_INBOX_MAX": "2"}) as s:
+        r = s.start("r", extra_args=["--name", "receiver"])
+        a = s.start("a", bootstrap=[r.endpoint])
+        wait_until(lambda: a.client.call("names").get("receiver") == r.address,
+                   WAIT_S, what="the name")  # fmt: skip
+        delivered = []
+        for i in range(4):  # the durable inbox holds 2: the rest must not be "delivered"
+            out = cli("send-message", "receiver", "--data", json.dumps({"n": i}),
+                      "--timeout-s", "2", "--data-dir", str(a.data_dir))  # fmt: skip
+            if out.returncode == 0:
+                delivered.append(i)
+            else:
+                assert "deadline_exceeded" in out.stderr, out.stderr
+        s.kill("r")  # kill -9: only what is in inbox.db survives
+        s.restart("r")
+        kept = [m["data"]["n"] for m in r.client.inbox()]
+        assert kept == delivered == [0, 1]
+        # backpressure, not loss: once the inbox is read, the next message is delivered
+        r.client.inbox(remove=True)
+        out = cli("send-message", "receiver", "--data", '{"n": 9}', "--data-dir", str(a.data_dir))
+        assert out.returncode == 0, out.stderr
+        s.kill("r")
+        s.restart("r")
+        assert [m["data"]["n"] for m in r.client.inbox()] == [9]

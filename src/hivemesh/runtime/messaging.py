@@ -7,13 +7,16 @@ acks, dedup, one-hop relay). This module adds what needs I/O:
 
 * **Futures for senders.** :meth:`Messaging.send` returns an asyncio future
   resolved from ``Direct.results()`` (acked or failed at its deadline).
-* **A durable inbox.** After every input, messages the core accepted (and
-  acknowledged) are moved into ``inbox.db`` (SQLite, WAL), so the inbox
-  survives restarts. When the durable inbox holds ``inbox_max`` messages the
-  core inbox is left to fill up, and a full core inbox withholds acks: the
-  senders retry -- backpressure, not loss. (A crash in the instant between
-  the core's ack and the SQLite commit can lose that one message; the
-  window is one event-loop turn.)
+* **A durable inbox.** After every input, messages the core accepted are
+  moved into ``inbox.db`` (SQLite, WAL, ``synchronous=NORMAL``: a commit
+  survives ``kill -9``), so the inbox survives restarts. The core withholds
+  each ack until that commit (``DirectConfig.ack_when_stored``): a sender
+  hears "delivered" only for a message in ``inbox.db``. When the durable
+  inbox holds ``inbox_max`` messages, or every handler slot is busy,
+  messages wait unacknowledged in the core's bounded inbox and the senders
+  retry -- backpressure, not loss. A failed commit releases the messages
+  unacknowledged (counted ``inbox_store_failed``): their retransmissions are
+  taken anew.
 * **Request/reply.** A message ``{"$type": t, "body": b}`` for which the
   receiver registered a handler (:meth:`Messaging.on_message`) bypasses the
   inbox: the handler's result travels back as a direct message
@@ -107,16 +110,23 @@ class Inbox:
         return int(self.db.execute("SELECT count(*) FROM inbox").fetchone()[0])
 
     def add(self, messages: list[InboxMessage]) -> int:
-        """Store messages (a duplicate ``(sender, msg_id)`` is ignored)."""
+        """Store messages in one commit (a duplicate ``(sender, msg_id)`` is
+        ignored); raises :class:`StoreError` with nothing stored."""
         with contextlib.closing(self.db.cursor()) as cur:
-            cur.execute("BEGIN")
-            for m in messages:
-                cur.execute(
-                    "INSERT OR IGNORE INTO inbox (sender, msg_id, data, received_ms, relayed_by)"
-                    " VALUES (?, ?, ?, ?, ?)",
-                    (m.sender, m.msg_id, pack(m.data), m.received_ms, m.relayed_by),
-                )
-            cur.execute("COMMIT")
+            try:
+                cur.execute("BEGIN")
+                for m in messages:
+                    cur.execute(
+                        "INSERT OR IGNORE INTO inbox (sender, msg_id, data, received_ms,"
+                        " relayed_by) VALUES (?, ?, ?, ?, ?)",
+                        (m.sender, m.msg_id, pack(m.data), m.received_ms, m.relayed_by),
+                    )
+                cur.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if self.db.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        self.db.execute("ROLLBACK")
+                raise StoreError(f"inbox write failed: {exc}") from None
         return len(messages)
 
     def list(self, limit: int, *, remove: bool = False) -> list[dict[str, Any]]:
@@ -165,9 +175,8 @@ class Messaging:
         self.node = node
         self.rng = rng
         self.inbox_max = inbox_max
-        self.direct = Direct(
-            node, rng, DirectConfig(inbox_capacity=min(inbox_max, 10_000)), relays=relays
-        )
+        config = DirectConfig(inbox_capacity=min(inbox_max, 10_000), ack_when_stored=True)
+        self.direct = Direct(node, rng, config, relays=relays)
         self.inbox = Inbox(inbox_path)
         self.counters: Counter[str] = Counter()
         self._waiters: dict[str, asyncio.Future[dict[str, Any]]] = {}
@@ -328,9 +337,17 @@ class Messaging:
             return
         room = self.inbox_max - self.inbox.count()
         if room > 0:
-            keep = self._route(self.direct.drain_inbox(room))
-            if keep:
-                self.inbox.add(keep)
+            taken = self.direct.drain_inbox(room)
+            keep = self._route(taken)
+            try:
+                if keep:
+                    self.inbox.add(keep)
+            except StoreError:  # disk full, I/O error: not stored, so not acked
+                self.counters["inbox_store_failed"] += 1
+                self.direct.release(keep)
+                unstored = {id(m) for m in keep}
+                taken = [m for m in taken if id(m) not in unstored]
+            self.direct.stored(taken)
 
     def next_deadline(self) -> int | None:
         """The core's next retransmission or expiry."""
