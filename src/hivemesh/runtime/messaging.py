@@ -30,10 +30,11 @@ acks, dedup, one-hop relay). This module adds what needs I/O:
   :class:`~hivemesh.errors.NoHandler` instead of waiting out its deadline.
   Used by telemetry (records to ``metrics-collector``, the collector's ack
   dict as the reply). A plain message ``{"type": t, ...}`` for which a
-  handler was registered with :meth:`Messaging.on_plain` (a hand-sent
-  ``hivemesh send-message metrics-collector --data '{"type": "metrics", ...}'``)
-  goes to that handler instead of the inbox; no reply is sent (the ack
-  already was).
+  handler was registered with :meth:`Messaging.on_plain` (telemetry
+  ``{"type": "metrics", ...}`` sent to the collector's *address*)
+  goes to that handler instead of the inbox; no reply is sent, and the ack
+  waits until the handler is done (a handler that fails releases it
+  unacknowledged, so the sender retries).
 * **Ping.** ``RT_PING``/``RT_PONG`` frames carry a nonce; the round-trip
   time is measured on the sender (``perf_counter``).
 """
@@ -226,9 +227,11 @@ class Messaging:
         """Stop waiting for the reply to ``msg_id``."""
         self._replies.pop(msg_id, None)
 
-    def _route(self, messages: list[InboxMessage]) -> list[InboxMessage]:
-        """Handle replies and requests; return the messages for the inbox."""
+    def _route(self, messages: list[InboxMessage]) -> tuple[list[InboxMessage], set[int]]:
+        """Handle replies and requests; return the messages for the inbox and
+        the ids of those a plain handler acknowledges when it is done."""
         keep = []
+        later: set[int] = set()
         for m in messages:
             data = m.data
             if isinstance(data, dict) and isinstance(data.get("$reply_to"), str):
@@ -250,9 +253,10 @@ class Messaging:
             plain = data.get("type") if handler is None and isinstance(data, dict) else None
             if isinstance(plain, str) and plain in self.plain_handlers:
                 coro = self.plain_handlers[plain](m.sender, data)
-                task = asyncio.get_running_loop().create_task(self._consume(coro))
+                task = asyncio.get_running_loop().create_task(self._consume(coro, m))
                 self._handling.add(task)
                 task.add_done_callback(self._handling.discard)
+                later.add(id(m))
                 continue
             if handler is None:
                 keep.append(m)
@@ -260,13 +264,20 @@ class Messaging:
             task = asyncio.get_running_loop().create_task(self._answer(handler, m))
             self._handling.add(task)
             task.add_done_callback(self._handling.discard)
-        return keep
+        return keep, later
 
-    async def _consume(self, coro: Awaitable[Any]) -> None:
+    async def _consume(self, coro: Awaitable[Any], m: InboxMessage) -> None:
+        """Run a plain handler; ack its message once it is done (released
+        unacked if it failed, so the sender retries)."""
         try:
             await coro
         except Exception:  # counted; a plain message has no one to answer
             self.counters["handler_failed"] += 1
+            self.direct.release([m])
+        else:
+            self.direct.stored([m])
+        if self.on_output is not None:
+            self.on_output()
 
     async def _answer(self, handler: Handler, m: InboxMessage) -> None:
         try:
@@ -338,16 +349,15 @@ class Messaging:
         room = self.inbox_max - self.inbox.count()
         if room > 0:
             taken = self.direct.drain_inbox(room)
-            keep = self._route(taken)
+            keep, later = self._route(taken)
             try:
                 if keep:
                     self.inbox.add(keep)
             except StoreError:  # disk full, I/O error: not stored, so not acked
                 self.counters["inbox_store_failed"] += 1
                 self.direct.release(keep)
-                unstored = {id(m) for m in keep}
-                taken = [m for m in taken if id(m) not in unstored]
-            self.direct.stored(taken)
+                later |= {id(m) for m in keep}
+            self.direct.stored([m for m in taken if id(m) not in later])
 
     def next_deadline(self) -> int | None:
         """The core's next retransmission or expiry."""

@@ -39,8 +39,8 @@ Theory of operation
   ``metrics_sinks``: Prometheus, InfluxDB, ClickHouse, OTLP). It answers ``metrics``
   requests with the collector's ack. Plain direct messages
   ``{"type": "metrics", ...}`` sent to the collector's *address* (not its
-  name, which goes through :meth:`DaemonTelemetry.submit`) are ingested too;
-  those are acknowledged by the mesh when received, so their sender learns
+  name, which goes through :meth:`DaemonTelemetry.submit`) are ingested too,
+  and acknowledged once the collector is done with them; their sender learns
   nothing of a refusal (it is logged and counted). Its own records skip the
   mesh and go straight to the local collector.
 * **Trust.** A batch is accepted from a sender the daemon admits
