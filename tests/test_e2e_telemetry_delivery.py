@@ -200,6 +200,8 @@ def test_collector_mirrors_into_an_influxdb_database_created_on_first_write(
     assert mirrored() == want
     (stored,) = sql(c, "SELECT count(*) FROM metrics WHERE name = 'influx.e2e'")
     assert stored == [want]
+    st = c.client.status()["telemetry"]["collector"]["sink_stats"]["InfluxDbSink"]
+    assert (st["failed_tables"], st["dropped_tables"]) == (0, 0), st
 
 
 # -- a node that holds the name without running a collector --------------------------------
@@ -215,12 +217,13 @@ def spooled(node: NodeProc, name: str) -> int:
 
 
 def test_name_held_by_a_node_without_a_collector(tmp_path: Path) -> None:
-    with LocalSwarm(tmp_path, env={**ENV, "HIVEMESH_METRICS_SENDERS": ""}) as s:
+    # A 30 s delivery timeout: waiting for one (main's behaviour) cannot pass for an answer.
+    env = {**ENV, "HIVEMESH_METRICS_SENDERS": "", "HIVEMESH_TELEMETRY_TIMEOUT_S": "30"}
+    with LocalSwarm(tmp_path, env=env) as s:
         q = s.start("q", extra_args=["--name", "metrics-collector"])  # no --collector
         s1 = s.start("s1", bootstrap=[q.endpoint], extra_args=["--name", "sender-1"])
         wait_until(lambda: s1.client.call("names").get("metrics-collector") == q.address,
                    WAIT_S, what="the name")  # fmt: skip
-        t0 = time.monotonic()
         s1.client.call("metrics.record", name="squat", value=1.0, count=20)
 
         def reported() -> dict[str, Any] | None:
@@ -228,22 +231,21 @@ def test_name_held_by_a_node_without_a_collector(tmp_path: Path) -> None:
             return sender if sender.get("last_error_code") == "no_handler" else None
 
         sender = wait_until(reported, WAIT_S, what="the sender reports no collector")
-        assert time.monotonic() - t0 < 4.0  # an answer, not the 5 s timeout
         assert "does not run a collector" in sender["last_error"]
         assert q.address[:12] in sender["last_error"]
 
-        t0 = time.monotonic()
-        out = send(s1, SEED)
-        assert out.returncode != 0 and "does not run a collector" in out.stderr, out
-        assert time.monotonic() - t0 < 4.0
+        out = send(s1, SEED, "--timeout-s", "60")
+        assert out.returncode != 0, out.stdout
+        assert "does not run a collector" in out.stderr and "[no_handler]" in out.stderr
         assert q.client.inbox() == []
 
         t0 = time.monotonic()
         assert s1.proc is not None
         s1.proc.send_signal(signal.SIGTERM)
-        s1.proc.wait(15)
+        s1.proc.wait(60)
         shutdown_s = time.monotonic() - t0
-        assert shutdown_s < 3.0, f"sender shutdown took {shutdown_s:.1f}s"
+        print(f"sender shutdown took {shutdown_s:.2f}s")
+        assert shutdown_s < 6.0, f"sender shutdown took {shutdown_s:.1f}s"  # main: >= 30 s
         assert spooled(s1, "squat") == 20  # still spooled, nothing lost
 
         # the holder starts running a collector: the spooled records are delivered

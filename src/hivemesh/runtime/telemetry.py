@@ -355,6 +355,13 @@ class DaemonTelemetry:
                 "senders": len(c.senders()),
                 "gaps": sum(hi - lo + 1 for g in c.gaps().values() for lo, hi in g),
                 "sinks": [type(sk).__name__ for sk in self.collector.sinks],
+                # per push sink: pushed, failed, dropped tables, retries, last error
+                "sink_stats": {
+                    type(sk).__name__: dataclasses.asdict(st)
+                    for sk in self.collector.sinks
+                    if dataclasses.is_dataclass(st := getattr(sk, "statistics", lambda: None)())
+                    and not isinstance(st, type)
+                },
             }
         return out
 

@@ -172,7 +172,10 @@ class PushSink:
                         self._dropped += 1
             except queue.Empty:
                 break
-        self._q.put(None)
+        try:
+            self._q.put(None, timeout=timeout_s)
+        except queue.Full:  # a submit raced in: the thread stops at _closing anyway
+            return
         self._thread.join(timeout_s)
 
     def statistics(self) -> SinkStats:
