@@ -120,6 +120,13 @@ def test_seed_flat_message_becomes_telemetry(swarm: LocalSwarm) -> None:
         "ms",
     )
     assert c.client.inbox() == []  # not a plain message left in the collector's inbox
+    # a batch sent to the collector's address (not its name) is acked once the collector
+    # is done with it: stored by the time "delivered" is reported
+    batch = {"type": "metrics", "records": [{"name": "by.address", "value": 1, "id": "a1"}]}
+    out = cli("send-message", c.address, "--data", json.dumps(batch),
+              "--data-dir", str(s1.data_dir))  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert sql(c, "SELECT count(*) FROM metrics WHERE name = 'by.address'") == [[1]]
 
 
 def test_more_flat_shapes_map_onto_genai_names(swarm: LocalSwarm) -> None:
