@@ -174,6 +174,26 @@ def test_full_inbox_is_backpressure_not_loss() -> None:
     assert a.pending() == 0
 
 
+def test_ack_when_stored_waits_for_the_application() -> None:
+    net = Net(7, 2, cfg=DirectConfig(ack_when_stored=True, retry_initial_ms=50))
+    net.link(0, 1)
+    a, b = net.d(0), net.d(1)
+    first, second = a.send(b.address, "one", net.now), a.send(b.address, "two", net.now)
+    net.run(1_000)  # received and retransmitted, not stored: no ack, no second copy
+    assert sorted(m.data for m in b.inbox()) == ["one", "two"] and a.results() == []
+    assert b.counters["duplicate_unstored"] > 0
+    taken = sorted(b.drain_inbox(), key=lambda m: m.data)
+    b.stored(taken[:1])  # "one" is durable; storing "two" failed
+    b.release(taken[1:])
+    net.run(1_000)
+    assert [r.msg_id for r in a.results()] == [first] and a.pending() == 1
+    again = b.drain_inbox()  # the retransmission of "two", taken as new
+    assert [m.data for m in again] == ["two"]
+    b.stored(again)
+    net.run(1_000)
+    assert [r.msg_id for r in a.results()] == [second] and a.pending() == 0
+
+
 def test_send_limits() -> None:
     net = Net(7, 2, cfg=DirectConfig(max_pending=2, max_data_bytes=100))
     a, b = net.d(0), net.d(1)

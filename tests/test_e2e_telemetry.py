@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from hivemesh.errors import TelemetryRefused
 from hivemesh.runtime.swarm import LocalSwarm, NodeProc, wait_until
 
 ENV = {
@@ -183,12 +184,13 @@ def test_bad_input_over_the_mesh_is_rejected_and_counted(swarm: LocalSwarm) -> N
         "invalid_record": {"type": "metrics", "records": [{"name": "e.x", "value": "high"}]},
         "oversize": {"type": "metrics", "records": [{"name": "x" * 300, "value": 1}]},
         "unknown_field": {"type": "metrics", "records": [{"name": "e.x", "value": 1, "zz": 2}]},
-        "malformed": {"$type": "metrics", "body": "not a batch"},
+        "malformed": "not a batch",
     }
-    for data in bad.values():
-        s2.client.send("metrics-collector", data, timeout_s=10)
     too_many = {"type": "metrics", "records": [{"name": "big", "value": 1}] * 6000}
-    s2.client.send("metrics-collector", too_many, timeout_s=10)
+    for reason, data in [*bad.items(), ("oversize", too_many)]:
+        # sent to the collector's name: refused with the reason, never "delivered"
+        with pytest.raises(TelemetryRefused, match=reason):
+            s2.client.send("metrics-collector", data, timeout_s=10)
     _record(intruder, "fe.untrusted", 5)
     s2.client.send(
         "metrics-collector",

@@ -157,7 +157,9 @@ def test_a_rule_breaking_record_is_rejected_alone(tmp_path: Path) -> None:
     dims = list(raw.dims)
     dims[tool] = ("nope", *dims[tool][1:])  # an unknown kind for the tool call
     ack = _run(c, _tamper(data, dims=dims))
-    assert ack == {"ok": True, "acked_through": 3, "accepted": 2, "duplicates": 0, "rejected": 1}
+    assert ack == {"ok": True, "acked_through": 3, "accepted": 2, "duplicates": 0, "rejected": 1,
+                   "errors": [{"index": 1, "error": "invalid_record",
+                               "detail": "unknown kind 'nope'"}]}  # fmt: skip
     assert c.statistics()["invalid_record"] == 1
     assert c.gaps() == {}  # a rejection is accounted for, not a gap
     rows = c.store.query("SELECT seq, model, input_tokens FROM metrics ORDER BY seq")[1]

@@ -235,16 +235,34 @@ def test_influxdb_receives_line_protocol(tmp_path: Path, influxdb: str) -> None:
     sink.close()
 
 
-def test_influxdb_unreachable_is_retried_then_counted(tmp_path: Path) -> None:
+def test_influxdb_unreachable_is_kept_and_retried_until_close(tmp_path: Path) -> None:
     sink = InfluxDbSink(f"http://127.0.0.1:{free_port()}", "hm", max_attempts=2, backoff_s=0.01,
-                        timeout_s=1.0)  # fmt: skip
+                        max_backoff_s=0.05, timeout_s=1.0)  # fmt: skip
     collector = ingest_all([sink], tmp_path)
-    assert sink.wait_idle(30)
+    # unreachable is transient: the table is kept and retried past max_attempts, not given up
+    wait_for(lambda: sink.statistics().retries >= 5, 30, "retries")
     st = sink.statistics()
-    assert (st.failed_tables, st.retries, st.pushed_rows) == (1, 1, 0)
+    assert (st.failed_tables, st.dropped_tables, st.pushed_rows) == (0, 0, 0)
+    assert "SinkUnavailable" in st.last_error
     assert collector.store.count() == 52  # the store is the record regardless
     collector.close()
-    sink.close()
+    sink.close(timeout_s=0.2)
+    assert sink.statistics().dropped_tables == 1  # closed while still failing: counted
+
+
+def test_sink_refusal_is_permanent_after_max_attempts(tmp_path: Path) -> None:
+    srv = _Http(lambda path, body: 400)
+    try:
+        sink = InfluxDbSink(srv.url, "hm", max_attempts=3, backoff_s=0.01)
+        collector = ingest_all([sink], tmp_path)
+        assert sink.wait_idle(30)
+        st = sink.statistics()
+        assert (st.failed_tables, st.retries, st.pushed_rows) == (1, 2, 0)
+        assert "SinkRefused" in st.last_error
+        collector.close()
+        sink.close()
+    finally:
+        srv.close()
 
 
 # -- ClickHouse (fake HTTP server) and OTLP (real exporter, local receiver) ------------------

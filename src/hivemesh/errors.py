@@ -106,6 +106,12 @@ Every class carries a short stable ``code`` used as the counter name in
     ├── InputTooLarge            a request or value over its size limit
     ├── InputTooDeep             JSON nested deeper than allowed
     └── InvalidEncoding          text that is not valid UTF-8
+    TransportError
+    ├── SinkUnavailable        an external sink failed for now (retried until written)
+    ├── SinkRefused            an external sink refuses the body itself (permanent)
+    └── NoHandler              the node asked serves no requests of that kind
+    LocalProtocolError
+    └── TelemetryRefused       the collector refused hand-sent telemetry (has .reason)
 """
 
 from __future__ import annotations
@@ -162,6 +168,7 @@ __all__ = [
     "LeaseLost",
     "LeaseUnavailable",
     "LocalProtocolError",
+    "NoHandler",
     "OpsOutOfOrder",
     "PeerBusy",
     "PeerIdentityMismatch",
@@ -170,10 +177,13 @@ __all__ = [
     "RemoteProtocolError",
     "ReplayError",
     "SelfConnection",
+    "SinkRefused",
+    "SinkUnavailable",
     "SpoolFull",
     "StaleFencingToken",
     "StoreCorrupt",
     "StoreError",
+    "TelemetryRefused",
     "ToolError",
     "ToolFailed",
     "ToolTimeout",
@@ -573,6 +583,39 @@ class SpoolFull(LocalProtocolError):
     """The sender's telemetry spool is at its bound; the record was dropped (counted)."""
 
     code = "spool_full"
+
+
+class SinkUnavailable(TransportError):
+    """An external telemetry sink (InfluxDB, ClickHouse, ...) cannot take a write now."""
+
+    code = "sink_unavailable"
+
+
+class SinkRefused(TransportError):
+    """An external telemetry sink refuses the written body itself (retrying cannot help)."""
+
+    code = "sink_refused"
+
+
+class NoHandler(TransportError):
+    """The node a request went to serves no requests of that kind (it answered so).
+
+    For telemetry: the node that holds the name ``metrics-collector`` does not
+    run a collector.
+    """
+
+    code = "no_handler"
+
+
+class TelemetryRefused(LocalProtocolError):
+    """The collector refused telemetry we sent by hand; :attr:`reason` is its code
+    (``unknown_field``, ``invalid_record``, ``untrusted_author``, ``busy``, ...)."""
+
+    code = "telemetry_refused"
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 # -- runtime -----------------------------------------------------------------

@@ -251,13 +251,15 @@ class Node:
         """Send an acknowledged direct message to an address or a name
         (a name must be known: see :meth:`wait_name`). Returns the receipt
         (``acked``, ``to``, ``msg_id``, ``rtt_ms``, ...) once the receiver has
-        it in its inbox."""
+        it in its durable inbox; to ``metrics-collector``: telemetry, returned
+        once stored (see :meth:`hivemesh.runtime.telemetry.DaemonTelemetry.submit`)."""
         return await self.daemon.send_direct(to, data, timeout_s=timeout_s)
 
     async def request(self, to: str, kind: str, body: Any, *, timeout_s: float = 10.0) -> Any:
         """Ask the node ``to`` (address or name) to handle ``body`` with its
         handler for ``kind``; returns the handler's reply. Raises
-        :class:`~hivemesh.errors.DeadlineExceeded` if no reply in time."""
+        :class:`~hivemesh.errors.NoHandler` if that node has no handler for
+        ``kind``, :class:`~hivemesh.errors.DeadlineExceeded` if no reply in time."""
         return await self.daemon.request(to, kind, body, timeout_s=timeout_s)
 
     def on_message(self, kind: str, handler: Callable[[str, Any], Awaitable[Any]]) -> None:

@@ -47,6 +47,15 @@ a bounded inbox. A full inbox is backpressure, not loss: the message is
 neither stored nor acked (counted ``inbox_full``), so the sender retries
 until the application drains the inbox or the deadline passes.
 
+**Acked when stored.** With ``DirectConfig.ack_when_stored`` the ack waits
+until the application says the message is durable: it takes messages with
+:meth:`Direct.drain_inbox`, stores them, then calls :meth:`Direct.stored`
+(the acks go out) or, when storing failed, :meth:`Direct.release` (the
+message is forgotten, so its retransmission is taken as new). Meanwhile a
+retransmission is neither stored again nor acked (counted
+``duplicate_unstored``). So an acknowledged message is one the receiver
+has stored, and an application that cannot keep up withholds acks.
+
 Wire frames: ``DIRECT`` (20) ``msg_id, sender, destination, data, hops[, sig]``;
 ``DIRECT_ACK`` (21) ``msg_id, sender, destination, hops[, sig]`` (``sender``
 is the original sender the ack travels back to; ``sig`` is present on relayed
@@ -116,6 +125,8 @@ class DirectConfig:
     dedup_capacity: int = 65_536
     dedup_ttl_ms: int = 120_000
     max_hops: int = 1
+    #: Ack only once the application stored the message (see module docs).
+    ack_when_stored: bool = False
 
     def __post_init__(self) -> None:
         if not 0 < self.retry_initial_ms <= self.retry_max_ms:
@@ -200,6 +211,8 @@ class Direct:
         self._results: list[DirectResult] = []
         self._inbox: deque[InboxMessage] = deque()
         self._seen: OrderedDict[tuple[str, str], int] = OrderedDict()
+        #: Acks withheld until the application stored the message: key -> (peer, frame).
+        self._unacked: dict[tuple[str, str], tuple[str, bytes]] = {}
         node.register_handler(FrameType.DIRECT, self._on_direct)
         node.register_handler(FrameType.DIRECT_ACK, self._on_ack)
 
@@ -288,6 +301,22 @@ class Direct:
         n = len(self._inbox) if limit is None else min(limit, len(self._inbox))
         return [self._inbox.popleft() for _ in range(n)]
 
+    def stored(self, messages: list[InboxMessage]) -> None:
+        """``messages`` (drained) are durable: send their withheld acks."""
+        for m in messages:
+            got = self._unacked.pop((m.sender, m.msg_id), None)
+            if got is not None:
+                self.node.send(*got)
+
+    def release(self, messages: list[InboxMessage]) -> None:
+        """Storing ``messages`` (drained) failed: forget them unacked, so the
+        sender's retransmission is taken as a new message."""
+        for m in messages:
+            key = (m.sender, m.msg_id)
+            if self._unacked.pop(key, None) is not None:
+                self._seen.pop(key, None)
+                self.counters["released"] += 1
+
     def _on_direct(self, peer: str, fields: list[Any], now_ms: int) -> None:
         if len(fields) not in (5, 6):
             raise DecodeError("DIRECT takes msg_id, sender, destination, data, hops[, sig]")
@@ -317,6 +346,9 @@ class Direct:
                 raise UntrustedAuthor(f"message relayed by {peer[:12]} from {sender[:12]}")
             relayed_by = peer
         key = (sender, msg_id)
+        if key in self._unacked:  # not stored yet: its ack comes when it is
+            self.counters["duplicate_unstored"] += 1
+            return
         if key in self._seen:
             self.counters["duplicate"] += 1
         elif len(self._inbox) >= self.config.inbox_capacity:
@@ -326,14 +358,18 @@ class Direct:
             self._remember(key, now_ms)
             self._inbox.append(InboxMessage(sender, msg_id, data, now_ms, relayed_by))
             self.counters["delivered"] += 1
+            if self.config.ack_when_stored:
+                self._unacked[key] = (peer, self._ack_frame(msg_id, sender, relayed_by))
+                return
+        self.node.send(peer, self._ack_frame(msg_id, sender, relayed_by))
+
+    def _ack_frame(self, msg_id: str, sender: str, relayed_by: str | None) -> bytes:
         if relayed_by is None:
-            ack = encode_frame(FrameType.DIRECT_ACK, msg_id, sender, self.address, 0)
-        else:
-            ack_sig = self.node.identity.sign(_ack_digest(msg_id, sender, self.address))
-            ack = encode_frame(
-                FrameType.DIRECT_ACK, msg_id, sender, self.address, self.config.max_hops, ack_sig
-            )
-        self.node.send(peer, ack)
+            return encode_frame(FrameType.DIRECT_ACK, msg_id, sender, self.address, 0)
+        ack_sig = self.node.identity.sign(_ack_digest(msg_id, sender, self.address))
+        return encode_frame(
+            FrameType.DIRECT_ACK, msg_id, sender, self.address, self.config.max_hops, ack_sig
+        )
 
     def _on_ack(self, peer: str, fields: list[Any], now_ms: int) -> None:
         if len(fields) not in (4, 5):

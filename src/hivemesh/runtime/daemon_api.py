@@ -171,8 +171,12 @@ class DaemonAPI:
         """Send an acknowledged direct message to an address or a name.
 
         Returns when the receiver acknowledged (it is in its inbox); raises
-        :class:`DeadlineExceeded` if no ack came within ``timeout_s``.
+        :class:`DeadlineExceeded` if no ack came within ``timeout_s``. To the
+        name ``metrics-collector`` it is telemetry: returns once the collector
+        stored it, or raises its reason (``DaemonTelemetry.submit``).
         """
+        if self.telemetry.takes(to):  # -- telemetry --
+            return await self.telemetry.submit(data, timeout_s=timeout_s)
         return await send_direct(self._daemon(), to, data, timeout_s=timeout_s)
 
     def inbox(self, limit: int = 100, *, remove: bool = False) -> list[dict[str, Any]]:

@@ -7,13 +7,16 @@ acks, dedup, one-hop relay). This module adds what needs I/O:
 
 * **Futures for senders.** :meth:`Messaging.send` returns an asyncio future
   resolved from ``Direct.results()`` (acked or failed at its deadline).
-* **A durable inbox.** After every input, messages the core accepted (and
-  acknowledged) are moved into ``inbox.db`` (SQLite, WAL), so the inbox
-  survives restarts. When the durable inbox holds ``inbox_max`` messages the
-  core inbox is left to fill up, and a full core inbox withholds acks: the
-  senders retry -- backpressure, not loss. (A crash in the instant between
-  the core's ack and the SQLite commit can lose that one message; the
-  window is one event-loop turn.)
+* **A durable inbox.** After every input, messages the core accepted are
+  moved into ``inbox.db`` (SQLite, WAL, ``synchronous=NORMAL``: a commit
+  survives ``kill -9``), so the inbox survives restarts. The core withholds
+  each ack until that commit (``DirectConfig.ack_when_stored``): a sender
+  hears "delivered" only for a message in ``inbox.db``. When the durable
+  inbox holds ``inbox_max`` messages, or every handler slot is busy,
+  messages wait unacknowledged in the core's bounded inbox and the senders
+  retry -- backpressure, not loss. A failed commit releases the messages
+  unacknowledged (counted ``inbox_store_failed``): their retransmissions are
+  taken anew.
 * **Request/reply.** A message ``{"$type": t, "body": b}`` for which the
   receiver registered a handler (:meth:`Messaging.on_message`) bypasses the
   inbox: the handler's result travels back as a direct message
@@ -21,12 +24,17 @@ acks, dedup, one-hop relay). This module adds what needs I/O:
   :func:`request` future (also bypassing the inbox). At most
   :data:`MAX_HANDLERS` handlers run at once; beyond that messages wait in the
   core's bounded inbox (backpressure: they are not acknowledged meanwhile).
+  A request of a kind nobody here handles is answered at once with
+  ``{"$reply_to": msg_id, "error": {"code": "no_handler", ...}}`` (counted
+  ``no_handler``), which the requester raises as
+  :class:`~hivemesh.errors.NoHandler` instead of waiting out its deadline.
   Used by telemetry (records to ``metrics-collector``, the collector's ack
   dict as the reply). A plain message ``{"type": t, ...}`` for which a
-  handler was registered with :meth:`Messaging.on_plain` (a hand-sent
-  ``hivemesh send-message metrics-collector --data '{"type": "metrics", ...}'``)
-  goes to that handler instead of the inbox; no reply is sent (the ack
-  already was).
+  handler was registered with :meth:`Messaging.on_plain` (telemetry
+  ``{"type": "metrics", ...}`` sent to the collector's *address*)
+  goes to that handler instead of the inbox; no reply is sent, and the ack
+  waits until the handler is done (a handler that fails releases it
+  unacknowledged, so the sender retries).
 * **Ping.** ``RT_PING``/``RT_PONG`` frames carry a nonce; the round-trip
   time is measured on the sender (``perf_counter``).
 """
@@ -51,6 +59,8 @@ from hivemesh.errors import (
     DeadlineExceeded,
     DecodeError,
     HivemeshError,
+    NoHandler,
+    RemoteProtocolError,
     StoreError,
     UnknownPeer,
 )
@@ -103,16 +113,23 @@ class Inbox:
         return int(self.db.execute("SELECT count(*) FROM inbox").fetchone()[0])
 
     def add(self, messages: list[InboxMessage]) -> int:
-        """Store messages (a duplicate ``(sender, msg_id)`` is ignored)."""
+        """Store messages in one commit (a duplicate ``(sender, msg_id)`` is
+        ignored); raises :class:`StoreError` with nothing stored."""
         with contextlib.closing(self.db.cursor()) as cur:
-            cur.execute("BEGIN")
-            for m in messages:
-                cur.execute(
-                    "INSERT OR IGNORE INTO inbox (sender, msg_id, data, received_ms, relayed_by)"
-                    " VALUES (?, ?, ?, ?, ?)",
-                    (m.sender, m.msg_id, pack(m.data), m.received_ms, m.relayed_by),
-                )
-            cur.execute("COMMIT")
+            try:
+                cur.execute("BEGIN")
+                for m in messages:
+                    cur.execute(
+                        "INSERT OR IGNORE INTO inbox (sender, msg_id, data, received_ms,"
+                        " relayed_by) VALUES (?, ?, ?, ?, ?)",
+                        (m.sender, m.msg_id, pack(m.data), m.received_ms, m.relayed_by),
+                    )
+                cur.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if self.db.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        self.db.execute("ROLLBACK")
+                raise StoreError(f"inbox write failed: {exc}") from None
         return len(messages)
 
     def list(self, limit: int, *, remove: bool = False) -> list[dict[str, Any]]:
@@ -162,13 +179,8 @@ class Messaging:
         self.node = node
         self.rng = rng
         self.inbox_max = inbox_max
-        self.direct = Direct(
-            node,
-            rng,
-            DirectConfig(inbox_capacity=min(inbox_max, 10_000)),
-            relays=relays,
-            admit=admit,
-        )
+        config = DirectConfig(inbox_capacity=min(inbox_max, 10_000), ack_when_stored=True)
+        self.direct = Direct(node, rng, config, relays=relays, admit=admit)
         self.inbox = Inbox(inbox_path)
         self.counters: Counter[str] = Counter()
         self._waiters: dict[str, asyncio.Future[dict[str, Any]]] = {}
@@ -218,26 +230,36 @@ class Messaging:
         """Stop waiting for the reply to ``msg_id``."""
         self._replies.pop(msg_id, None)
 
-    def _route(self, messages: list[InboxMessage]) -> list[InboxMessage]:
-        """Handle replies and requests; return the messages for the inbox."""
+    def _route(self, messages: list[InboxMessage]) -> tuple[list[InboxMessage], set[int]]:
+        """Handle replies and requests; return the messages for the inbox and
+        the ids of those a plain handler acknowledges when it is done."""
         keep = []
+        later: set[int] = set()
         for m in messages:
             data = m.data
             if isinstance(data, dict) and isinstance(data.get("$reply_to"), str):
                 got = self._replies.pop(data["$reply_to"], None)
                 if got is None or got[0] != m.sender:
                     self.counters["stale_reply"] += 1
+                elif not got[1].done() and isinstance(data.get("error"), dict):
+                    got[1].set_exception(_reply_error(m.sender, data["error"]))
                 elif not got[1].done():
                     got[1].set_result(data.get("body"))
                 continue
             kind = data.get("$type") if isinstance(data, dict) else None
             handler = self.handlers.get(kind) if isinstance(kind, str) else None
+            if isinstance(kind, str) and handler is None:  # answer now: no one will
+                self.counters["no_handler"] += 1
+                message = f"{self.node.address[:12]} serves no {kind[:40]!r} requests"
+                self._reply(m, {"error": {"code": NoHandler.code, "message": message}})
+                continue
             plain = data.get("type") if handler is None and isinstance(data, dict) else None
             if isinstance(plain, str) and plain in self.plain_handlers:
                 coro = self.plain_handlers[plain](m.sender, data)
-                task = asyncio.get_running_loop().create_task(self._consume(coro))
+                task = asyncio.get_running_loop().create_task(self._consume(coro, m))
                 self._handling.add(task)
                 task.add_done_callback(self._handling.discard)
+                later.add(id(m))
                 continue
             if handler is None:
                 keep.append(m)
@@ -245,13 +267,20 @@ class Messaging:
             task = asyncio.get_running_loop().create_task(self._answer(handler, m))
             self._handling.add(task)
             task.add_done_callback(self._handling.discard)
-        return keep
+        return keep, later
 
-    async def _consume(self, coro: Awaitable[Any]) -> None:
+    async def _consume(self, coro: Awaitable[Any], m: InboxMessage) -> None:
+        """Run a plain handler; ack its message once it is done (released
+        unacked if it failed, so the sender retries)."""
         try:
             await coro
         except Exception:  # counted; a plain message has no one to answer
             self.counters["handler_failed"] += 1
+            self.direct.release([m])
+        else:
+            self.direct.stored([m])
+        if self.on_output is not None:
+            self.on_output()
 
     async def _answer(self, handler: Handler, m: InboxMessage) -> None:
         try:
@@ -259,8 +288,11 @@ class Messaging:
         except Exception as exc:  # the handler's failure is the requester's answer
             self.counters["handler_failed"] += 1
             reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        self._reply(m, {"body": reply})
+
+    def _reply(self, m: InboxMessage, fields: dict[str, Any]) -> None:
         try:
-            self.direct.send(m.sender, {"$reply_to": m.msg_id, "body": reply}, _now_ms())
+            self.direct.send(m.sender, {"$reply_to": m.msg_id, **fields}, _now_ms())
         except HivemeshError as exc:
             self.counters[f"reply_refused_{exc.code}"] += 1
         if self.on_output is not None:
@@ -319,9 +351,16 @@ class Messaging:
             return
         room = self.inbox_max - self.inbox.count()
         if room > 0:
-            keep = self._route(self.direct.drain_inbox(room))
-            if keep:
-                self.inbox.add(keep)
+            taken = self.direct.drain_inbox(room)
+            keep, later = self._route(taken)
+            try:
+                if keep:
+                    self.inbox.add(keep)
+            except StoreError:  # disk full, I/O error: not stored, so not acked
+                self.counters["inbox_store_failed"] += 1
+                self.direct.release(keep)
+                later |= {id(m) for m in keep}
+            self.direct.stored([m for m in taken if id(m) not in later])
 
     def next_deadline(self) -> int | None:
         """The core's next retransmission or expiry."""
@@ -349,6 +388,12 @@ class Messaging:
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _reply_error(sender: str, err: dict[str, Any]) -> HivemeshError:
+    """The typed error a request's error reply stands for (peer text, bounded)."""
+    text = f"{sender[:12]}: {str(err.get('message', ''))[:200]}"
+    return NoHandler(text) if err.get("code") == NoHandler.code else RemoteProtocolError(text)
 
 
 async def send_direct(d: Daemon, to: str, data: Any, *, timeout_s: float) -> dict[str, Any]:

@@ -14,7 +14,21 @@ Theory of operation
   dict as the reply). The name is resolved at every attempt, so whichever node
   holds it receives the records. No reply in time, no collector named yet, or
   ``ok: False``: the records stay spooled and the sender retries with backoff;
-  the collector de-duplicates resends by ``(sender, seq)``.
+  the collector de-duplicates resends by ``(sender, seq)``. A node that holds
+  the name but runs no collector answers so at once
+  (:class:`~hivemesh.errors.NoHandler`): the sender's status says exactly
+  that (``last_error_code`` ``no_handler``), not a timeout, and keeps the
+  records until a collector takes the name. Stopping abandons a delivery in
+  flight and flushes for at most a second: shutdown stays prompt, and what
+  is not stored stays spooled.
+* **Telemetry by hand.** A direct message to the *name* ``metrics-collector``
+  (``hivemesh send-message metrics-collector --data '{...}'``,
+  ``Node.send``) is not a plain message: :meth:`DaemonTelemetry.submit`
+  sends it as a ``metrics`` request and returns only once the collector
+  *stored* it (its ack), so "delivered" means stored. The collector maps
+  flat shapes onto the schema (:mod:`hivemesh.telemetry.flat`); what it
+  cannot map or refuses comes back as
+  :class:`~hivemesh.errors.TelemetryRefused` with the reason.
 * **Heartbeat.** Every ``telemetry_heartbeat_s`` the node records the gauge
   :data:`HEARTBEAT` (value: its spool backlog). At the collector this is the
   node's "last heard" time and its backlog, which the health monitor uses.
@@ -23,11 +37,12 @@ Theory of operation
   :class:`~hivemesh.telemetry.node.CollectorNode` (DuckDB store
   ``metrics.duckdb`` in the data dir, health monitor, and the sinks named in
   ``metrics_sinks``: Prometheus, InfluxDB, ClickHouse, OTLP). It answers ``metrics``
-  requests with the collector's ack, and also ingests plain direct messages
-  ``{"type": "metrics", ...}`` (``hivemesh send-message metrics-collector
-  --data ...``); those are acknowledged by the mesh when received, so a crash
-  before the store commits (milliseconds) can lose a hand-sent batch. Its own
-  records skip the mesh and go straight to the local collector.
+  requests with the collector's ack. Plain direct messages
+  ``{"type": "metrics", ...}`` sent to the collector's *address* (not its
+  name, which goes through :meth:`DaemonTelemetry.submit`) are ingested too,
+  and acknowledged once the collector is done with them; their sender learns
+  nothing of a refusal (it is logged and counted). Its own records skip the
+  mesh and go straight to the local collector.
 * **Trust.** A batch is accepted from a sender the daemon admits
   (``Daemon.authorize``) and, when ``metrics_senders`` lists addresses or
   names, only from those; anything else is refused (``untrusted_author``) and
@@ -36,7 +51,8 @@ Theory of operation
   member that ``left`` is not alerted on), the last heartbeat and the spool
   backlog each sender reported.
 * **Local queries.** Control operations ``metrics.record`` (record on this
-  node), ``metrics.send`` (start sending when configured ``telemetry =
+  node, ``hivemesh metrics record``; with ``wait_s`` it returns once the
+  collector stored the records), ``metrics.send`` (start sending when configured ``telemetry =
   false``, which only spools) and ``metrics`` (``gaps``, ``senders``, ``stats``, ``query``, ``top``,
   ``alerts`` against the running collector's store, which DuckDB does not let
   a second process open) back ``hivemesh metrics ... --data-dir``.
@@ -52,7 +68,15 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from hivemesh.errors import HivemeshError, InvalidArgument, LocalProtocolError
+from hivemesh.errors import (
+    DeadlineExceeded,
+    HivemeshError,
+    InvalidArgument,
+    LocalProtocolError,
+    NoHandler,
+    SpoolFull,
+    TelemetryRefused,
+)
 from hivemesh.runtime.control import register_op
 from hivemesh.telemetry.health import NodeStatus, Thresholds
 from hivemesh.telemetry.node import COLLECTOR_NAME, CollectorNode, NodeTelemetry
@@ -181,12 +205,66 @@ class DaemonTelemetry:
     async def _deliver(self, payload: bytes) -> Mapping[str, Any]:
         if self.collector is not None:  # we are the collector: no mesh hop
             return await self.collector.handle_message(self.d.address, payload)
-        reply = await self.d.request(
-            COLLECTOR_NAME, MESSAGE_KIND, payload, timeout_s=self.d.config.telemetry_timeout_s
-        )
+        reply = await self._request(payload, self.d.config.telemetry_timeout_s)
         if not isinstance(reply, Mapping):
             raise LocalProtocolError(f"collector replied {type(reply).__name__}, not a map")
         return reply
+
+    async def _request(self, body: Any, timeout_s: float) -> Any:
+        address = self.d.resolve(COLLECTOR_NAME)
+        try:
+            return await self.d.request(address, MESSAGE_KIND, body, timeout_s=timeout_s)
+        except NoHandler:
+            names = ", ".join(n for n in self.d.names.names_of(address) if n != COLLECTOR_NAME)
+            raise NoHandler(
+                f"the node holding {COLLECTOR_NAME} ({address[:12]}{f', {names}' if names else ''})"
+                " does not run a collector: start it with `hivemesh up --collector`"
+            ) from None
+
+    @staticmethod
+    def takes(to: str) -> bool:
+        """Is a direct message to ``to`` telemetry (see :meth:`submit`)?"""
+        return to == COLLECTOR_NAME
+
+    async def submit(self, data: Any, *, timeout_s: float) -> dict[str, Any]:
+        """Hand-sent telemetry for the collector: return once it is stored.
+
+        ``data`` is a batch, a flat record or a list of them (see
+        :mod:`hivemesh.telemetry.flat`). Raises :class:`TelemetryRefused` with
+        the collector's reason when it stored none or only some of the
+        records, :class:`NoHandler` when the name's holder runs no collector,
+        and :class:`DeadlineExceeded` without an answer in ``timeout_s``.
+        """
+        t0 = time.perf_counter()
+        if self.collector is not None:
+            address = self.d.address
+            ack = await self.collector.handle_message(address, data)
+        else:
+            address = self.d.resolve(COLLECTOR_NAME)
+            ack = await self._request(data, timeout_s)
+        if not isinstance(ack, Mapping):
+            raise TelemetryRefused(f"{COLLECTOR_NAME} answered {type(ack).__name__}", "bad_ack")
+        if ack.get("ok") is not True:
+            reason = str(ack.get("error"))
+            raise TelemetryRefused(
+                f"{COLLECTOR_NAME} refused it: {reason}: {str(ack.get('detail', ''))[:200]}", reason
+            )
+        accepted, rejected = int(ack.get("accepted", 0)), int(ack.get("rejected", 0))
+        if rejected:
+            errors = [e for e in ack.get("errors", []) if isinstance(e, Mapping)]
+            why = "; ".join(f"record {e.get('index')}: {e.get('error')}: {e.get('detail')}"
+                            for e in errors[:3])  # fmt: skip
+            raise TelemetryRefused(
+                f"{COLLECTOR_NAME} stored {accepted} of {accepted + rejected} records and"
+                f" refused {rejected}: {why}",
+                str(errors[0].get("error")) if errors else "rejected",
+            )
+        return {
+            "to": address,
+            "stored": accepted,
+            "duplicates": int(ack.get("duplicates", 0)),
+            "rtt_ms": round((time.perf_counter() - t0) * 1000, 3),
+        }
 
     async def _heartbeat(self) -> None:
         while True:
@@ -219,6 +297,20 @@ class DaemonTelemetry:
         ack = await self.collector.handle_message(sender, data)
         if not ack.get("ok"):
             log.info("hand-sent metrics from %s refused: %s", sender[:12], ack.get("error"))
+
+    async def wait_stored(self, seq: int, timeout_s: float) -> None:
+        """Return once the collector stored our records up to ``seq``; raise
+        :class:`DeadlineExceeded` (saying why, when known) after ``timeout_s``."""
+        if await self.node.sender.wait_stored(seq, timeout_s):
+            return
+        if self._hb_task is None:
+            why = "sending is off (telemetry = false; control op metrics.send starts it)"
+        else:
+            why = f"last error: {self.node.sender.statistics().last_error or 'none yet'}"
+        raise DeadlineExceeded(
+            f"recorded and spooled (seq {seq}), but not stored by {COLLECTOR_NAME}"
+            f" within {timeout_s}s; {why}"
+        )
 
     def _members(self) -> list[NodeStatus]:
         assert self.collector is not None
@@ -263,6 +355,13 @@ class DaemonTelemetry:
                 "senders": len(c.senders()),
                 "gaps": sum(hi - lo + 1 for g in c.gaps().values() for lo, hi in g),
                 "sinks": [type(sk).__name__ for sk in self.collector.sinks],
+                # per push sink: pushed, failed, dropped tables, retries, last error
+                "sink_stats": {
+                    type(sk).__name__: dataclasses.asdict(st)
+                    for sk in self.collector.sinks
+                    if dataclasses.is_dataclass(st := getattr(sk, "statistics", lambda: None)())
+                    and not isinstance(st, type)
+                },
             }
         return out
 
@@ -305,17 +404,35 @@ async def _op_record(d: Daemon, args: dict[str, Any]) -> Any:
     name, value = args.get("name"), args.get("value", 1.0)
     kind, count = args.get("kind", "gauge"), args.get("count", 1)
     attrs = args.get("attrs") or {}
+    unit, agent, wait_s = args.get("unit", ""), args.get("agent"), args.get("wait_s")
     if not isinstance(name, str) or kind not in KINDS or not isinstance(attrs, dict):
         raise InvalidArgument("metrics.record needs name, a known kind, attrs as a map")
     if type(count) is not int or not 0 < count <= 10_000:
         raise InvalidArgument("count must be 1..10000")
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         raise InvalidArgument("value must be a number")
+    if not isinstance(unit, str) or not (agent is None or isinstance(agent, str)):
+        raise InvalidArgument("unit and agent must be text")
+    if wait_s is not None and (
+        not isinstance(wait_s, (int, float)) or isinstance(wait_s, bool) or not 0 < wait_s <= 3600
+    ):
+        raise InvalidArgument("wait_s must be a number in (0, 3600]")
     m = d.telemetry.metrics
     seqs = []
     for i in range(count):
         seq = m.record(
-            name, float(value), kind=kind, attrs={**attrs, "i": i} if count > 1 else attrs
+            name,
+            float(value),
+            kind=kind,
+            unit=unit,
+            agent=agent,
+            attrs={**attrs, "i": i} if count > 1 else attrs,
         )
+        if seq is None:
+            raise SpoolFull("the telemetry spool is full: the record was dropped (counted)")
         seqs.append(seq)
-    return {"recorded": count, "first_seq": seqs[0], "last_seq": seqs[-1]}
+    out = {"recorded": count, "first_seq": seqs[0], "last_seq": seqs[-1], "stored": None}
+    if wait_s is not None:
+        await d.telemetry.wait_stored(seqs[-1], float(wait_s))
+        out["stored"] = True
+    return out

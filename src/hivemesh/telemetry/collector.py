@@ -11,6 +11,12 @@ and returns the ack dict that travels back to the sender::
 
 or ``{"ok": False, "error": "<code>", "detail": "..."}`` when the whole batch
 is refused (untrusted sender, malformed or oversize bytes, bad envelope).
+When records were rejected, ``errors`` lists the first few
+(``{"index", "error", "detail"}``), so a sender learns why.
+
+A batch that arrives already decoded (a hand-sent message, not our
+senders' bytes) may be a flat record or a list of them: :mod:`.flat` maps
+those onto the schema first, and its reason for refusing one is the answer.
 
 Steps, all on the event-loop thread except the database write:
 
@@ -63,6 +69,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 from hivemesh.errors import HivemeshError, StoreError, UntrustedAuthor
 from hivemesh.telemetry.columnar import ColumnarBatch, decode_columnar, rebuild_records
 from hivemesh.telemetry.fastdecode import decode_rows_fast
+from hivemesh.telemetry.flat import batch_of
 from hivemesh.telemetry.schema import MAX_BATCH_BYTES, decode_batch, validate_record
 from hivemesh.telemetry.seqtrack import SeqTracker
 from hivemesh.telemetry.store import MetricsStore
@@ -72,6 +79,8 @@ __all__ = ["Collector", "SenderReport", "Sink"]
 _T = TypeVar("_T")
 
 _MAX_SENDER_CHARS = 128
+#: Rejected records whose reasons an ack lists.
+_MAX_ACK_ERRORS = 10
 
 
 class Sink(Protocol):
@@ -157,9 +166,7 @@ class Collector:
 
     # -- ingest ----------------------------------------------------------------
 
-    async def ingest(
-        self, sender_address: str, payload: bytes | dict[str, Any], trusted: bool
-    ) -> dict[str, Any]:
+    async def ingest(self, sender_address: str, payload: Any, trusted: bool) -> dict[str, Any]:
         """Validate and store one batch; return the ack once it is durable."""
         ack, gen = self._stage_safe(sender_address, payload, trusted)
         if gen is None:
@@ -173,9 +180,7 @@ class Collector:
             return {"ok": False, "error": exc.code, "detail": str(exc)[:200]}
         return ack
 
-    def ingest_now(
-        self, sender_address: str, payload: bytes | dict[str, Any], trusted: bool
-    ) -> dict[str, Any]:
+    def ingest_now(self, sender_address: str, payload: Any, trusted: bool) -> dict[str, Any]:
         """Synchronous :meth:`ingest` (flushes at once); do not mix with a running loop."""
         ack, gen = self._stage_safe(sender_address, payload, trusted)
         if gen is not None:
@@ -188,7 +193,7 @@ class Collector:
         return ack
 
     def _stage_safe(
-        self, sender: str, payload: bytes | dict[str, Any], trusted: bool
+        self, sender: str, payload: Any, trusted: bool
     ) -> tuple[dict[str, Any], _Generation | None]:
         try:
             return self._stage(sender, payload, trusted)
@@ -202,7 +207,7 @@ class Collector:
         return {"ok": False, "error": exc.code, "detail": str(exc)[:200]}
 
     def _stage(
-        self, sender: str, payload: bytes | dict[str, Any], trusted: bool
+        self, sender: str, payload: Any, trusted: bool
     ) -> tuple[dict[str, Any], _Generation | None]:
         if not trusted:
             return self._refuse(UntrustedAuthor(f"sender {str(sender)[:64]} is not trusted")), None
@@ -232,24 +237,28 @@ class Collector:
         counters = self.counters
         rejected = 0
         rejected_seqs: list[int] = []
+        errors: list[dict[str, Any]] = []
         if v2 is not None:
             hi, backlog = v2.hi, v2.backlog
         elif fast is not None:
             columns, hi, backlog = fast
         else:
             try:
-                batch = decode_batch(payload)
+                by_hand = not isinstance(payload, (bytes, bytearray, memoryview))
+                batch = decode_batch(batch_of(payload) if by_hand else payload)
             except HivemeshError as exc:
                 return self._refuse(exc), None
             hi, backlog = batch.hi, batch.backlog
             raws = batch.records
         if raws is not None:
-            for raw in raws:
+            for i, raw in enumerate(raws):
                 try:
                     vrow = validate_record(raw)
                 except HivemeshError as exc:
                     counters[exc.code] += 1
                     rejected += 1
+                    if len(errors) < _MAX_ACK_ERRORS:
+                        errors.append({"index": i, "error": exc.code, "detail": str(exc)[:200]})
                     rseq = raw.get("seq") if type(raw) is dict else None
                     if type(rseq) is int and rseq > 0:
                         rejected_seqs.append(rseq)
@@ -302,13 +311,15 @@ class Collector:
         counters["duplicates"] += dups
         counters["rejected"] += rejected
         counters["batches"] += 1
-        ack = {
+        ack: dict[str, Any] = {
             "ok": True,
             "acked_through": top,
             "accepted": accepted,
             "duplicates": dups,
             "rejected": rejected,
         }
+        if errors:
+            ack["errors"] = errors
         return ack, gen
 
     @staticmethod

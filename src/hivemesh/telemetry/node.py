@@ -121,10 +121,9 @@ class CollectorNode:
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
-    async def handle_message(
-        self, sender_address: str, payload: bytes | dict[str, Any]
-    ) -> dict[str, Any]:
-        """Ingest one ``metrics`` direct message; the returned dict is the reply."""
+    async def handle_message(self, sender_address: str, payload: Any) -> dict[str, Any]:
+        """Ingest one ``metrics`` direct message (a batch, or hand-sent telemetry:
+        see :mod:`.flat`); the returned dict is the reply."""
         return await self.collector.ingest(sender_address, payload, self._trusted(sender_address))
 
     async def start(self) -> None:

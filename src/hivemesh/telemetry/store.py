@@ -274,7 +274,10 @@ class MetricsStore:
     def top(
         self, by: str = "agent", since_ms: int | None = None, now_ms: int = 0, limit: int = 20
     ) -> tuple[list[str], list[tuple[Any, ...]]]:
-        """Calls, failures, failure rate, tokens and p50/p99 duration per ``by``."""
+        """Calls, failures, failure rate, tokens and p50/p99 duration per ``by``.
+
+        ``tokens`` is input plus output tokens, or the total a record carries
+        when it does not split them (``gen_ai.usage.total_tokens``)."""
         if by not in _BY:
             raise InvalidArgument(f"--by must be one of {sorted(_BY)}")
         col, where = _BY[by]
@@ -288,6 +291,9 @@ class MetricsStore:
             " round(count(*) FILTER (WHERE NOT ok) / count(*), 4) AS failure_rate,"
             " coalesce(sum(input_tokens), 0) AS input_tokens,"
             " coalesce(sum(output_tokens), 0) AS output_tokens,"
+            " coalesce(sum(coalesce(input_tokens + output_tokens, input_tokens, output_tokens,"
+            " TRY_CAST(json_extract_string(NULLIF(attrs, ''),"
+            " '$.\"gen_ai.usage.total_tokens\"') AS BIGINT))), 0) AS tokens,"
             " round(quantile_cont(value, 0.5) FILTER (WHERE unit = 'ms'), 3) AS p50_ms,"
             " round(quantile_cont(value, 0.99) FILTER (WHERE unit = 'ms'), 3) AS p99_ms"
             f" FROM metrics WHERE {where} GROUP BY {col} ORDER BY records DESC, {by} LIMIT ?",

@@ -1,6 +1,16 @@
-"""``hivemesh metrics``: query a local collector store (DuckDB).
+"""``hivemesh metrics``: record a metric; query a local collector store (DuckDB).
 
-Subcommands: ``top [--by agent|model|tool] [--since 1h]``, ``failures``
+``record NAME VALUE`` records one measurement on the node of ``--data-dir``
+(any node, through its control socket): it is spooled there and sent to
+the ``metrics-collector`` like every record the node makes. Its options
+follow the record schema (:mod:`hivemesh.telemetry.schema`): ``--kind``,
+``--unit``, ``--agent``, the GenAI attributes (``--model``, ``--provider``,
+``--operation``, ``--tool``, ``--input-tokens``, ``--output-tokens``,
+``--error-type``, ``--task-id``) and any ``--attr KEY=VALUE``. With
+``--wait`` it returns only once the collector stored it (else it fails
+saying why, and the record stays spooled).
+
+Query subcommands: ``top [--by agent|model|tool] [--since 1h]``, ``failures``
 (failure rate per agent and per tool), ``query SQL``, ``gaps`` (missing
 ranges per sender) and ``senders``. The store path comes from ``--store``,
 else ``$HIVEMESH_METRICS_STORE``, else ``$HIVEMESH_HOME/metrics.duckdb``
@@ -21,7 +31,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hivemesh.errors import HivemeshError
+from hivemesh.errors import HivemeshError, InvalidArgument
+from hivemesh.telemetry.schema import (
+    ATTR_ERROR_TYPE,
+    ATTR_INPUT_TOKENS,
+    ATTR_MODEL,
+    ATTR_OPERATION,
+    ATTR_OUTPUT_TOKENS,
+    ATTR_PROVIDER,
+    ATTR_TASK_ID,
+    ATTR_TOOL,
+    KINDS,
+)
 
 __all__ = ["default_store_path", "register", "render_table"]
 
@@ -70,7 +91,7 @@ def _open(args: argparse.Namespace) -> Any:
 
 def register(sub: Any) -> None:
     """Add the ``metrics`` subcommand."""
-    p = sub.add_parser("metrics", help="query the local telemetry collector store")
+    p = sub.add_parser("metrics", help="record a metric; query the telemetry collector store")
     p.add_argument("--store", default=None, help="DuckDB file (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--data-dir", default=None, help="ask the running collector node of this dir")
@@ -94,6 +115,105 @@ def register(sub: Any) -> None:
         sp.add_argument("--store", default=argparse.SUPPRESS)
         sp.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
         sp.add_argument("--data-dir", default=argparse.SUPPRESS)
+    _register_record(msub)
+
+
+#: ``metrics record`` options that set a GenAI attribute.
+_ATTR_OPTIONS = (
+    ("model", ATTR_MODEL, str),
+    ("provider", ATTR_PROVIDER, str),
+    ("operation", ATTR_OPERATION, str),
+    ("tool", ATTR_TOOL, str),
+    ("input_tokens", ATTR_INPUT_TOKENS, int),
+    ("output_tokens", ATTR_OUTPUT_TOKENS, int),
+    ("error_type", ATTR_ERROR_TYPE, str),
+    ("task_id", ATTR_TASK_ID, str),
+)
+
+
+def _register_record(msub: Any) -> None:
+    r = msub.add_parser("record", help="record a metric on a node (sent to the collector)")
+    r.add_argument("name", help="metric name, e.g. gen_ai.client.operation.duration")
+    r.add_argument("value", type=float, help="the measurement (a duration in --unit)")
+    r.add_argument(
+        "--kind",
+        choices=KINDS,
+        default=None,
+        help="default: llm_call with --model, tool_call with --tool, else gauge",
+    )
+    r.add_argument(
+        "--unit",
+        default=None,
+        help="ms, s, 1, By, {token}... (default: ms for llm_call, tool_call, task and timer)",
+    )
+    r.add_argument("--agent", default=None, help="agent name (default: the node's name)")
+    for opt, attr, typ in _ATTR_OPTIONS:
+        r.add_argument(f"--{opt.replace('_', '-')}", type=typ, default=None, help=f"sets {attr}")
+    r.add_argument(
+        "--attr",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="another attribute (VALUE: a number, true/false or text); repeatable",
+    )
+    r.add_argument("--count", type=int, default=1, help="record it N times (load tests)")
+    r.add_argument("--wait", action="store_true", help="return once the collector stored it")
+    r.add_argument("--timeout-s", type=float, default=10.0, help="with --wait (default 10)")
+    r.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    r.add_argument("--data-dir", default=argparse.SUPPRESS, help="the node to record on")
+    r.set_defaults(func=_record)  # fmt: skip
+
+
+def _attr_value(text: str) -> Any:
+    try:
+        v = json.loads(text)
+    except ValueError:
+        return text
+    return v if isinstance(v, (bool, int, float)) else text
+
+
+def record_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``metrics.record`` control arguments of ``hivemesh metrics record``."""
+    attrs: dict[str, Any] = {}
+    for opt, attr, _ in _ATTR_OPTIONS:
+        if getattr(args, opt) is not None:
+            attrs[attr] = getattr(args, opt)
+    for item in args.attr:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise InvalidArgument(f"--attr {item!r} must be KEY=VALUE")
+        attrs[key] = _attr_value(value)
+    kind = args.kind or ("llm_call" if args.model else "tool_call" if args.tool else "gauge")
+    unit = args.unit
+    if unit is None:
+        unit = "ms" if kind in ("llm_call", "tool_call", "task", "timer") else ""
+    out: dict[str, Any] = {"name": args.name, "value": args.value, "kind": kind, "unit": unit,
+                           "attrs": attrs, "count": args.count}  # fmt: skip
+    if args.agent is not None:
+        out["agent"] = args.agent
+    if args.wait:
+        out["wait_s"] = args.timeout_s
+    return out
+
+
+def _record(args: argparse.Namespace) -> int:
+    from hivemesh.runtime.client import Client
+    from hivemesh.runtime.cliutil import data_dir_of, emit, emit_error
+
+    try:
+        call = record_args(args)
+        timeout_s = args.timeout_s + 5.0 if args.wait else 10.0
+        got = Client(data_dir_of(args), timeout_s=timeout_s).call("metrics.record", **call)
+    except HivemeshError as exc:
+        return emit_error(args, exc)
+
+    def text(r: dict[str, Any]) -> str:
+        seqs = f"seq {r['first_seq']}" + (f"..{r['last_seq']}" if r["recorded"] > 1 else "")
+        done = "stored by the collector" if r["stored"] else "spooled for the collector"
+        return f"recorded {r['recorded']} ({seqs}); {done}"
+
+    emit(args, got, text)
+    return 0
 
 
 def _live(args: argparse.Namespace, what: str, **kw: Any) -> Any:
