@@ -78,6 +78,9 @@ def test_genai_attributes_are_hoisted_and_rest_kept_as_json() -> None:
         ({"name": "1bad name", "value": 1}, InvalidRecord),
         ({"name": "x" * (MAX_STR_CHARS + 1), "value": 1}, FrameTooLarge),
         ({"name": "x", "value": 1, "kind": "histogramz"}, InvalidRecord),
+        ({"name": [], "value": 1}, InvalidRecord),  # unhashable: not a TypeError
+        ({"name": "x", "value": 1, "kind": ["gauge"]}, InvalidRecord),
+        ({"name": "x", "value": 1, "unit": {"ms": 1}}, InvalidRecord),
         ({"name": "x", "value": 1, "seq": 0}, InvalidRecord),
         ({"name": "x", "value": 1, "seq": "3"}, InvalidRecord),
         ({"name": "x", "value": 1, "attrs": {"k": [1]}}, InvalidRecord),

@@ -233,7 +233,7 @@ def validate_record(rec: Any) -> Row:
         raise UnknownField(f"unknown record fields: {unknown}")
     get = rec.get
     name: Any = get("name")
-    if name not in _good_names:
+    if type(name) is not str or name not in _good_names:  # (a list is unhashable)
         _check_name(name)
     value: Any = get("value")
     tv = type(value)
@@ -244,7 +244,7 @@ def validate_record(rec: Any) -> Row:
     elif tv is not float or not math.isfinite(value):
         raise InvalidRecord("value must be a finite number")
     kind = get("kind", "gauge")
-    if kind not in _KINDS:
+    if type(kind) is not str or kind not in _KINDS:
         raise InvalidRecord(f"unknown kind {str(kind)[:20]!r}")
     seq = get("seq")
     if seq is not None and (type(seq) is not int or not 1 <= seq <= _MAX_SEQ):
@@ -256,7 +256,7 @@ def validate_record(rec: Any) -> Row:
     if rid is not None:
         _str(rid, "id")
     unit = get("unit", "")
-    if unit not in _good_units:
+    if type(unit) is not str or unit not in _good_units:
         _str(unit, "unit")
     agent = get("agent", "")
     if type(agent) is not str or len(agent) > MAX_STR_CHARS:
