@@ -71,6 +71,7 @@ from hivemesh.errors import (
     InvalidAddress,
     RemoteProtocolError,
     ReplayError,
+    StoreError,
 )
 
 __all__ = ["FrameHandler", "Node", "NodeConfig"]
@@ -235,17 +236,33 @@ class Node:
         return self.append_many([(kind, body)], now_ms)[0]
 
     def append_many(self, items: Iterable[tuple[str, Any]], now_ms: int) -> list[Event]:
-        """Append several events under as few signatures as possible."""
+        """Append several events under as few signatures as possible.
+
+        Every item is encoded first, then the events are signed and stored
+        in batches of at most ``MAX_UNSEALED``. When this raises (a bad item,
+        a full disk), the feed continues from what the store holds: events
+        not stored leave no trace in the writer or the clock, so the next
+        append continues the stored feed. Batches stored before the failure
+        (only when the store fails after the first ``MAX_UNSEALED`` events)
+        stay, and are sent like any other.
+        """
+        clock_before = self.clock.last
         out: list[Event] = []
-        for kind, body in items:
-            out.append(self.writer.append(kind, body, now_ms))
-            if self.writer.unsealed >= MAX_UNSEALED:
+        try:
+            for kind, body in items:
+                out.append(self.writer.append(kind, body, now_ms))
+            while self.writer.unsealed:
                 self._seal()
-        self._seal()
+        except BaseException:
+            held = self.journal.head(self.identity.public)
+            self.writer.reset(held)
+            stored = [e.hlc for e in out if e.seq <= held.seq]
+            self.clock.last = max([clock_before, *stored])
+            raise
         return out
 
     def _seal(self) -> None:
-        sealed = self.writer.seal()
+        sealed = self.writer.seal(MAX_UNSEALED)
         if sealed is None:
             return
         events, sig = sealed
@@ -261,7 +278,9 @@ class Node:
             if handler is None:
                 raise DecodeError(f"unknown frame type {ftype}")
             handler(peer, fields, now_ms)
-        except RemoteProtocolError as exc:
+        except (RemoteProtocolError, StoreError) as exc:
+            # A store error (a full disk) changed nothing: the peer resends,
+            # or anti-entropy pulls the range again once the store takes it.
             self.counters[exc.code] += 1
 
     def settle(self) -> list[str]:

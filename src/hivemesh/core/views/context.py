@@ -257,6 +257,22 @@ class ContextView(ViewBase):
                 end = start + (end - start) // 2
         return None
 
+    def unexport(self, updates: Sequence[tuple[str, dict[str, Any]]]) -> None:
+        """Take back ``updates`` from :meth:`pending_update` whose append failed.
+
+        Their writes stay in the local docs and the next
+        :meth:`pending_update` covers them again, so they go out with the
+        next commit that succeeds (exporting past them would leave a hole in
+        this author's operations that every replica refuses).
+        """
+        if self._peer is None:
+            return
+        for _kind, body in updates:
+            name = body["c"]
+            start, _end = _check_update(body["u"], self._peer)
+            if start < self._exported.get(name, 0):
+                self._exported[name] = start
+
     # -- events -> state -------------------------------------------------------
 
     def apply(self, event: Event) -> None:
