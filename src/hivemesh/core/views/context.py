@@ -68,7 +68,7 @@ order); admission of authors is the journal's trust policy.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import loro
@@ -196,6 +196,9 @@ class ContextView(ViewBase):
         self._exported: dict[str, int] = {}
         # event id -> (context, peer, end) of updates vetted by validate_batch
         self._validated: dict[bytes, tuple[str, int, int]] = {}
+        #: Called before every local write; raises to refuse it (the node
+        #: sets its own feed's gate: no write while the feed is recovering).
+        self.before_write: Callable[[], None] | None = None
 
     def _doc(self, name: str) -> LoroDoc:
         doc = self._docs.get(name)
