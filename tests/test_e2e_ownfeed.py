@@ -22,6 +22,7 @@ import pytest
 
 from hivemesh.errors import HivemeshError
 from hivemesh.runtime.swarm import LocalSwarm, NodeProc, wait_until
+from hivemesh.stores.appendlog import read_records
 
 STORE_FILES = ("store.db", "store.db-wal", "store.db-shm", "store.db-appends")
 
@@ -194,3 +195,67 @@ def test_a_loss_no_peer_can_repair_needs_the_operator_and_is_loud(tmp_path: Path
         n1 = swarm.start("n1", bootstrap=[n0.endpoint])
         wait_until(lambda: holds_all(n1, acknowledged), 15, what="n1 holds the new writes")
         no_forks(n0, n1)
+
+
+@pytest.mark.parametrize("peer_has_them", [True, False])
+def test_an_append_log_damaged_while_no_peer_is_reachable_loses_no_acknowledged_write(
+    tmp_path: Path, peer_has_them: bool
+) -> None:
+    """A burst of writes sits in the append log (the longest group-commit
+    delay); the node is killed, the log damaged and the node restarted with
+    no peer in reach. It must refuse writes (today: it writes on with the
+    burst gone, only ``log_torn_bytes`` to show). With a peer that got the
+    burst it recovers it once the peer is back; else the operator decides."""
+    acknowledged: dict[str, int] = {}
+    env = {"HIVEMESH_COMMIT_DELAY_MS": "1000"}
+    with LocalSwarm(tmp_path, env=env) as swarm:
+        n0, n1 = pair(swarm)
+        write(n0, range(5), acknowledged)
+        converged_on(swarm, n0, n1)
+        if not peer_has_them:
+            swarm.kill("n1", signal.SIGTERM)
+        burst = range(5, 10)
+        for _attempt in range(5):  # the burst must be in the log when the kill lands
+            write(n0, burst, acknowledged)
+            if peer_has_them:
+                wait_until(lambda: holds_all(n1, acknowledged), 10, what="n1 holds the burst")
+            swarm.kill("n0")  # SIGKILL: the log is not committed
+            if read_records(log_bytes(n0)).records:
+                break
+            n0 = swarm.restart("n0")  # the commit landed first: once more
+        else:
+            pytest.fail("five bursts were all committed before the kill")
+        log = n0.data_dir / "store.db-appends"
+        data = bytearray(log.read_bytes())
+        data[20] ^= 0xFF  # damage the first record: it and all after it are torn off
+        log.write_bytes(bytes(data))
+        if peer_has_them:
+            swarm.kill("n1", signal.SIGTERM)
+        n0 = swarm.restart("n0")
+        refused(n0, "own feed behind its mark")
+        st = n0.client.status()
+        assert st["journal"]["log_torn_bytes"] > 0
+        assert st["own_feed"]["state"] == "recovering"
+        assert "append log was damaged" in (n0.data_dir / "daemon.log").read_text()
+        if peer_has_them:
+            swarm.restart("n1")
+            write_when_writable(n0, range(10, 15), acknowledged)
+            assert holds_all(n0, acknowledged)  # the burst is back
+        else:
+            assert cli(n0, "feed", "accept-loss", "--yes").returncode == 0
+            kv = n0.client.ctx_get("d")["kv"]
+            lost = {k for k in acknowledged if k not in kv}
+            assert lost and lost <= {f"k{i}" for i in burst}  # given up, on the record
+            for k in lost:
+                del acknowledged[k]
+            swarm.restart("n1")
+            write(n0, range(10, 15), acknowledged)
+        wait_until(lambda: holds_all(n1, acknowledged), 15, what="n1 holds every write")
+        no_forks(n0, n1)
+
+
+def log_bytes(node: NodeProc) -> bytes:
+    try:
+        return (node.data_dir / "store.db-appends").read_bytes()
+    except FileNotFoundError:
+        return b""

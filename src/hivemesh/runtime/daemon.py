@@ -222,7 +222,12 @@ class Daemon(Pump, DaemonAPI):
         self.leases, self.claims = attach_leases(self)  # quorum voter/proposer, claims view
         self.blobs = Blobs(self, random.Random(secrets.randbits(128)))
         self.rehydrated = self.node.rehydrate(self._replay(store))
-        self.own_feed = OwnFeedWatch(self, self._first_writes)
+        self.own_feed = OwnFeedWatch(
+            self,
+            self._first_writes,
+            log_torn_bytes=store.log_torn_bytes,
+            log_orphaned=store.log_orphaned,
+        )
         self.conns = ConnectionManager(
             self.identity,
             authorize=lambda a: self.invites.admit_channel(a, now_ms()),

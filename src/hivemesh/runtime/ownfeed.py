@@ -4,7 +4,9 @@ The core decides (:mod:`hivemesh.core.ownfeed`: the mark, the gate, the
 recovery); this module only makes it visible and acts on its changes:
 
 * every change of the gate's state is logged (a warning while the node
-  refuses writes, with the reason and what to do);
+  refuses writes, with the reason and what to do), and so is an append log
+  the store found damaged at start (its acknowledged batches are covered
+  by the mark: the gate refuses writes until they are recovered);
 * the appends a node makes when it starts a new life -- releasing the claims
   of its previous life, announcing its endpoint, claiming its configured
   name -- wait until the feed takes writes (:meth:`OwnFeedWatch.check`);
@@ -40,10 +42,28 @@ class OwnFeedWatch:
     as soon as the feed takes writes (at start, or when it is recovered).
     """
 
-    def __init__(self, daemon: Daemon, first_writes: Callable[[int], None]) -> None:
+    def __init__(
+        self,
+        daemon: Daemon,
+        first_writes: Callable[[int], None],
+        *,
+        log_torn_bytes: int = 0,
+        log_orphaned: int = 0,
+    ) -> None:
         self.daemon = daemon
         self._first_writes: Callable[[int], None] | None = first_writes
         self.state = daemon.node.feed_gate.state
+        if log_torn_bytes or log_orphaned:  # a damaged append log: never only a counter
+            log.warning(
+                "node %s: the store's append log was damaged (%d bytes torn off, %d "
+                "records set aside); own feed %s at #%d, mark #%s",
+                short(daemon.address),
+                log_torn_bytes,
+                log_orphaned,
+                self.state.value,
+                daemon.node.feed_gate.held.seq,
+                daemon.node.feed_gate.status()["mark"],
+            )
         if self.state is not FeedState.WRITABLE:
             self._warn()
 
