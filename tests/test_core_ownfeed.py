@@ -5,6 +5,7 @@ nodes pushed through a list-as-network (h11 style). The real daemons are in
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from copy import deepcopy
 
 import pytest
@@ -29,7 +30,7 @@ class Disk:
         self.marks = MemoryMarkStore(Mark())  # a fresh key starts at mark 0
         self.boots = 0
 
-    def boot(self) -> Node:
+    def boot(self, trusted: Callable[[bytes], bool] | None = None) -> Node:
         self.boots += 1
         return Node(
             self.identity,
@@ -37,6 +38,7 @@ class Disk:
             random.Random(self.boots),
             now_ms=0,
             config=NodeConfig(),
+            trusted=trusted,
             marks=self.marks,
         )
 
@@ -92,6 +94,20 @@ def test_a_node_whose_store_was_deleted_recovers_its_feed_before_it_writes() -> 
     assert b.journal.head(a.identity.public).seq == 51
     assert b.counters["fork"] == 0
     assert a.counters["own_events_recovered"] == 50
+
+
+def test_a_trust_policy_that_omits_the_node_itself_still_lets_it_recover() -> None:
+    """The daemon's invite-mode policy admits peers, never the node itself."""
+    da, db = Disk(A), Disk(B)
+    a, b = da.boot(), db.boot()
+    link(a, b)
+    write(a, 3)
+    pump([a, b])
+    da.store = MemoryStore()
+    a = da.boot(trusted=lambda author: author == db.identity.public)
+    link(a, b)
+    pump([a, b])
+    assert a.feed_gate.writable and a.journal.head(a.identity.public).seq == 3
 
 
 def test_without_the_mark_a_restored_node_forks_and_its_peer_drops_it() -> None:
