@@ -8,6 +8,8 @@ full disk under a real daemon is in ``test_e2e_diskfull.py``.
 
 from __future__ import annotations
 
+import errno
+import os
 import random
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,6 +23,8 @@ from hivemesh.core.node import Node, NodeConfig
 from hivemesh.core.store import MemoryStore
 from hivemesh.core.views.context import ContextView
 from hivemesh.errors import StoreError
+from hivemesh.stores import appendlog as appendlog_mod
+from hivemesh.stores.appendlog import AppendLog, read_records
 from hivemesh.stores.sqlite import SQLiteStore
 from test_store_support import FailingCommits, committed_heads, make_batch, writer
 
@@ -174,3 +178,45 @@ def test_an_append_whose_own_commit_fails_takes_its_batch_back(tmp_path: Path) -
         again, sig2 = make_batch(me, 3, rng)
         store.append(me.identity.public, again, sig2)
         assert committed_heads(path) == {peer.identity.public: 2, me.identity.public: 3}
+
+
+class _FlakyOs:
+    """``os`` for the append log: the next write stops halfway with ENOSPC and
+    the cut-back after it fails once (an I/O error on a sick disk)."""
+
+    def __init__(self) -> None:
+        self.fail_write = self.fail_truncate = False
+
+    def write(self, fd: int, data: Any) -> int:
+        if self.fail_write:
+            self.fail_write = False
+            os.write(fd, bytes(data[: len(data) // 2]))
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return os.write(fd, data)
+
+    def ftruncate(self, fd: int, size: int) -> None:
+        if self.fail_truncate:
+            self.fail_truncate = False
+            raise OSError(errno.EIO, "I/O error")
+        os.ftruncate(fd, size)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(os, name)
+
+
+def test_a_torn_log_record_that_could_not_be_cut_is_cut_before_the_next_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Otherwise the next, acknowledged, record would sit behind a torn one
+    and be cut off with it at recovery."""
+    flaky = _FlakyOs()
+    monkeypatch.setattr(appendlog_mod, "os", flaky)
+    log = AppendLog(tmp_path / "log", fsync=False)
+    log.write(b"a" * 32, b"s" * 64, [b"first"])
+    flaky.fail_write = flaky.fail_truncate = True
+    with pytest.raises(OSError):
+        log.write(b"a" * 32, b"s" * 64, [b"failed" * 100])
+    log.write(b"a" * 32, b"s" * 64, [b"third"])
+    scan = read_records((tmp_path / "log").read_bytes())
+    assert [r.raws for r in scan.records] == [[b"first"], [b"third"]] and scan.torn_bytes == 0
+    log.close()
