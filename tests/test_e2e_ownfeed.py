@@ -114,8 +114,9 @@ def pair(swarm: LocalSwarm) -> tuple[NodeProc, NodeProc]:
     return n0, swarm.start("n1", bootstrap=[n0.endpoint])
 
 
+@pytest.mark.parametrize("peer_reachable", [True, False])
 def test_a_node_whose_store_was_deleted_recovers_from_its_peer_before_it_writes(
-    tmp_path: Path,
+    tmp_path: Path, peer_reachable: bool
 ) -> None:
     acknowledged: dict[str, int] = {}
     with LocalSwarm(tmp_path) as swarm:
@@ -123,9 +124,14 @@ def test_a_node_whose_store_was_deleted_recovers_from_its_peer_before_it_writes(
         write(n0, range(20), acknowledged)
         converged_on(swarm, n0, n1)
         before = n0.client.status()["journal"]["own_seq"]
+        if not peer_reachable:
+            swarm.kill("n1", signal.SIGTERM)
         swarm.kill("n0")
         delete_store(n0)
         n0 = swarm.restart("n0")
+        if not peer_reachable:
+            refused(n0, "own feed behind its mark: the store holds #0")  # today: accepted
+            swarm.restart("n1")
         write_when_writable(n0, range(20, 30), acknowledged)  # today: a fork; n1 drops them
         wait_until(lambda: holds_all(n1, acknowledged), 15, what="n1 holds every write")
         no_forks(n0, n1)
@@ -135,18 +141,42 @@ def test_a_node_whose_store_was_deleted_recovers_from_its_peer_before_it_writes(
         converged_on(swarm, n0, n1)
 
 
+def backed_up_then_wrote(
+    swarm: LocalSwarm, backup: Path, acknowledged: dict[str, int]
+) -> tuple[NodeProc, NodeProc]:
+    """n0 writes k0..k4, its store is backed up (after a clean stop), then it
+    writes k5..k14; n1 holds them all."""
+    n0, n1 = pair(swarm)
+    write(n0, range(5), acknowledged)
+    swarm.kill("n0", signal.SIGTERM)
+    back_up(n0, backup)
+    n0 = swarm.restart("n0")
+    write(n0, range(5, 15), acknowledged)
+    converged_on(swarm, n0, n1)
+    return n0, n1
+
+
+def test_a_store_restored_from_an_older_copy_with_its_peer_in_reach_recovers_at_once(
+    tmp_path: Path,
+) -> None:
+    acknowledged: dict[str, int] = {}
+    with LocalSwarm(tmp_path) as swarm:
+        n0, n1 = backed_up_then_wrote(swarm, tmp_path / "backup", acknowledged)
+        swarm.kill("n0", signal.SIGTERM)
+        restore(n0, tmp_path / "backup")
+        n0 = swarm.restart("n0")
+        write_when_writable(n0, range(15, 20), acknowledged)  # today: a fork; n1 drops them
+        wait_until(lambda: holds_all(n1, acknowledged), 15, what="n1 holds every write")
+        assert holds_all(n0, acknowledged)
+        no_forks(n0, n1)
+
+
 def test_a_store_restored_from_an_older_copy_waits_for_its_peer_then_writes(
     tmp_path: Path,
 ) -> None:
     acknowledged: dict[str, int] = {}
     with LocalSwarm(tmp_path) as swarm:
-        n0, n1 = pair(swarm)
-        write(n0, range(5), acknowledged)
-        swarm.kill("n0", signal.SIGTERM)  # a clean stop, then a backup of the store
-        back_up(n0, tmp_path / "backup")
-        n0 = swarm.restart("n0")
-        write(n0, range(5, 15), acknowledged)
-        converged_on(swarm, n0, n1)
+        n0, n1 = backed_up_then_wrote(swarm, tmp_path / "backup", acknowledged)
         swarm.kill("n1", signal.SIGTERM)  # the peer is out of reach ...
         swarm.kill("n0", signal.SIGTERM)
         restore(n0, tmp_path / "backup")  # ... when the operator restores the backup
