@@ -213,6 +213,10 @@ def test_a_fork_found_after_the_fact_stops_writes_until_the_operator_decides() -
     assert a.counters["own_feed_conflict"] == 1
     with pytest.raises(FeedDiverged, match="different history"):
         a.append("app.note", {}, 3000)
+    sync(a, b)  # asked again: counted once, and the forked #6', #7' are not served
+    assert a.counters["own_feed_conflict"] == 1
+    a.receive(b.address, encode_frame(FrameType.WANT, [[a.identity.public, 1, 10]]), 3000)
+    assert a.outbox() == []
     a.accept_feed_loss(3000)
     assert a.append("app.note", {}, 3000).seq == 8
     sync(a, b)

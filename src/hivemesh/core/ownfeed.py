@@ -152,7 +152,7 @@ class OwnFeedGate:
         self._heard = False  # a peer reported how much of the feed it holds
         self._claimed = 0  # the most of the feed a peer reported holding
         self._claimant = ""
-        self._conflicting: set[str] = set()  # peers holding an accepted other history
+        self._conflicting: set[str] = set()  # peers holding another history
         self._diverged = ""
         self._diverged_from = 0
         mark = self.mark
@@ -194,7 +194,10 @@ class OwnFeedGate:
 
     @property
     def sendable(self) -> int:
-        """The highest own seq that may leave the node (the mark)."""
+        """The highest own seq that may leave the node: the mark, and nothing
+        while the feed is diverged (one history must not spread further)."""
+        if self._diverged:
+            return 0
         return self.held.seq if self.mark is None else min(self.held.seq, self.mark.seq)
 
     def reason(self) -> str:
@@ -278,8 +281,8 @@ class OwnFeedGate:
 
     def report(self, peer: str, seq: int) -> bool:
         """``peer`` holds our feed up to ``seq`` (its HAVE). Returns False when
-        the node should not pull its feed from ``peer`` (an accepted other
-        history)."""
+        the node should not pull its feed from ``peer`` (it served another
+        history of it)."""
         if peer in self._conflicting:
             return False
         mark = self.mark
@@ -318,12 +321,14 @@ class OwnFeedGate:
     def conflict(self, peer: str, seq: int) -> None:
         """``peer`` served a batch validly signed by us that disagrees with our
         feed at ``seq``: our key signed two histories."""
+        if peer in self._conflicting:
+            return  # known already (and no longer asked for our feed)
+        self._conflicting.add(peer)
+        if self._claimant == peer:
+            self._claimed, self._claimant = 0, ""
         mark = self.mark
         if mark is not None and mark.accepted_from and seq >= mark.accepted_from:
-            self._conflicting.add(peer)
             self.counters["own_feed_conflict_accepted"] += 1
-            if self._claimant == peer:
-                self._claimed, self._claimant = 0, ""
             return
         self.counters["own_feed_conflict"] += 1
         self._diverge(
