@@ -11,12 +11,15 @@ writes looked fine locally.
 
 **The mark.** A small durable record kept apart from the store (beside the
 key, :mod:`hivemesh.stores.feedmark`): the ``(seq, hash)`` of the newest own
-event that may have left the node. The node saves it after an own batch is
-stored and *before* that batch is acknowledged, pushed or served, and never
-sends an own event above it. So the mark is at or above every acknowledged
-write and everything any peer holds of the feed; a crash between storing and
-saving leaves the store ahead of the mark, which is harmless (nothing above
-the mark left the node). The cost is one small write per sealed batch.
+event that was acknowledged to a caller or may have left the node. The node
+saves it after an own batch is stored and *before* that batch is
+acknowledged or pushed, and never serves an own event above it (a batch
+that was neither -- an own observation while no peer was there -- is marked
+when a peer first asks for it). So the mark is at or above every
+acknowledged write and everything any peer holds of the feed; a crash
+between storing and saving leaves the store ahead of the mark, which is
+harmless (nothing above the mark left the node or was acknowledged). The
+cost is one small write per sealed batch.
 
 **The gate** (:class:`OwnFeedGate`) decides from its inputs -- the stored own
 head, the mark, what peers report in their HAVE vectors and serve -- whether
@@ -36,6 +39,7 @@ a peer reports more of the feed than the store holds     ``recovering``
 otherwise                                                ``writable``
 =======================================================  ==============
 
+While ``diverged`` nothing of the feed is served and an operator decides.
 While ``recovering``, the node pulls its own feed like any other (the
 replication protocol's HAVE/WANT, verified batch by batch) and appends
 raise :class:`~hivemesh.errors.FeedRecovering` saying why; once the store
@@ -52,7 +56,8 @@ The lost seqs will be written again with other events: a peer that still
 holds the lost events (offline now) will count a fork and refuse the node's
 events from that seq on. The mark remembers the accepted range, so a peer
 later found holding that other history is expected (counted
-``own_feed_conflict_accepted``, its claims ignored) rather than a new fault.
+``own_feed_conflict_accepted``, its claims ignored, the feed no longer
+pulled from it) rather than a new fault.
 
 A node whose mark was never recorded (an older data dir) gets one from its
 store (see :func:`hivemesh.stores.feedmark.open_mark`); a fresh key starts
