@@ -67,9 +67,8 @@ with mark 0.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, replace
 from enum import Enum
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from hivemesh.core.event import GENESIS, Event
 from hivemesh.core.feed import Head
@@ -84,9 +83,9 @@ _HINT = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Mark:
-    """The durable high-water mark of a node's own feed.
+class Mark(NamedTuple):
+    """The durable high-water mark of a node's own feed (a tuple: one is
+    made per sealed batch, so it must be cheap).
 
     ``seq``/``hash``: the newest own event that may have left the node.
     ``accepted_from``..``accepted_upto``: seqs whose loss an operator
@@ -239,6 +238,9 @@ class OwnFeedGate:
     def check(self) -> None:
         """Raise :class:`~hivemesh.errors.FeedRecovering` or
         :class:`~hivemesh.errors.FeedDiverged` unless the node may append."""
+        mark, held = self.mark, self.held.seq  # the common case first: on every append
+        if mark is not None and held >= mark.seq and held >= self._claimed and not self._diverged:
+            return
         state = self.state
         if state is FeedState.WRITABLE:
             return
@@ -368,9 +370,10 @@ class OwnFeedGate:
 
     def _save(self, head: Head) -> None:
         old = self.mark
-        mark = (
-            Mark(head.seq, head.hash) if old is None else replace(old, seq=head.seq, hash=head.hash)
-        )
+        if old is None:
+            mark = Mark(head.seq, head.hash)
+        else:
+            mark = Mark(head.seq, head.hash, old.accepted_from, old.accepted_upto)
         self.marks.save(mark)  # first: a mark that failed to save never counts
         self.mark = mark
 

@@ -191,8 +191,8 @@ class Daemon(Pump, DaemonAPI):
         store = self._store = SQLiteStore(cfg.store_path)
         # Received batches and our own (logged) join one commit per commit_delay_ms.
         store.write_behind = store.append_log = cfg.commit_delay_ms > 0
-        me = self.identity.public
-        self._marks = open_mark(cfg.data_dir, me, store, fsync=store.durability == "power")
+        power = store.durability == "power"
+        self._marks = open_mark(cfg.data_dir, self.identity.public, store, fsync=power)
         rng = random.Random(secrets.randbits(128))
         self.started_ms = now_ms()
         self.node = Node(
