@@ -51,8 +51,9 @@ MARK_FILE = "feed.mark"
 _MAGIC = b"HMFMARK1"
 _BODY = struct.Struct(">8sQQQQ32s32s")
 _CRC = struct.Struct(">I")
-#: Bytes per slot (two slots per file).
-SLOT_BYTES = 128
+_CRC_PAD = struct.Struct(">I20x")  # the checksum, then zeros to the end of the slot
+#: Bytes per slot (two slots per file): 128.
+SLOT_BYTES = _BODY.size + _CRC_PAD.size
 
 
 class FileMarkStore:
@@ -121,12 +122,12 @@ class FileMarkStore:
         body = _BODY.pack(
             _MAGIC, gen, mark.seq, mark.accepted_from, mark.accepted_upto, self.author, mark.hash
         )
-        slot = (body + _CRC.pack(zlib.crc32(body))).ljust(SLOT_BYTES, b"\0")
+        slot = body + _CRC_PAD.pack(zlib.crc32(body))
         try:
             fd = self._fd
             if fd is None:
                 fd = self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            os.pwrite(fd, slot, (gen % 2) * SLOT_BYTES)
+            os.pwrite(fd, slot, (gen & 1) * SLOT_BYTES)
             if self.fsync:
                 os.fdatasync(fd)
         except OSError as exc:
