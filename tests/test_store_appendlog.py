@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import os
 import random
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -25,7 +23,7 @@ from hivemesh.stores import sqlite as sqlite_mod
 from hivemesh.stores.appendlog import LOG_SUFFIX, encode_record, read_records
 from hivemesh.stores.replay import rehydrate
 from hivemesh.stores.sqlite import SQLiteStore
-from test_store_support import committed_heads, make_batch, writer
+from test_store_support import FailingCommits, committed_heads, make_batch, writer
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 TESTS = str(Path(__file__).resolve().parent)
@@ -59,7 +57,7 @@ _CRASHER = """
 import os, random, sys
 sys.path[:0] = [sys.argv[2], sys.argv[3]]
 from hivemesh.stores.sqlite import SQLiteStore
-from test_store_support import committed_heads, make_batch, writer
+from test_store_support import FailingCommits, committed_heads, make_batch, writer
 rng = random.Random(7)
 me, peer = writer(0), writer(1)
 store = SQLiteStore(sys.argv[1])
@@ -162,22 +160,6 @@ def test_a_second_opener_leaves_a_live_writers_log_alone(tmp_path: Path) -> None
         assert committed_heads(path) == {me.identity.public: 2}
 
 
-class _FailingCommits:
-    """A connection whose COMMIT fails (like a full disk), once or always."""
-
-    def __init__(self, db: sqlite3.Connection, failures: int) -> None:
-        self._db, self.failures = db, failures
-
-    def execute(self, sql: str, *args: Any) -> Any:
-        if sql == "COMMIT" and self.failures:
-            self.failures -= 1
-            raise sqlite3.OperationalError("database or disk is full")
-        return self._db.execute(sql, *args)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._db, name)
-
-
 @pytest.mark.parametrize("via", ["sync", "a full group"])
 def test_a_failed_commit_keeps_logged_appends_and_no_new_batch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, via: str
@@ -192,7 +174,7 @@ def test_a_failed_commit_keeps_logged_appends_and_no_new_batch(
         first, sig1 = make_batch(me, 2, rng)
         store.append(me.identity.public, first, sig1)  # logged, pending
         second, sig2 = make_batch(me, 1, rng)
-        store._db = _FailingCommits(real, failures=1)  # type: ignore[assignment]
+        store._db = FailingCommits(real, failures=1)  # type: ignore[assignment]
         with pytest.raises(StoreError):
             if via == "sync":
                 store.sync()
@@ -239,7 +221,7 @@ def test_a_close_whose_commit_fails_still_closes_and_the_next_open_recovers(
     real = store.db
     events, sig = make_batch(me, 2, rng)
     store.append(me.identity.public, events, sig)
-    store._db = _FailingCommits(real, failures=1)  # type: ignore[assignment]
+    store._db = FailingCommits(real, failures=1)  # type: ignore[assignment]
     with pytest.raises(StoreError):
         store.close()
     with pytest.raises(StoreError, match="closed"):

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from hivemesh.core.identity import verify
+from hivemesh.core.ownfeed import Mark
 from hivemesh.errors import ConfigError
+from hivemesh.stores.feedmark import MARK_FILE, FileMarkStore
 from hivemesh.stores.keyfile import KEY_FILE, KEY_MAGIC, load_identity, load_or_create_identity
 
 
@@ -24,7 +26,7 @@ def test_created_with_private_modes_and_reloaded(tmp_path: Path) -> None:
     assert mode(ddir) == 0o700
     assert mode(key) == 0o600
     assert key.read_bytes() == KEY_MAGIC + ident.seed()
-    assert sorted(os.listdir(ddir)) == [KEY_FILE]  # no temp file left behind
+    assert sorted(os.listdir(ddir)) == [MARK_FILE, KEY_FILE]  # no temp file left behind
     again = load_or_create_identity(ddir)
     assert again.public == ident.public and again.address == ident.address
     assert verify(again.public, ident.sign(b"m"), b"m")
@@ -122,4 +124,15 @@ def test_concurrent_creators_agree_on_one_key(tmp_path: Path) -> None:
     for t in threads:
         t.join(timeout=30)
     assert errors == [] and len(got) == 8 and len(set(got)) == 1
-    assert sorted(os.listdir(ddir)) == [KEY_FILE]
+    assert sorted(os.listdir(ddir)) == [MARK_FILE, KEY_FILE]
+
+
+def test_a_new_key_gets_mark_0_and_an_existing_key_keeps_its_mark(tmp_path: Path) -> None:
+    ddir = tmp_path / "d"
+    me = load_or_create_identity(ddir).public
+    marks = FileMarkStore(ddir / MARK_FILE, me)
+    assert marks.load() == Mark()  # a new feed is empty: the node writes at once
+    marks.save(Mark(7, b"h" * 32))
+    marks.close()
+    assert load_or_create_identity(ddir).public == me
+    assert FileMarkStore(ddir / MARK_FILE, me).load() == Mark(7, b"h" * 32)

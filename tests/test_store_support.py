@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import random
+import sqlite3
 from pathlib import Path
+from typing import Any
 
 from hivemesh.core.event import Event
 from hivemesh.core.feed import FeedWriter, Head
@@ -15,10 +17,24 @@ from hivemesh.stores.sqlite import SQLiteStore
 NOW_MS = 1_800_000_000_000
 
 
+class FailingCommits:
+    """Wraps a store's connection: its next ``failures`` COMMITs fail like a full disk."""
+
+    def __init__(self, db: sqlite3.Connection, failures: int) -> None:
+        self._db, self.failures = db, failures
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        if sql == "COMMIT" and self.failures:
+            self.failures -= 1
+            raise sqlite3.OperationalError("database or disk is full")
+        return self._db.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._db, name)
+
+
 def committed_heads(path: Path) -> dict[bytes, int]:
     """What a second connection (another process after a crash) sees committed."""
-    import sqlite3
-
     db = sqlite3.connect(path)
     try:
         return dict(db.execute("SELECT author, last_seq FROM feeds").fetchall())

@@ -26,6 +26,9 @@ Every class carries a short stable ``code`` used as the counter name in
     │   ├── InvalidAddress
     │   ├── QueueFull
     │   ├── BenchWorkerFailed      (bench fanout area)
+    │   ├── FeedNotWritable        (own feed: writes refused, see hivemesh.core.ownfeed)
+    │   │   ├── FeedRecovering     behind its mark: recovering it from peers
+    │   │   └── FeedDiverged       another history of it exists: operator decides
     │   └── InviteError
     │       ├── InviteMalformed
     │       │   └── InviteNonCanonical
@@ -133,6 +136,9 @@ __all__ = [
     "DeadlineExceeded",
     "DecodeError",
     "ExtractError",
+    "FeedDiverged",
+    "FeedNotWritable",
+    "FeedRecovering",
     "FetchError",
     "FetchTimeout",
     "ForeignOperations",
@@ -755,3 +761,30 @@ class InvalidEncoding(InvalidArgument):
     """Text (a key, a name, a value) that is not valid UTF-8."""
 
     code = "bad_encoding"
+
+
+# -- own feed (a node never forks its own feed) ----------------------------------
+
+
+class FeedNotWritable(LocalProtocolError):
+    """This node refuses to append to its own feed until it holds all of it.
+
+    The message says why and what to do (see :mod:`hivemesh.core.ownfeed`);
+    nothing was appended.
+    """
+
+    code = "feed_not_writable"
+
+
+class FeedRecovering(FeedNotWritable):
+    """The store is behind the feed's durable mark (deleted, restored from an
+    older copy, damaged): the missing part is being recovered from peers."""
+
+    code = "feed_recovering"
+
+
+class FeedDiverged(FeedNotWritable):
+    """A different, validly signed history of this node's feed exists (in the
+    store or at a peer): an operator must decide (``hivemesh feed accept-loss``)."""
+
+    code = "feed_diverged"

@@ -165,11 +165,21 @@ class FeedWriter:
         self._unsealed.append(ev)
         return ev
 
-    def seal(self) -> tuple[list[Event], bytes] | None:
-        """Sign the head; return the newly covered events and the signature."""
+    def seal(self, limit: int | None = None) -> tuple[list[Event], bytes] | None:
+        """Sign the head of the oldest ``limit`` unsealed events (all of them
+        by default); return the newly covered events and the signature."""
         if not self._unsealed:
             return None
-        events, self._unsealed = self._unsealed, []
+        if limit is None or limit >= len(self._unsealed):
+            events, self._unsealed = self._unsealed, []
+        else:
+            events, self._unsealed = self._unsealed[:limit], self._unsealed[limit:]
         last = events[-1]
         sig = self.identity.sign(head_message(last.author, last.seq, last.id))
         return events, sig
+
+    def reset(self, head: Head) -> None:
+        """Drop unsealed events and continue the feed from ``head`` (the
+        stored head, after a failed append or once the feed was recovered)."""
+        self._unsealed = []
+        self.head = head

@@ -49,6 +49,18 @@ trust web: a peer sees the feeds of the swarms it shares with us), a feed is
 never pushed to, advertised to or served to a peer it is not shared with
 (counted ``want_not_shared``); without one, every peer sees every feed.
 
+**Our own feed.** :attr:`Node.feed_gate` (:mod:`hivemesh.core.ownfeed`)
+decides whether appends are allowed: never while the store lacks part of
+the feed that may have left the node (its durable mark says how far), or
+while a peer reports holding more of it. Appends then raise
+:class:`~hivemesh.errors.FeedRecovering`, and the node pulls its own feed
+from peers like any other (a HAVE naming more of it is also how the gate
+learns of it); once recovered the writer continues from there. An own batch
+is stored, then the mark is saved, then it is pushed; WANTs are served only
+up to the mark. :meth:`Node.append_later` keeps the node's own observations
+(membership, endpoints) while appends are refused or the store fails, and
+appends them once it can.
+
 Bad input from a peer raises a :class:`~hivemesh.errors.RemoteProtocolError`
 inside; :meth:`Node.receive` counts it by code in :attr:`Node.counters` and
 drops it. Nothing invalid is stored.
@@ -63,19 +75,25 @@ from dataclasses import dataclass
 from random import Random
 from typing import Any
 
-from hivemesh.core.event import Event, decode_event
-from hivemesh.core.feed import MAX_UNSEALED, FeedWriter
+from hivemesh.core.event import Event, decode_event, event_hash
+from hivemesh.core.feed import MAX_UNSEALED, FeedWriter, Head, head_message
 from hivemesh.core.frames import FrameType, decode_frame, encode_frame
 from hivemesh.core.hlc import HLC
-from hivemesh.core.identity import Identity, address_of, public_key_of
+from hivemesh.core.identity import Identity, address_of, public_key_of, verify
 from hivemesh.core.journal import Journal, View
+from hivemesh.core.ownfeed import Mark, MarkStore, MemoryMarkStore, OwnFeedGate
 from hivemesh.core.store import FeedStore
 from hivemesh.errors import (
+    BrokenChain,
     DecodeError,
+    FeedNotWritable,
+    ForkError,
     GapError,
+    HivemeshError,
     InvalidAddress,
     RemoteProtocolError,
     ReplayError,
+    StoreError,
 )
 
 __all__ = ["FrameHandler", "Node", "NodeConfig"]
@@ -103,6 +121,8 @@ class NodeConfig:
     #: Settle unsettled runs this long after the first (None: the caller
     #: calls :meth:`Node.settle` itself, as the runtime's group commit does).
     settle_delay_ms: int | None = 20
+    #: Own observations :meth:`Node.append_later` keeps while appends fail.
+    max_deferred_events: int = 1024
 
 
 @dataclass(slots=True)
@@ -125,21 +145,40 @@ class Node:
         config: NodeConfig | None = None,
         trusted: Callable[[bytes], bool] | None = None,
         shares: Callable[[str, bytes], bool] | None = None,
+        marks: MarkStore | None = None,
     ) -> None:
+        """``marks`` keeps the own feed's durable mark (module docs); without
+        one the store is taken as the whole feed (tests, tools)."""
         self.identity = identity
         #: ``shares(peer, author)``: may ``peer`` see ``author``'s feed? (module docs)
         self.shares = shares
         self.address = identity.address
         self.config = config or NodeConfig()
         self.rng = rng
+        me = identity.public
+        if trusted is not None:  # a node always takes its own feed back from peers
+            policy = trusted
+
+            def trusted(author: bytes) -> bool:
+                return author == me or policy(author)
+
         self.journal = Journal(store, trusted=trusted)
         self.counters: Counter[str] = self.journal.counters
         self.clock = HLC()
-        own = self.journal.head(identity.public)
+        own = self.journal.head(me)
         if own.seq:
-            last = decode_event(store.read_range(identity.public, own.seq, own.seq)[0])
+            last = decode_event(store.read_range(me, own.seq, own.seq)[0])
             self.clock.last = last.hlc
+        if marks is None:
+            marks = MemoryMarkStore(Mark(own.seq, own.hash))
+        mark = marks.load()
+        at_mark = None
+        if mark is not None and 0 < mark.seq <= own.seq:
+            at_mark = event_hash(store.read_range(me, mark.seq, mark.seq)[0])
+        #: The own feed's write gate (:mod:`hivemesh.core.ownfeed`).
+        self.feed_gate = OwnFeedGate(marks, own, at_mark, self.counters)
         self.writer = FeedWriter(identity, own, self.clock)
+        self._later: deque[tuple[str, Any]] = deque()  # append_later's items
         self._peers: list[str] = []
         self._outbox: list[tuple[str, bytes]] = []
         self._events: deque[Event] = deque()
@@ -194,6 +233,8 @@ class Node:
             self._peers.sort()
             with contextlib.suppress(InvalidAddress):  # not an identity: never attested
                 self._peer_keys[address] = public_key_of(address)
+            if not self.feed_gate.writable:  # ask at once how much of our feed it holds
+                self.sync_with(address)
 
     def remove_peer(self, address: str) -> None:
         """Stop replicating with ``address`` (down, revoked, disconnected)."""
@@ -243,23 +284,94 @@ class Node:
         return self.append_many([(kind, body)], now_ms)[0]
 
     def append_many(self, items: Iterable[tuple[str, Any]], now_ms: int) -> list[Event]:
-        """Append several events under as few signatures as possible."""
+        """Append several events under as few signatures as possible.
+
+        Raises :class:`~hivemesh.errors.FeedNotWritable` (appending nothing)
+        while the feed gate refuses writes (module docs). Every item is
+        encoded first, then the events are signed and stored in batches of
+        at most ``MAX_UNSEALED``. When this raises (a bad item, a full disk),
+        the feed continues from what the store holds: events not stored
+        leave no trace in the writer or the clock, so the next append
+        continues the stored feed. Batches stored before the failure (only
+        when the store fails after the first ``MAX_UNSEALED`` events) stay,
+        and are sent like any other.
+        """
+        return self._append(items, now_ms, acknowledged=True)
+
+    def _append(
+        self, items: Iterable[tuple[str, Any]], now_ms: int, *, acknowledged: bool
+    ) -> list[Event]:
+        self.feed_gate.check()
+        clock_before = self.clock.last
         out: list[Event] = []
-        for kind, body in items:
-            out.append(self.writer.append(kind, body, now_ms))
-            if self.writer.unsealed >= MAX_UNSEALED:
-                self._seal()
-        self._seal()
+        try:
+            for kind, body in items:
+                out.append(self.writer.append(kind, body, now_ms))
+            while self.writer.unsealed:
+                self._seal(acknowledged)
+        except BaseException:
+            held = self.journal.head(self.identity.public)
+            self.writer.reset(held)
+            stored = [e.hlc for e in out if e.seq <= held.seq]
+            self.clock.last = max([clock_before, *stored])
+            raise
         return out
 
-    def _seal(self) -> None:
-        sealed = self.writer.seal()
+    def _seal(self, acknowledged: bool) -> None:
+        sealed = self.writer.seal(MAX_UNSEALED)
         if sealed is None:
             return
         events, sig = sealed
         self.journal.append_own(events, sig)
         self._emit(events)
+        # The mark covers the batch before it is acknowledged or sent.
+        head = Head(events[-1].seq, events[-1].id)
+        self.feed_gate.stored(head, mark=acknowledged or bool(self._peers))
         self._push(events[0].author, [e.raw for e in events], sig, exclude=None)
+
+    def append_later(self, items: Iterable[tuple[str, Any]], now_ms: int) -> None:
+        """Append ``items`` now if the feed takes them, else keep them and
+        append them once it does (checked by :meth:`handle_timer` and when
+        the feed is recovered). For the node's own observations, which no
+        caller waits for and a full disk or a recovering feed must not lose.
+        At most ``max_deferred_events`` wait; older ones are dropped first
+        (counted ``own_deferred_dropped``)."""
+        self._later.extend(items)
+        overflow = len(self._later) - self.config.max_deferred_events
+        for _ in range(max(0, overflow)):
+            self._later.popleft()
+            self.counters["own_deferred_dropped"] += 1
+        self._append_deferred(now_ms)
+
+    def _append_deferred(self, now_ms: int) -> None:
+        if not self._later or not self.feed_gate.writable:
+            return
+        items = list(self._later)
+        before = self.journal.head(self.identity.public).seq
+        try:
+            self._append(items, now_ms, acknowledged=False)
+        except (StoreError, FeedNotWritable):
+            self.counters["own_deferred_failed"] += 1
+            for _ in range(self.journal.head(self.identity.public).seq - before):
+                self._later.popleft()  # stored before the failure
+            return
+        except HivemeshError:  # an item that can never be appended: drop them all
+            self.counters["own_deferred_dropped"] += len(items)
+        self._later.clear()
+
+    @property
+    def deferred(self) -> int:
+        """Items :meth:`append_later` keeps for later."""
+        return len(self._later)
+
+    def accept_feed_loss(self, now_ms: int) -> dict[str, Any]:
+        """The operator's decision to write on from what the store holds
+        (see :meth:`OwnFeedGate.accept_loss <hivemesh.core.ownfeed.OwnFeedGate.accept_loss>`);
+        returns what was given up."""
+        lost = self.feed_gate.accept_loss()
+        self.writer.reset(self.journal.head(self.identity.public))
+        self._append_deferred(now_ms)
+        return lost
 
     def receive(self, peer: str, frame: bytes, now_ms: int) -> None:
         """Handle one frame from ``peer``. Bad input is counted, never raised."""
@@ -269,7 +381,9 @@ class Node:
             if handler is None:
                 raise DecodeError(f"unknown frame type {ftype}")
             handler(peer, fields, now_ms)
-        except RemoteProtocolError as exc:
+        except (RemoteProtocolError, StoreError) as exc:
+            # A store error (a full disk) changed nothing: the peer resends,
+            # or anti-entropy pulls the range again once the store takes it.
             self.counters[exc.code] += 1
 
     def settle(self) -> list[str]:
@@ -289,6 +403,7 @@ class Node:
             if self._pulls[author].deadline_ms <= now_ms:
                 del self._pulls[author]
                 self.counters["pull_timeout"] += 1
+        self._append_deferred(now_ms)
         if now_ms >= self._next_sync_ms:
             self._next_sync_ms = now_ms + self._jitter(self.config.sync_interval_ms)
             if self._peers:
@@ -346,6 +461,11 @@ class Node:
         except ReplayError:
             self.counters["duplicate"] += 1
             return
+        except (ForkError, BrokenChain):
+            if author != self.identity.public or not self._signed_by_us(raws, sig):
+                raise
+            self.feed_gate.conflict(peer, self._first_difference(raws))  # we signed two
+            return
         except GapError:
             self.counters["gap"] += 1
             last = decode_event(raws[-1])
@@ -355,6 +475,8 @@ class Node:
         if attested and self._unsettled_ms is None:
             self._unsettled_ms = now_ms
         self.clock.observe(events[-1].hlc, now_ms)  # hlcs grow along a feed
+        if author == self.identity.public:
+            self._recovered(events, now_ms)
         pull = self._pulls.get(author)
         if pull is None or pull.peer != peer:
             self._pushed_ms[author] = now_ms
@@ -372,10 +494,15 @@ class Node:
         vv, reply = fields
         wants: list[tuple[bytes, int, int]] = []
         pushed_after = now_ms - self.config.push_grace_ms
+        me = self.identity.public
         for author, seq in vv.items():
             if type(author) is not bytes or len(author) != 32 or type(seq) is not int:
                 raise DecodeError("HAVE entries are 32-byte author -> int")
+        pull_own = self.feed_gate.report(peer, vv.get(me, 0))
+        for author, seq in vv.items():
             ours = self.journal.head(author).seq
+            if author == me and not pull_own:
+                continue
             if seq > ours:
                 if self._pushed_ms.get(author, pushed_after) > pushed_after:
                     self.counters["pull_skipped_pushing"] += 1
@@ -419,6 +546,8 @@ class Node:
                 self.counters["want_not_shared"] += 1
                 continue
             end = min(end, start + self.config.max_want_events - 1)
+            if author == self.identity.public:  # nothing of ours above the mark leaves
+                end = min(end, self.feed_gate.sending(end))
             while start <= end:
                 chunk = self.journal.read_chunk(author, start, end)
                 if chunk is None:
@@ -427,6 +556,35 @@ class Node:
                 self.send(peer, encode_frame(FrameType.EVENTS, author, raws, sig, 0))
                 start += len(raws)
                 self.counters["events_served"] += len(raws)
+
+    # -- our own feed ----------------------------------------------------------------
+
+    def _recovered(self, events: list[Event], now_ms: int) -> None:
+        """Own events pulled back from a peer are stored: continue from them."""
+        self.writer.reset(self.journal.head(self.identity.public))
+        self.clock.last = max(self.clock.last, events[-1].hlc)
+        self.counters["own_events_recovered"] += len(events)
+        writable = self.feed_gate.recovered(events)
+        with contextlib.suppress(StoreError):  # else the next group commit stores them
+            self.journal.store.sync()
+        if writable:
+            self._append_deferred(now_ms)
+
+    def _signed_by_us(self, raws: list[bytes], sig: bytes) -> bool:
+        last = decode_event(raws[-1])
+        me = self.identity.public
+        return last.author == me and verify(me, sig, head_message(me, last.seq, last.id))
+
+    def _first_difference(self, raws: list[bytes]) -> int:
+        """The first seq at which a batch of our own feed differs from ours."""
+        me = self.identity.public
+        first = decode_event(raws[0]).seq
+        held = self.journal.head(me).seq
+        ours = self.journal.store.read_range(me, first, min(held, first + len(raws) - 1))
+        for i, raw in enumerate(ours):
+            if raw != raws[i]:
+                return first + i
+        return first + len(ours)
 
     # -- helpers -------------------------------------------------------------------
 

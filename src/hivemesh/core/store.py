@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Protocol
 
-from hivemesh.core.event import Event
+from hivemesh.core.event import Event, event_hash
 
 __all__ = ["FeedStore", "MemoryStore", "StoredHead"]
 
@@ -128,3 +128,30 @@ class MemoryStore:
 
     def close(self) -> None:
         """Nothing to release."""
+
+    # -- fault injection (simulator, tests) ---------------------------------------
+
+    def copy(self) -> MemoryStore:
+        """An independent copy (a backup of the disk)."""
+        other = MemoryStore()
+        other._events = {a: list(f) for a, f in self._events.items()}
+        other._hashes = dict(self._hashes)
+        other._sigs = {a: dict(s) for a, s in self._sigs.items()}
+        other._blobs = dict(self._blobs)
+        return other
+
+    def truncate(self, author: bytes, seq: int) -> None:
+        """Forget ``author``'s events after its last signed seq ``<= seq``, as
+        a damaged disk would (the contract still holds: the head is signed)."""
+        sigs = self._sigs.get(author, {})
+        keep = max((s for s in sigs if s <= seq), default=0)
+        feed = self._events.get(author, [])
+        del feed[keep:]
+        for s in [s for s in sigs if s > keep]:
+            del sigs[s]
+        if keep:
+            self._hashes[author] = event_hash(feed[-1])
+        else:
+            self._events.pop(author, None)
+            self._hashes.pop(author, None)
+            self._sigs.pop(author, None)

@@ -27,6 +27,7 @@ Data dir layout
 ---------------
 ================  ===========================================================
 node.key          Ed25519 identity (0600; :mod:`hivemesh.stores.keyfile`)
+feed.mark         how far our own feed went (:mod:`hivemesh.stores.feedmark`)
 store.db          the journal and blobs (SQLite WAL; :mod:`hivemesh.stores`)
 store.db-appends  our own batches not yet committed to store.db (append log)
 inbox.db          received direct messages (SQLite WAL)

@@ -4,7 +4,8 @@ Every such command takes ``--data-dir`` (default ``$HIVEMESH_DATA_DIR`` or
 ``~/.hivemesh``) and ``--json``. With ``--json`` it prints exactly one JSON
 document on stdout (errors too, as ``{"error": {...}}``); without it, short
 readable lines. Exit codes: 0 success, 1 the operation failed, 3 no daemon
-is running.
+is running, 4 the node refuses writes to its own feed until it is recovered
+(:class:`~hivemesh.errors.FeedNotWritable`; ``hivemesh feed status``).
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hivemesh.errors import DaemonNotRunning, HivemeshError
+from hivemesh.errors import DaemonNotRunning, FeedNotWritable, HivemeshError
 from hivemesh.runtime.client import Client
 
 __all__ = ["add_common", "data_dir_of", "emit", "run_with_client"]
 
 EXIT_FAILED = 1
 EXIT_NO_DAEMON = 3
+EXIT_FEED_NOT_WRITABLE = 4
 
 
 def data_dir_of(args: argparse.Namespace) -> Path:
@@ -56,7 +58,9 @@ def emit_error(args: argparse.Namespace, exc: HivemeshError) -> int:
         print(json.dumps({"error": err}, sort_keys=True))
     else:
         print(f"error: {exc} [{exc.code}]", file=sys.stderr)
-    return EXIT_NO_DAEMON if isinstance(exc, DaemonNotRunning) else EXIT_FAILED
+    if isinstance(exc, DaemonNotRunning):
+        return EXIT_NO_DAEMON
+    return EXIT_FEED_NOT_WRITABLE if isinstance(exc, FeedNotWritable) else EXIT_FAILED
 
 
 def run_with_client(

@@ -27,10 +27,13 @@ The pump itself (input, output, timers, group commit) is the
 
 **Start.** Make the data dir private (0700, every file 0600; loose modes
 found there are fixed and logged as a warning), open (or create) the key
-file and store, verify and replay every
-stored feed into the views (rehydration), listen, announce our endpoint in a
-``node.hello`` event if it changed, dial bootstrap endpoints and every
-endpoint learnt from the journal, open the control socket.
+file, the own feed's mark and the store, verify and replay every stored feed
+into the views (rehydration), listen, dial bootstrap endpoints and every
+endpoint learnt from the journal, open the control socket. The appends of a
+new life (release the previous life's claims, a ``node.hello`` if our
+endpoint changed, the configured name) wait until the own feed takes
+writes: at once, unless the store is behind the feed's mark
+(:mod:`hivemesh.runtime.ownfeed`).
 
 **Stop.** Close the control socket, announce ``left`` to the members, send
 what is queued (briefly), close channels, close the store. Every append was
@@ -80,9 +83,11 @@ from hivemesh.runtime.hostutil import lock_data_dir, primary_ipv4, raise_open_fi
 from hivemesh.runtime.invites import Invites
 from hivemesh.runtime.members import MemberDriver
 from hivemesh.runtime.messaging import Messaging
+from hivemesh.runtime.ownfeed import OwnFeedWatch
 from hivemesh.runtime.pump import Pump
 from hivemesh.runtime.status import Subscription
 from hivemesh.runtime.trustview import KIND_TRUST_ADD, KIND_TRUST_REVOKE, TrustView, TrustWeb
+from hivemesh.stores.feedmark import FileMarkStore, open_mark
 from hivemesh.transports import ChannelOptions
 from hivemesh.trust import TrustStore
 
@@ -126,6 +131,8 @@ class Daemon(Pump, DaemonAPI):
         self.blobs: Blobs
         self.trust_view: TrustView
         self.invites = Invites(self)
+        self.own_feed: OwnFeedWatch
+        self._marks: FileMarkStore
         self._mdns: Any = None
         self._lock_fd: int | None = None
         self._trust_generation = 0
@@ -169,6 +176,8 @@ class Daemon(Pump, DaemonAPI):
                 self.node.settle()
             with contextlib.suppress(Exception):
                 self.node.journal.store.close()
+        if hasattr(self, "_marks"):
+            self._marks.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
@@ -191,6 +200,8 @@ class Daemon(Pump, DaemonAPI):
         store = self._store = SQLiteStore(cfg.store_path)
         # Received batches and our own (logged) join one commit per commit_delay_ms.
         store.write_behind = store.append_log = cfg.commit_delay_ms > 0
+        power = store.durability == "power"
+        self._marks = open_mark(cfg.data_dir, self.identity.public, store, fsync=power)
         rng = random.Random(secrets.randbits(128))
         self.started_ms = now_ms()
         self.node = Node(
@@ -207,8 +218,10 @@ class Daemon(Pump, DaemonAPI):
             ),
             trusted=self.author_trusted,
             shares=self.shares if cfg.trust_mode == "invite" else None,
+            marks=self._marks,
         )
         self.context_view = ContextView(self.identity.public)
+        self.context_view.before_write = self.node.feed_gate.check  # refused while recovering
         self.names = NamesView()
         self.endpoints = EndpointsView()
         self.trust_view = TrustView()
@@ -220,7 +233,12 @@ class Daemon(Pump, DaemonAPI):
         self.leases, self.claims = attach_leases(self)  # quorum voter/proposer, claims view
         self.blobs = Blobs(self, random.Random(secrets.randbits(128)))
         self.rehydrated = self.node.rehydrate(self._replay(store))
-        self.claims.abandon_previous_life(now_ms())  # see hivemesh.core.claims
+        self.own_feed = OwnFeedWatch(
+            self,
+            self._first_writes,
+            log_torn_bytes=store.log_torn_bytes,
+            log_orphaned=store.log_orphaned,
+        )
         self.conns = ConnectionManager(
             self.identity,
             authorize=lambda a: self.invites.admit_channel(a, now_ms()),
@@ -261,8 +279,7 @@ class Daemon(Pump, DaemonAPI):
                 on_found=lambda found: self.learn(found.address, list(found.endpoints)),
             )
             await self._mdns.start()
-        if cfg.name and self.names.resolve(cfg.name) != self.address:
-            self.node.append(*NamesView.claim(cfg.name), t)
+        self.own_feed.start(t)
         for address, eps in self.endpoints.known().items():
             self.learn(address, eps)
         for addr, h, p in bootstrap_targets(cfg.bootstrap):
@@ -324,6 +341,7 @@ class Daemon(Pump, DaemonAPI):
         self.messaging.close()
         self.node.settle()  # store what was verified; a bad run is dropped
         self.node.journal.store.close()
+        self._marks.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # releases the data dir lock
             self._lock_fd = None
@@ -345,14 +363,21 @@ class Daemon(Pump, DaemonAPI):
 
     def _announce(self, host: str) -> str:
         if self.config.advertise:
-            ep = self.config.advertise
-        else:
-            if host in ("0.0.0.0", "", "::"):
-                host = primary_ipv4()
-            ep = f"{host}:{self.listen_port}"
-        if self.endpoints.endpoints(self.address) != [ep]:
-            self.node.append(KIND_HELLO, hello_body([ep]), now_ms())
-        return ep
+            return self.config.advertise
+        if host in ("0.0.0.0", "", "::"):
+            host = primary_ipv4()
+        return f"{host}:{self.listen_port}"
+
+    def _first_writes(self, t: int) -> None:
+        """The appends of a new life, once the own feed takes writes: release
+        the previous life's claims (see :mod:`hivemesh.core.claims`), announce
+        our endpoint if it changed, claim the configured name."""
+        self.claims.abandon_previous_life(t)
+        if self.endpoints.endpoints(self.address) != [self.advertised]:
+            self.node.append(KIND_HELLO, hello_body([self.advertised]), t)
+        name = self.config.name
+        if name and self.names.resolve(name) != self.address:
+            self.node.append(*NamesView.claim(name), t)
 
     # -- trust -------------------------------------------------------------------
 
@@ -460,7 +485,7 @@ class Daemon(Pump, DaemonAPI):
             "a": author,
             "upto": self.node.journal.head(author).seq,
         }
-        self.node.append(kind, body, t)
+        self.node.append_later([(kind, body)], t)  # kept while the feed takes no writes
 
     def _relays(self, destination: str) -> list[str]:
         peers = set(self.node.peers)

@@ -98,13 +98,24 @@ class DaemonAPI:
         return n
 
     def commit_nowait(self) -> int:
-        """Append pending local context writes (sent by the next flush)."""
+        """Append pending local context writes (sent by the next flush).
+
+        If the append fails (a full disk, a feed that takes no writes yet),
+        the writes it did not store stay pending in the context and go out
+        with the next commit that succeeds; the error propagates."""
         items = []
         while (upd := self.context_view.pending_update()) is not None:
             items.append(upd)
         if items:
-            self.node.append_many(items, now_ms())
-            self._schedule_flush()
+            me = self.node.identity.public
+            before = self.node.journal.head(me).seq
+            try:
+                self.node.append_many(items, now_ms())
+            except BaseException:
+                self.context_view.unexport(items[self.node.journal.head(me).seq - before :])
+                raise
+            finally:
+                self._schedule_flush()
         return len(items)
 
     async def append(self, kind: str, body: Any) -> Event:

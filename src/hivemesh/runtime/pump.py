@@ -44,6 +44,7 @@ from hivemesh.runtime.endpoints import KIND_HELLO, EndpointsView
 from hivemesh.runtime.invites import Invites
 from hivemesh.runtime.members import MemberDriver
 from hivemesh.runtime.messaging import Messaging
+from hivemesh.runtime.ownfeed import OwnFeedWatch
 from hivemesh.runtime.status import Subscription
 from hivemesh.runtime.trustview import TrustView
 from hivemesh.trust import TrustStore
@@ -83,6 +84,7 @@ class Pump:
     _flush_scheduled: bool
     _commit_timer: asyncio.TimerHandle | None
     _trust_generation: int
+    own_feed: OwnFeedWatch
 
     async def _on_peer(self, peer: str, up: bool) -> None:  # pragma: no cover - the Daemon's
         raise NotImplementedError
@@ -252,6 +254,7 @@ class Pump:
                 self._trust_generation = self.trust.generation
                 await self._recheck_trust()
             self.blobs.handle_timer(t)
+            self.own_feed.check()  # the own feed recovered, or fell behind
             await self.flush()
             self._wake.clear()
             self._armed_ms = min(self._next_deadline(), now_ms() + 1000)

@@ -85,6 +85,8 @@ def status_of(d: Daemon) -> dict[str, Any]:
             "log_orphaned": d._store.log_orphaned,
             "version_vector": {address_of(a): s for a, s in sorted(j.version_vector().items())},
         },
+        # whether the node writes its own feed, and why not (hivemesh.core.ownfeed)
+        "own_feed": {**d.node.feed_gate.status(), "deferred": d.node.deferred},
         "peers_connected": len(d.conns.links),
         "trust": {"mode": d.config.trust_mode, **d.invites.status(_now_ms())},
         "members": d.members.snapshot(),

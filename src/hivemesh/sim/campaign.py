@@ -104,6 +104,11 @@ def default_options(nodes: int, workload: str = "journal") -> SimOptions:
     ``workload="plan"``: every node runs a decomposer, scorer and executor on
     one goal (6 leaves) under the standard fault mix; every replica must end
     with the same accepted tree and each leaf with exactly one accepted result.
+
+    ``workload="journal"`` (the default) adds two scenarios to the standard
+    mix: a node restored from an old backup of its store, and a node whose
+    append log is damaged while it is partitioned (see
+    :class:`~hivemesh.sim.options.FaultOptions`).
     """
     if workload == "plan":  # run with factory=hivemesh.roles.simplan.PlanCluster
         return SimOptions(nodes=nodes, appends=0, active_ms=12_000, heal_ms=40_000)
@@ -120,4 +125,5 @@ def default_options(nodes: int, workload: str = "journal") -> SimOptions:
             ),
             faults=FaultOptions(partition_probability=0.1, crash_probability=0.3, forgeries=0),
         )
-    return replace(SimOptions(), nodes=nodes)
+    faults = FaultOptions(restore_probability=0.1, log_damage_probability=0.1)
+    return replace(SimOptions(), nodes=nodes, faults=faults)

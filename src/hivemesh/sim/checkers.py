@@ -3,15 +3,20 @@
 * **convergence** -- after the heal phase every replica holds the same feeds
   (equal version vectors) and the same views (equal digests);
 * **durability** -- every event acknowledged to the workload as appended is
-  held, with the same id, by every replica;
+  held, with the same id, by every replica (except those an operator gave
+  up, on the record, when no replica held them);
 * **integrity** -- no forged event is held anywhere, and every stored feed
   re-verifies (hash chain contiguous, last event covered by a valid head
   signature);
-* **honesty** -- no fork was ever reported (all authors are honest here).
+* **honesty** -- no fork was ever reported, in any life of any node (all
+  authors are honest here, so a fork can only be a node forking its own
+  feed: after a restore or a damaged log it must recover first);
+* **own feeds** -- after the heal every node writes its own feed again.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from hivemesh.core.event import GENESIS, decode_event
@@ -70,6 +75,8 @@ def check_cluster(c: Cluster) -> list[str]:
             out.append(f"view {type(live[0].views[k]).__name__} rejected {rejected} honest events")
     for n in c.nodes:
         for ev in c.acknowledged:
+            if ev.id in c.given_up:
+                continue
             held = n.store.read_range(ev.author, ev.seq, ev.seq)
             if not held or decode_event(held[0]).id != ev.id:
                 out.append(f"node {n.index} lost acknowledged event #{ev.seq}")
@@ -80,8 +87,13 @@ def check_cluster(c: Cluster) -> list[str]:
                 if decode_event(raw).id in forged:
                     out.append(f"node {n.index} stored a forged event")
         out.extend(f"node {n.index}: {p}" for p in verify_store(n.store))
-        if n.node is not None and n.node.counters["fork"]:
+        counters = n.past_counters + (n.node.counters if n.node is not None else Counter())
+        if counters["fork"]:
             out.append(f"node {n.index} reported a fork from an honest author")
+        if counters["own_feed_conflict"]:
+            out.append(f"node {n.index} found its own feed forked")
+        if n.node is not None and not n.node.feed_gate.writable:
+            out.append(f"node {n.index} still refuses writes: {n.node.feed_gate.reason()}")
     if c.opts.claim_tasks:
         done = {t for t, _ in c.executions}
         if len(done) != c.opts.claim_tasks:

@@ -15,6 +15,17 @@ survives) and restart by replaying their store, and an adversary injects
 forged frames. In the *heal* phase the network is perfect, every node is up,
 and anti-entropy must bring every replica to the same journal and views.
 
+Two more faults hit a node's own feed (off unless the options enable them;
+the journal campaign does). *Restore*: a node crashes and restarts on the
+last backup of its store (or none: deleted), sometimes cut off from every
+peer. *Damaged log*: a node cut off by a partition writes, crashes, and its
+store loses its last own batches; it restarts still cut off. Its mark (kept
+beside the key, like the store, across the crash) must make it recover its
+feed before writing. Where no replica holds what was lost (it was written
+while cut off), an *operator* accepts the loss ``operator_delay_ms`` into the
+heal phase, as ``hivemesh feed accept-loss`` would; those events are then
+given up on the record and excluded from the durability check.
+
 The checkers (:mod:`hivemesh.sim.checkers`) then look for violations. A
 digest of the whole trace (every delivery, drop, crash) is returned so two
 runs of a seed can be compared byte for byte.
@@ -36,8 +47,10 @@ from hivemesh.core.feed import head_message
 from hivemesh.core.frames import FrameType, encode_frame
 from hivemesh.core.identity import Identity
 from hivemesh.core.node import Node, NodeConfig
+from hivemesh.core.ownfeed import FeedState, Mark, MemoryMarkStore
 from hivemesh.core.store import MemoryStore
 from hivemesh.core.views import ContextView, MaxRegisterView, NamesView, View, standard_views
+from hivemesh.errors import FeedNotWritable
 from hivemesh.sim.options import SimOptions
 from hivemesh.sim.views import EventSetDigest
 
@@ -56,7 +69,11 @@ __all__ = ["Cluster", "SimNode", "SimResult", "replay_store"]
     _TRY,
     _CHECK,
     _DOWN,
-) = range(12)
+    _BACKUP,
+    _RESTORE,
+    _DAMAGE,
+    _OPERATOR,
+) = range(16)
 
 
 def replay_store(store: MemoryStore) -> Iterator[Event]:
@@ -80,6 +97,14 @@ class SimNode:
     views: list[View] = field(default_factory=list)
     timer_at: int | None = None
     incarnation: int = 0
+    #: The own feed's mark, beside the key: survives crashes and restores.
+    marks: MemoryMarkStore = field(default_factory=lambda: MemoryMarkStore(Mark()))
+    #: The last backup of the store (restore scenario).
+    backup: MemoryStore | None = None
+    #: The previous life's claims wait until the feed takes writes.
+    abandon_pending: bool = False
+    #: Counters of earlier incarnations (the checkers look at every life).
+    past_counters: Counter[str] = field(default_factory=Counter)
 
 
 @dataclass
@@ -111,6 +136,9 @@ class Cluster:
         self.partition: dict[str, int] | None = None
         self.healing = False
         self.acknowledged: list[Event] = []
+        #: Ids of acknowledged events an operator gave up (see module docs).
+        self.given_up: set[bytes] = set()
+        self.backup_rng = random.Random(f"{seed}/backup")
         self.forged: list[bytes] = []
         self.seen_frames: list[bytes] = []
         self.executions: list[tuple[str, int]] = []
@@ -157,6 +185,7 @@ class Cluster:
             now_ms=self.now + sn.skew_ms,
             config=self._config(),
             trusted=self.members.__contains__,
+            marks=sn.marks,
         )
         sn.digest = EventSetDigest()
         sn.claims = ClaimsView()
@@ -165,23 +194,37 @@ class Cluster:
         sn.views = standard_views(sn.identity.public)
         for view in sn.views:
             node.add_view(view)
+            if isinstance(view, ContextView):
+                view.before_write = node.feed_gate.check
         node.rehydrate(replay_store(sn.store))
-        for other in self.nodes:
-            node.add_peer(other.identity.address)
         sn.node = node
         sn.timer_at = None
+        sn.abandon_pending = True
+        if not node.feed_gate.writable:
+            self.stats["boots_recovering"] += 1
+            self._note("recovering", sn.index, node.feed_gate.held.seq)
+        for other in self.nodes:
+            node.add_peer(other.identity.address)
+        self._flush(sn)
+
+    def _abandon(self, sn: SimNode) -> None:
+        """A restarted worker abandons the claims of its previous life, once
+        its feed takes writes (its own claims are all in it then)."""
+        assert sn.node is not None
+        sn.abandon_pending = False
         stale = sn.claims.own_live(sn.identity.public)
-        if stale:  # a restarted worker abandons the claims of its previous life
-            node.append_many(
+        if stale:
+            sn.node.append_many(
                 [("claim.release", {"r": r, "seq": seq}) for r, seq in stale],
                 self.now + sn.skew_ms,
             )
-        self._flush(sn)
 
     def _flush(self, sn: SimNode) -> None:
         node = sn.node
         if node is None:
             return
+        if sn.abandon_pending and node.feed_gate.writable:
+            self._abandon(sn)
         node.events()
         for peer, frame in node.outbox():
             self._send(sn, self.by_addr[peer], frame)
@@ -236,9 +279,35 @@ class Cluster:
                 victim = self.fault_rng.randrange(o.nodes)
                 self._at(t, _CRASH, victim)
                 self._at(min(active, t + self.fault_rng.randrange(200, 5_000)), _RESTART, victim)
+            elif roll < f.partition_probability + f.crash_probability + f.restore_probability:
+                victim = self.fault_rng.randrange(o.nodes)
+                cut_off = self.fault_rng.random() < 0.5
+                self._at(t, _CRASH, victim)
+                back = min(active, t + self.fault_rng.randrange(200, 3_000))
+                self._at(back, _RESTORE, (victim, cut_off))
+                if cut_off:
+                    self._at(min(active, back + self.fault_rng.randrange(500, 4_000)), _HEAL, None)
+            elif roll < (
+                f.partition_probability
+                + f.crash_probability
+                + f.restore_probability
+                + f.log_damage_probability
+            ):
+                self._plan_damage(t, self.fault_rng.randrange(o.nodes))
+        if f.restore_probability:
+            for i in range(o.nodes):
+                t = self.backup_rng.randrange(f.backup_interval_ms)
+                while t < active:
+                    self._at(t, _BACKUP, i)
+                    t += f.backup_interval_ms // 2 + self.backup_rng.randrange(f.backup_interval_ms)
         for _ in range(f.forgeries):
             self._at(self.fault_rng.randrange(active), _FORGE, self.fault_rng.randrange(o.nodes))
         self._at(active, _PHASE, None)
+        if f.restore_probability or f.log_damage_probability:
+            t = active + f.operator_delay_ms
+            while t < active + o.heal_ms:
+                self._at(t, _OPERATOR, None)
+                t += 2_000
         for i in range(o.nodes if o.claim_tasks else 0):
             self._at(self.work_rng.randrange(1_000), _TRY, i)
 
@@ -249,6 +318,10 @@ class Cluster:
         self._plan()
         self.run_until(self.opts.active_ms + self.opts.heal_ms, stop_when_converged=True)
         self.stats["converged_at_ms"] = self.now
+        for sn in self.nodes:  # own feeds pulled back after a restore or a damaged log
+            counters = sn.past_counters + (sn.node.counters if sn.node else Counter())
+            if counters["own_events_recovered"]:
+                self.stats["own_events_recovered"] += counters["own_events_recovered"]
         if self.opts.claim_tasks:
             self.stats["claim_executions"] = len(self.executions)
             self.stats["claim_duplicates"] = len(self.executions) - len(
@@ -286,8 +359,11 @@ class Cluster:
         self.partition = groups
 
     def converged(self) -> bool:
-        """Every replica holds the same feeds, every signature settled."""
+        """Every replica holds the same feeds, every signature settled, and
+        every node writes its own feed."""
         if any(n.node.journal.unsettled for n in self.nodes if n.node):
+            return False
+        if any(not n.node.feed_gate.writable for n in self.nodes if n.node):
             return False
         vvs = [n.node.journal.version_vector() for n in self.nodes if n.node]
         if self.opts.claim_tasks and len({t for t, _ in self.executions}) < self.opts.claim_tasks:
@@ -318,13 +394,7 @@ class Cluster:
                 return
             self._workload_append(sn)
         elif kind == _CRASH:
-            sn = self.nodes[data]
-            if sn.node is not None:
-                sn.node = None
-                sn.timer_at = None
-                self.stats["crashes"] += 1
-                self._note("crash", data)
-                self._at(self.now + self.opts.failure_detect_ms, _DOWN, data)
+            self._crash(self.nodes[data])
         elif kind in (_TRY, _CHECK, _DOWN):
             self._claims_step(kind, data)
         elif kind == _RESTART:
@@ -339,6 +409,8 @@ class Cluster:
             self._note("heal")
         elif kind == _FORGE:
             self._forge(self.nodes[data])
+        elif kind in (_BACKUP, _RESTORE, _DAMAGE, _OPERATOR):
+            self._own_feed_fault(kind, data)
         elif kind == _PHASE:
             self.healing = True
             self.partition = None
@@ -359,21 +431,25 @@ class Cluster:
         if roll < 4:
             ctx_view = next(v for v in sn.views if isinstance(v, ContextView))
             ctx = ctx_view.context("shared")
-            if roll == 0:
-                ctx[f"k{r % 7}"] = r
-            elif roll == 1:
-                ctx.list("chat").append(f"{sn.index}:{r}")
-            elif roll == 2:
-                ctx.counter("n").add(1)
-            elif r & 0x100:  # the sets: adds and removes of a few shared names
-                name = f"agent-{(r >> 9) % 5}"
-                ctx.gset("seen").add(name)
-                if (r >> 12) % 3:
-                    ctx.orset("present").add(name)
+            try:
+                if roll == 0:
+                    ctx[f"k{r % 7}"] = r
+                elif roll == 1:
+                    ctx.list("chat").append(f"{sn.index}:{r}")
+                elif roll == 2:
+                    ctx.counter("n").add(1)
+                elif r & 0x100:  # the sets: adds and removes of a few shared names
+                    name = f"agent-{(r >> 9) % 5}"
+                    ctx.gset("seen").add(name)
+                    if (r >> 12) % 3:
+                        ctx.orset("present").add(name)
+                    else:
+                        ctx.orset("present").discard(name)
                 else:
-                    ctx.orset("present").discard(name)
-            else:
-                ctx.text("notes").append(f"[{sn.index}]")
+                    ctx.text("notes").append(f"[{sn.index}]")
+            except FeedNotWritable:  # refused before the doc changed
+                self.stats["appends_refused"] += 1
+                return
             items = []
             while (upd := ctx_view.pending_update()) is not None:
                 items.append(upd)
@@ -385,7 +461,11 @@ class Cluster:
             items = [("app.note", {"n": sn.index, "r": r})]
         if not items:
             return
-        events = sn.node.append_many(items, now)
+        try:
+            events = sn.node.append_many(items, now)
+        except FeedNotWritable:
+            self.stats["appends_refused"] += 1
+            return
         self.acknowledged.extend(events)
         self._note("a", sn.index, events[-1].seq)
         self._flush(sn)
@@ -401,12 +481,17 @@ class Cluster:
                 victim = self.nodes[data].identity.public
                 assert who.node is not None
                 upto = who.node.journal.head(victim).seq
-                self.append(who.index, [("member.down", {"a": victim, "upto": upto})])
+                down = [("member.down", {"a": victim, "upto": upto})]
+                if who.node.feed_gate.writable:
+                    self.append(who.index, down)
+                else:  # an observation: kept until the feed takes writes
+                    who.node.append_later(down, self.now + who.skew_ms)
+                    self._flush(who)
             return
         if kind == _TRY:
             index = data
             sn = self.nodes[index]
-            if o.claim_tasks and sn.node is not None:
+            if o.claim_tasks and sn.node is not None and sn.node.feed_gate.writable:
                 # An executor's loop: first run anything we have won, then claim more.
                 me = sn.identity.public
                 for task, _seq in sn.claims.own_live(me):
@@ -424,6 +509,9 @@ class Cluster:
         sn = self.nodes[index]
         if sn.node is None or sn.incarnation != incarnation or sn.claims.is_done(task):
             return
+        if not sn.node.feed_gate.writable:
+            self._at(self.now + 200, _CHECK, data)
+            return
         winner = sn.claims.decided(task, self.now + sn.skew_ms, o.claim_settle_ms)
         if winner == sn.identity.public:
             self._execute(sn, task)
@@ -434,6 +522,94 @@ class Cluster:
         self.executions.append((task, sn.index))
         self._note("exec", task, sn.index)
         self.append(sn.index, [("claim.done", {"r": task})])
+
+    # -- faults of a node's own feed (module docs) -----------------------------------
+
+    def _crash(self, sn: SimNode) -> None:
+        if sn.node is None:
+            return
+        sn.past_counters.update(sn.node.counters)
+        sn.node = None
+        sn.timer_at = None
+        self.stats["crashes"] += 1
+        self._note("crash", sn.index)
+        self._at(self.now + self.opts.failure_detect_ms, _DOWN, sn.index)
+
+    def _cut_off(self, sn: SimNode) -> None:
+        addrs = sorted(self.by_addr)
+        self.partition = {a: int(a == sn.identity.address) for a in addrs}
+        self.stats["partitions"] += 1
+        self._note("cut-off", sn.index)
+
+    def _plan_damage(self, t: int, victim: int) -> None:
+        """Cut ``victim`` off, let it write, crash it with a damaged log,
+        restart it still cut off, heal later."""
+        active = self.opts.active_ms
+        self._at(t, _DAMAGE, (victim, "cut"))
+        for dt in (100, 300, 600):
+            self._at(t + dt, _APPEND, victim)
+        tear = t + 800
+        self._at(tear, _DAMAGE, (victim, "tear"))
+        back = tear + self.fault_rng.randrange(200, 2_000)
+        self._at(min(active, back), _RESTART, victim)
+        self._at(min(active, back + self.fault_rng.randrange(500, 4_000)), _HEAL, None)
+
+    def _own_feed_fault(self, kind: int, data: Any) -> None:
+        if kind == _BACKUP:
+            sn = self.nodes[data]
+            if sn.node is not None:
+                sn.backup = sn.store.copy()
+            return
+        if kind == _RESTORE:
+            index, cut_off = data
+            sn = self.nodes[index]
+            if sn.node is not None:
+                return
+            sn.store = sn.backup.copy() if sn.backup is not None else MemoryStore()
+            self.stats["restores"] += 1
+            if cut_off:
+                self._cut_off(sn)
+            self._boot(sn)
+            self._note("restore", index, cut_off)
+            return
+        if kind == _DAMAGE:
+            index, stage = data
+            sn = self.nodes[index]
+            if stage == "cut":
+                if sn.node is not None:
+                    self._cut_off(sn)
+                return
+            if sn.node is None or self.partition is None:
+                return  # already down, or healed meanwhile: no damage this time
+            self._crash(sn)
+            me = sn.identity.public
+            signed = sn.store.signed_seqs(me)
+            lose = self.fault_rng.randrange(1, 5)
+            keep = signed[-lose - 1] if len(signed) > lose else 0
+            sn.store.truncate(me, keep)
+            self.stats["log_damages"] += 1
+            self._note("damage", index, keep)
+            return
+        self._operator()
+
+    def _operator(self) -> None:
+        """Accept a loss no live replica can repair (module docs)."""
+        for sn in self.nodes:
+            node = sn.node
+            if node is None or node.feed_gate.state is not FeedState.RECOVERING:
+                continue
+            me = sn.identity.public
+            held = node.journal.head(me).seq
+            best = max(n.node.journal.head(me).seq for n in self.nodes if n.node is not None)
+            if best > held:
+                continue  # someone holds it: the node must recover it itself
+            node.accept_feed_loss(self.now + sn.skew_ms)
+            lost = {ev.id for ev in self.acknowledged if ev.author == me and ev.seq > held}
+            self.given_up |= lost
+            self.stats["operator_accepted_loss"] += 1
+            self.stats["events_given_up"] += len(lost)
+            self._note("operator", sn.index, held)
+            self._flush(sn)
 
     def _partition(self, roll: float) -> None:
         addrs = sorted(self.by_addr)

@@ -26,6 +26,17 @@ class FaultOptions:
     crash_probability: float = 0.3
     clock_skew_max_ms: int = 2_000
     forgeries: int = 4
+    #: A crash after which the node restarts on an older backup of its store
+    #: (or none: the store deleted); its mark, beside the key, survives.
+    restore_probability: float = 0.0
+    #: A node cut off by a partition crashes and its store loses its last own
+    #: batches (a damaged append log); it restarts still cut off.
+    log_damage_probability: float = 0.0
+    #: Each node's store is backed up about this often (restore scenario).
+    backup_interval_ms: int = 4_000
+    #: How long into the heal phase an operator accepts a loss that no live
+    #: replica can repair (``hivemesh feed accept-loss``).
+    operator_delay_ms: int = 5_000
 
 
 @dataclass(frozen=True, slots=True)

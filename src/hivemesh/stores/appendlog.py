@@ -32,13 +32,14 @@ Record format: ``b"HMAL" | u32 length | u32 crc32(payload) | payload``,
 big-endian, ``payload = msgpack [author, sig, [raw event, ...]]``. A record
 cut short or failing its checksum ends the log: only a write that never
 returned (its batch was never acknowledged or sent; a failed write is also
-cut off at once) or a power loss can leave one, and it is counted in
+cut off at once, and if even that fails, before the next write, which is
+refused until it succeeds: no good record ever follows a torn one) or a
+power loss can leave one, and it is counted in
 :attr:`LogScan.torn_bytes`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
 import struct
@@ -229,6 +230,7 @@ class AppendLog:
         self._fd: int | None = None
         #: Bytes written since the last :meth:`reset`.
         self.size = 0
+        self._cut_failed = False  # a failed write's bytes could not be cut off yet
 
     def write(self, author: bytes, sig: bytes, raws: Sequence[bytes]) -> None:
         """Append one batch; it is durable (see the module docs) on return."""
@@ -249,6 +251,9 @@ class AppendLog:
         record = encode_record(author, sig, raws)
         if len(record) - _HEADER.size > _MAX_PAYLOAD:
             raise InvalidArgument(f"a batch of {len(record)} bytes is over the log's record limit")
+        if self._cut_failed:  # a good record behind a torn one would be lost at recovery
+            os.ftruncate(fd, self.size)
+            self._cut_failed = False
         view = memoryview(record)
         try:
             while view:
@@ -256,15 +261,18 @@ class AppendLog:
             if self.fsync:
                 os.fdatasync(fd)
         except BaseException:
-            with contextlib.suppress(OSError):  # no torn or unacknowledged record behind us
+            try:  # no torn or unacknowledged record behind us
                 os.ftruncate(fd, self.size)
+            except OSError:
+                self._cut_failed = True  # cut before the next write, or refuse it
             raise
         self.size += len(record)
 
     def reset(self) -> None:
         """Empty the log: every record in it is committed to the store."""
-        if self._fd is not None and self.size:
+        if self._fd is not None and (self.size or self._cut_failed):
             os.ftruncate(self._fd, 0)
+            self._cut_failed = False
         self.size = 0
 
     def close(self) -> None:

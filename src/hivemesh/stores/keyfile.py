@@ -13,7 +13,8 @@ Creation: the data dir is created with mode 0700 if missing; the seed comes
 from :func:`secrets.token_bytes`; it is written to a temporary file opened
 ``O_CREAT | O_EXCL`` with mode 0600, fsync'ed, renamed into place and the
 directory fsync'ed, so a crash leaves either no key file or a complete one
-(never a torn key that would silently change the node's address).
+(never a torn key that would silently change the node's address). A new key
+gets its own feed's mark, 0, beside it (:mod:`hivemesh.stores.feedmark`).
 
 Loading refuses, with :class:`~hivemesh.errors.ConfigError` naming the file:
 
@@ -32,7 +33,8 @@ import stat
 from pathlib import Path
 
 from hivemesh.core.identity import Identity
-from hivemesh.errors import ConfigError
+from hivemesh.errors import ConfigError, StoreError
+from hivemesh.stores.feedmark import create_mark
 
 __all__ = ["KEY_FILE", "KEY_MAGIC", "load_identity", "load_or_create_identity"]
 
@@ -55,10 +57,18 @@ def load_or_create_identity(data_dir: str | os.PathLike[str]) -> Identity:
         except OSError as exc:
             raise ConfigError(f"cannot create data dir {ddir}: {exc}") from exc
     path = ddir / KEY_FILE
+    created = False
     if not path.exists():
         _check_dir(ddir)
         _write_new(path)
-    return load_identity(ddir)
+        created = True
+    identity = load_identity(ddir)
+    if created:  # a new key's feed is empty: its mark is 0 (hivemesh.stores.feedmark)
+        try:
+            create_mark(ddir, identity.public)
+        except (OSError, StoreError) as exc:
+            raise ConfigError(f"cannot write the feed mark in {ddir}: {exc}") from exc
+    return identity
 
 
 def load_identity(data_dir: str | os.PathLike[str]) -> Identity:

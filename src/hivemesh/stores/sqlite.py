@@ -47,9 +47,15 @@ Guarantees
   group's commit empties the log, and opening the store commits whatever a
   crash left in it (:mod:`hivemesh.stores.appendlog`). The same guarantee
   as a commit for each durability setting, about 100 us less on the path of
-  every publish. A group holding
-  logged batches stays pending when its commit fails (retried by the next
-  ``sync``), since those batches were already acknowledged.
+  every publish.
+
+* **A failed commit loses nothing and blocks nothing for good.** A group
+  whose commit fails (a full disk, an I/O error) stays pending, whole, and
+  is retried by the next ``sync``: its logged batches were acknowledged and
+  the journal counts its replicated ones as held. An append whose *own*
+  commit fails (a durable append without the log) takes its batch back
+  out before it raises, so the caller may append the same seqs again. Once
+  the disk has room, the next commit goes through; no restart is needed.
 
 * **Only hivemesh files open.** The file is created atomically (built under a
   temporary name, fsync'ed, then linked into place), carries SQLite
@@ -283,6 +289,7 @@ class SQLiteStore:
                 self._log.write(author, sig, [e.raw for e in events])
             except OSError as exc:
                 raise StoreError(f"{self._log.path}: writing the append log: {exc}") from exc
+        pending_before = self._pending_feeds.get(author)
         self._pending_events.extend([(author, e.seq, e.raw) for e in events])
         self._pending_sigs.append((author, last.seq, sig))
         row = (last.seq, last.id, n_sigs + 1)
@@ -290,7 +297,19 @@ class SQLiteStore:
         self._group_appends += 1
         self._group_bytes += size
         if (durable and not logged) or not self.write_behind:
-            self.sync()
+            try:
+                self.sync()
+            except BaseException:  # this batch was not stored: take it back out
+                del self._pending_events[-len(events) :]
+                self._pending_sigs.pop()
+                if pending_before is None:
+                    del self._pending_feeds[author]
+                else:
+                    self._pending_feeds[author] = pending_before
+                self._head_cache[author] = (last_seq, last_hash, n_sigs)
+                self._group_appends -= 1
+                self._group_bytes -= size
+                raise
 
     def _head_row(self, author: bytes) -> tuple[int, bytes, int]:
         """``(last_seq, last_hash, n_sigs)`` of ``author``, pending appends
@@ -313,10 +332,13 @@ class SQLiteStore:
         """Commit every pending append in one transaction (see module docs),
         then empty the append log.
 
-        On failure the error propagates. A group holding logged batches (our
-        own, already acknowledged) stays pending for the next ``sync``;
-        otherwise nothing pending is kept and the cached heads are reloaded
-        from the file."""
+        On failure (a full disk, an I/O error) the error propagates and the
+        whole group stays pending for the next ``sync``: every batch in it was
+        accepted by an ``append`` that returned (logged batches of our own
+        were acknowledged; the journal already counts replicated ones as
+        held), so dropping any would leave the store behind what its callers
+        hold. Appends keep joining the group up to its limits; a group at
+        its limits makes the next ``append`` commit first and raise."""
         if not self._group_appends:
             return
         events, sigs, feeds = self._pending_events, self._pending_sigs, self._pending_feeds
@@ -340,13 +362,10 @@ class SQLiteStore:
                     if db.in_transaction:
                         db.execute("ROLLBACK")
                     raise
-        except BaseException:
-            if self._log.size:  # acknowledged batches: keep them for the next try
-                self._pending_events, self._pending_sigs = events, sigs
-                self._pending_feeds = feeds
-                self._group_appends, self._group_bytes = appends, nbytes
-            else:
-                self._head_cache.clear()
+        except BaseException:  # keep the group for the next try (see above)
+            self._pending_events, self._pending_sigs = events, sigs
+            self._pending_feeds = feeds
+            self._group_appends, self._group_bytes = appends, nbytes
             raise
         if self._log.size:
             try:

@@ -73,7 +73,7 @@ order); admission of authors is the journal's trust policy.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import loro
@@ -214,6 +214,9 @@ class ContextView(ViewBase):
         self._exported: dict[str, int] = {}
         # event id -> (context, peer, end) of updates vetted by validate_batch
         self._validated: dict[bytes, tuple[str, int, int]] = {}
+        #: Called before every local write; raises to refuse it (the node
+        #: sets its own feed's gate: no write while the feed is recovering).
+        self.before_write: Callable[[], None] | None = None
 
     def _doc(self, name: str) -> LoroDoc:
         doc = self._docs.get(name)
@@ -274,6 +277,22 @@ class ContextView(ViewBase):
                     raise InvalidArgument("a single operation exceeds the update limit")
                 end = start + (end - start) // 2
         return None
+
+    def unexport(self, updates: Sequence[tuple[str, dict[str, Any]]]) -> None:
+        """Take back ``updates`` from :meth:`pending_update` whose append failed.
+
+        Their writes stay in the local docs and the next
+        :meth:`pending_update` covers them again, so they go out with the
+        next commit that succeeds (exporting past them would leave a hole in
+        this author's operations that every replica refuses).
+        """
+        if self._peer is None:
+            return
+        for _kind, body in updates:
+            name = body["c"]
+            start, _end = _check_update(body["u"], self._peer)
+            if start < self._exported.get(name, 0):
+                self._exported[name] = start
 
     # -- events -> state -------------------------------------------------------
 

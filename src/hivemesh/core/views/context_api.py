@@ -380,6 +380,8 @@ class Context:
     def _writable(self) -> None:
         if self._view.author is None:
             raise InvalidArgument("this context view is read-only (no local author)")
+        if self._view.before_write is not None:
+            self._view.before_write()
 
     def __setitem__(self, key: str, value: Any) -> None:
         self._live()

@@ -21,6 +21,7 @@ def _text(st: dict[str, Any]) -> str:
         f"node      {st['address']}" + (f"  ({', '.join(st['names'])})" if st["names"] else ""),
         f"listen    {st['listen']}   uptime {st['uptime_s']:.0f}s",
         f"journal   {j['events']} events in {j['feeds']} feeds (own seq {j['own_seq']})",
+        _own_feed(st.get("own_feed")),
         f"peers     {st['peers_connected']} connected",
     ]
     states: dict[str, int] = {}
@@ -39,6 +40,14 @@ def _text(st: dict[str, Any]) -> str:
         lines.append("counters")
         lines.extend(f"  {k:<36} {v}" for k, v in sorted(counters.items()))
     return "\n".join(lines)
+
+
+def _own_feed(own: dict[str, Any] | None) -> str:
+    if not own:
+        return "own feed  (not reported)"
+    if own["state"] == "writable":
+        return f"own feed  writable (mark #{own['mark']})"
+    return f"own feed  {own['state'].upper()}: writes refused -- {own['reason']}"
 
 
 def _run(args: argparse.Namespace) -> int:

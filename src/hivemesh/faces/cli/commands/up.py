@@ -2,8 +2,10 @@
 
 Stops cleanly on SIGINT or SIGTERM (channels closed, store flushed, control
 socket removed); a second signal during the shutdown exits at once. With
-``--json`` it prints one line ``{"address", "listen", "control"}`` when the
-node is ready, then only logs (on stderr).
+``--json`` it prints one line ``{"address", "listen", "control", "own_feed"}``
+when the node is ready (``own_feed``: ``writable``, or ``recovering`` /
+``diverged`` while it refuses writes, see ``hivemesh feed status``), then
+only logs (on stderr).
 """
 
 from __future__ import annotations
@@ -120,10 +122,12 @@ async def _serve(cfg: Any, as_json: bool) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal)
+    gate = daemon.node.feed_gate
     ready = {
         "address": daemon.address,
         "listen": f"{cfg.listen_endpoint()[0]}:{daemon.listen_port}",
         "control": str(cfg.control_path),
+        "own_feed": gate.state.value,
     }
     if as_json:
         print(json.dumps(ready, sort_keys=True), flush=True)
@@ -132,5 +136,7 @@ async def _serve(cfg: Any, as_json: bool) -> int:
             f"node {ready['address']} up on {ready['listen']} (Ctrl-C to stop)",
             flush=True,
         )
+        if not gate.writable:  # loud: the node takes no writes until its feed is whole
+            print(f"WARNING: writes refused until recovered: {gate.reason()}", flush=True)
     await daemon.run_until_stopped()
     return 0

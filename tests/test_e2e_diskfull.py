@@ -1,0 +1,117 @@
+"""A real full disk under a real daemon: writes fail clearly while it is
+full, resume without a restart once space is freed, and nothing that was
+acknowledged is lost (checked on a peer).
+
+The node's data dir is a small tmpfs mounted for the test (root only),
+filled with a ballast file; it is unmounted on every exit path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hivemesh.errors import StoreError
+from hivemesh.runtime.swarm import LocalSwarm, wait_until
+
+DISK_BYTES = 24 * 1024 * 1024
+
+
+@contextlib.contextmanager
+def small_disk(path: Path, size_bytes: int) -> Iterator[Path]:
+    """A tmpfs of ``size_bytes`` mounted at ``path`` (mode 0700), unmounted on exit."""
+    path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_bytes},mode=0700", "tmpfs", str(path)],
+        check=True,
+        capture_output=True,
+    )
+    try:
+        yield path
+    finally:
+        done = subprocess.run(["umount", str(path)], capture_output=True, check=False)
+        if done.returncode != 0:  # a child still holds a file: detach it lazily
+            subprocess.run(["umount", "-l", str(path)], capture_output=True, check=False)
+
+
+def fill(path: Path) -> int:
+    """Write ``path`` until the file system is full; returns the bytes written."""
+    written = 0
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        for size in (1 << 20, 4096, 1):  # big blocks, then top up the last pages
+            block = b"\0" * size
+            while True:
+                try:
+                    written += os.write(fd, block)
+                except OSError as exc:
+                    if exc.errno != errno.ENOSPC:
+                        raise
+                    break
+    finally:
+        os.close(fd)
+    return written
+
+
+@pytest.fixture
+def swarm(tmp_path: Path) -> Iterator[LocalSwarm]:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs as the node's disk needs root")
+    with small_disk(tmp_path / "full", DISK_BYTES), LocalSwarm(tmp_path) as s:
+        yield s
+
+
+def test_writes_fail_while_the_disk_is_full_and_resume_after_space_is_freed(
+    swarm: LocalSwarm,
+) -> None:
+    full = swarm.start("full")  # its data dir is the small tmpfs
+    peer = swarm.start("peer", bootstrap=[full.endpoint])
+    wait_until(lambda: full.client.status()["peers_connected"] >= 1, 15, what="peers connect")
+    acknowledged: dict[str, int] = {}
+    for i in range(10):
+        full.client.ctx_set("d", f"before{i}", i)
+        acknowledged[f"before{i}"] = i
+
+    ballast = full.data_dir / "ballast"
+    fill(ballast)
+    # A write may still fit in a page its files already hold; the first one
+    # that needs a new page fails, and so does every later one.
+    for i in range(100):
+        try:
+            full.client.ctx_set("d", f"fits{i}", i)
+        except StoreError:
+            break
+        acknowledged[f"fits{i}"] = i
+    else:
+        pytest.fail("100 writes went through on a full disk")
+    failures = []
+    for i in range(5):
+        with pytest.raises(StoreError) as exc:
+            full.client.ctx_set("d", f"during{i}", i)
+        failures.append(str(exc.value))
+    assert all("No space left on device" in f for f in failures), failures
+    ballast.unlink()
+
+    for i in range(10):  # no restart: the same daemon takes writes again
+        full.client.ctx_set("d", f"after{i}", i)
+        acknowledged[f"after{i}"] = i
+    assert full.running
+
+    def peer_has_all() -> bool:
+        kv = peer.client.ctx_get("d").get("kv", {})
+        return all(kv.get(k) == v for k, v in acknowledged.items())
+
+    wait_until(peer_has_all, 15, what="every acknowledged write on the peer")
+    own = full.client.status()["journal"]["own_seq"]
+    wait_until(
+        lambda: peer.client.status()["journal"]["version_vector"].get(full.address) == own,
+        15,
+        what="the peer holds the whole feed",
+    )
+    assert peer.client.status()["counters"].get("fork", 0) == 0
