@@ -103,6 +103,11 @@ Every class carries a short stable ``code`` used as the counter name in
     ├── InputTooLarge            a request or value over its size limit
     ├── InputTooDeep             JSON nested deeper than allowed
     └── InvalidEncoding          text that is not valid UTF-8
+    -- restarts (boot ids in the handshake) --
+    UnsupportedHandshake(HandshakeError, UnsupportedVersion)  identity payload of another version
+    ConnectionClosed
+    ├── PeerRestarted            the peer restarted: this channel was its previous life's
+    └── StaleBoot                a channel from an earlier life than the linked one: refused
 """
 
 from __future__ import annotations
@@ -159,12 +164,14 @@ __all__ = [
     "OpsOutOfOrder",
     "PeerBusy",
     "PeerIdentityMismatch",
+    "PeerRestarted",
     "PeerUnreachable",
     "QueueFull",
     "RemoteProtocolError",
     "ReplayError",
     "SelfConnection",
     "SpoolFull",
+    "StaleBoot",
     "StaleFencingToken",
     "StoreCorrupt",
     "StoreError",
@@ -176,6 +183,7 @@ __all__ = [
     "UnknownField",
     "UnknownPeer",
     "UnknownTool",
+    "UnsupportedHandshake",
     "UnsupportedVersion",
     "UntrustedAuthor",
     "WouldBlock",
@@ -682,3 +690,28 @@ class InvalidEncoding(InvalidArgument):
     """Text (a key, a name, a value) that is not valid UTF-8."""
 
     code = "bad_encoding"
+
+
+# -- restarts: boot ids in the handshake ----------------------------------------
+
+
+class UnsupportedHandshake(HandshakeError, UnsupportedVersion):
+    """The peer's handshake identity payload is of a version this node does
+    not speak (e.g. version 1, from a hivemesh without boot ids): upgrade the
+    older side."""
+
+    code = "handshake_version"
+
+
+class PeerRestarted(ConnectionClosed):
+    """The peer restarted: a channel from its new life (another boot id)
+    replaced this one, which belonged to its previous life (half-open)."""
+
+    code = "peer_restarted"
+
+
+class StaleBoot(ConnectionClosed):
+    """A channel from an earlier life of the peer than the one linked (a dial
+    delayed from before its restart); refused, it never replaces the link."""
+
+    code = "stale_boot"
