@@ -83,6 +83,7 @@ from hivemesh.runtime.pump import Pump
 from hivemesh.runtime.status import Subscription
 from hivemesh.runtime.trustview import KIND_TRUST_ADD, KIND_TRUST_REVOKE, TrustView
 from hivemesh.transports import ChannelOptions
+from hivemesh.transports.noise import BOOT_ID_BYTES
 from hivemesh.trust import TrustStore
 
 __all__ = ["Daemon", "Subscription", "now_ms"]
@@ -229,6 +230,7 @@ class Daemon(Pump, DaemonAPI):
             slow_peer_timeout_s=cfg.slow_peer_timeout_s,
             rng=random.Random(secrets.randbits(128)),
             options=ChannelOptions(send_queue_frames=cfg.send_queue_frames),
+            boot_id=secrets.token_bytes(BOOT_ID_BYTES),  # one per node start (a life)
         )
         host, port = cfg.listen_endpoint()
         self.listen_port = await self.conns.listen(host, port)
