@@ -441,6 +441,7 @@ class Daemon(Pump, DaemonAPI):
             if link is not None and link.endpoint is not None and not eps:
                 eps = [f"{link.endpoint[0]}:{link.endpoint[1]}"]
             self.members.channel_up(peer, eps, now_ms())
+            self.messaging.direct.link_up(peer, now_ms())  # e.g. the peer restarted
         else:
             self.invites.probation.pop(peer, None)
             self.node.remove_peer(peer)
