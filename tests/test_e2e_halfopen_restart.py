@@ -64,7 +64,7 @@ class Relay:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: asyncio.Server | None = None
-        self._transports: list[asyncio.BaseTransport] = []
+        self._transports: list[asyncio.WriteTransport] = []
         self.port = 0
 
     def _call(self, coro: Any) -> Any:
@@ -114,7 +114,7 @@ class Relay:
 
     async def _close(self) -> None:
         for transport in self._transports:
-            transport.abort()  # type: ignore[attr-defined]
+            transport.abort()
         if self._server is not None:
             self._server.close()
 
@@ -124,6 +124,8 @@ class Relay:
                 self._call(self._close())
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(10)
+        if not self._thread.is_alive():
+            self._loop.close()
 
 
 @pytest.fixture
