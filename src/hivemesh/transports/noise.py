@@ -89,6 +89,7 @@ from hivemesh.errors import (
 )
 
 __all__ = [
+    "ACCEPTED_MESSAGE_BYTES",
     "BOOT_ID_BYTES",
     "IDENTITY_PAYLOAD_BYTES",
     "MAX_MESSAGE_BYTES",
