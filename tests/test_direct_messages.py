@@ -157,6 +157,33 @@ def test_crashed_peer_fails_with_deadline() -> None:
     assert isinstance(res, DirectFailed) and res.reason == "deadline" and res.attempts > 2
 
 
+def test_a_link_coming_up_resends_at_once_what_waited_for_it() -> None:
+    """A peer that restarted behind a half-open link: messages sent into the
+    dead link back off to retry_max_ms; its new link resends them at once."""
+    cfg = DirectConfig(retry_initial_ms=100, retry_max_ms=4000, deadline_ms=30_000)
+    net = Net(9, 4, cfg=cfg)
+    net.link(0, 1)
+    a, b, c, d = net.d(0), net.nodes[1].address, net.nodes[2].address, net.nodes[3].address
+    net.down.add(b)  # half-open: frames vanish, nothing says so
+    net.link(1, 2)
+    a.send(b, "for b", net.now)
+    a.send(c, "for c, relayed by b", net.now)
+    net.run(5_000)  # retries at 100, 300, 700, 1500, 3100: the next at 6300
+    assert a.results() == [] and a.pending() == 2
+    net.down.discard(b)  # b is back (its new life's link is up)
+    assert a.link_up(d, net.now) == 0  # neither is for d or went through it
+    assert a.link_up(b, net.now) == 2  # b's, and the one b relays
+    assert a.counters["resent_on_link_up"] == 2
+    net.run(200)  # well before the backoff's next retry
+    assert sorted(r.to for r in a.results() if isinstance(r, DirectAcked)) == sorted([b, c])
+    assert a.link_up(b, net.now) == 0  # nothing left to resend
+    net.nodes[0].remove_peer(b)  # a has no peer left
+    a.send(c, "no route at all", net.now)
+    net.run(1_000)
+    assert a.pending() == 1
+    assert a.link_up(d, net.now) == 1  # it had no route: any new link may carry it
+
+
 def test_full_inbox_is_backpressure_not_loss() -> None:
     net = Net(6, 2, cfg=DirectConfig(inbox_capacity=2))
     net.link(0, 1)

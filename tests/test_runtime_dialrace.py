@@ -21,15 +21,23 @@ in its module at call time), not by hoping for the right timing:
    busy, so A has not handled the EOF and still lists the dead channel. B
    restarts and dials A: the dead link won the tie-break and the live one was
    closed, again and again, until A's reader caught up.
+4. *A half-open link wins.* B's host freezes (no FIN, no reset: A's channel
+   stays open) and B restarts. Its dial loses the tie-break to the half-open
+   link A dialled, again and again, until the failure detector drops it. Boot
+   ids tell the restart apart: the new life replaces the link at once.
+5. *A delayed dial from the previous life* arrives after the new life is
+   linked: refused, it never replaces the newer link.
 
-With the fix every test below passes; with the old connections.py, 1-3 fail
-(see the module docs of :mod:`hivemesh.runtime.connections` for the rule).
+With the fix every test below passes; with the old connections.py, 1-3 fail,
+and 4-5 fail without boot ids (see the module docs of
+:mod:`hivemesh.runtime.connections` for the rule).
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -37,7 +45,7 @@ import pytest
 
 import hivemesh.runtime.dialling as connections  # the dialler looks up connect there
 from hivemesh.core.identity import Identity
-from hivemesh.errors import ChannelSuperseded
+from hivemesh.errors import ChannelSuperseded, PeerRestarted
 from hivemesh.runtime.connections import ConnectionManager
 
 HOST = "127.0.0.1"
@@ -51,10 +59,12 @@ def _pair() -> tuple[Identity, Identity]:
 
 
 class Peer:
-    """A ConnectionManager that records what it reports and receives."""
+    """A ConnectionManager that records what it reports and receives; one
+    node start (a life, with its own boot id)."""
 
     def __init__(self, ident: Identity, *, block_first: asyncio.Event | None = None) -> None:
         self.ident = ident
+        self.boot_id = secrets.token_bytes(16)
         self.events: list[tuple[str, bool]] = []
         self.got: list[bytes] = []
         self._block_first = block_first
@@ -83,6 +93,7 @@ class Peer:
             slow_peer_timeout_s=5.0,
             rng=random.Random(7),
             handover_s=1.0,
+            boot_id=self.boot_id,
         )
 
     def link_channel(self, other: Peer) -> Any:
@@ -122,6 +133,18 @@ async def crash(p: Peer) -> None:
             t.task.cancel()
     m._server._server.close()
     await m.close()
+
+
+def freeze(p: Peer, other: Peer) -> Any:
+    """``p``'s host freezes: it stops reading and writing its link to ``other``
+    and accepts nothing, but no FIN or reset ever reaches ``other`` (half-open).
+    Returns the frozen channel (abort its transport to clean up)."""
+    ch = p.link_channel(other)
+    ch._transport.pause_reading()
+    for task in ch._tasks:
+        task.cancel()
+    p.mgr._server._server.close()
+    return ch
 
 
 class GatedConnect:
@@ -378,5 +401,73 @@ def test_a_half_open_link_is_dropped_when_the_failure_detector_says_so() -> None
         assert a.mgr.counters["dropped_silent_link"] == 1
         b_ch._writer.transport.abort()
         await asyncio.gather(a.mgr.close(), b.mgr.close())
+
+    run(main())
+
+
+def test_a_restarted_peer_replaces_its_half_open_link_at_once() -> None:
+    small, big = _pair()
+
+    async def main() -> None:
+        a, b1 = Peer(small), Peer(big)
+        pa = await a.mgr.listen(HOST, 0)
+        pb1 = await b1.mgr.listen(HOST, 0)
+        a.mgr.want(HOST, pb1, big.address)  # dialled by the smaller address: the best rank
+        await until(lambda: shared(a, b1), "connected")
+        old = a.link_channel(b1)
+        frozen = freeze(b1, a)
+        await a.mgr.send(big.address, b"into the void")  # accepted by the kernel, never read
+        b2 = Peer(big)  # the same identity, restarted: a new boot id
+        await b2.mgr.listen(HOST, 0)
+        b2.mgr.want(HOST, pa, small.address)
+        await until(lambda: shared(a, b2), "A links the restarted B", 2.0)
+        assert old.is_closed and isinstance(old.close_reason, PeerRestarted)
+        assert a.link_channel(b2).peer_boot_id == b2.boot_id
+        assert a.mgr.counters["peer_restarted"] == 1
+        assert a.mgr.counters["duplicate_channel_closed"] == 0
+        await until(lambda: len(a.events) == 3, "A reports B down and up")
+        assert a.events == [(big.address, True), (big.address, False), (big.address, True)]
+        await b2.mgr.send(small.address, b"back")
+        await a.mgr.send(big.address, b"welcome")
+        await until(lambda: b"back" in a.got and b"welcome" in b2.got, "both ways")
+        assert a.mgr.statistics()[big.address]["boot_id"] == b2.boot_id.hex()
+        frozen._writer.transport.abort()
+        await asyncio.gather(a.mgr.close(), b2.mgr.close(), crash(b1))
+
+    run(main())
+
+
+def test_a_delayed_dial_from_the_previous_life_is_refused(gated: GatedConnect) -> None:
+    small, big = _pair()
+
+    async def main() -> None:
+        a, b1 = Peer(small), Peer(big)
+        pa = await a.mgr.listen(HOST, 0)
+        pb1 = await b1.mgr.listen(HOST, 0)
+        go = asyncio.Event()
+
+        async def held(real: Real) -> Any:
+            await go.wait()  # the old life's dial, delayed past its restart
+            return await real()
+
+        gated.hooks[(big.address, HOST)] = held
+        b1.mgr.want(HOST, pa, small.address)
+        await until(lambda: (big.address, HOST) in gated.entered, "B's first dial is held")
+        a.mgr.want(HOST, pb1, big.address)
+        await until(lambda: shared(a, b1), "connected")
+        frozen = freeze(b1, a)
+        b2 = Peer(big)
+        await b2.mgr.listen(HOST, 0)
+        b2.mgr.want(HOST, pa, small.address)
+        await until(lambda: shared(a, b2), "A links the restarted B", 2.0)
+        go.set()
+        await until(lambda: a.mgr.counters["stale_boot_refused"] == 1, "the old dial refused")
+        assert shared(a, b2) and a.link_channel(b2).peer_boot_id == b2.boot_id
+        assert a.mgr.counters["peer_restarted"] == 1
+        assert a.events == [(big.address, True), (big.address, False), (big.address, True)]
+        await b2.mgr.send(small.address, b"still here")
+        await until(lambda: b"still here" in a.got, "the new life's link still carries")
+        frozen._writer.transport.abort()
+        await asyncio.gather(a.mgr.close(), b2.mgr.close(), crash(b1))
 
     run(main())

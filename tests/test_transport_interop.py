@@ -3,9 +3,12 @@
 The other side uses the ``noiseprotocol`` package for all Noise work
 (handshake, transport ciphers) and only this file's reading of the wire
 format documented in :mod:`hivemesh.transports.session` and
-:mod:`hivemesh.transports.noise`: u16 record lengths, a 97-byte identity
-payload, u32-length frames, ACCEPT/CLOSE control items. If our handshake or
-records deviated from Noise_XX_25519_AESGCM_SHA256, these tests would fail.
+:mod:`hivemesh.transports.noise`: u16 record lengths, a 113-byte identity
+payload (version 2: key, boot id, signature over static key and boot id),
+u32-length frames, ACCEPT/CLOSE control items. If our handshake or records
+deviated from Noise_XX_25519_AESGCM_SHA256, these tests would fail. A peer
+speaking the old 97-byte payload (version 1, no boot id) is refused with a
+typed error in both roles.
 """
 
 from __future__ import annotations
@@ -19,13 +22,15 @@ from typing import Any
 
 # A hard import: the independent implementation is a test dependency, never skipped.
 import noise.connection as noise_connection
+import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
+from aiotest import eventually, read_to_eof
 from hivemesh.core.identity import Identity, address_of
-from hivemesh.errors import ConnectionClosed
-from hivemesh.transports import SecureChannel, connect, serve
+from hivemesh.errors import ConnectionClosed, UnsupportedHandshake
+from hivemesh.transports import SecureChannel, TransportCounters, connect, serve
 
 HOST = "127.0.0.1"
 PROTOCOL = b"Noise_XX_25519_AESGCM_SHA256"
@@ -44,9 +49,12 @@ def run(coro: Coroutine[Any, Any, None], timeout_s: float = 30.0) -> None:
 
 
 class NoisePeer:
-    """The far side, written against the wire spec with ``noiseprotocol`` crypto."""
+    """The far side, written against the wire spec with ``noiseprotocol`` crypto.
 
-    def __init__(self, identity: Identity, *, initiator: bool) -> None:
+    ``version=1`` speaks the old payload (no boot id), to check it is refused.
+    """
+
+    def __init__(self, identity: Identity, *, initiator: bool, version: int = 2) -> None:
         self.identity = identity
         static = secrets.token_bytes(32)
         static_pub = (
@@ -54,7 +62,12 @@ class NoisePeer:
             .public_key()
             .public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
         )
-        self.payload = b"\x01" + identity.public + identity.sign(CONTEXT + static_pub)
+        self.boot_id = secrets.token_bytes(16)
+        if version == 1:
+            self.payload = b"\x01" + identity.public + identity.sign(CONTEXT + static_pub)
+        else:
+            signed = CONTEXT + static_pub + self.boot_id
+            self.payload = b"\x02" + identity.public + self.boot_id + identity.sign(signed)
         self.conn = noise_connection.NoiseConnection.from_name(PROTOCOL)
         if initiator:
             self.conn.set_as_initiator()
@@ -64,14 +77,16 @@ class NoisePeer:
         self.conn.set_keypair_from_private_bytes(noise_connection.Keypair.STATIC, static)
         self.conn.start_handshake()
         self.peer_address: str | None = None
+        self.peer_boot_id: bytes | None = None
         self._plain = b""
 
     def _check_peer(self, hs: Any, payload: bytes) -> None:
         rs = hs.rs.public_bytes
-        assert len(payload) == 97 and payload[0] == 1
-        pub, sig = payload[1:33], payload[33:]
-        Ed25519PublicKey.from_public_bytes(pub).verify(sig, CONTEXT + rs)  # raises if bad
+        assert len(payload) == 113 and payload[0] == 2
+        pub, boot_id, sig = payload[1:33], payload[33:49], payload[49:]
+        Ed25519PublicKey.from_public_bytes(pub).verify(sig, CONTEXT + rs + boot_id)  # or raises
         self.peer_address = address_of(pub)
+        self.peer_boot_id = boot_id
 
     @staticmethod
     async def read_record(reader: asyncio.StreamReader) -> bytes:
@@ -134,18 +149,23 @@ def test_noiseprotocol_client_talks_to_our_listener() -> None:
             except ConnectionClosed:
                 pass
 
-        listener = await serve(HOST, 0, OURS, authorize=lambda a: True, on_channel=echo)
+        boot = b"\x42" * 16
+        listener = await serve(
+            HOST, 0, OURS, authorize=lambda a: True, on_channel=echo, boot_id=boot
+        )
         async with listener:
             reader, writer = await asyncio.open_connection(HOST, listener.port)
             peer = NoisePeer(THEIRS, initiator=True)
             await peer.handshake_as_initiator(reader, writer)
             assert peer.peer_address == OURS.address
+            assert peer.peer_boot_id == boot
             frames = _frames(1)
             writer.write(peer.seal_frames(frames))
             for f in frames:
                 assert await peer.read_item(reader) == ("data", f)
             (ch,) = listener.channels()
             assert ch.peer_address == THEIRS.address
+            assert ch.peer_boot_id == peer.boot_id
             assert ch.handshake_hash == peer.conn.get_handshake_hash()
             writer.close()
 
@@ -156,11 +176,16 @@ def test_our_dialler_talks_to_a_noiseprotocol_server() -> None:
     async def main() -> None:
         done: asyncio.Future[list[bytes]] = asyncio.get_running_loop().create_future()
 
+        boot = b"\x17" * 16
+        far: list[NoisePeer] = []
+
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             peer = NoisePeer(THEIRS, initiator=False)
+            far.append(peer)
             try:
                 await peer.handshake_as_responder(reader, writer)
                 assert peer.peer_address == OURS.address
+                assert peer.peer_boot_id == boot
                 got = []
                 for _ in range(len(_frames(2))):
                     kind, body = await peer.read_item(reader)
@@ -176,8 +201,14 @@ def test_our_dialler_talks_to_a_noiseprotocol_server() -> None:
         async with server:
             port = server.sockets[0].getsockname()[1]
             ch = await connect(
-                HOST, port, OURS, authorize=lambda a: True, expect_address=THEIRS.address
+                HOST,
+                port,
+                OURS,
+                authorize=lambda a: True,
+                expect_address=THEIRS.address,
+                boot_id=boot,
             )
+            assert ch.peer_boot_id == far[0].boot_id
             frames = _frames(2)
             for f in frames:
                 await ch.send(f)
@@ -214,5 +245,51 @@ def test_frames_sent_together_with_accept_are_delivered() -> None:
             for f in frames:
                 assert await ch.recv() == f
             ch.close()
+
+    run(main())
+
+
+def test_a_version_1_dialler_is_refused_by_our_listener_with_a_typed_error() -> None:
+    async def main() -> None:
+        async def never(ch: SecureChannel) -> None:
+            raise AssertionError("a version-1 peer must not get a channel")
+
+        counters = TransportCounters()
+        listener = await serve(
+            HOST, 0, OURS, authorize=lambda a: True, on_channel=never, counters=counters
+        )
+        async with listener:
+            reader, writer = await asyncio.open_connection(HOST, listener.port)
+            peer = NoisePeer(THEIRS, initiator=True, version=1)
+            writer.write(peer.record(peer.conn.write_message(b"")))
+            m2 = await peer.read_record(reader)  # ours, of the new size: an old peer would stop
+            assert len(m2) == 32 + 48 + 113 + 16
+            peer.conn.read_message(m2)
+            writer.write(peer.record(peer.conn.write_message(peer.payload)))  # 97-byte payload
+            assert await read_to_eof(reader) == b""  # closed, nothing sent
+            writer.close()
+            await eventually(
+                lambda: counters.snapshot().get("errors.handshake_version") == 1, "counted"
+            )
+            assert listener.channels() == []
+
+    run(main())
+
+
+def test_our_dialler_refuses_a_version_1_listener_with_a_typed_error() -> None:
+    async def main() -> None:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            peer = NoisePeer(THEIRS, initiator=False, version=1)
+            assert peer.conn.read_message(await peer.read_record(reader)) == b""
+            writer.write(peer.record(peer.conn.write_message(peer.payload)))
+            await reader.read()  # until the dialler hangs up
+
+        server = await asyncio.start_server(handle, HOST, 0)
+        async with server:
+            port = server.sockets[0].getsockname()[1]
+            counters = TransportCounters()
+            with pytest.raises(UnsupportedHandshake, match="version 1"):
+                await connect(HOST, port, OURS, authorize=lambda a: True, counters=counters)
+            assert counters.snapshot().get("errors.handshake_version") == 1
 
     run(main())

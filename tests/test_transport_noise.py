@@ -25,9 +25,13 @@ from hivemesh.errors import (
     InvalidArgument,
     LocalProtocolError,
     PeerIdentityMismatch,
+    RemoteProtocolError,
     UnknownPeer,
+    UnsupportedHandshake,
 )
 from hivemesh.transports.noise import (
+    BOOT_ID_BYTES,
+    IDENTITY_PAYLOAD_BYTES,
     MESSAGE_BYTES,
     PROLOGUE,
     PROTOCOL_NAME,
@@ -186,7 +190,10 @@ def test_static_key_signed_by_another_identity_is_rejected() -> None:
         A,
         good.static_private,
         good.static_public,
-        bytes([1]) + A.public + C.sign(STATIC_KEY_CONTEXT + good.static_public),
+        bytes([2])
+        + A.public
+        + good.boot_id
+        + C.sign(STATIC_KEY_CONTEXT + good.static_public + good.boot_id),
     )
     c = SecureHandshake(forged, initiator=True, random_bytes=rb, authorize=lambda a: True)
     s = SecureHandshake(
@@ -245,6 +252,125 @@ def test_tampered_or_resized_handshake_messages_fail_typed(step: int) -> None:
             continue  # message 1 is a bare ephemeral key: any 32 bytes are one
         with pytest.raises(HandshakeError):
             sides[step].receive(bytes(msg))
+
+
+# -- boot ids and payload versions ---------------------------------------------------
+
+
+def _run(c: SecureHandshake, s: SecureHandshake) -> None:
+    m2 = s.receive(c.initiate())
+    assert m2 is not None
+    m3 = c.receive(m2)
+    assert m3 is not None
+    assert s.receive(m3) is None
+
+
+def _with_payload(creds: StaticCredentials, payload: bytes) -> StaticCredentials:
+    return StaticCredentials(
+        creds.identity, creds.static_private, creds.static_public, payload, creds.boot_id
+    )
+
+
+def _handshake(
+    client: StaticCredentials, server: StaticCredentials
+) -> tuple[SecureHandshake, SecureHandshake]:
+    rb = _rng_bytes("hs")
+    c = SecureHandshake(client, initiator=True, random_bytes=rb, authorize=lambda a: True)
+    s = SecureHandshake(server, initiator=False, random_bytes=rb, authorize=lambda a: True)
+    return c, s
+
+
+def test_each_side_learns_the_boot_id_the_other_proved() -> None:
+    rb = _rng_bytes("boot")
+    boot_a, boot_b = b"\xaa" * BOOT_ID_BYTES, b"\xbb" * BOOT_ID_BYTES
+    c, s = _handshake(
+        StaticCredentials.generate(A, rb, boot_id=boot_a),
+        StaticCredentials.generate(B, rb, boot_id=boot_b),
+    )
+    _run(c, s)
+    assert c.result().peer_boot_id == boot_b and s.result().peer_boot_id == boot_a
+    # version 2: version || ed25519 key || boot id || signature, and fixed message sizes
+    assert IDENTITY_PAYLOAD_BYTES == 1 + 32 + 16 + 64
+    assert list(MESSAGE_BYTES) == [32, 32 + 48 + 113 + 16, 48 + 113 + 16]
+    # drawn from the injected randomness when not given
+    fresh = StaticCredentials.generate(A, _rng_bytes("other"))
+    assert len(fresh.boot_id) == BOOT_ID_BYTES and fresh.boot_id != boot_a
+    with pytest.raises(InvalidArgument):
+        StaticCredentials.generate(A, rb, boot_id=b"short")
+
+
+@pytest.mark.parametrize("who", ["initiator", "responder"])
+def test_a_boot_id_the_identity_did_not_sign_is_rejected(who: str) -> None:
+    """The boot id is covered by the identity's signature: swapping it (to fake
+    a restart, or to hide one) breaks the proof."""
+    rb = _rng_bytes(f"swap/{who}")
+    a, b = StaticCredentials.generate(A, rb), StaticCredentials.generate(B, rb)
+    victim = a if who == "initiator" else b
+    p = victim.payload
+    swapped = _with_payload(victim, p[:33] + b"\x00" * BOOT_ID_BYTES + p[33 + BOOT_ID_BYTES :])
+    c, s = _handshake(swapped, b) if who == "initiator" else _handshake(a, swapped)
+    m2 = s.receive(c.initiate())
+    assert m2 is not None
+    if who == "responder":
+        with pytest.raises(HandshakeError, match="signature"):
+            c.receive(m2)
+        return
+    m3 = c.receive(m2)
+    assert m3 is not None
+    with pytest.raises(HandshakeError, match="signature"):
+        s.receive(m3)
+
+
+def _legacy(creds: StaticCredentials, identity: Identity) -> StaticCredentials:
+    """The same key with a version-1 payload: ``1 || ed25519 || sig`` (97 bytes)."""
+    sig = identity.sign(STATIC_KEY_CONTEXT + creds.static_public)
+    return _with_payload(creds, bytes([1]) + identity.public + sig)
+
+
+def test_a_version_1_responder_is_refused_by_version_not_misparsed() -> None:
+    rb = _rng_bytes("old-responder")
+    c, s = _handshake(
+        StaticCredentials.generate(A, rb), _legacy(StaticCredentials.generate(B, rb), B)
+    )
+    m2 = s.receive(c.initiate())
+    assert m2 is not None and len(m2) == MESSAGE_BYTES[1] - BOOT_ID_BYTES  # the old size
+    with pytest.raises(UnsupportedHandshake, match="version 1") as info:
+        c.receive(m2)  # before revealing who we are
+    assert isinstance(info.value, HandshakeError) and isinstance(info.value, RemoteProtocolError)
+    assert info.value.code == "handshake_version"
+    assert not c.complete
+
+
+def test_a_version_1_initiator_is_refused_by_version() -> None:
+    rb = _rng_bytes("old-initiator")
+    c, s = _handshake(
+        _legacy(StaticCredentials.generate(A, rb), A), StaticCredentials.generate(B, rb)
+    )
+    m2 = s.receive(c.initiate())
+    assert m2 is not None
+    m3 = c.receive(m2)
+    assert m3 is not None and len(m3) == MESSAGE_BYTES[2] - BOOT_ID_BYTES
+    with pytest.raises(UnsupportedHandshake, match="version 1"):
+        s.receive(m3)
+    assert not s.complete
+
+
+def test_an_unknown_payload_version_of_the_right_size_is_refused_by_version() -> None:
+    rb = _rng_bytes("v3")
+    b = StaticCredentials.generate(B, rb)
+    c, s = _handshake(StaticCredentials.generate(A, rb), _with_payload(b, b"\x03" + b.payload[1:]))
+    m2 = s.receive(c.initiate())
+    assert m2 is not None
+    with pytest.raises(UnsupportedHandshake, match="version 3"):
+        c.receive(m2)
+
+
+def test_other_message_sizes_are_refused_before_any_crypto() -> None:
+    for size in (MESSAGE_BYTES[1] - 1, MESSAGE_BYTES[1] + 1, MESSAGE_BYTES[1] - 2 * BOOT_ID_BYTES):
+        c, s = _pair()
+        s.receive(c.initiate())
+        with pytest.raises(HandshakeError, match="bytes, want"):
+            c.receive(bytes(size))
 
 
 def test_low_order_ephemeral_key_is_rejected() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 import socket
+import struct
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -34,6 +35,7 @@ from hivemesh.transports import (
     connect,
     serve,
 )
+from hivemesh.transports.noise import MESSAGE_BYTES
 
 HOST = "127.0.0.1"
 A = Identity.from_seed(b"a" * 32)
@@ -281,8 +283,8 @@ def test_garbage_on_the_port_is_a_counted_handshake_error() -> None:
             # a plausible message 1 (any 32 bytes are a key), then a garbage message 3
             reader, writer = await asyncio.open_connection(HOST, listener.port)
             writer.write(b"\x00\x20" + rng.randbytes(32))
-            assert len(await reader.readexactly(2 + 193)) == 195
-            writer.write(b"\x00\xa1" + rng.randbytes(161))
+            assert len(await reader.readexactly(2 + MESSAGE_BYTES[1])) == 2 + MESSAGE_BYTES[1]
+            writer.write(struct.pack(">H", MESSAGE_BYTES[2]) + rng.randbytes(MESSAGE_BYTES[2]))
             assert await read_to_eof(reader) == b""
             writer.close()
             await eventually(

@@ -115,6 +115,11 @@ Every class carries a short stable ``code`` used as the counter name in
     └── NoHandler              the node asked serves no requests of that kind
     LocalProtocolError
     └── TelemetryRefused       the collector refused hand-sent telemetry (has .reason)
+    -- restarts (boot ids in the handshake) --
+    UnsupportedHandshake(HandshakeError, UnsupportedVersion)  identity payload of another version
+    ConnectionClosed
+    ├── PeerRestarted            the peer restarted: this channel was its previous life's
+    └── StaleBoot                a channel from an earlier life than the linked one: refused
 """
 
 from __future__ import annotations
@@ -178,6 +183,7 @@ __all__ = [
     "OpsOutOfOrder",
     "PeerBusy",
     "PeerIdentityMismatch",
+    "PeerRestarted",
     "PeerUnreachable",
     "QueueFull",
     "RemoteProtocolError",
@@ -186,6 +192,7 @@ __all__ = [
     "SinkRefused",
     "SinkUnavailable",
     "SpoolFull",
+    "StaleBoot",
     "StaleFencingToken",
     "StoreCorrupt",
     "StoreError",
@@ -198,6 +205,7 @@ __all__ = [
     "UnknownField",
     "UnknownPeer",
     "UnknownTool",
+    "UnsupportedHandshake",
     "UnsupportedVersion",
     "UntrustedAuthor",
     "WouldBlock",
@@ -788,3 +796,28 @@ class FeedDiverged(FeedNotWritable):
     store or at a peer): an operator must decide (``hivemesh feed accept-loss``)."""
 
     code = "feed_diverged"
+
+
+# -- restarts: boot ids in the handshake ----------------------------------------
+
+
+class UnsupportedHandshake(HandshakeError, UnsupportedVersion):
+    """The peer's handshake identity payload is of a version this node does
+    not speak (e.g. version 1, from a hivemesh without boot ids): upgrade the
+    older side."""
+
+    code = "handshake_version"
+
+
+class PeerRestarted(ConnectionClosed):
+    """The peer restarted: a channel from its new life (another boot id)
+    replaced this one, which belonged to its previous life (half-open)."""
+
+    code = "peer_restarted"
+
+
+class StaleBoot(ConnectionClosed):
+    """A channel from an earlier life of the peer than the one linked (a dial
+    delayed from before its restart); refused, it never replaces the link."""
+
+    code = "stale_boot"

@@ -25,7 +25,12 @@ peer chosen from ``relays(destination)`` (by default every peer; the runtime
 passes "peers that membership reports up"), a different one on each
 retransmission, with a hop budget of ``max_hops`` (1: one relay). A relay
 forwards to the destination if it is its peer and drops it otherwise
-(counted ``unroutable``); the ack returns the same way.
+(counted ``unroutable``); the ack returns the same way. When a link comes
+up (:meth:`Direct.link_up`: a first link, a reconnect, or a peer that
+restarted behind a half-open link), messages for that peer, those whose
+last attempt went through it and those that had no route are sent again at
+once with a fresh backoff instead of waiting out theirs (counted
+``resent_on_link_up``).
 
 **Who sent it.** A message received *directly* must name its transport
 peer as sender (the channel is bound to the peer's key), else
@@ -183,6 +188,7 @@ class _Pending:
     salt: int
     attempts: int = 0
     routed: bool = False
+    hop: str | None = None  # where the last attempt went (None: no route)
     sig: bytes | None = None  # made on the first relayed attempt
 
 
@@ -253,6 +259,20 @@ class Direct:
         """Messages awaiting acknowledgement."""
         return len(self._pending)
 
+    def link_up(self, peer: str, now_ms: int) -> int:
+        """A link to ``peer`` came up: retransmit now, with a fresh backoff,
+        every pending message for ``peer``, or last sent through it, or that
+        had no route (see the module docs). Returns how many were sent again."""
+        n = 0
+        for msg_id in sorted(self._pending):
+            p = self._pending[msg_id]
+            if (p.to == peer or p.hop in (None, peer)) and now_ms < p.deadline_at_ms:
+                p.rto_ms = self.config.retry_initial_ms
+                self._transmit(p, now_ms)
+                n += 1
+        self.counters["resent_on_link_up"] += n
+        return n
+
     def results(self) -> list[DirectResult]:
         """Acked/failed outcomes since the last call, in order (drains)."""
         out, self._results = self._results, []
@@ -262,7 +282,7 @@ class Direct:
         p.attempts += 1
         p.next_at_ms = now_ms + p.rto_ms
         p.rto_ms = min(p.rto_ms * 2, self.config.retry_max_ms)
-        hop = self._route(p.to, p.salt + p.attempts)
+        hop = p.hop = self._route(p.to, p.salt + p.attempts)
         if hop is None:
             self.counters["no_route"] += 1
             return

@@ -25,6 +25,20 @@ holding its flush lock, and ``on_peer`` flushes), so a callback may send.
   (``dial_timeout_s``).
 * **Accepting.** Inbound channels are authorised by the same ``authorize``
   callback (revoked or unknown addresses are refused in the handshake).
+* **Restarts: a new boot id replaces the link at once.** Every channel
+  carries the peer's boot id, random per start of the peer
+  (:mod:`hivemesh.transports.noise`). A new channel whose boot id differs
+  from the open link's comes from a restarted peer, so the link is its
+  previous life's and half-open (a crashed host, a frozen NAT or relay: no
+  FIN ever comes): it is closed at once (CLOSE ``peer_restarted``, its unsent
+  frames counted in ``dropped_on_close``), the new channel becomes the link,
+  and ``on_peer`` reports the peer down and up again, so the node drops what
+  was in flight to the old life and starts over with the new one (counted
+  ``peer_restarted``, logged at INFO). No failure detector has to notice
+  first. A channel from an *earlier* life than the link's (a dial delayed
+  from before the restart) is refused (CLOSE ``stale_boot``, counted
+  ``stale_boot_refused``) and never replaces the link. The rule, including
+  how lives are ordered, is :mod:`hivemesh.core.links`.
 * **Simultaneous dials: one tie-break both ends compute alike.** When two
   peers dial each other at once (typical right after a restart: the restarted
   node dials everyone it knows while they redial it), each ends up with two
@@ -41,7 +55,8 @@ holding its flush lock, and ``on_peer`` flushes), so a callback may send.
   endpoints of one peer, where "the newest wins" let each end pick a
   different one.) A link whose channel already ended (EOF seen, reader not
   yet run) never wins a tie-break: it is replaced at once, and ``on_peer``
-  reports the peer down and up again (it restarted).
+  reports the peer down and up again. These rules apply to channels of the
+  *same* life of the peer (the same boot id).
 * **Retiring loses nothing silently.** A retired channel is half-closed
   (:meth:`SecureChannel.retire`): it stops sending, sends
   CLOSE(``channel_superseded``) and keeps reading until the peer closes too,
@@ -54,14 +69,18 @@ holding its flush lock, and ``on_peer`` flushes), so a callback may send.
   ``handover_s`` during which frames for us are held (bounded like a send
   queue) and the dialler waits; the winner's arrival flushes them into it.
   If no channel comes, the held frames are counted as ``dropped_on_close``
-  and ``on_peer(peer, False)`` is reported.
+  and ``on_peer(peer, False)`` is reported. If a channel of a *new* life
+  comes instead (the peer restarted meanwhile), the held frames are counted
+  as dropped too and the peer is reported down and up.
 * **Dead channels are noticed promptly.** A channel ends on EOF, a CLOSE or
   an error; its reader task then drops the link and wakes the dialler. A link
   whose channel ended is also dropped by the first :meth:`send` to it, even
   if its reader is still busy delivering an earlier batch. A *half-open*
-  channel (the peer's host vanished without a FIN) never ends by itself;
-  the failure detector calls :meth:`drop_if_silent` when it declares the
-  member down, which drops the link if nothing arrived on it lately.
+  channel (the peer's host vanished without a FIN) never ends by itself: it
+  is replaced as soon as the restarted peer's channel arrives (above), and
+  otherwise the failure detector calls :meth:`drop_if_silent` when it
+  declares the member down, which drops the link if nothing arrived on it
+  lately.
 * **Send queues and backpressure.** Each channel has a bounded send queue
   (the transport's). :meth:`send` waits when it is full; a peer that does
   not drain within ``slow_peer_timeout_s`` is disconnected and every frame
@@ -89,11 +108,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hivemesh.core.identity import Identity, short
+from hivemesh.core.links import Link, Lives, Verdict, channel_rank
 from hivemesh.errors import (
     ChannelSuperseded,
     ConfigError,
     DeadlineExceeded,
     HivemeshError,
+    PeerRestarted,
+    StaleBoot,
     TransportError,
     UnknownPeer,
     WouldBlock,
@@ -102,6 +124,7 @@ from hivemesh.runtime.dialling import REFUSALS, Dialling, Target
 from hivemesh.runtime.hostutil import handshake_slots
 from hivemesh.transports import ChannelOptions, SecureChannel, TransportCounters, serve
 from hivemesh.transports.channel import CLOSE_GRACE_S
+from hivemesh.transports.tcp import PROCESS_BOOT_ID
 
 __all__ = ["ConnectionManager", "PeerLink", "channel_rank"]
 
@@ -112,15 +135,6 @@ FramesCallback = Callable[[str, list[bytes]], Awaitable[None]]
 FramesNowCallback = Callable[[str, list[bytes]], bool]
 PeerCallback = Callable[[str, bool], Awaitable[None]]
 RefusedCallback = Callable[[str, HivemeshError], None]
-
-
-def channel_rank(local: str, peer: str, dialer: str, handshake_hash: bytes) -> tuple[int, bytes]:
-    """The tie-break rank of a channel between ``local`` and ``peer`` (smaller wins).
-
-    Both ends compute the same value for the same channel: the pair's smaller
-    address dialling first, then the Noise handshake hash.
-    """
-    return (0 if dialer == min(local, peer) else 1, bytes(handshake_hash))
 
 
 @dataclass(slots=True, eq=False)
@@ -138,6 +152,7 @@ class PeerLink:
     task: asyncio.Task[None] | None = None
     closed: bool = False
     busy: bool = False  # its reader task is handling a batch
+    boot_id: bytes = b""  # the peer's, proven in the handshake
 
 
 @dataclass(slots=True)
@@ -147,6 +162,7 @@ class _Handover:
     timer: asyncio.TimerHandle
     max_frames: int
     max_bytes: int
+    boot_id: bytes  # the life of the peer that retired our link
     frames: deque[bytes] = field(default_factory=deque)
     nbytes: int = 0
 
@@ -179,9 +195,12 @@ class ConnectionManager(Dialling):
         handover_s: float | None = None,
         linger_s: float = CLOSE_GRACE_S,
         on_refused: RefusedCallback | None = None,
+        boot_id: bytes = PROCESS_BOOT_ID,
     ) -> None:
         self.identity = identity
         self.address = identity.address
+        #: This node's boot id, proven in every handshake (one per node start).
+        self.boot_id = boot_id
         self._authorize = authorize
         self._on_frame = on_frame
         self._on_frames = on_frames
@@ -206,6 +225,7 @@ class ConnectionManager(Dialling):
         self._targets: dict[tuple[str, int], Target] = {}
         self._retired: set[PeerLink] = set()  # losers of a tie-break, still draining
         self._handovers: dict[str, _Handover] = {}
+        self._lives = Lives()  # the peers' boot ids, in the order first seen
         self._changed: dict[str, asyncio.Event] = {}  # diallers waiting for a link change
         self._events: deque[tuple[str, bool]] = deque()  # on_peer calls, in order
         self._notify_lock = asyncio.Lock()
@@ -227,6 +247,7 @@ class ConnectionManager(Dialling):
                 counters=self.transport_counters,
                 options=self._options,
                 max_pending_handshakes=handshake_slots(),
+                boot_id=self.boot_id,
             )
         except OSError as exc:
             raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
@@ -272,7 +293,8 @@ class ConnectionManager(Dialling):
     # -- channels ------------------------------------------------------------
 
     def _adopt(self, channel: Any, *, dialer: str, endpoint: tuple[str, int] | None) -> None:
-        """Take a freshly handshaken channel: it becomes the link or retires (module docs)."""
+        """Take a freshly handshaken channel: it becomes the link, retires,
+        replaces a restarted peer's link or is refused (module docs)."""
         peer: str = channel.peer_address
         if self._closing or not self._authorize(peer):
             channel.close()
@@ -286,6 +308,7 @@ class ConnectionManager(Dialling):
             rank=channel_rank(self.address, peer, dialer, channel.handshake_hash),
             opened_mono=time.monotonic(),
             last_rx_mono=time.monotonic(),
+            boot_id=channel.peer_boot_id,
         )
         link.task = asyncio.get_running_loop().create_task(self._reader(link))
         if self._on_frames_now is not None and self._on_frames is not None:
@@ -297,27 +320,39 @@ class ConnectionManager(Dialling):
             self._retired.add(link)  # its reader still delivers what arrived
             return
         old = self.links.get(peer)
-        restarted = False
         report_up = old is None  # a first link (not a replacement)
+        is_open = old is not None and old.channel.is_sending
+        current = Link(old.boot_id, old.rank) if old is not None and is_open else None
+        verdict = self._lives.judge(peer, link.boot_id, link.rank, current)
+        if verdict is Verdict.STALE:
+            self._refuse_stale(link)
+            return
+        if verdict is Verdict.KEEP:
+            assert old is not None
+            self.counters["duplicate_channel_closed"] += 1
+            self._retire(link, winner=old)
+            return
+        restarted = False  # report the peer down and up again
         unsent: list[bytes] = []
-        if old is not None and not old.channel.is_sending:
-            # The old channel ended but its reader has not run yet: it cannot
-            # win a tie-break. Retired by the peer for this very channel: a
-            # handover completing at once. Otherwise the peer restarted (or
-            # closed it): report it down and up again.
-            if isinstance(old.channel.close_reason, ChannelSuperseded):
+        if old is not None and verdict is not Verdict.SWITCH:
+            # RESTART, or ADOPT past a link whose channel ended but whose
+            # reader has not run yet (it cannot win a tie-break). Retired by
+            # the peer for this very channel (same life): a handover
+            # completing at once. Otherwise the peer restarted or closed it:
+            # report it down and up again.
+            restarted = True
+            if old.boot_id != link.boot_id:
+                self._restarted(old, link)
+            elif isinstance(old.channel.close_reason, ChannelSuperseded):
                 unsent = old.channel.take_unsent()
                 old.closed = True
                 self.counters["handover_completed"] += 1
+                restarted = False
             else:
-                restarted = True
                 self._discard(old, "ended")
             old = None
-        if old is not None:
-            if old.rank < link.rank:
-                self.counters["duplicate_channel_closed"] += 1
-                self._retire(link, winner=old)
-                return
+        if verdict is Verdict.SWITCH:
+            assert old is not None
             self.counters["channel_replaced"] += 1
             self.links[peer] = link
             self._retire(old, winner=link)
@@ -327,14 +362,43 @@ class ConnectionManager(Dialling):
         handover = self._handovers.pop(peer, None)
         if handover is not None:
             handover.timer.cancel()
-            self.counters["handover_completed"] += 1
-            self._move(list(handover.frames), link)
+            if handover.boot_id != link.boot_id:  # its winner never comes: the peer restarted
+                self.counters["peer_restarted"] += 1
+                self.counters["dropped_on_close"] += len(handover.frames)
+                log.info("%s restarted during a handover: starting over", short(peer))
+                restarted, handover = True, None
+            else:
+                self.counters["handover_completed"] += 1
+                self._move(list(handover.frames), link)
         self._wake(peer)
         log.info("connected %s (%s)", short(peer), "out" if dialer == self.address else "in")
         if restarted:
             self._notify(peer, False)
         if (report_up or restarted) and handover is None:
             self._notify(peer, True)
+
+    def _restarted(self, old: PeerLink, new: PeerLink) -> None:
+        """``new`` comes from a later life of the peer than ``old``: close ``old``
+        now (half-open, or ended with its reader yet to run); count it."""
+        self.counters["peer_restarted"] += 1
+        log.info(
+            "%s restarted (boot %s, was %s): replacing its link",
+            short(old.address),
+            new.boot_id[:4].hex(),
+            old.boot_id[:4].hex(),
+        )
+        self._discard(old, "restarted", PeerRestarted("the peer restarted"))
+
+    def _refuse_stale(self, link: PeerLink) -> None:
+        """``link`` comes from an earlier life of the peer than its open link."""
+        self.counters["stale_boot_refused"] += 1
+        log.info(
+            "refused a channel from an earlier life of %s (boot %s)",
+            short(link.address),
+            link.boot_id[:4].hex(),
+        )
+        link.closed = True
+        link.channel.close(StaleBoot("a later life of this node is linked"))
 
     def _retire(self, loser: PeerLink, *, winner: PeerLink) -> None:
         """Half-close the losing duplicate; its unsent frames move to the winner."""
@@ -438,7 +502,7 @@ class ConnectionManager(Dialling):
             # The peer retired our only link: its winner is on the way (module docs).
             link.closed = True
             del self.links[link.address]
-            self._start_handover(link.address, ch.take_unsent())
+            self._start_handover(link.address, ch.take_unsent(), link.boot_id)
             return
         was_link = self.links.get(link.address) is link
         self._discard(link, reason, error)
@@ -447,11 +511,11 @@ class ConnectionManager(Dialling):
             if notify:
                 self._notify(link.address, False)
 
-    def _start_handover(self, address: str, frames: list[bytes]) -> None:
+    def _start_handover(self, address: str, frames: list[bytes], boot_id: bytes) -> None:
         loop = asyncio.get_running_loop()
         timer = loop.call_later(self._handover_s, self._end_handover, address)
         opts = self._options
-        handover = _Handover(timer, opts.send_queue_frames, opts.send_queue_bytes)
+        handover = _Handover(timer, opts.send_queue_frames, opts.send_queue_bytes, boot_id)
         self._handovers[address] = handover
         self.counters["handover_started"] += 1
         for frame in frames:
@@ -595,6 +659,7 @@ class ConnectionManager(Dialling):
                 "endpoint": f"{link.endpoint[0]}:{link.endpoint[1]}" if link.endpoint else None,
                 "since_s": round(link.since_s, 3),
                 "channel_id": link.channel.handshake_hash[:8].hex(),
+                "boot_id": link.boot_id.hex(),
                 "frames_in": st.frames_in,
                 "frames_out": st.frames_out,
                 "bytes_in": st.bytes_in,

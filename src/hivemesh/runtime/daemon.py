@@ -89,6 +89,7 @@ from hivemesh.runtime.status import Subscription
 from hivemesh.runtime.trustview import KIND_TRUST_ADD, KIND_TRUST_REVOKE, TrustView, TrustWeb
 from hivemesh.stores.feedmark import FileMarkStore, open_mark
 from hivemesh.transports import ChannelOptions
+from hivemesh.transports.noise import BOOT_ID_BYTES
 from hivemesh.trust import TrustStore
 
 __all__ = ["Daemon", "Subscription", "now_ms"]
@@ -253,6 +254,7 @@ class Daemon(Pump, DaemonAPI):
             rng=random.Random(secrets.randbits(128)),
             options=ChannelOptions(send_queue_frames=cfg.send_queue_frames),
             on_refused=self.invites.on_refused,
+            boot_id=secrets.token_bytes(BOOT_ID_BYTES),  # one per node start (a life)
         )
         host, port = cfg.listen_endpoint()
         self.listen_port = await self.conns.listen(host, port)
@@ -515,6 +517,7 @@ class Daemon(Pump, DaemonAPI):
         if link is not None and link.endpoint is not None and not eps:
             eps = [f"{link.endpoint[0]}:{link.endpoint[1]}"]
         self.members.channel_up(peer, eps, now_ms())
+        self.messaging.direct.link_up(peer, now_ms())  # e.g. the peer restarted
 
     def learn(self, address: str, endpoints: list[str]) -> None:
         """Keep dialling ``address`` at ``endpoints`` (if it may connect)."""

@@ -70,6 +70,7 @@ class Dialling:
 
     identity: Identity
     address: str
+    boot_id: bytes
     links: dict[str, Any]
     counters: Counter[str]
     transport_counters: TransportCounters
@@ -160,6 +161,7 @@ class Dialling:
                         timeout_s=self._dial_timeout_s,
                         counters=self.transport_counters,
                         options=self._options,
+                        boot_id=self.boot_id,
                     )
             except SelfConnection:
                 # Our own endpoint (bootstrap lists are often shared by every node).

@@ -17,8 +17,10 @@ module turns its state changes into actions, after every input:
   deterministically from the journal. Dialling continues with backoff, which
   is how a restarted node is found again. On ``down``, a channel to it that
   carried nothing for a whole suspicion period is half-open and is dropped
-  (:meth:`~hivemesh.runtime.connections.ConnectionManager.drop_if_silent`),
-  so it cannot keep a fresh channel from the restarted node out.
+  (:meth:`~hivemesh.runtime.connections.ConnectionManager.drop_if_silent`).
+  (A node that restarts and dials us first does not wait for this: its new
+  boot id replaces the half-open link at once, see
+  :mod:`hivemesh.runtime.connections`.)
 
 A new channel to an address membership does not know yet starts
 ``Membership.join`` through it (full-state exchange), so a bootstrap by

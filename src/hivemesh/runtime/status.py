@@ -70,6 +70,7 @@ def status_of(d: Daemon) -> dict[str, Any]:
     dropped["transport_frames_dropped"] = transport.get("frames_dropped", 0)
     return {
         "address": d.address,
+        "boot_id": d.conns.boot_id.hex(),
         "names": d.names.names_of(d.address),
         "listen": f"{d.config.listen_endpoint()[0]}:{d.listen_port}",
         "data_dir": str(d.config.data_dir),

@@ -62,6 +62,7 @@ from hivemesh.errors import (
     InviteRevoked,
     InviteUnknown,
     InviteUsed,
+    StaleBoot,
     UnknownPeer,
     WouldBlock,
 )
@@ -118,6 +119,8 @@ def peer_close_error(code: str) -> HivemeshError:
         return ConnectionClosed("the peer closed the channel")
     if code == ChannelSuperseded.code:
         return ChannelSuperseded("the peer retired this duplicate channel")
+    if code == StaleBoot.code:
+        return StaleBoot("the peer holds a link to a later life of this node (same key twice?)")
     return ConnectionClosed(f"the peer closed the channel: {code}")
 
 
@@ -138,11 +141,15 @@ class SecureChannel:
         options: ChannelOptions,
         counters: TransportCounters,
         initial_frames: list[bytes],
+        peer_boot_id: bytes = b"",
     ) -> None:
         #: The peer's proven hivemesh address.
         self.peer_address = peer_address
         #: The Noise handshake hash (a channel binding, same on both sides).
         self.handshake_hash = handshake_hash
+        #: The peer's proven boot id: random per start of the peer, so a new
+        #: one means the peer restarted (see :mod:`hivemesh.transports.noise`).
+        self.peer_boot_id = peer_boot_id
         self._reader = reader
         self._writer = writer
         self._session = session

@@ -19,13 +19,31 @@ XX gives mutual authentication and forward secrecy in three messages::
 Noise authenticates *static X25519 keys*; hivemesh nodes are *Ed25519
 identities*. As libp2p's Noise handshake does, each side sends in its
 (encrypted) handshake payload its Ed25519 public key and a signature by that
-identity over ``b"hivemesh-noise-static-key:" + static_x25519_public``. The
-receiver checks the signature against the static key the handshake just
-authenticated, so the channel is bound to ``address_of(identity_public)``.
+identity over ``b"hivemesh-noise-static-key:" + static_x25519_public +
+boot_id``. The receiver checks the signature against the static key the
+handshake just authenticated, so the channel is bound to
+``address_of(identity_public)``.
 
-Payload layout (97 bytes): ``version (1, = 1) || ed25519_pub (32) || sig (64)``.
+The **boot id** is 16 random bytes drawn once per node start (one process
+life; ``secrets`` in production). A peer whose boot id changed has restarted,
+so a link still open to its previous life is half-open and can be replaced at
+once (:mod:`hivemesh.runtime.connections`), without waiting for a failure
+detector. The identity signs it together with the static key, and the payload
+is part of the handshake transcript (its ciphertext is mixed into the
+handshake hash), so it can be neither forged nor moved onto another session.
+
+Payload layout, version 2 (113 bytes)::
+
+    version (1, = 2) || ed25519_pub (32) || boot_id (16) || sig (64)
+
 Message 1 carries no payload, so it is exactly 32 bytes; messages 2 and 3 have
-fixed sizes too, which lets a listener reject garbage before doing any work.
+fixed sizes too (:data:`MESSAGE_BYTES`), which lets a listener reject garbage
+before doing any work. The one other size accepted is that of a version-1
+payload (97 bytes, no boot id; hivemesh before boot ids): such a message is
+authenticated as usual and then refused with
+:class:`~hivemesh.errors.UnsupportedHandshake` naming the version, never
+misparsed. The prologue is unchanged, so an old peer's messages still
+authenticate and the refusal can say why.
 
 Policy is checked inside the handshake, as early as possible: the initiator
 checks the responder's address (``expect_address``) and trust
@@ -37,8 +55,9 @@ Guarantees: a completed handshake yields two :class:`CipherState` objects
 attacker who later steals either long-term key cannot decrypt recorded
 traffic (the ``ee`` DH uses one-shot ephemerals). Failure modes:
 :class:`~hivemesh.errors.HandshakeError` (malformed, bad crypto, bad
-signature), :class:`~hivemesh.errors.PeerIdentityMismatch` (a different
-identity than dialled), :class:`~hivemesh.errors.UnknownPeer` (valid but
+signature), :class:`~hivemesh.errors.UnsupportedHandshake` (an identity
+payload of another version), :class:`~hivemesh.errors.PeerIdentityMismatch`
+(a different identity than dialled), :class:`~hivemesh.errors.UnknownPeer` (valid but
 untrusted) and :class:`~hivemesh.errors.SelfConnection` (the peer proved our
 own identity: we dialled ourselves). A failed handshake object is dead:
 every later call raises.
@@ -66,9 +85,12 @@ from hivemesh.errors import (
     PeerIdentityMismatch,
     SelfConnection,
     UnknownPeer,
+    UnsupportedHandshake,
 )
 
 __all__ = [
+    "ACCEPTED_MESSAGE_BYTES",
+    "BOOT_ID_BYTES",
     "IDENTITY_PAYLOAD_BYTES",
     "MAX_MESSAGE_BYTES",
     "MESSAGE_BYTES",
@@ -94,13 +116,34 @@ DH_BYTES = 32
 HASH_BYTES = 32
 #: Domain separation for the identity's signature over the Noise static key.
 STATIC_KEY_CONTEXT = b"hivemesh-noise-static-key:"
-PAYLOAD_VERSION = 1
-IDENTITY_PAYLOAD_BYTES = 1 + 32 + 64
+#: Size of a boot id: random, drawn once per node start.
+BOOT_ID_BYTES = 16
+SIGNATURE_BYTES = 64
+PAYLOAD_VERSION = 2
+IDENTITY_PAYLOAD_BYTES = 1 + 32 + BOOT_ID_BYTES + SIGNATURE_BYTES
+#: Payload sizes of versions this node recognises only to refuse them clearly.
+LEGACY_PAYLOAD_BYTES = {1: 1 + 32 + SIGNATURE_BYTES}
+
+
+def _message_sizes(payload_bytes: int) -> tuple[int, int, int]:
+    return (
+        DH_BYTES,
+        DH_BYTES + (DH_BYTES + TAG_BYTES) + (payload_bytes + TAG_BYTES),
+        (DH_BYTES + TAG_BYTES) + (payload_bytes + TAG_BYTES),
+    )
+
+
 #: Exact sizes of the three XX messages as hivemesh uses them.
-MESSAGE_BYTES = (
-    DH_BYTES,
-    DH_BYTES + (DH_BYTES + TAG_BYTES) + (IDENTITY_PAYLOAD_BYTES + TAG_BYTES),
-    (DH_BYTES + TAG_BYTES) + (IDENTITY_PAYLOAD_BYTES + TAG_BYTES),
+MESSAGE_BYTES = _message_sizes(IDENTITY_PAYLOAD_BYTES)
+#: Every size accepted for each message: ours first, then those of legacy
+#: payload versions (read, authenticated, then refused by version).
+ACCEPTED_MESSAGE_BYTES: tuple[tuple[int, ...], ...] = tuple(
+    tuple(dict.fromkeys(sizes))
+    for sizes in zip(
+        MESSAGE_BYTES,
+        *(_message_sizes(n) for _, n in sorted(LEGACY_PAYLOAD_BYTES.items())),
+        strict=True,
+    )
 )
 _MAX_NONCE = 2**64 - 1  # reserved by the spec; never used
 
@@ -343,7 +386,7 @@ class HandshakeState:
 
 @dataclass(frozen=True)
 class StaticCredentials:
-    """A node's Noise static key and its identity's signature over it.
+    """A node's Noise static key, its boot id and its identity's signature over both.
 
     Generate once per process (or per listener) with :meth:`generate`; the
     signature is reused by every handshake.
@@ -353,32 +396,56 @@ class StaticCredentials:
     static_private: bytes
     static_public: bytes
     payload: bytes
+    boot_id: bytes = b""
 
     @classmethod
-    def generate(cls, identity: Identity, random_bytes: RandomBytes) -> StaticCredentials:
-        """A fresh static X25519 key signed by ``identity``."""
+    def generate(
+        cls, identity: Identity, random_bytes: RandomBytes, *, boot_id: bytes | None = None
+    ) -> StaticCredentials:
+        """A fresh static X25519 key signed by ``identity`` together with
+        ``boot_id`` (:data:`BOOT_ID_BYTES` bytes; drawn from ``random_bytes``
+        if not given -- pass the node's own to keep one per node start)."""
         priv = random_bytes(DH_BYTES)
-        if len(priv) != DH_BYTES:
-            raise InvalidArgument("random_bytes returned the wrong length")
+        if boot_id is None:
+            boot_id = random_bytes(BOOT_ID_BYTES)
+        if len(priv) != DH_BYTES or len(boot_id) != BOOT_ID_BYTES:
+            raise InvalidArgument("random_bytes returned the wrong length, or a bad boot id")
         pub = _raw_public(X25519PrivateKey.from_private_bytes(priv))
-        sig = identity.sign(STATIC_KEY_CONTEXT + pub)
-        payload = bytes([PAYLOAD_VERSION]) + identity.public + sig
-        return cls(identity, priv, pub, payload)
+        sig = identity.sign(STATIC_KEY_CONTEXT + pub + boot_id)
+        payload = bytes([PAYLOAD_VERSION]) + identity.public + boot_id + sig
+        return cls(identity, priv, pub, payload, boot_id)
 
 
-def verify_identity_payload(payload: bytes, remote_static: bytes) -> tuple[bytes, str]:
-    """Check a peer's identity proof; return ``(ed25519_public, address)``.
+def verify_identity_payload(payload: bytes, remote_static: bytes) -> tuple[bytes, str, bytes]:
+    """Check a peer's identity proof; return ``(ed25519_public, address, boot_id)``.
 
-    Raises :class:`HandshakeError` on a wrong size, version or signature.
+    Raises :class:`UnsupportedHandshake` for a payload of another version
+    (a version-1 one is recognised by its size) and :class:`HandshakeError`
+    on a wrong size or signature.
     """
-    if len(payload) != IDENTITY_PAYLOAD_BYTES:
-        raise HandshakeError(f"identity payload is {len(payload)} bytes, want 97")
-    if payload[0] != PAYLOAD_VERSION:
-        raise HandshakeError(f"unsupported identity payload version {payload[0]}")
-    pub, sig = payload[1:33], payload[33:97]
-    if not verify(pub, sig, STATIC_KEY_CONTEXT + remote_static):
-        raise HandshakeError("peer's identity signature over its Noise static key is invalid")
-    return pub, address_of(pub)
+    size = len(payload)
+    version = payload[0] if payload else None
+    if size != IDENTITY_PAYLOAD_BYTES or version != PAYLOAD_VERSION:
+        known = {n: v for v, n in LEGACY_PAYLOAD_BYTES.items()}
+        if size in known and version == known[size]:
+            raise UnsupportedHandshake(
+                f"the peer speaks identity payload version {version} (an older hivemesh, "
+                f"without boot ids); this node speaks version {PAYLOAD_VERSION}: upgrade the peer"
+            )
+        if size == IDENTITY_PAYLOAD_BYTES:
+            raise UnsupportedHandshake(
+                f"unsupported identity payload version {version}; this node speaks "
+                f"version {PAYLOAD_VERSION}"
+            )
+        raise HandshakeError(f"identity payload is {size} bytes, want {IDENTITY_PAYLOAD_BYTES}")
+    pub = payload[1:33]
+    boot_id = payload[33 : 33 + BOOT_ID_BYTES]
+    sig = payload[33 + BOOT_ID_BYTES :]
+    if not verify(pub, sig, STATIC_KEY_CONTEXT + remote_static + boot_id):
+        raise HandshakeError(
+            "peer's identity signature over its Noise static key and boot id is invalid"
+        )
+    return pub, address_of(pub), boot_id
 
 
 @dataclass(frozen=True)
@@ -390,6 +457,8 @@ class HandshakeResult:
     send: CipherState
     recv: CipherState
     handshake_hash: bytes
+    #: The peer's boot id (new on every start of the peer).
+    peer_boot_id: bytes = b""
 
 
 class SecureHandshake:
@@ -425,7 +494,7 @@ class SecureHandshake:
         self._authorize = authorize
         self._expect = expect_address
         self._result: HandshakeResult | None = None
-        self._peer: tuple[bytes, str] | None = None
+        self._peer: tuple[bytes, str, bytes] | None = None
         self._failed: HivemeshError | None = None
 
     @property
@@ -438,6 +507,13 @@ class SecureHandshake:
         """Exact size of the handshake message this side reads next."""
         i = self._hs.message_index
         return MESSAGE_BYTES[i] if i < len(MESSAGE_BYTES) else 0
+
+    @property
+    def next_message_sizes(self) -> tuple[int, ...]:
+        """Every size accepted for the message this side reads next: ours,
+        then a legacy version's (read only to be refused by its version)."""
+        i = self._hs.message_index
+        return ACCEPTED_MESSAGE_BYTES[i] if i < len(ACCEPTED_MESSAGE_BYTES) else ()
 
     def initiate(self) -> bytes:
         """Initiator only: message 1 (32 bytes, no payload)."""
@@ -461,17 +537,18 @@ class SecureHandshake:
             raise
 
     def _receive(self, message: bytes) -> bytes | None:
-        want = self.next_message_bytes
-        if len(message) != want:
-            raise HandshakeError(f"handshake message is {len(message)} bytes, want {want}")
+        if len(message) not in self.next_message_sizes:
+            raise HandshakeError(
+                f"handshake message is {len(message)} bytes, want {self.next_message_bytes}"
+            )
         payload = self._hs.read_message(message)
         if self._hs.message_index == 1:  # responder read message 1
             if payload:
                 raise HandshakeError("message 1 must not carry a payload")
             return self._hs.write_message(self._creds.payload)
         assert self._hs.remote_static is not None
-        pub, address = verify_identity_payload(payload, self._hs.remote_static)
-        self._peer = (pub, address)
+        pub, address, boot_id = verify_identity_payload(payload, self._hs.remote_static)
+        self._peer = (pub, address, boot_id)
         if self.initiator:  # read message 2: check before revealing ourselves
             self._check_policy(address)
             reply = self._hs.write_message(self._creds.payload)
@@ -499,8 +576,9 @@ class SecureHandshake:
     def _finish(self) -> None:
         assert self._peer is not None
         send, recv = self._hs.split()
+        pub, address, boot_id = self._peer
         self._result = HandshakeResult(
-            self._peer[0], self._peer[1], send, recv, self._hs.handshake_hash
+            pub, address, send, recv, self._hs.handshake_hash, peer_boot_id=boot_id
         )
 
     @property

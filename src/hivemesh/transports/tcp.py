@@ -42,6 +42,12 @@ attacker could forge one, as it could forge a TCP reset.
 node with its own endpoint in its bootstrap list, or two processes sharing
 one key) fails with :class:`~hivemesh.errors.SelfConnection`; the dialler
 checks before sending message 3, so it never completes.
+
+**Boot ids.** Both sides prove a boot id in the handshake (see
+:mod:`hivemesh.transports.noise`); :attr:`SecureChannel.peer_boot_id` is the
+peer's. :func:`connect` and :func:`serve` send ``boot_id`` (a node passes the
+one it drew at start), by default :data:`PROCESS_BOOT_ID`, drawn once per
+process.
 """
 
 from __future__ import annotations
@@ -69,7 +75,8 @@ from hivemesh.errors import (
 from hivemesh.transports.admission import HandshakeAdmission
 from hivemesh.transports.channel import Authorize, ChannelOptions, SecureChannel, peer_close_error
 from hivemesh.transports.noise import (
-    MESSAGE_BYTES,
+    ACCEPTED_MESSAGE_BYTES,
+    BOOT_ID_BYTES,
     RandomBytes,
     SecureHandshake,
     StaticCredentials,
@@ -77,7 +84,7 @@ from hivemesh.transports.noise import (
 from hivemesh.transports.session import FrameSession
 from hivemesh.transports.stats import TransportCounters
 
-__all__ = ["ChannelOptions", "Listener", "SecureChannel", "connect", "serve"]
+__all__ = ["PROCESS_BOOT_ID", "ChannelOptions", "Listener", "SecureChannel", "connect", "serve"]
 
 _log = logging.getLogger(__name__)
 _U16 = struct.Struct(">H")
@@ -92,6 +99,9 @@ ACCEPT_BATCH = 128
 #: Connections the kernel queues for accept (``listen(2)``): deep, so that a
 #: flood does not make it drop a legitimate peer's SYN (a 1 s retransmit).
 LISTEN_QUEUE = 4096
+#: The boot id this process proves when no other is given: random, drawn once
+#: per process start.
+PROCESS_BOOT_ID = secrets.token_bytes(BOOT_ID_BYTES)
 
 
 # -- handshake over a stream ----------------------------------------------------
@@ -120,12 +130,18 @@ async def _read_refusal(reader: asyncio.StreamReader) -> HivemeshError:
     return refusal_error((await reader.readexactly(n)).decode("ascii", "replace"))
 
 
-async def _read_record(reader: asyncio.StreamReader, want: int, *, dialler: bool) -> bytes:
+async def _read_record(
+    reader: asyncio.StreamReader, sizes: tuple[int, ...], *, dialler: bool
+) -> bytes:
+    """One handshake message of one of ``sizes`` (ours first; the others are
+    legacy versions', read only to be refused by their version)."""
     (size,) = _U16.unpack(await reader.readexactly(2))
     if size == 0 and dialler:  # only a listener refuses
         raise await _read_refusal(reader)
-    if size != want:
-        raise HandshakeError(f"handshake message of {size} bytes, expected {want} (not hivemesh?)")
+    if size not in sizes:
+        raise HandshakeError(
+            f"handshake message of {size} bytes, expected {sizes[0]} (not hivemesh?)"
+        )
     return await reader.readexactly(size)
 
 
@@ -144,7 +160,7 @@ async def _handshake(
     try:
         if hs.initiator:
             _write_record(writer, hs.initiate())
-            reply = hs.receive(await _read_record(reader, MESSAGE_BYTES[1], dialler=True))
+            reply = hs.receive(await _read_record(reader, ACCEPTED_MESSAGE_BYTES[1], dialler=True))
             assert reply is not None
             _write_record(writer, reply)
             result = hs.result()
@@ -169,13 +185,13 @@ async def _handshake(
                 data = await reader.read(options.read_chunk_bytes)
                 if not data:
                     raise HandshakeError("the responder closed before accepting us")
-        reply = hs.receive(await _read_record(reader, MESSAGE_BYTES[0], dialler=False))
+        reply = hs.receive(await _read_record(reader, ACCEPTED_MESSAGE_BYTES[0], dialler=False))
         assert reply is not None
         if progress is not None:
             progress(0)
         _write_record(writer, reply)
         try:
-            hs.receive(await _read_record(reader, MESSAGE_BYTES[2], dialler=False))
+            hs.receive(await _read_record(reader, ACCEPTED_MESSAGE_BYTES[2], dialler=False))
         except UnknownPeer:
             result = hs.result()  # keys exist: tell the peer why, encrypted
             refusal = FrameSession(result.send, result.recv, initiator=False)
@@ -210,18 +226,23 @@ async def connect(
     credentials: StaticCredentials | None = None,
     options: ChannelOptions | None = None,
     counters: TransportCounters | None = None,
+    boot_id: bytes | None = None,
 ) -> SecureChannel:
     """Dial ``host:port`` and return an authenticated channel.
 
     ``timeout_s`` bounds TCP connect + handshake + ACCEPT together. Raises
     :class:`PeerUnreachable`, :class:`DeadlineExceeded`,
-    :class:`HandshakeError`, :class:`PeerIdentityMismatch` or
+    :class:`HandshakeError` (:class:`UnsupportedHandshake` for a peer of
+    another payload version), :class:`PeerIdentityMismatch` or
     :class:`UnknownPeer` (either side's trust check); each is also counted
-    in ``counters`` if given.
+    in ``counters`` if given. We prove ``boot_id`` (default
+    :data:`PROCESS_BOOT_ID`) unless ``credentials`` carry their own.
     """
     opts = options or ChannelOptions()
     counters = counters if counters is not None else TransportCounters()
-    creds = credentials or StaticCredentials.generate(identity, random_bytes)
+    creds = credentials or StaticCredentials.generate(
+        identity, random_bytes, boot_id=PROCESS_BOOT_ID if boot_id is None else boot_id
+    )
     if creds.identity is not identity:
         raise InvalidArgument("credentials belong to another identity")
     hs = SecureHandshake(
@@ -257,6 +278,7 @@ async def connect(
         session,
         peer_address=result.peer_address,
         handshake_hash=result.handshake_hash,
+        peer_boot_id=result.peer_boot_id,
         options=opts,
         counters=counters,
         initial_frames=frames,
@@ -285,6 +307,7 @@ class Listener:
         counters: TransportCounters,
         max_pending_handshakes: int,
         max_channels: int,
+        boot_id: bytes = PROCESS_BOOT_ID,
     ) -> None:
         self.identity = identity
         #: Counters shown by ``hivemesh status`` for this listener.
@@ -293,7 +316,7 @@ class Listener:
         self._on_channel = on_channel
         self._random_bytes = random_bytes
         self._opts = options
-        self._creds = StaticCredentials.generate(identity, random_bytes)
+        self._creds = StaticCredentials.generate(identity, random_bytes, boot_id=boot_id)
         self._admission = HandshakeAdmission(max_pending_handshakes)
         self._max_channels = max_channels
         self._channels: dict[int, SecureChannel] = {}
@@ -370,6 +393,7 @@ class Listener:
             session,
             peer_address=result.peer_address,
             handshake_hash=result.handshake_hash,
+            peer_boot_id=result.peer_boot_id,
             options=self._opts,
             counters=self.counters,
             initial_frames=[],
@@ -438,6 +462,7 @@ async def serve(
     counters: TransportCounters | None = None,
     max_pending_handshakes: int = 512,
     max_channels: int = 1024,
+    boot_id: bytes | None = None,
 ) -> Listener:
     """Listen on ``host:port`` (port 0 picks one; see :attr:`Listener.port`).
 
@@ -448,7 +473,8 @@ async def serve(
     handshake that waited longest for its peer is evicted
     (``handshakes_evicted``); beyond ``max_channels`` open a newcomer is
     refused. Both are told ``busy`` (``refused_busy``; see the module docs).
-    Refusals and failures are counted, never raised.
+    Refusals and failures are counted, never raised. The listener proves
+    ``boot_id`` (default :data:`PROCESS_BOOT_ID`).
     """
     listener = Listener(
         identity,
@@ -459,6 +485,7 @@ async def serve(
         counters=counters if counters is not None else TransportCounters(),
         max_pending_handshakes=max_pending_handshakes,
         max_channels=max_channels,
+        boot_id=PROCESS_BOOT_ID if boot_id is None else boot_id,
     )
     server = await asyncio.start_server(listener._spawn, host, port, backlog=ACCEPT_BATCH)
     listener._server = server
