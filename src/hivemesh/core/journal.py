@@ -14,7 +14,9 @@ covered by a stored head signature. That single invariant gives:
   stored signed seq (:meth:`Journal.read_chunk`).
 
 :meth:`Journal.ingest` is the one gate for remote input: it verifies (see
-:mod:`hivemesh.core.feed`), lets views that validate content vet the batch
+:mod:`hivemesh.core.feed`), holds back a batch stamped beyond the receiver's
+clock bound (:class:`~hivemesh.errors.ClockAhead`; neither stored nor applied,
+see :mod:`hivemesh.core.deferral`), lets views that validate content vet the batch
 (a context update carrying another author's operations is refused here, so
 it is never stored and the author's feed stops at that point, on every
 replica alike), persists atomically, then applies to the views. It stores
@@ -57,14 +59,23 @@ import bisect
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, Protocol
 
 from hivemesh.core.codec import MAX_BATCH_EVENTS, MAX_FRAME_BYTES
 from hivemesh.core.event import Event, decode_event, event_hash
 from hivemesh.core.feed import Head, head_message, verify_batch
+from hivemesh.core.hlc import MAX_DRIFT_MS, hlc_ms
 from hivemesh.core.identity import verify
 from hivemesh.core.store import FeedStore
-from hivemesh.errors import BadSignature, DecodeError, ForkError, ReplayError, UntrustedAuthor
+from hivemesh.errors import (
+    BadSignature,
+    ClockAhead,
+    DecodeError,
+    ForkError,
+    ReplayError,
+    UntrustedAuthor,
+)
 
 __all__ = ["Journal", "View"]
 
@@ -74,6 +85,7 @@ _ALL = ""
 _CHUNK_SLACK = 4096
 #: Largest unsettled run in event bytes (it must fit one served chunk).
 _RUN_MAX_BYTES = MAX_FRAME_BYTES - _CHUNK_SLACK
+_hlc_of = attrgetter("hlc")
 
 
 @dataclass(slots=True)
@@ -118,6 +130,8 @@ class Journal:
         self._runs: dict[bytes, _Run] = {}
         #: Authors whose attested head signature failed (refused until restart).
         self.faulty: set[bytes] = set()
+        #: The largest HLC of the last batch ingested with a ``horizon``.
+        self.top_hlc = 0
         for author, (seq, h) in store.heads().items():
             self.heads[author] = Head(seq, h)
             self._signed[author] = store.signed_seqs(author)
@@ -214,7 +228,13 @@ class Journal:
     # -- writing -------------------------------------------------------------
 
     def ingest(
-        self, author: bytes, raws: Sequence[bytes], sig: bytes, *, attested: bool = False
+        self,
+        author: bytes,
+        raws: Sequence[bytes],
+        sig: bytes,
+        *,
+        attested: bool = False,
+        horizon: int | None = None,
     ) -> list[Event]:
         """Verify, persist and apply a signed batch from a peer.
 
@@ -224,6 +244,11 @@ class Journal:
         ``attested=True`` means the caller received the batch from ``author``
         itself over an authenticated channel: its signature is checked later,
         by :meth:`settle` (module docs).
+        ``horizon`` is the largest plausible HLC (the clock bound,
+        :func:`hivemesh.core.hlc.horizon`): a valid batch that carries a larger
+        one is neither stored nor applied; :class:`~hivemesh.errors.ClockAhead`
+        tells the caller when it becomes plausible (see
+        :mod:`hivemesh.core.deferral`).
         """
         if type(author) is not bytes or len(author) != 32:
             raise DecodeError("author must be 32 bytes")
@@ -253,6 +278,11 @@ class Journal:
         if last.seq <= head.seq:
             self._check_replay(author, last, sig)
         events = verify_batch(author, raws, sig, head, last=last, check_sig=not attested)
+        if horizon is not None:
+            # One compare for the usual one-event batch; a C-level max otherwise.
+            top = self.top_hlc = last.hlc if len(events) == 1 else max(map(_hlc_of, events))
+            if top > horizon:
+                self._defer(author, events, sig, top, horizon, checked=not attested)
         for validator in self._validators:
             validator.validate_batch(events)
         if not attested:
@@ -267,6 +297,30 @@ class Journal:
         self.total_events += len(events)
         self.apply_to_views(events)
         return events
+
+    def _defer(
+        self,
+        author: bytes,
+        events: list[Event],
+        sig: bytes,
+        top: int,
+        horizon: int,
+        *,
+        checked: bool,
+    ) -> None:
+        """Refuse, for now, a batch that carries an HLC beyond ``horizon``."""
+        last = events[-1]
+        if not checked and not verify(author, sig, head_message(author, last.seq, last.id)):
+            raise BadSignature(f"head signature for #{last.seq} does not verify")
+        seq = next(e.seq for e in events if e.hlc > horizon)
+        release_ms = hlc_ms(top) - MAX_DRIFT_MS
+        raise ClockAhead(
+            f"author {author.hex()[:12]} #{seq} is {hlc_ms(top) - hlc_ms(horizon)} ms "
+            "beyond the clock bound",
+            hlc=top,
+            seq=seq,
+            release_ms=release_ms,
+        )
 
     @property
     def unsettled(self) -> int:

@@ -44,6 +44,15 @@ commit; with ``settle_delay_ms`` set, :meth:`Node.handle_timer` settles that
 long after a run began (the simulator's way). Relayed batches are always
 verified before they are applied.
 
+**The clock bound.** Every batch goes through the journal with
+``horizon(now_ms)``: one stamped beyond our physical clock plus
+:data:`~hivemesh.core.hlc.MAX_DRIFT_MS` is held in :attr:`Node.deferrals`,
+not applied, not forwarded, and its author's later events wait behind it
+(pulls for that author stop short of it); :meth:`Node.handle_timer` ingests
+it at its release time, which :meth:`Node.next_deadline` includes (see
+:mod:`hivemesh.core.deferral`). Neither a received nor a stored timestamp
+moves our clock beyond the bound (:meth:`Node.rehydrate`).
+
 Bad input from a peer raises a :class:`~hivemesh.errors.RemoteProtocolError`
 inside; :meth:`Node.receive` counts it by code in :attr:`Node.counters` and
 drops it. Nothing invalid is stored.
@@ -58,14 +67,16 @@ from dataclasses import dataclass
 from random import Random
 from typing import Any
 
+from hivemesh.core.deferral import DEFAULT_MAX_BYTES, Deferrals
 from hivemesh.core.event import Event, decode_event
 from hivemesh.core.feed import MAX_UNSEALED, FeedWriter
 from hivemesh.core.frames import FrameType, decode_frame, encode_frame
-from hivemesh.core.hlc import HLC
+from hivemesh.core.hlc import HLC, horizon
 from hivemesh.core.identity import Identity, address_of, public_key_of
 from hivemesh.core.journal import Journal, View
 from hivemesh.core.store import FeedStore
 from hivemesh.errors import (
+    ClockAhead,
     DecodeError,
     GapError,
     InvalidAddress,
@@ -98,6 +109,9 @@ class NodeConfig:
     #: Settle unsettled runs this long after the first (None: the caller
     #: calls :meth:`Node.settle` itself, as the runtime's group commit does).
     settle_delay_ms: int | None = 20
+    #: Bytes of batches from beyond the clock bound held until they become
+    #: plausible (:mod:`hivemesh.core.deferral`).
+    max_deferred_bytes: int = DEFAULT_MAX_BYTES
 
 
 @dataclass(slots=True)
@@ -127,11 +141,14 @@ class Node:
         self.journal = Journal(store, trusted=trusted)
         self.counters: Counter[str] = self.journal.counters
         self.clock = HLC()
+        self._created_ms = now_ms
         own = self.journal.head(identity.public)
         if own.seq:
             last = decode_event(store.read_range(identity.public, own.seq, own.seq)[0])
-            self.clock.last = last.hlc
+            self.clock.restore(last.hlc, now_ms)
         self.writer = FeedWriter(identity, own, self.clock)
+        #: Batches from beyond the clock bound, waiting (module docs).
+        self.deferrals = Deferrals(self.config.max_deferred_bytes)
         self._peers: list[str] = []
         self._outbox: list[tuple[str, bytes]] = []
         self._events: deque[Event] = deque()
@@ -158,11 +175,14 @@ class Node:
             raise ValueError(f"frame type {ftype} already has a handler")
         self._handlers[ftype] = handler
 
-    def rehydrate(self, events: Iterable[Event]) -> int:
+    def rehydrate(self, events: Iterable[Event], now_ms: int | None = None) -> int:
         """Rebuild views from stored events (verified by the caller); returns count.
 
         Stored remote events passed the views' validation when they were
         ingested, so views may take them through their trusted ``replay``.
+        The clock moves past the largest stored HLC, but never beyond the
+        clock bound at ``now_ms`` (default: when the node was created): a
+        store may hold a far-future event accepted by an older version.
         """
         n = 0
         max_hlc = self.clock.last
@@ -171,7 +191,7 @@ class Node:
             if ev.hlc > max_hlc:
                 max_hlc = ev.hlc
             n += 1
-        self.clock.last = max_hlc
+        self.clock.restore(max_hlc, self._created_ms if now_ms is None else now_ms)
         return n
 
     @property
@@ -226,6 +246,9 @@ class Node:
         delay = self.config.settle_delay_ms
         if self._unsettled_ms is not None and delay is not None:
             deadline = min(deadline, self._unsettled_ms + delay)
+        release = self.deferrals.next_release()
+        if release is not None:
+            deadline = min(deadline, release)
         return deadline
 
     # -- inputs ----------------------------------------------------------------
@@ -272,7 +295,8 @@ class Node:
         return [address_of(author) for author in self.journal.settle()]
 
     def handle_timer(self, now_ms: int) -> None:
-        """Run periodic work: anti-entropy rounds, pull timeouts, settling."""
+        """Run periodic work: anti-entropy rounds, pull timeouts, settling,
+        deferred batches whose time has come."""
         delay = self.config.settle_delay_ms
         since = self._unsettled_ms
         if since is not None and delay is not None and now_ms >= since + delay:
@@ -281,6 +305,9 @@ class Node:
             if self._pulls[author].deadline_ms <= now_ms:
                 del self._pulls[author]
                 self.counters["pull_timeout"] += 1
+        for rec in self.deferrals.due(now_ms):
+            if rec.raws is not None:  # else a marker: anti-entropy pulls it now
+                self._ingest("", rec.author, rec.raws, rec.sig, 0, now_ms, attested=False)
         if now_ms >= self._next_sync_ms:
             self._next_sync_ms = now_ms + self._jitter(self.config.sync_interval_ms)
             if self._peers:
@@ -327,22 +354,52 @@ class Node:
         attested = (
             hops == 0 and self.config.defer_direct_verify and self._peer_keys.get(peer) == author
         )
+        self._ingest(peer, author, raws, sig, hops, now_ms, attested=attested)
+
+    def _ingest(
+        self,
+        peer: str,
+        author: bytes,
+        raws: list[bytes],
+        sig: bytes,
+        hops: int,
+        now_ms: int,
+        *,
+        attested: bool,
+    ) -> None:
+        """One batch through the journal's gate, from ``peer`` ("" for a
+        deferred batch whose time has come)."""
         try:
-            events = self.journal.ingest(author, raws, sig, attested=attested)
+            events = self.journal.ingest(
+                author, raws, sig, attested=attested, horizon=horizon(now_ms)
+            )
         except ReplayError:
             self.counters["duplicate"] += 1
             return
         except GapError:
             self.counters["gap"] += 1
-            last = decode_event(raws[-1])
-            self._request(peer, [(author, self.journal.head(author).seq + 1, last.seq)], now_ms)
+            if peer:  # else anti-entropy fetches what a released batch lacks
+                last = decode_event(raws[-1])
+                want = (author, self.journal.head(author).seq + 1, last.seq)
+                self._request(peer, [want], now_ms)
+            return
+        except ClockAhead as exc:
+            self.counters[exc.code] += 1
+            pull = self._pulls.get(author)
+            overshot = None
+            if pull is not None and pull.peer == peer:
+                del self._pulls[author]  # answered; what it sent waits here
+                if pull.upto < exc.seq:  # we asked for less: it holds no shorter chunk
+                    overshot = peer
+            start = self.journal.head(author).seq + 1
+            self.deferrals.hold(author, exc, start, raws, sig, now_ms, pulled_from=overshot)
             return
         self.counters["events_in"] += len(events)
         if attested and self._unsettled_ms is None:
             self._unsettled_ms = now_ms
-        self.clock.observe(events[-1].hlc, now_ms)  # hlcs grow along a feed
+        self.clock.observe(self.journal.top_hlc, now_ms)
         pull = self._pulls.get(author)
-        if pull is None or pull.peer != peer:
+        if peer and (pull is None or pull.peer != peer):
             self._pushed_ms[author] = now_ms
         if pull is not None:
             if self.journal.head(author).seq >= pull.upto:
@@ -378,6 +435,12 @@ class Node:
         for author, start, end in wants:
             if trusted is not None and not trusted(author):
                 continue
+            cap = self.deferrals.cap(author, peer)
+            if cap is not None:  # only what lies before a deferred batch
+                end = min(end, cap)
+                if end < start:
+                    self.counters["pull_deferred"] += 1
+                    continue
             pull = self._pulls.get(author)
             if pull is not None and pull.deadline_ms > now_ms and pull.upto >= end:
                 continue

@@ -54,6 +54,7 @@ def status_of(d: Daemon) -> dict[str, Any]:
     j = d.node.journal
     counters: Counter[str] = Counter()
     counters.update(d.node.counters)
+    counters.update(d.node.deferrals.counters)
     counters.update(d.conns.counters)
     counters.update(d.counters)
     counters.update({f"membership_{k}": v for k, v in d.members.m.counters.items()})
@@ -85,6 +86,8 @@ def status_of(d: Daemon) -> dict[str, Any]:
             "log_orphaned": d._store.log_orphaned,
             "version_vector": {address_of(a): s for a, s in sorted(j.version_vector().items())},
         },
+        # batches stamped beyond our clock bound, by author: held until plausible
+        "clock_ahead": d.node.deferrals.snapshot(),
         "peers_connected": len(d.conns.links),
         "members": d.members.snapshot(),
         "detection_bound_ms": d.members.detection_bound_ms(),
