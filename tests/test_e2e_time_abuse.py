@@ -138,3 +138,44 @@ def _writes_and_replicates(a: NodeProc, b: NodeProc) -> None:
     a.client.claim_name("after-restart")
     seq = _vv(a)[a.address]
     wait_until(lambda: _vv(b).get(a.address) == seq, 10, what="b gets a's new writes")
+
+
+def test_a_backdated_name_claim_does_not_take_over_a_held_name_and_is_counted(
+    swarm: LocalSwarm,
+) -> None:
+    """``b`` holds ``planner``; a minute and more later a trusted peer claims it
+    stamped ``hlc=1``. Every node keeps resolving (and messaging) ``b``, and
+    ``status`` counts and names the attempt. This waits out the clock bound
+    (``MAX_DRIFT_MS``, 60 s): a claim made within it may still be ordered first."""
+    a = swarm.start("a", extra_args=OPEN)
+    b = swarm.start("b", bootstrap=[a.endpoint], extra_args=OPEN)
+    held_since = now_ms()
+    b.client.claim_name("planner")
+    wait_until(lambda: a.client.call("names").get("planner") == b.address, 10, what="a sees it")
+    wait_until(
+        lambda: now_ms() > held_since + MAX_DRIFT_MS + 2_000,
+        MAX_DRIFT_MS / 1000 + 30,
+        what="the name is held for longer than the clock bound",
+        interval_s=0.5,
+    )
+    liar = Liar(23)
+    liar.send(
+        a,
+        liar.batch(1, "name.claim", {"n": "planner"}),
+        until=lambda: _vv(a).get(liar.address) == 1,
+    )
+    assert a.client.call("names")["planner"] == b.address  # the liar's before the fix
+    status = a.client.status()
+    assert status["counters"]["name_takeovers_refused"] == 1
+    (attempt,) = status["name_takeovers"]
+    assert (attempt["claimant"], attempt["owner"]) == (liar.address, b.address)
+    assert attempt["claimed_hlc"] == 1
+    wait_until(
+        lambda: b.client.status()["counters"].get("name_takeovers_refused") == 1,
+        10,
+        what="b gets the claim and counts it too",
+    )
+    assert b.client.call("names")["planner"] == b.address
+    a.client.send("planner", {"to": "the real planner"})  # acknowledged by b
+    inbox = wait_until(lambda: b.client.inbox(), 10, what="b's inbox")
+    assert inbox[0]["data"] == {"to": "the real planner"}

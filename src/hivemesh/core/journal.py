@@ -43,6 +43,10 @@ and hands the run to the store as one batch under that signature. So:
   (:meth:`read_chunk`, replay checks) settle that author first, and a
   non-attested batch settles the run it extends before it is verified;
 * a run never outgrows what one served chunk may hold (it is settled early);
+* a batch that holds an event of a *watched* kind (:meth:`Journal.watch`:
+  kinds the node witnesses, :mod:`hivemesh.core.witness`) is verified at
+  once, after the run it extends: a witness must never vouch for an event
+  whose signature might still fail;
 * a crash loses at most the unsettled runs, which anti-entropy pulls again
   (the author holds them durably), exactly like the store's pending group;
 * a run whose signature fails can only come from a faulty author (the
@@ -86,6 +90,7 @@ _CHUNK_SLACK = 4096
 #: Largest unsettled run in event bytes (it must fit one served chunk).
 _RUN_MAX_BYTES = MAX_FRAME_BYTES - _CHUNK_SLACK
 _hlc_of = attrgetter("hlc")
+_kind_of = attrgetter("kind")
 
 
 @dataclass(slots=True)
@@ -132,6 +137,8 @@ class Journal:
         self.faulty: set[bytes] = set()
         #: The largest HLC of the last batch ingested with a ``horizon``.
         self.top_hlc = 0
+        #: Kinds :meth:`watch` was asked for (never applied unverified).
+        self.watched: frozenset[str] = frozenset()
         for author, (seq, h) in store.heads().items():
             self.heads[author] = Head(seq, h)
             self._signed[author] = store.signed_seqs(author)
@@ -156,6 +163,15 @@ class Journal:
             self._replay_fns.setdefault(key, []).append(replay)
         if hasattr(view, "validate_batch"):
             self._validators.append(view)
+
+    def watch(self, kinds: Iterable[str], fn: Callable[[Event], None]) -> None:
+        """Call ``fn`` for every event of ``kinds`` applied from now on (ingested
+        or our own; not replayed). An attested batch that holds such an event
+        is verified before it is applied, so ``fn`` never sees an event whose
+        signature may still fail (the node witnesses them: core.witness)."""
+        for kind in sorted(set(kinds)):
+            self._apply_fns.setdefault(kind, []).append(fn)
+        self.watched = self.watched | frozenset(kinds)
 
     def apply_to_views(self, events: Iterable[Event], *, replay: bool = False) -> None:
         """Fold events into the registered views (ingest, own appends, replay)."""
@@ -278,6 +294,14 @@ class Journal:
         if last.seq <= head.seq:
             self._check_replay(author, last, sig)
         events = verify_batch(author, raws, sig, head, last=last, check_sig=not attested)
+        if attested and self.watched and self._holds_watched(events):
+            if run is not None:  # verify this batch now, after the run it extends
+                if not self._settle_one(author):
+                    raise BadSignature(f"author {author.hex()[:12]} sent an invalid head signature")
+                run = None
+            if not verify(author, sig, head_message(author, last.seq, last.id)):
+                raise BadSignature(f"head signature for #{last.seq} does not verify")
+            attested = False
         if horizon is not None:
             # One compare for the usual one-event batch; a C-level max otherwise.
             top = self.top_hlc = last.hlc if len(events) == 1 else max(map(_hlc_of, events))
@@ -297,6 +321,11 @@ class Journal:
         self.total_events += len(events)
         self.apply_to_views(events)
         return events
+
+    def _holds_watched(self, events: list[Event]) -> bool:
+        if len(events) == 1:
+            return events[0].kind in self.watched
+        return not self.watched.isdisjoint(map(_kind_of, events))
 
     def _defer(
         self,

@@ -75,6 +75,7 @@ from hivemesh.core.hlc import HLC, horizon
 from hivemesh.core.identity import Identity, address_of, public_key_of
 from hivemesh.core.journal import Journal, View
 from hivemesh.core.store import FeedStore
+from hivemesh.core.witness import KIND_WITNESS, WitnessIndex, witness_bodies
 from hivemesh.errors import (
     ClockAhead,
     DecodeError,
@@ -149,6 +150,10 @@ class Node:
         self.writer = FeedWriter(identity, own, self.clock)
         #: Batches from beyond the clock bound, waiting (module docs).
         self.deferrals = Deferrals(self.config.max_deferred_bytes)
+        #: When other nodes first saw each feed (core.witness), and the
+        #: events of witnessed kinds applied but not yet witnessed by us.
+        self.witnesses = WitnessIndex()
+        self._unwitnessed: dict[bytes, int] = {}
         self._peers: list[str] = []
         self._outbox: list[tuple[str, bytes]] = []
         self._events: deque[Event] = deque()
@@ -161,13 +166,41 @@ class Node:
             FrameType.HAVE: self._on_have,
             FrameType.WANT: self._on_want,
         }
+        self.journal.add_view(self.witnesses)
         self._next_sync_ms = now_ms + self._jitter(self.config.sync_interval_ms)
 
     # -- wiring ----------------------------------------------------------------
 
     def add_view(self, view: View) -> None:
-        """Register a view; it sees every event applied from now on."""
+        """Register a view; it sees every event applied from now on.
+
+        A view whose rules order records by time names the kinds it needs
+        witnessed in ``witnessed_kinds``: this node then witnesses other
+        authors' events of those kinds (:mod:`hivemesh.core.witness`)."""
         self.journal.add_view(view)
+        wanted = frozenset(getattr(view, "witnessed_kinds", ())) - self.journal.watched
+        if wanted:
+            self.journal.watch(wanted, self._saw)
+
+    def _saw(self, ev: Event) -> None:
+        """An event of a witnessed kind was applied: witness it (if not ours)."""
+        if ev.author != self.writer.identity.public and ev.seq > self._unwitnessed.get(
+            ev.author, 0
+        ):
+            self._unwitnessed[ev.author] = ev.seq
+
+    def _witness(self, now_ms: int) -> None:
+        """Append one witness for what :meth:`_saw` noted and nobody else has
+        witnessed yet, covering each such author's feed as far as we hold it."""
+        seen, self._unwitnessed = self._unwitnessed, {}
+        cover = {
+            a: self.journal.head(a).seq
+            for a, seq in seen.items()
+            if self.witnesses.first_seen(a, seq) is None
+        }
+        if cover:
+            self.append_many([(KIND_WITNESS, body) for body in witness_bodies(cover)], now_ms)
+            self.counters["witnessed"] += len(cover)
 
     def register_handler(self, ftype: int, handler: FrameHandler) -> None:
         """Route frames of ``ftype`` to ``handler`` (membership, direct, ...)."""
@@ -408,6 +441,8 @@ class Node:
                 pull.deadline_ms = now_ms + self.config.want_timeout_ms
         self._emit(events)
         self._forward(peer, author, raws, sig, hops)
+        if self._unwitnessed:
+            self._witness(now_ms)
 
     def _on_have(self, peer: str, fields: list[Any], now_ms: int) -> None:
         if len(fields) != 2 or type(fields[0]) is not dict or type(fields[1]) is not bool:

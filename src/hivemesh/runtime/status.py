@@ -55,6 +55,8 @@ def status_of(d: Daemon) -> dict[str, Any]:
     counters: Counter[str] = Counter()
     counters.update(d.node.counters)
     counters.update(d.node.deferrals.counters)
+    takeovers = d.names.takeovers()
+    counters["name_takeovers_refused"] = len(takeovers)
     counters.update(d.conns.counters)
     counters.update(d.counters)
     counters.update({f"membership_{k}": v for k, v in d.members.m.counters.items()})
@@ -88,6 +90,8 @@ def status_of(d: Daemon) -> dict[str, Any]:
         },
         # batches stamped beyond our clock bound, by author: held until plausible
         "clock_ahead": d.node.deferrals.snapshot(),
+        # backdated name claims that did not take the name (core.views.names)
+        "name_takeovers": takeovers,
         "peers_connected": len(d.conns.links),
         "members": d.members.snapshot(),
         "detection_bound_ms": d.members.detection_bound_ms(),
