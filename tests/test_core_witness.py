@@ -175,3 +175,43 @@ def test_an_attested_claim_is_verified_before_it_is_applied() -> None:
     assert names.resolve("planner") is None
     assert n.counters["bad_signature"] == 1
     assert n.outbox() == []  # and nothing witnessed
+
+
+def test_a_backdated_claim_intent_does_not_overturn_a_decided_claim() -> None:
+    from hivemesh.core.claims import ClaimsView
+
+    views = [ClaimsView() for _ in range(3)]  # window: the 500 ms settle window
+    a, b, liar = (_node(who, NamesView()) for who in IDS[:3])
+    for n, v in zip((a, b, liar), views, strict=True):
+        n.add_view(v)
+    _link([a, b, liar])
+    a.append("claim.intent", {"r": "task-7"}, T0)
+    _pump([a, b, liar], T0 + 5)
+    assert views[0].decided("task-7", T0 + 600, 500) == a.identity.public
+    honest_clock = liar.writer.clock
+    liar.writer.clock = HLC(0)  # stamped hlc=1, written ten seconds later
+    liar.append("claim.intent", {"r": "task-7"}, 0)
+    liar.writer.clock = honest_clock
+    _pump([a, b, liar], T0 + 10_000)
+    for v in views:
+        assert v.decided("task-7", T0 + 10_000, 500) == a.identity.public
+        ((resource, claim, winner),) = v.takeovers()
+        assert (resource, claim.author, winner.author) == (
+            "task-7",
+            liar.identity.public,
+            a.identity.public,
+        )
+
+
+def test_a_backdated_lease_voter_set_is_not_adopted_by_late_joiners() -> None:
+    from hivemesh.runtime.leases import KIND_VOTERS, VotersView
+
+    honest, liar = FeedWriter(IDS[0], Head(), HLC()), FeedWriter(IDS[2], Head(), HLC(0))
+    view = VotersView()
+    mine = honest.append(KIND_VOTERS, {"v": [IDS[0].address, IDS[1].address]}, T0)
+    view.apply(_witness_event(IDS[1], make_hlc(T0 + 3), [[mine.author, mine.seq]]))
+    theirs = liar.append(KIND_VOTERS, {"v": [IDS[2].address]}, 0)  # hlc 1
+    late = make_hlc(T0 + MAX_DRIFT_MS + 5_000)
+    for ev in (theirs, mine, _witness_event(IDS[1], late, [[theirs.author, theirs.seq]])):
+        view.apply(ev)
+    assert view.earliest == sorted([IDS[0].address, IDS[1].address])

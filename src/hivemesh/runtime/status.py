@@ -57,6 +57,7 @@ def status_of(d: Daemon) -> dict[str, Any]:
     counters.update(d.node.deferrals.counters)
     takeovers = d.names.takeovers()
     counters["name_takeovers_refused"] = len(takeovers)
+    counters["claim_takeovers_refused"] = len(d.claims.view.takeovers())
     counters.update(d.conns.counters)
     counters.update(d.counters)
     counters.update({f"membership_{k}": v for k, v in d.members.m.counters.items()})

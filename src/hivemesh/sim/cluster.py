@@ -159,7 +159,7 @@ class Cluster:
             trusted=self.members.__contains__,
         )
         sn.digest = EventSetDigest()
-        sn.claims = ClaimsView()
+        sn.claims = ClaimsView(self.opts.claim_settle_ms)
         node.add_view(sn.digest)
         node.add_view(sn.claims)
         sn.views = standard_views(sn.identity.public)
