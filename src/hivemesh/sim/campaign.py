@@ -104,9 +104,16 @@ def default_options(nodes: int, workload: str = "journal") -> SimOptions:
     ``workload="plan"``: every node runs a decomposer, scorer and executor on
     one goal (6 leaves) under the standard fault mix; every replica must end
     with the same accepted tree and each leaf with exactly one accepted result.
+
+    ``workload="clock"``: the journal workload with its last node a trusted
+    peer with far-future and backdated clocks, over an active phase long
+    enough for its backdated name claims to come more than the clock bound
+    after the honest ones (:mod:`hivemesh.sim.adversary`).
     """
     if workload == "plan":  # run with factory=hivemesh.roles.simplan.PlanCluster
         return SimOptions(nodes=nodes, appends=0, active_ms=12_000, heal_ms=40_000)
+    if workload == "clock":  # run with factory=hivemesh.sim.adversary.ClockAdversaryCluster
+        return SimOptions(nodes=nodes, active_ms=100_000, heal_ms=40_000, sync_interval_ms=1_000)
     if workload == "claims":
         return SimOptions(
             nodes=nodes,

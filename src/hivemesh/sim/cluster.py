@@ -285,11 +285,17 @@ class Cluster:
         """Impose a partition (address -> group) or heal (None)."""
         self.partition = groups
 
+    @property
+    def honest(self) -> list[SimNode]:
+        """The replicas whose agreement the checkers demand (every node here;
+        an adversarial workload leaves its adversary out)."""
+        return self.nodes
+
     def converged(self) -> bool:
         """Every replica holds the same feeds, every signature settled."""
-        if any(n.node.journal.unsettled for n in self.nodes if n.node):
+        if any(n.node.journal.unsettled for n in self.honest if n.node):
             return False
-        vvs = [n.node.journal.version_vector() for n in self.nodes if n.node]
+        vvs = [n.node.journal.version_vector() for n in self.honest if n.node]
         if self.opts.claim_tasks and len({t for t, _ in self.executions}) < self.opts.claim_tasks:
             return False
         return all(v == vvs[0] for v in vvs)
