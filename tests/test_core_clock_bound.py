@@ -134,6 +134,18 @@ def test_a_relay_is_asked_only_for_what_lies_before_the_deferred_event() -> None
     assert n2.journal.head(MALLORY.public).seq == 0
 
 
+def test_a_deferred_batch_whose_author_lost_our_trust_meanwhile_is_refused_at_release() -> None:
+    trusted = {MALLORY.public}
+    n = Node(HONEST, MemoryStore(), random.Random(1), now_ms=NOW, trusted=trusted.__contains__)
+    ahead_ms = NOW + MAX_DRIFT_MS + 1_000
+    n.receive(MALLORY.address, frame(Feed().batch(at(ahead_ms))), NOW)
+    assert n.counters["clock_ahead"] == 1
+    trusted.clear()  # revoked
+    n.handle_timer(ahead_ms - MAX_DRIFT_MS)  # counted, not raised
+    assert n.counters["untrusted_author"] == 1
+    assert n.journal.head(MALLORY.public).seq == 0 and n.deferrals.held == {}
+
+
 def test_held_bytes_are_bounded_and_a_dropped_batch_is_pulled_after_its_release() -> None:
     n, _seen = node(max_deferred_bytes=10)
     n.add_peer(RELAY.address)

@@ -339,8 +339,12 @@ class Node:
                 del self._pulls[author]
                 self.counters["pull_timeout"] += 1
         for rec in self.deferrals.due(now_ms):
-            if rec.raws is not None:  # else a marker: anti-entropy pulls it now
+            if rec.raws is None:
+                continue  # a marker: anti-entropy pulls the batch from now on
+            try:
                 self._ingest("", rec.author, rec.raws, rec.sig, 0, now_ms, attested=False)
+            except RemoteProtocolError as exc:  # e.g. its author is no longer trusted
+                self.counters[exc.code] += 1
         if now_ms >= self._next_sync_ms:
             self._next_sync_ms = now_ms + self._jitter(self.config.sync_interval_ms)
             if self._peers:
