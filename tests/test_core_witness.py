@@ -215,3 +215,24 @@ def test_a_backdated_lease_voter_set_is_not_adopted_by_late_joiners() -> None:
     for ev in (theirs, mine, _witness_event(IDS[1], late, [[theirs.author, theirs.seq]])):
         view.apply(ev)
     assert view.earliest == sorted([IDS[0].address, IDS[1].address])
+
+
+def test_a_witness_our_store_cannot_take_is_counted_not_raised() -> None:
+    from hivemesh.errors import StoreError
+
+    class Full(MemoryStore):
+        def append(self, author: bytes, events: Any, sig: bytes, **kw: Any) -> None:
+            if author == IDS[0].public:
+                raise StoreError("disk full")
+            super().append(author, events, sig, **kw)
+
+    n = Node(IDS[0], Full(), random.Random(1), now_ms=T0)
+    names = NamesView()
+    n.add_view(names)
+    w = FeedWriter(IDS[1], Head(), HLC())
+    ev = w.append(*NamesView.claim("planner"), T0)
+    sealed = w.seal()
+    assert sealed is not None
+    n.receive(IDS[1].address, encode_frame(FrameType.EVENTS, ev.author, [ev.raw], sealed[1], 0), T0)
+    assert n.counters["witness_failed"] == 1
+    assert names.resolve("planner") == IDS[1].address

@@ -80,6 +80,7 @@ from hivemesh.errors import (
     ClockAhead,
     DecodeError,
     GapError,
+    HivemeshError,
     InvalidAddress,
     RemoteProtocolError,
     ReplayError,
@@ -198,9 +199,14 @@ class Node:
             for a, seq in seen.items()
             if self.witnesses.first_seen(a, seq) is None
         }
-        if cover:
+        if not cover:
+            return
+        try:
             self.append_many([(KIND_WITNESS, body) for body in witness_bodies(cover)], now_ms)
-            self.counters["witnessed"] += len(cover)
+        except (HivemeshError, ValueError):  # our own store failed: count it, never raise
+            self.counters["witness_failed"] += 1
+            return
+        self.counters["witnessed"] += len(cover)
 
     def register_handler(self, ftype: int, handler: FrameHandler) -> None:
         """Route frames of ``ftype`` to ``handler`` (membership, direct, ...)."""
