@@ -53,6 +53,13 @@ it at its release time, which :meth:`Node.next_deadline` includes (see
 :mod:`hivemesh.core.deferral`). Neither a received nor a stored timestamp
 moves our clock beyond the bound (:meth:`Node.rehydrate`).
 
+**Witnesses.** Views whose rules let the earliest record win (names, claims,
+plan tasks) declare ``witnessed_kinds``. When a batch from another author
+brings such records, the node appends one ``witness`` event of its own in
+the same :meth:`Node.receive` call, before any view can be queried, so
+those views can order records by when other nodes first saw them and not by
+their authors' word alone (:mod:`hivemesh.core.witness`).
+
 Bad input from a peer raises a :class:`~hivemesh.errors.RemoteProtocolError`
 inside; :meth:`Node.receive` counts it by code in :attr:`Node.counters` and
 drops it. Nothing invalid is stored.
@@ -185,9 +192,7 @@ class Node:
 
     def _saw(self, ev: Event) -> None:
         """An event of a witnessed kind was applied: witness it (if not ours)."""
-        if ev.author != self.writer.identity.public and ev.seq > self._unwitnessed.get(
-            ev.author, 0
-        ):
+        if ev.author != self.identity.public and ev.seq > self._unwitnessed.get(ev.author, 0):
             self._unwitnessed[ev.author] = ev.seq
 
     def _witness(self, now_ms: int) -> None:
