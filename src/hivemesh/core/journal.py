@@ -60,6 +60,7 @@ and hands the run to the store as one batch under that signature. So:
 from __future__ import annotations
 
 import bisect
+import contextlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -135,7 +136,8 @@ class Journal:
         self._runs: dict[bytes, _Run] = {}
         #: Authors whose attested head signature failed (refused until restart).
         self.faulty: set[bytes] = set()
-        #: The largest HLC of the last batch ingested with a ``horizon``.
+        #: The HLC to advance the clock past after the last batch ingested:
+        #: its last event's (its largest, when an event lay beyond the bound).
         self.top_hlc = 0
         #: Kinds :meth:`watch` was asked for (never applied unverified).
         self.watched: frozenset[str] = frozenset()
@@ -293,7 +295,20 @@ class Journal:
         last = decode_event(raws[-1])
         if last.seq <= head.seq:
             self._check_replay(author, last, sig)
-        events = verify_batch(author, raws, sig, head, last=last, check_sig=not attested)
+        events: list[Event] | None = None
+        top = last.hlc
+        if horizon is not None and top <= horizon:
+            # The bound rides on decoding: no per-event cost (core.event). An
+            # earlier event beyond it: verify the batch in full, then defer.
+            with contextlib.suppress(ClockAhead):
+                events = verify_batch(
+                    author, raws, sig, head, last=last, check_sig=not attested, max_hlc=horizon
+                )
+        if events is None:
+            events = verify_batch(author, raws, sig, head, last=last, check_sig=not attested)
+            if horizon is not None:
+                top = max(map(_hlc_of, events))
+        self.top_hlc = top
         if attested and self.watched and self._holds_watched(events):
             if run is not None:  # verify this batch now, after the run it extends
                 if not self._settle_one(author):
@@ -302,11 +317,8 @@ class Journal:
             if not verify(author, sig, head_message(author, last.seq, last.id)):
                 raise BadSignature(f"head signature for #{last.seq} does not verify")
             attested = False
-        if horizon is not None:
-            # One compare for the usual one-event batch; a C-level max otherwise.
-            top = self.top_hlc = last.hlc if len(events) == 1 else max(map(_hlc_of, events))
-            if top > horizon:
-                self._defer(author, events, sig, top, horizon, checked=not attested)
+        if horizon is not None and top > horizon:
+            self._defer(author, events, sig, top, horizon, checked=not attested)
         for validator in self._validators:
             validator.validate_batch(events)
         if not attested:

@@ -40,6 +40,13 @@ or by its own ``hlc`` while nobody has witnessed it (:meth:`WitnessIndex.order`)
   for longer than ``window``, e.g. written alone in a partition); views
   report those that lost what their own timestamp would have won.
 
+Why not also refuse a feed whose HLC goes backwards (a rule on the feed
+alone, like the foreign-operations rule)? It would not stop a liar that
+stamps its whole feed early, which witnesses handle anyway; and it would
+freeze the feed of an honest node that an older version left stamped far
+ahead (it rehydrated a far-future event and wrote past it): such a node must
+be able to continue with sane stamps (:meth:`hivemesh.core.hlc.HLC.restore`).
+
 Limits (see docs/threat-model.md): a swarm whose only other witness is the
 attacker cannot tell its word from the honest one's; colluding trusted peers
 can witness each other's backdated records early; records stored before this
