@@ -15,4 +15,7 @@ bash scripts/services.sh
 "$PY" -m hivemesh sim --seeds 1..1000 --nodes 5
 # The planner on the simulator: same accepted tree everywhere, one result per leaf.
 "$PY" -m hivemesh sim --seeds 1..200 --nodes 5 --workload plan
+# A trusted peer with far-future and backdated clocks: honest nodes keep writing,
+# no clock passes the bound, no backdated claim takes a name held longer than it.
+"$PY" -m hivemesh sim --seeds 1..200 --nodes 5 --workload clock
 "$PY" -m pytest -q -p no:cacheprovider "$@"

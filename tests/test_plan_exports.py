@@ -53,4 +53,5 @@ def test_exported_members() -> None:
 def test_plan_event_kinds_are_namespaced() -> None:
     ours = plan_events.ALL_KINDS - {plan_events.KIND_MEMBER_DOWN}
     assert all(k.startswith("plan.") for k in ours)
-    assert plan.PlanView.kinds == plan_events.ALL_KINDS
+    # plus the witnesses that order claims and results (core.witness)
+    assert plan.PlanView.kinds == plan_events.ALL_KINDS | {"witness"}

@@ -176,6 +176,30 @@ def test_crashed_claimer_released_and_reclaimed_exactly_one_result() -> None:
     assert v.claimable(5000) == []
 
 
+def test_a_backdated_claim_or_result_does_not_overturn_a_settled_one() -> None:
+    """A trusted executor stamps its claim and result before the honest ones;
+    witnesses (core.witness) show it was first seen much later."""
+    w = World()
+    gid = start(w, max_depth=0)  # settle_ms 50: the ordering window
+    honest = w.emit("e1", 1010, KIND_CLAIM, claim_body(gid))
+    w.emit("e2", 1012, "witness", {"c": [[honest.author, honest.seq]]})
+    v = w.view()
+    assert v.claim_won(gid, event_ref(honest), 1100)
+    liar = w.emit("m", 900, KIND_CLAIM, claim_body(gid))  # written at 5000
+    w.emit("e2", 5000, "witness", {"c": [[liar.author, liar.seq]]})
+    v = w.view()
+    assert v.node(gid).winner[1] == author_key("e1")  # m's before the fix
+    assert v.claim_won(gid, event_ref(honest), 5000)
+    assert v.stats()["claim_takeovers_refused"] == 1
+    done = w.emit("e1", 5100, KIND_RESULT, result_body(gid, "honest"))
+    w.emit("e2", 5101, "witness", {"c": [[done.author, done.seq]]})
+    fake = w.emit("m", 950, KIND_RESULT, result_body(gid, "forged history"))
+    w.emit("e2", 9000, "witness", {"c": [[fake.author, fake.seq]]})
+    v = w.view()
+    assert v.final_answer(gid) == "honest"
+    assert v.stats()["result_takeovers_refused"] == 1
+
+
 def test_member_down_voids_claims_up_to_its_seq() -> None:
     w = World()
     gid = start(w, max_depth=0)
@@ -307,6 +331,10 @@ def scenario(seed: int) -> list[Event]:
             elif r < 0.9:
                 t += rng.randint(1, 50)
                 w.emit(e, t, KIND_RESULT, result_body(task, f"{e} did {task[:6]}"))
+        for e, _cid in cids:  # witnesses, sometimes far later: they may reorder claims
+            if rng.random() < 0.5:
+                seen = {"c": [[author_key(e), w.writers[e].seq]]}
+                w.emit(rng.choice(("e1", "e2", "w1")), t + rng.randint(0, 300), "witness", seen)
     if rng.random() < 0.2:
         w.emit("cli", t + 1, KIND_CANCEL, cancel_body(gid, "stop"))
     w.emit("evil", t + 2, KIND_VOTE, {"proposal": 1})

@@ -16,6 +16,7 @@ from hivemesh.core.identity import Identity
 from hivemesh.core.views.base import View
 from hivemesh.core.views.names import KIND_CLAIM, KIND_RELEASE, NamesView
 from hivemesh.core.views.registers import KIND_MAX, MaxRegisterView
+from hivemesh.core.witness import KIND_WITNESS
 from hivemesh.errors import InvalidArgument
 
 IDS = [Identity.from_seed(bytes([i]) * 32) for i in range(1, 5)]
@@ -110,12 +111,17 @@ def test_max_register_never_goes_backwards() -> None:
 
 
 names = st.sampled_from(["collector", "planner", "db-1"])
+# "I held author k's feed up to seq s" (core.witness): it may reorder claims.
+witness = st.builds(lambda k, s: {"c": [[IDS[k].public, s]]}, st.integers(0, 3), st.integers(1, 8))
 name_script = st.lists(
-    st.tuples(
-        st.integers(0, 3),
-        st.sampled_from([KIND_CLAIM, KIND_RELEASE]),
-        st.fixed_dictionaries({"n": names}),
-        st.integers(0, 2),
+    st.one_of(
+        st.tuples(
+            st.integers(0, 3),
+            st.sampled_from([KIND_CLAIM, KIND_RELEASE]),
+            st.fixed_dictionaries({"n": names}),
+            st.integers(0, 2),
+        ),
+        st.tuples(st.integers(0, 3), st.just(KIND_WITNESS), witness, st.integers(0, 70_000)),
     ),
     min_size=1,
     max_size=30,

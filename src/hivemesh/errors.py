@@ -47,6 +47,7 @@ Every class carries a short stable ``code`` used as the counter name in
     │   ├── ReplayError
     │   ├── ForkError
     │   ├── UntrustedAuthor
+    │   ├── ClockAhead             (an event beyond the clock bound: deferred)
     │   ├── ForeignOperations
     │   ├── BlobMismatch
     │   ├── OpsOutOfOrder
@@ -134,6 +135,7 @@ __all__ = [
     "BrokenChain",
     "CaptchaRequired",
     "ChannelSuperseded",
+    "ClockAhead",
     "ConfigError",
     "ConnectionClosed",
     "CoordinationError",
@@ -306,6 +308,24 @@ class UntrustedAuthor(RemoteProtocolError):
     """Events from an author that this node's trust policy does not admit."""
 
     code = "untrusted_author"
+
+
+class ClockAhead(RemoteProtocolError):
+    """A batch carries an HLC beyond the receiver's clock bound.
+
+    It is not refused: the receiver holds it (and the author's later events
+    behind it) until its physical clock reaches ``release_ms``, then applies
+    it (:mod:`hivemesh.core.deferral`). ``hlc`` is the batch's largest HLC,
+    ``seq`` the first event that carries an implausible one.
+    """
+
+    code = "clock_ahead"
+
+    def __init__(self, message: str, *, hlc: int, seq: int, release_ms: int) -> None:
+        super().__init__(message)
+        self.hlc = hlc
+        self.seq = seq
+        self.release_ms = release_ms
 
 
 class ForeignOperations(RemoteProtocolError):

@@ -22,6 +22,14 @@ same winner from the same events, so no leader and no round trips.
   with an earlier timestamp can make two nodes work on one resource. That
   case is *detected*: two ``claim.done`` events from different authors are
   reported by :meth:`ClaimsView.duplicates`.
+* *Earliest* is not the author's word alone: a claim is ordered by
+  ``max(hlc, first_witness - window_ms)`` (:mod:`hivemesh.core.witness`;
+  nodes witness every ``claim.intent`` they receive from others), with
+  ``window_ms`` the settle window. An honest claim keeps its own ``hlc``; a
+  backdated one is ordered no earlier than a settle window before an honest
+  node first saw it, so it cannot overturn a claim that had settled by then.
+  :meth:`ClaimsView.takeovers` lists live claims whose own ``hlc`` would
+  have won but whose first witness came too late.
 
 For work that must never run twice use a lease with a fencing token
 (:mod:`hivemesh.leases`) instead.
@@ -34,15 +42,19 @@ from dataclasses import dataclass, field
 
 from hivemesh.core.event import Event
 from hivemesh.core.hlc import hlc_ms
+from hivemesh.core.witness import KIND_WITNESS, WitnessIndex
 
-__all__ = ["Claim", "ClaimsView"]
+__all__ = ["DEFAULT_WINDOW_MS", "Claim", "ClaimsView"]
 
 _MAX_RESOURCE = 256
+#: How much earlier than its first witness a claim may be ordered: the settle
+#: window (swarm-wide: every replica must order claims alike).
+DEFAULT_WINDOW_MS = 500
 
 
 @dataclass(frozen=True, order=True, slots=True)
 class Claim:
-    """One claim: ordered by ``(hlc, author)``, the swarm-wide order."""
+    """One claim as its author stamped it (the view orders it by witnesses)."""
 
     hlc: int
     author: bytes
@@ -59,16 +71,23 @@ class _Resource:
 class ClaimsView:
     """Deterministic winner per resource from claim events."""
 
-    kinds = frozenset({"claim.intent", "claim.release", "claim.done", "member.down"})
+    kinds = frozenset({"claim.intent", "claim.release", "claim.done", "member.down", KIND_WITNESS})
+    #: Kinds the node must witness for this view's order (core.witness).
+    witnessed_kinds = frozenset({"claim.intent"})
 
-    def __init__(self) -> None:
+    def __init__(self, window_ms: int = DEFAULT_WINDOW_MS) -> None:
+        self.window_ms = window_ms
         self._res: dict[str, _Resource] = {}
         self._down: dict[bytes, int] = {}  # author -> highest seq covered by a down report
         self.rejected: Counter[str] = Counter()
+        self.witnesses = WitnessIndex(self.rejected)
 
     def apply(self, event: Event) -> None:
-        """Fold one claim or failure event in; bad bodies are counted."""
+        """Fold one claim, failure or witness event in; bad bodies are counted."""
         body = event.body
+        if event.kind == KIND_WITNESS:
+            self.witnesses.apply(event)
+            return
         if event.kind == "member.down":
             who = body.get("a") if isinstance(body, dict) else None
             upto = body.get("upto") if isinstance(body, dict) else None
@@ -104,7 +123,12 @@ class ClaimsView:
             if c.seq <= self._down.get(c.author, 0):
                 continue
             out.append(c)
-        return sorted(out)
+        return sorted(out, key=lambda c: (self.order_hlc(c), c.author, c.seq))
+
+    def order_hlc(self, c: Claim) -> int:
+        """The HLC ``c`` is ordered by: its own, unless first witnessed more
+        than ``window_ms`` later (module docs)."""
+        return self.witnesses.order(c.author, c.seq, c.hlc, self.window_ms)
 
     def winner(self, r: str) -> Claim | None:
         """The earliest live claim on ``r`` (None if unclaimed or done)."""
@@ -114,9 +138,20 @@ class ClaimsView:
     def decided(self, r: str, now_ms: int, settle_ms: int) -> bytes | None:
         """The winning author once its claim is older than ``settle_ms``."""
         w = self.winner(r)
-        if w is None or now_ms - hlc_ms(w.hlc) < settle_ms:
+        if w is None or now_ms - hlc_ms(self.order_hlc(w)) < settle_ms:
             return None
         return w.author
+
+    def takeovers(self) -> list[tuple[str, Claim, Claim]]:
+        """``(resource, claim, winner)`` for every live claim whose own ``hlc``
+        would win but whose first witness came too late (backdated)."""
+        out = []
+        for r in sorted(self._res):
+            live = self._live(r)
+            for c in live[1:]:
+                if (c.hlc, c.author, c.seq) < (live[0].hlc, live[0].author, live[0].seq):
+                    out.append((r, c, live[0]))
+        return out
 
     def own_live(self, author: bytes) -> list[tuple[str, int]]:
         """``(resource, claim seq)`` of ``author``'s live claims (to release on restart)."""

@@ -23,7 +23,8 @@ from typing import Any
 import msgpack
 
 from hivemesh.core.codec import MAX_EVENT_BYTES, MAX_KIND_CHARS, pack, unpack
-from hivemesh.errors import DecodeError, UnsupportedVersion
+from hivemesh.core.hlc import MAX_DRIFT_MS, hlc_ms
+from hivemesh.errors import ClockAhead, DecodeError, UnsupportedVersion
 
 __all__ = ["EVENT_VERSION", "GENESIS", "Event", "decode_event", "encode_event", "event_hash"]
 
@@ -103,10 +104,14 @@ def encode_event(author: bytes, seq: int, prev: bytes, hlc: int, kind: str, body
     return Event(author, seq, prev, hlc, kind, body, raw, event_hash(raw))
 
 
-def decode_event(raw: bytes) -> Event:
+def decode_event(raw: bytes, max_hlc: int = _MAX_HLC) -> Event:
     """Decode and structurally validate one encoded event.
 
     Checks shape and types only; chain and signature are checked by the feed.
+    An otherwise valid event stamped after ``max_hlc`` (the receiver's clock
+    bound, :func:`hivemesh.core.hlc.horizon`) raises
+    :class:`~hivemesh.errors.ClockAhead`: the bound rides on the range check
+    every event gets anyway, so it costs nothing per event.
     """
     if type(raw) is not bytes:
         raise DecodeError("event must be bytes")
@@ -129,7 +134,7 @@ def decode_event(raw: bytes) -> Event:
         and type(seq) is int
         and seq >= 1
         and type(hlc) is int
-        and 0 <= hlc <= _MAX_HLC
+        and 0 <= hlc <= max_hlc
         and type(kind) is str
         and 0 < len(kind) <= MAX_KIND_CHARS
     ):
@@ -148,4 +153,11 @@ def _explain(version: Any, author: Any, seq: Any, prev: Any, hlc: Any, kind: Any
         raise DecodeError("event seq must be a positive int")
     if type(hlc) is not int or not 0 <= hlc <= _MAX_HLC:
         raise DecodeError("event hlc must be a non-negative int64")
-    raise DecodeError("event kind must be a short string")
+    if type(kind) is not str or not 0 < len(kind) <= MAX_KIND_CHARS:
+        raise DecodeError("event kind must be a short string")
+    raise ClockAhead(
+        f"event #{seq} is stamped beyond the clock bound",
+        hlc=hlc,
+        seq=seq,
+        release_ms=hlc_ms(hlc) - MAX_DRIFT_MS,
+    )

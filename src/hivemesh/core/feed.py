@@ -36,11 +36,12 @@ from typing import Any
 
 from hivemesh.core.codec import MAX_BATCH_EVENTS
 from hivemesh.core.event import GENESIS, Event, decode_event, encode_event
-from hivemesh.core.hlc import HLC
+from hivemesh.core.hlc import HLC, MAX_DRIFT_MS, hlc_ms
 from hivemesh.core.identity import Identity, verify
 from hivemesh.errors import (
     BadSignature,
     BrokenChain,
+    ClockAhead,
     DecodeError,
     ForkError,
     GapError,
@@ -53,6 +54,7 @@ __all__ = ["MAX_UNSEALED", "FeedWriter", "Head", "head_message", "verify_batch"]
 MAX_UNSEALED = 256
 
 _HEAD_TAG = b"hivemesh/head/v1"
+_MAX_HLC = (1 << 63) - 1
 
 
 def head_message(author: bytes, seq: int, event_id: bytes) -> bytes:
@@ -77,6 +79,7 @@ def verify_batch(
     last: Event | None = None,
     *,
     check_sig: bool = True,
+    max_hlc: int | None = None,
 ) -> list[Event]:
     """Verify a signed batch that should extend ``head``; return its events.
 
@@ -87,16 +90,28 @@ def verify_batch(
     ``last``, if given, is ``raws[-1]`` already decoded by the caller.
     ``check_sig=False`` skips the head signature of a batch that extends
     ``head`` (the caller verifies it later; see the journal's attested runs).
+    ``max_hlc`` makes any event stamped after it raise
+    :class:`~hivemesh.errors.ClockAhead` while decoding, before anything
+    else is checked (the journal then verifies the batch in full and decides).
     Raises a :class:`~hivemesh.errors.RemoteProtocolError` subclass.
     """
     if not raws:
         raise DecodeError("empty batch")
     if len(raws) > MAX_BATCH_EVENTS:
         raise DecodeError(f"batch of {len(raws)} events exceeds {MAX_BATCH_EVENTS}")
+    bound = _MAX_HLC if max_hlc is None else max_hlc
     if last is None or last.raw is not raws[-1]:
-        events = [decode_event(r) for r in raws]
+        events = [decode_event(r, bound) for r in raws]
     else:
-        events = [decode_event(r) for r in raws[:-1]]
+        events = [decode_event(r, bound) for r in raws[:-1]]
+        if last.hlc > bound:
+            release_ms = hlc_ms(last.hlc) - MAX_DRIFT_MS
+            raise ClockAhead(
+                "the batch ends beyond the clock bound",
+                hlc=last.hlc,
+                seq=last.seq,
+                release_ms=release_ms,
+            )
         events.append(last)
     first = events[0]
     for e in events:

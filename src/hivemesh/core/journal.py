@@ -14,7 +14,9 @@ covered by a stored head signature. That single invariant gives:
   stored signed seq (:meth:`Journal.read_chunk`).
 
 :meth:`Journal.ingest` is the one gate for remote input: it verifies (see
-:mod:`hivemesh.core.feed`), lets views that validate content vet the batch
+:mod:`hivemesh.core.feed`), holds back a batch stamped beyond the receiver's
+clock bound (:class:`~hivemesh.errors.ClockAhead`; neither stored nor applied,
+see :mod:`hivemesh.core.deferral`), lets views that validate content vet the batch
 (a context update carrying another author's operations is refused here, so
 it is never stored and the author's feed stops at that point, on every
 replica alike), persists atomically, then applies to the views. It stores
@@ -41,6 +43,10 @@ and hands the run to the store as one batch under that signature. So:
   (:meth:`read_chunk`, replay checks) settle that author first, and a
   non-attested batch settles the run it extends before it is verified;
 * a run never outgrows what one served chunk may hold (it is settled early);
+* a batch that holds an event of a *watched* kind (:meth:`Journal.watch`:
+  kinds the node witnesses, :mod:`hivemesh.core.witness`) is verified at
+  once, after the run it extends: a witness must never vouch for an event
+  whose signature might still fail;
 * a crash loses at most the unsettled runs, which anti-entropy pulls again
   (the author holds them durably), exactly like the store's pending group;
 * a run whose signature fails can only come from a faulty author (the
@@ -54,17 +60,27 @@ and hands the run to the store as one batch under that signature. So:
 from __future__ import annotations
 
 import bisect
+import contextlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, Protocol
 
 from hivemesh.core.codec import MAX_BATCH_EVENTS, MAX_FRAME_BYTES
 from hivemesh.core.event import Event, decode_event, event_hash
 from hivemesh.core.feed import Head, head_message, verify_batch
+from hivemesh.core.hlc import MAX_DRIFT_MS, hlc_ms
 from hivemesh.core.identity import verify
 from hivemesh.core.store import FeedStore
-from hivemesh.errors import BadSignature, DecodeError, ForkError, ReplayError, UntrustedAuthor
+from hivemesh.errors import (
+    BadSignature,
+    ClockAhead,
+    DecodeError,
+    ForkError,
+    ReplayError,
+    UntrustedAuthor,
+)
 
 __all__ = ["Journal", "View"]
 
@@ -74,6 +90,8 @@ _ALL = ""
 _CHUNK_SLACK = 4096
 #: Largest unsettled run in event bytes (it must fit one served chunk).
 _RUN_MAX_BYTES = MAX_FRAME_BYTES - _CHUNK_SLACK
+_hlc_of = attrgetter("hlc")
+_kind_of = attrgetter("kind")
 
 
 @dataclass(slots=True)
@@ -118,6 +136,11 @@ class Journal:
         self._runs: dict[bytes, _Run] = {}
         #: Authors whose attested head signature failed (refused until restart).
         self.faulty: set[bytes] = set()
+        #: The HLC to advance the clock past after the last batch ingested:
+        #: its last event's (its largest, when an event lay beyond the bound).
+        self.top_hlc = 0
+        #: Kinds :meth:`watch` was asked for (never applied unverified).
+        self.watched: frozenset[str] = frozenset()
         for author, (seq, h) in store.heads().items():
             self.heads[author] = Head(seq, h)
             self._signed[author] = store.signed_seqs(author)
@@ -142,6 +165,15 @@ class Journal:
             self._replay_fns.setdefault(key, []).append(replay)
         if hasattr(view, "validate_batch"):
             self._validators.append(view)
+
+    def watch(self, kinds: Iterable[str], fn: Callable[[Event], None]) -> None:
+        """Call ``fn`` for every event of ``kinds`` applied from now on (ingested
+        or our own; not replayed). An attested batch that holds such an event
+        is verified before it is applied, so ``fn`` never sees an event whose
+        signature may still fail (the node witnesses them: core.witness)."""
+        for kind in sorted(set(kinds)):
+            self._apply_fns.setdefault(kind, []).append(fn)
+        self.watched = self.watched | frozenset(kinds)
 
     def apply_to_views(self, events: Iterable[Event], *, replay: bool = False) -> None:
         """Fold events into the registered views (ingest, own appends, replay)."""
@@ -214,7 +246,13 @@ class Journal:
     # -- writing -------------------------------------------------------------
 
     def ingest(
-        self, author: bytes, raws: Sequence[bytes], sig: bytes, *, attested: bool = False
+        self,
+        author: bytes,
+        raws: Sequence[bytes],
+        sig: bytes,
+        *,
+        attested: bool = False,
+        horizon: int | None = None,
     ) -> list[Event]:
         """Verify, persist and apply a signed batch from a peer.
 
@@ -224,6 +262,11 @@ class Journal:
         ``attested=True`` means the caller received the batch from ``author``
         itself over an authenticated channel: its signature is checked later,
         by :meth:`settle` (module docs).
+        ``horizon`` is the largest plausible HLC (the clock bound,
+        :func:`hivemesh.core.hlc.horizon`): a valid batch that carries a larger
+        one is neither stored nor applied; :class:`~hivemesh.errors.ClockAhead`
+        tells the caller when it becomes plausible (see
+        :mod:`hivemesh.core.deferral`).
         """
         if type(author) is not bytes or len(author) != 32:
             raise DecodeError("author must be 32 bytes")
@@ -252,7 +295,30 @@ class Journal:
         last = decode_event(raws[-1])
         if last.seq <= head.seq:
             self._check_replay(author, last, sig)
-        events = verify_batch(author, raws, sig, head, last=last, check_sig=not attested)
+        events: list[Event] | None = None
+        top = last.hlc
+        if horizon is not None and top <= horizon:
+            # The bound rides on decoding: no per-event cost (core.event). An
+            # earlier event beyond it: verify the batch in full, then defer.
+            with contextlib.suppress(ClockAhead):
+                events = verify_batch(
+                    author, raws, sig, head, last=last, check_sig=not attested, max_hlc=horizon
+                )
+        if events is None:
+            events = verify_batch(author, raws, sig, head, last=last, check_sig=not attested)
+            if horizon is not None:
+                top = max(map(_hlc_of, events))
+        self.top_hlc = top
+        if attested and self.watched and self._holds_watched(events):
+            if run is not None:  # verify this batch now, after the run it extends
+                if not self._settle_one(author):
+                    raise BadSignature(f"author {author.hex()[:12]} sent an invalid head signature")
+                run = None
+            if not verify(author, sig, head_message(author, last.seq, last.id)):
+                raise BadSignature(f"head signature for #{last.seq} does not verify")
+            attested = False
+        if horizon is not None and top > horizon:
+            self._defer(author, events, sig, top, horizon, checked=not attested)
         for validator in self._validators:
             validator.validate_batch(events)
         if not attested:
@@ -267,6 +333,35 @@ class Journal:
         self.total_events += len(events)
         self.apply_to_views(events)
         return events
+
+    def _holds_watched(self, events: list[Event]) -> bool:
+        if len(events) == 1:
+            return events[0].kind in self.watched
+        return not self.watched.isdisjoint(map(_kind_of, events))
+
+    def _defer(
+        self,
+        author: bytes,
+        events: list[Event],
+        sig: bytes,
+        top: int,
+        horizon: int,
+        *,
+        checked: bool,
+    ) -> None:
+        """Refuse, for now, a batch that carries an HLC beyond ``horizon``."""
+        last = events[-1]
+        if not checked and not verify(author, sig, head_message(author, last.seq, last.id)):
+            raise BadSignature(f"head signature for #{last.seq} does not verify")
+        seq = next(e.seq for e in events if e.hlc > horizon)
+        release_ms = hlc_ms(top) - MAX_DRIFT_MS
+        raise ClockAhead(
+            f"author {author.hex()[:12]} #{seq} is {hlc_ms(top) - hlc_ms(horizon)} ms "
+            "beyond the clock bound",
+            hlc=top,
+            seq=seq,
+            release_ms=release_ms,
+        )
 
     @property
     def unsettled(self) -> int:

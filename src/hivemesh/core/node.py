@@ -61,6 +61,22 @@ up to the mark. :meth:`Node.append_later` keeps the node's own observations
 (membership, endpoints) while appends are refused or the store fails, and
 appends them once it can.
 
+**The clock bound.** Every batch goes through the journal with
+``horizon(now_ms)``: one stamped beyond our physical clock plus
+:data:`~hivemesh.core.hlc.MAX_DRIFT_MS` is held in :attr:`Node.deferrals`,
+not applied, not forwarded, and its author's later events wait behind it
+(pulls for that author stop short of it); :meth:`Node.handle_timer` ingests
+it at its release time, which :meth:`Node.next_deadline` includes (see
+:mod:`hivemesh.core.deferral`). Neither a received nor a stored timestamp
+moves our clock beyond the bound (:meth:`Node.rehydrate`).
+
+**Witnesses.** Views whose rules let the earliest record win (names, claims,
+plan tasks) declare ``witnessed_kinds``. When a batch from another author
+brings such records, the node appends one ``witness`` event of its own in
+the same :meth:`Node.receive` call, before any view can be queried, so
+those views can order records by when other nodes first saw them and not by
+their authors' word alone (:mod:`hivemesh.core.witness`).
+
 Bad input from a peer raises a :class:`~hivemesh.errors.RemoteProtocolError`
 inside; :meth:`Node.receive` counts it by code in :attr:`Node.counters` and
 drops it. Nothing invalid is stored.
@@ -75,16 +91,19 @@ from dataclasses import dataclass
 from random import Random
 from typing import Any
 
+from hivemesh.core.deferral import DEFAULT_MAX_BYTES, Deferrals
 from hivemesh.core.event import Event, decode_event, event_hash
 from hivemesh.core.feed import MAX_UNSEALED, FeedWriter, Head, head_message
 from hivemesh.core.frames import FrameType, decode_frame, encode_frame
-from hivemesh.core.hlc import HLC
+from hivemesh.core.hlc import HLC, horizon
 from hivemesh.core.identity import Identity, address_of, public_key_of, verify
 from hivemesh.core.journal import Journal, View
 from hivemesh.core.ownfeed import Mark, MarkStore, MemoryMarkStore, OwnFeedGate
 from hivemesh.core.store import FeedStore
+from hivemesh.core.witness import KIND_WITNESS, WitnessIndex, witness_bodies
 from hivemesh.errors import (
     BrokenChain,
+    ClockAhead,
     DecodeError,
     FeedNotWritable,
     ForkError,
@@ -123,6 +142,9 @@ class NodeConfig:
     settle_delay_ms: int | None = 20
     #: Own observations :meth:`Node.append_later` keeps while appends fail.
     max_deferred_events: int = 1024
+    #: Bytes of batches from beyond the clock bound held until they become
+    #: plausible (:mod:`hivemesh.core.deferral`).
+    max_deferred_bytes: int = DEFAULT_MAX_BYTES
 
 
 @dataclass(slots=True)
@@ -165,10 +187,11 @@ class Node:
         self.journal = Journal(store, trusted=trusted)
         self.counters: Counter[str] = self.journal.counters
         self.clock = HLC()
+        self._created_ms = now_ms
         own = self.journal.head(me)
         if own.seq:
             last = decode_event(store.read_range(me, own.seq, own.seq)[0])
-            self.clock.last = last.hlc
+            self.clock.restore(last.hlc, now_ms)
         if marks is None:
             marks = MemoryMarkStore(Mark(own.seq, own.hash))
         mark = marks.load()
@@ -179,6 +202,12 @@ class Node:
         self.feed_gate = OwnFeedGate(marks, own, at_mark, self.counters)
         self.writer = FeedWriter(identity, own, self.clock)
         self._later: deque[tuple[str, Any]] = deque()  # append_later's items
+        #: Batches from beyond the clock bound, waiting (module docs).
+        self.deferrals = Deferrals(self.config.max_deferred_bytes)
+        #: When other nodes first saw each feed (core.witness), and the
+        #: events of witnessed kinds applied but not yet witnessed by us.
+        self.witnesses = WitnessIndex()
+        self._unwitnessed: dict[bytes, int] = {}
         self._peers: list[str] = []
         self._outbox: list[tuple[str, bytes]] = []
         self._events: deque[Event] = deque()
@@ -191,13 +220,49 @@ class Node:
             FrameType.HAVE: self._on_have,
             FrameType.WANT: self._on_want,
         }
+        self.journal.add_view(self.witnesses)
         self._next_sync_ms = now_ms + self._jitter(self.config.sync_interval_ms)
 
     # -- wiring ----------------------------------------------------------------
 
     def add_view(self, view: View) -> None:
-        """Register a view; it sees every event applied from now on."""
+        """Register a view; it sees every event applied from now on.
+
+        A view whose rules order records by time names the kinds it needs
+        witnessed in ``witnessed_kinds``: this node then witnesses other
+        authors' events of those kinds (:mod:`hivemesh.core.witness`)."""
         self.journal.add_view(view)
+        wanted = frozenset(getattr(view, "witnessed_kinds", ())) - self.journal.watched
+        if wanted:
+            self.journal.watch(wanted, self._saw)
+
+    def _saw(self, ev: Event) -> None:
+        """An event of a witnessed kind was applied: witness it (if not ours)."""
+        if ev.author != self.identity.public and ev.seq > self._unwitnessed.get(ev.author, 0):
+            self._unwitnessed[ev.author] = ev.seq
+
+    def _witness(self, now_ms: int) -> None:
+        """Append one witness for what :meth:`_saw` noted and nobody else has
+        witnessed yet, covering each such author's feed as far as we hold it.
+        While our own feed takes no writes (recovering) they wait, and are
+        witnessed by the first timer after it does (a later witness only
+        orders those records later, never earlier)."""
+        if not self.feed_gate.writable:
+            return
+        seen, self._unwitnessed = self._unwitnessed, {}
+        cover = {
+            a: self.journal.head(a).seq
+            for a, seq in seen.items()
+            if self.witnesses.first_seen(a, seq) is None
+        }
+        if not cover:
+            return
+        try:
+            self.append_many([(KIND_WITNESS, body) for body in witness_bodies(cover)], now_ms)
+        except (HivemeshError, ValueError):  # our own store failed: count it, never raise
+            self.counters["witness_failed"] += 1
+            return
+        self.counters["witnessed"] += len(cover)
 
     def register_handler(self, ftype: int, handler: FrameHandler) -> None:
         """Route frames of ``ftype`` to ``handler`` (membership, direct, ...)."""
@@ -205,11 +270,14 @@ class Node:
             raise ValueError(f"frame type {ftype} already has a handler")
         self._handlers[ftype] = handler
 
-    def rehydrate(self, events: Iterable[Event]) -> int:
+    def rehydrate(self, events: Iterable[Event], now_ms: int | None = None) -> int:
         """Rebuild views from stored events (verified by the caller); returns count.
 
         Stored remote events passed the views' validation when they were
         ingested, so views may take them through their trusted ``replay``.
+        The clock moves past the largest stored HLC, but never beyond the
+        clock bound at ``now_ms`` (default: when the node was created): a
+        store may hold a far-future event accepted by an older version.
         """
         n = 0
         max_hlc = self.clock.last
@@ -218,7 +286,7 @@ class Node:
             if ev.hlc > max_hlc:
                 max_hlc = ev.hlc
             n += 1
-        self.clock.last = max_hlc
+        self.clock.restore(max_hlc, self._created_ms if now_ms is None else now_ms)
         return n
 
     @property
@@ -275,6 +343,9 @@ class Node:
         delay = self.config.settle_delay_ms
         if self._unsettled_ms is not None and delay is not None:
             deadline = min(deadline, self._unsettled_ms + delay)
+        release = self.deferrals.next_release()
+        if release is not None:
+            deadline = min(deadline, release)
         return deadline
 
     # -- inputs ----------------------------------------------------------------
@@ -394,7 +465,8 @@ class Node:
         return [address_of(author) for author in self.journal.settle()]
 
     def handle_timer(self, now_ms: int) -> None:
-        """Run periodic work: anti-entropy rounds, pull timeouts, settling."""
+        """Run periodic work: anti-entropy rounds, pull timeouts, settling,
+        deferred batches whose time has come."""
         delay = self.config.settle_delay_ms
         since = self._unsettled_ms
         if since is not None and delay is not None and now_ms >= since + delay:
@@ -403,7 +475,16 @@ class Node:
             if self._pulls[author].deadline_ms <= now_ms:
                 del self._pulls[author]
                 self.counters["pull_timeout"] += 1
+        for rec in self.deferrals.due(now_ms):
+            if rec.raws is None:
+                continue  # a marker: anti-entropy pulls the batch from now on
+            try:
+                self._ingest("", rec.author, rec.raws, rec.sig, 0, now_ms, attested=False)
+            except RemoteProtocolError as exc:  # e.g. its author is no longer trusted
+                self.counters[exc.code] += 1
         self._append_deferred(now_ms)
+        if self._unwitnessed:
+            self._witness(now_ms)
         if now_ms >= self._next_sync_ms:
             self._next_sync_ms = now_ms + self._jitter(self.config.sync_interval_ms)
             if self._peers:
@@ -456,8 +537,25 @@ class Node:
         attested = (
             hops == 0 and self.config.defer_direct_verify and self._peer_keys.get(peer) == author
         )
+        self._ingest(peer, author, raws, sig, hops, now_ms, attested=attested)
+
+    def _ingest(
+        self,
+        peer: str,
+        author: bytes,
+        raws: list[bytes],
+        sig: bytes,
+        hops: int,
+        now_ms: int,
+        *,
+        attested: bool,
+    ) -> None:
+        """One batch through the journal's gate, from ``peer`` ("" for a
+        deferred batch whose time has come)."""
         try:
-            events = self.journal.ingest(author, raws, sig, attested=attested)
+            events = self.journal.ingest(
+                author, raws, sig, attested=attested, horizon=horizon(now_ms)
+            )
         except ReplayError:
             self.counters["duplicate"] += 1
             return
@@ -468,17 +566,30 @@ class Node:
             return
         except GapError:
             self.counters["gap"] += 1
-            last = decode_event(raws[-1])
-            self._request(peer, [(author, self.journal.head(author).seq + 1, last.seq)], now_ms)
+            if peer:  # else anti-entropy fetches what a released batch lacks
+                last = decode_event(raws[-1])
+                want = (author, self.journal.head(author).seq + 1, last.seq)
+                self._request(peer, [want], now_ms)
+            return
+        except ClockAhead as exc:
+            self.counters[exc.code] += 1
+            pull = self._pulls.get(author)
+            overshot = None
+            if pull is not None and pull.peer == peer:
+                del self._pulls[author]  # answered; what it sent waits here
+                if pull.upto < exc.seq:  # we asked for less: it holds no shorter chunk
+                    overshot = peer
+            start = self.journal.head(author).seq + 1
+            self.deferrals.hold(author, exc, start, raws, sig, now_ms, pulled_from=overshot)
             return
         self.counters["events_in"] += len(events)
         if attested and self._unsettled_ms is None:
             self._unsettled_ms = now_ms
-        self.clock.observe(events[-1].hlc, now_ms)  # hlcs grow along a feed
+        self.clock.observe(self.journal.top_hlc, now_ms)
         if author == self.identity.public:
             self._recovered(events, now_ms)
         pull = self._pulls.get(author)
-        if pull is None or pull.peer != peer:
+        if peer and (pull is None or pull.peer != peer):
             self._pushed_ms[author] = now_ms
         if pull is not None:
             if self.journal.head(author).seq >= pull.upto:
@@ -487,6 +598,8 @@ class Node:
                 pull.deadline_ms = now_ms + self.config.want_timeout_ms
         self._emit(events)
         self._forward(peer, author, raws, sig, hops)
+        if self._unwitnessed:
+            self._witness(now_ms)
 
     def _on_have(self, peer: str, fields: list[Any], now_ms: int) -> None:
         if len(fields) != 2 or type(fields[0]) is not dict or type(fields[1]) is not bool:
@@ -519,6 +632,12 @@ class Node:
         for author, start, end in wants:
             if trusted is not None and not trusted(author):
                 continue
+            cap = self.deferrals.cap(author, peer)
+            if cap is not None:  # only what lies before a deferred batch
+                end = min(end, cap)
+                if end < start:
+                    self.counters["pull_deferred"] += 1
+                    continue
             pull = self._pulls.get(author)
             if pull is not None and pull.deadline_ms > now_ms and pull.upto >= end:
                 continue

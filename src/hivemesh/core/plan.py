@@ -22,6 +22,16 @@ by the membership layer's ``member.down {a, upto}`` (claim seq <= upto). Life of
     inner: open -> split -> synthesis -> done | failed      (any -> cancelled)
     leaf:  blocked -> ready -> claimed -> done | failed      (any -> cancelled)
 
+A task's claims and results are ordered by witnesses, not by their authors'
+HLCs alone (:mod:`hivemesh.core.witness`; nodes witness every
+``plan.task.claim`` and ``plan.task.result`` they receive from others): each
+is ordered by ``max(hlc, first_witness - settle_ms)`` with the goal's
+``settle_ms``, so a backdated claim or result cannot overturn one that had
+settled before any honest node saw it. The snapshot's claim and result
+``hlc`` are these ordering HLCs (an honest record's own). :meth:`stats`
+counts ``claim_takeovers_refused`` and ``result_takeovers_refused``: tasks
+where a record's own HLC would have won but its witnesses came too late.
+
 Only the *action* queries (:meth:`open_goals`, :meth:`claimable`,
 :meth:`claim_won`) take ``now_ms``: they hold back from acting until a
 decision is ``settle_ms`` old, so late competing events rarely flip it. The
@@ -38,6 +48,8 @@ from hivemesh.core.event import Event
 from hivemesh.core.hlc import hlc_ms
 from hivemesh.core.plan_events import (
     ALL_KINDS,
+    KIND_CLAIM,
+    KIND_RESULT,
     Cancel,
     Claim,
     Down,
@@ -58,6 +70,7 @@ from hivemesh.core.plan_rules import (
     decide,
     evaluate,
 )
+from hivemesh.core.witness import KIND_WITNESS, WitnessIndex
 from hivemesh.errors import InvalidPlanEvent
 
 __all__ = ["NodeState", "PlanView", "TaskInfo"]
@@ -119,9 +132,14 @@ def _text(n: NodeState) -> str:
 class PlanView:
     """The journal view of every plan. Register with ``journal.add_view``."""
 
-    kinds = ALL_KINDS
+    kinds = ALL_KINDS | {KIND_WITNESS}
+    #: Kinds the node must witness for this view's order (core.witness).
+    witnessed_kinds = frozenset({KIND_CLAIM, KIND_RESULT})
 
     def __init__(self) -> None:
+        self._witnesses = WitnessIndex()
+        self._result_seq: dict[bytes, int] = {}  # result event id -> its seq
+        self._takeovers: Counter[str] = Counter()
         self._seen: set[bytes] = set()
         self._goals: dict[str, tuple[int, bytes, GoalCreate]] = {}
         self._proposals: dict[str, dict[str, tuple[int, bytes, Proposal]]] = {}
@@ -144,6 +162,10 @@ class PlanView:
 
     def apply(self, event: Event) -> None:
         """Fold one event in. Never raises on bad input (counts it instead)."""
+        if event.kind == KIND_WITNESS:
+            self._witnesses.apply(event)
+            self._nodes = None
+            return
         if event.id in self._seen:
             self.duplicates_applied += 1
             return
@@ -168,6 +190,7 @@ class PlanView:
             self._claims.setdefault(rec.task, {})[rec.id] = (event.hlc, event.author, event.seq)
         elif isinstance(rec, Result):
             self._results.setdefault(rec.task, []).append((event.hlc, event.author, event.id, rec))
+            self._result_seq[event.id] = event.seq
         elif isinstance(rec, Release):
             self._releases.setdefault(rec.claim, []).append((event.hlc, event.author, rec))
         elif isinstance(rec, Cancel):
@@ -193,6 +216,7 @@ class PlanView:
     def _tree(self) -> dict[str, NodeState]:
         if self._nodes is None:
             self._live = None
+            self._takeovers.clear()
             nodes: dict[str, NodeState] = {}
             for gid in sorted(self._goals):
                 hlc, _eid, g = self._goals[gid]
@@ -303,9 +327,13 @@ class PlanView:
         n.leaf = props[win.proposal][2].atomic
 
     def _task_state(self, n: NodeState) -> None:
-        """Claims (winner, releases, failed attempts) and the accepted result."""
+        """Claims (winner, releases, failed attempts) and the accepted result,
+        each ordered by its witnesses (module docs)."""
         claims = self._claims.get(n.id, {})
+        window = self._goals[n.root][2].settle_ms
+        order = self._witnesses.order
         rows: list[tuple[int, bytes, str, bool]] = []
+        own: list[tuple[int, bytes, str]] = []  # live claims by their own HLC
         attempts = 0
         for cid in sorted(claims):
             hlc, author, seq = claims[cid]
@@ -313,16 +341,26 @@ class PlanView:
             if any(r[2].failed for r in rels):
                 attempts += 1
             down = seq <= self._down_upto.get(author, 0)  # covered by member.down
-            rows.append((hlc, author, cid, bool(rels) or down))
+            rows.append((order(author, seq, hlc, window), author, cid, bool(rels) or down))
+            if not (rels or down):
+                own.append((hlc, author, cid))
         rows.sort()
         n.claims = rows
         n.attempts = attempts
         live = [(h, a, c) for h, a, c, rel in rows if not rel]
         n.winner = min(live) if live else None
-        acc, dups = accepted_result(self._results.get(n.id, ()), {a for _h, a, _c, _r in rows})
+        if live and min(own)[2] != min(live)[2]:
+            self._takeovers["claim_takeovers_refused"] += 1
+        results = self._results.get(n.id, ())
+        claimers = {a for _h, a, _c, _r in rows}
+        ordered = [(order(a, self._result_seq[i], h, window), a, i, r) for h, a, i, r in results]
+        acc, dups = accepted_result(ordered, claimers)
         n.duplicates = dups
         if acc is not None:
             n.result = (acc[0], acc[1], acc[3].text)
+            first = accepted_result(results, claimers)[0]
+            if first is not None and first[2] != acc[2]:
+                self._takeovers["result_takeovers_refused"] += 1
 
     # -- queries -------------------------------------------------------------------
 
@@ -584,4 +622,8 @@ class PlanView:
             "orphan_votes": sum(len(v) for p, v in self._votes.items() if p not in known),
             "orphan_claims": sum(len(c) for t, c in self._claims.items() if t not in tree),
             "duplicate_results": sum(n.duplicates for n in tree.values()),
+            **{
+                k: self._takeovers[k]
+                for k in ("claim_takeovers_refused", "result_takeovers_refused")
+            },
         }

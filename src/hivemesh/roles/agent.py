@@ -37,7 +37,6 @@ from typing import Any
 
 from hivemesh.core.event import Event
 from hivemesh.core.plan import PlanView
-from hivemesh.core.plan_events import ALL_KINDS
 from hivemesh.errors import ConfigError, HivemeshError
 from hivemesh.llm.base import LLMProvider
 from hivemesh.roles import meshops
@@ -82,7 +81,8 @@ def make_role(
 class _Waking:
     """Feeds a plan view and wakes the pump on every event."""
 
-    kinds = ALL_KINDS
+    kinds = PlanView.kinds
+    witnessed_kinds = PlanView.witnessed_kinds  # the node witnesses claims and results
 
     def __init__(self, view: PlanView, wake: asyncio.Event) -> None:
         self.view = view

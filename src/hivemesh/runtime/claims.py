@@ -43,7 +43,7 @@ class MeshClaims:
     def __init__(self, daemon: Daemon, settle_ms: int = DEFAULT_SETTLE_MS) -> None:
         self.d = daemon
         self.settle_ms = settle_ms
-        self.view = ClaimsView()
+        self.view = ClaimsView(window_ms=settle_ms)  # backdating buys at most the window
 
     def abandon_previous_life(self, now_ms: int) -> int:
         """Release the live claims this node made before it restarted.
@@ -120,8 +120,9 @@ class MeshClaims:
         await self.d.append("claim.done", {"r": self._resource(resource)})
 
     def snapshot(self) -> dict[str, Any]:
-        """Per resource: winner and done_by (addresses), live claim count; and
-        duplicate executions (resource -> extra runs)."""
+        """Per resource: winner and done_by (addresses), live claim count;
+        duplicate executions (resource -> extra runs); and backdated claims
+        that did not win (:meth:`ClaimsView.takeovers`)."""
         res: dict[str, dict[str, Any]] = {}
         for r, row in self.view.snapshot().items():
             w, done = row["winner"], row["done_by"]
@@ -130,4 +131,8 @@ class MeshClaims:
                 "done_by": [address_of(bytes.fromhex(a)) for a in done],  # type: ignore[attr-defined]
                 "live": row["live"],
             }
-        return {"resources": res, "duplicates": self.view.duplicates()}
+        takeovers = [
+            {"resource": r, "claimant": address_of(c.author), "owner": address_of(w.author)}
+            for r, c, w in self.view.takeovers()
+        ]
+        return {"resources": res, "duplicates": self.view.duplicates(), "takeovers": takeovers}

@@ -78,9 +78,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hivemesh.core.frames import FrameType, encode_frame
+from hivemesh.core.hlc import MAX_DRIFT_MS
 from hivemesh.core.identity import public_key_of
 from hivemesh.core.lease_quorum import Acquire, Op, Outcome, Proposer, Release, Renew, Show, Voter
 from hivemesh.core.pex import MemberState
+from hivemesh.core.witness import KIND_WITNESS, WitnessIndex
 from hivemesh.errors import (
     BackendUnavailable,
     ConfigError,
@@ -126,22 +128,43 @@ def wall_ms() -> int:
 
 
 class VotersView:
-    """The earliest ``lease.voters {v: [addresses]}`` event by ``(hlc, author)``.
+    """The earliest ``lease.voters {v: [addresses]}`` event by ``(order_hlc, author)``.
 
     A node that fixes its voter set from membership publishes it; a node that
     needs a set later adopts the earliest published one, so late joiners use
-    the swarm's set instead of their own view of membership.
+    the swarm's set instead of their own view of membership. *Earliest* is
+    judged by witnesses (:mod:`hivemesh.core.witness`, window
+    ``MAX_DRIFT_MS``), so a trusted peer cannot impose its own voter set on
+    late joiners by stamping it ``hlc=1``.
     """
 
-    kinds = frozenset({KIND_VOTERS})
+    kinds = frozenset({KIND_VOTERS, KIND_WITNESS})
+    #: Kinds the node must witness for this view's order (core.witness).
+    witnessed_kinds = frozenset({KIND_VOTERS})
 
     def __init__(self) -> None:
-        self._best: tuple[int, bytes] | None = None
-        self.earliest: list[str] | None = None
+        self._sets: dict[tuple[bytes, int], tuple[int, list[str]]] = {}  # (author, seq) -> hlc, v
+        self.witnesses = WitnessIndex()
         self.rejected = 0
 
+    @property
+    def earliest(self) -> list[str] | None:
+        """The earliest published voter set, or None."""
+        if not self._sets:
+            return None
+        order = self.witnesses.order
+
+        def key(item: tuple[tuple[bytes, int], tuple[int, list[str]]]) -> tuple[int, bytes]:
+            (author, seq), (hlc, _v) = item
+            return order(author, seq, hlc, MAX_DRIFT_MS), author
+
+        return min(self._sets.items(), key=key)[1][1]
+
     def apply(self, event: Any) -> None:
-        """Fold one ``lease.voters`` event in (malformed bodies are counted)."""
+        """Fold one ``lease.voters`` or witness event in (malformed bodies are counted)."""
+        if event.kind == KIND_WITNESS:
+            self.witnesses.apply(event)
+            return
         body = event.body
         v = body.get("v") if isinstance(body, dict) else None
         if not (isinstance(v, list) and 0 < len(v) <= 99 and all(isinstance(a, str) for a in v)):
@@ -153,9 +176,7 @@ class VotersView:
         except InvalidAddress:
             self.rejected += 1
             return
-        key = (event.hlc, event.author)
-        if self._best is None or key < self._best:
-            self._best, self.earliest = key, sorted(set(v))
+        self._sets[(event.author, event.seq)] = (event.hlc, sorted(set(v)))
 
 
 def _mono_ms() -> int:

@@ -54,6 +54,10 @@ def status_of(d: Daemon) -> dict[str, Any]:
     j = d.node.journal
     counters: Counter[str] = Counter()
     counters.update(d.node.counters)
+    counters.update(d.node.deferrals.counters)
+    takeovers = d.names.takeovers()
+    counters["name_takeovers_refused"] = len(takeovers)
+    counters["claim_takeovers_refused"] = len(d.claims.view.takeovers())
     counters.update(d.conns.counters)
     counters.update(d.counters)
     counters.update({f"membership_{k}": v for k, v in d.members.m.counters.items()})
@@ -88,6 +92,10 @@ def status_of(d: Daemon) -> dict[str, Any]:
         },
         # whether the node writes its own feed, and why not (hivemesh.core.ownfeed)
         "own_feed": {**d.node.feed_gate.status(), "deferred": d.node.deferred},
+        # batches stamped beyond our clock bound, by author: held until plausible
+        "clock_ahead": d.node.deferrals.snapshot(),
+        # backdated name claims that did not take the name (core.views.names)
+        "name_takeovers": takeovers,
         "peers_connected": len(d.conns.links),
         "trust": {"mode": d.config.trust_mode, **d.invites.status(_now_ms())},
         "members": d.members.snapshot(),

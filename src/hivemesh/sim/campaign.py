@@ -109,9 +109,16 @@ def default_options(nodes: int, workload: str = "journal") -> SimOptions:
     mix: a node restored from an old backup of its store, and a node whose
     append log is damaged while it is partitioned (see
     :class:`~hivemesh.sim.options.FaultOptions`).
+
+    ``workload="clock"``: the journal workload with its last node a trusted
+    peer with far-future and backdated clocks, over an active phase long
+    enough for its backdated name claims to come more than the clock bound
+    after the honest ones (:mod:`hivemesh.sim.adversary`).
     """
     if workload == "plan":  # run with factory=hivemesh.roles.simplan.PlanCluster
         return SimOptions(nodes=nodes, appends=0, active_ms=12_000, heal_ms=40_000)
+    if workload == "clock":  # run with factory=hivemesh.sim.adversary.ClockAdversaryCluster
+        return SimOptions(nodes=nodes, active_ms=100_000, heal_ms=40_000, sync_interval_ms=1_000)
     if workload == "claims":
         return SimOptions(
             nodes=nodes,

@@ -188,7 +188,7 @@ class Cluster:
             marks=sn.marks,
         )
         sn.digest = EventSetDigest()
-        sn.claims = ClaimsView()
+        sn.claims = ClaimsView(self.opts.claim_settle_ms)
         node.add_view(sn.digest)
         node.add_view(sn.claims)
         sn.views = standard_views(sn.identity.public)
@@ -358,14 +358,20 @@ class Cluster:
         """Impose a partition (address -> group) or heal (None)."""
         self.partition = groups
 
+    @property
+    def honest(self) -> list[SimNode]:
+        """The replicas whose agreement the checkers demand (every node here;
+        an adversarial workload leaves its adversary out)."""
+        return self.nodes
+
     def converged(self) -> bool:
         """Every replica holds the same feeds, every signature settled, and
         every node writes its own feed."""
-        if any(n.node.journal.unsettled for n in self.nodes if n.node):
+        if any(n.node.journal.unsettled for n in self.honest if n.node):
             return False
-        if any(not n.node.feed_gate.writable for n in self.nodes if n.node):
+        if any(not n.node.feed_gate.writable for n in self.honest if n.node):
             return False
-        vvs = [n.node.journal.version_vector() for n in self.nodes if n.node]
+        vvs = [n.node.journal.version_vector() for n in self.honest if n.node]
         if self.opts.claim_tasks and len({t for t, _ in self.executions}) < self.opts.claim_tasks:
             return False
         return all(v == vvs[0] for v in vvs)

@@ -16,7 +16,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("sim", help="run the deterministic simulator over many seeds")
     p.add_argument("--seeds", default="1..100", help="A..B inclusive, or a list A,B,C")
     p.add_argument("--nodes", type=int, default=5)
-    p.add_argument("--workload", choices=["journal", "claims", "plan"], default="journal")
+    p.add_argument("--workload", choices=["journal", "claims", "plan", "clock"], default="journal")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_run)
@@ -29,6 +29,10 @@ def _run(args: argparse.Namespace) -> int:
         from hivemesh.roles.simplan import PlanCluster
 
         factory = PlanCluster
+    elif args.workload == "clock":
+        from hivemesh.sim.adversary import ClockAdversaryCluster
+
+        factory = ClockAdversaryCluster
     summary = run_campaign(
         seeds,
         default_options(args.nodes, args.workload),
@@ -51,6 +55,11 @@ def _run(args: argparse.Namespace) -> int:
             print(
                 f"plan: {t['plan_leaves']} leaves, "
                 f"{t.get('plan_duplicate_results', 0)} duplicate results (detected, ignored)"
+            )
+        if "backdated_claims" in t:
+            print(
+                f"clock adversary: {t['backdated_claims']} backdated name claims, "
+                f"{t.get('backdated_claims_checked', 0)} on names held for longer than the bound"
             )
         if summary["claim_duplicate_rate"] is not None:
             print(

@@ -35,6 +35,16 @@ def _text(st: dict[str, Any]) -> str:
         )
     lines.append(f"inbox     {st['inbox']} messages   blobs {st['blobs']['known']} known")
     lines.append(f"dropped   {st['dropped_total']} (every drop is counted below)")
+    for addr, row in sorted(st.get("clock_ahead", {}).items()):  # whose clock is wrong
+        waiting = row.get("waiting_from_seq")
+        lines.append(
+            f"clock     {addr} stamped {row['deferred_batches']} batch(es) past the clock bound"
+            + (f"; its #{waiting} on waits" if waiting is not None else "")
+        )
+    for t in st.get("name_takeovers", []):
+        lines.append(
+            f"names     {t['claimant']} backdated a claim on {t['name']} (owner {t['owner']})"
+        )
     counters = st["counters"]
     if counters:
         lines.append("counters")
