@@ -38,7 +38,7 @@ from hivemesh.bench.lease import (
     vs_raw_redis,
 )
 from hivemesh.leases import LeaseClient, open_backend
-from hivemesh.runtime.swarm import FAST_TIMINGS, LocalSwarm, wait_until
+from hivemesh.runtime.swarm import FAST_TIMINGS, OPEN_TRUST, LocalSwarm, wait_until
 
 __all__ = ["run_node_api", "run_procs"]
 
@@ -146,8 +146,10 @@ def run_procs(args: argparse.Namespace, where: str | None) -> Measured:
 
 
 def _node_settings() -> dict[str, Any]:
-    """The swarm's loopback timings as Node keyword settings."""
-    return {k.removeprefix("HIVEMESH_").lower(): v for k, v in FAST_TIMINGS.items()}
+    """The swarm's loopback timings (and its open trust: the swarm's node
+    processes run open) as Node keyword settings."""
+    env = {**FAST_TIMINGS, **OPEN_TRUST}
+    return {k.removeprefix("HIVEMESH_").lower(): v for k, v in env.items()}
 
 
 def run_node_api(args: argparse.Namespace) -> Measured:
