@@ -14,7 +14,8 @@ EXPECTED = {
         "Direct", "DirectAcked", "DirectConfig", "DirectFailed", "DirectResult", "InboxMessage",
     ],
     "hivemesh.trust": [
-        "INVITE_PREFIX", "Invite", "TrustStore", "accept_invite", "join_proof", "make_invite",
+        "INVITE_MEMORY_S", "INVITE_PREFIX", "MAX_INVITE_RECORDS", "Invite", "TrustStore",
+        "accept_invite", "is_swarm_id", "join_proof", "make_invite",
     ],
     "hivemesh.discovery": [
         "Bootstrap", "BootstrapPeer", "format_peer", "parse_endpoint", "parse_peer",
