@@ -20,7 +20,7 @@ from hivemesh.core.views.context import (
     ContextView,
     peer_id_of,
 )
-from hivemesh.errors import InvalidArgument
+from hivemesh.errors import InvalidArgument, InvalidEncoding
 
 SEEDS = [bytes([i]) * 32 for i in range(1, 5)]
 
@@ -225,6 +225,34 @@ def test_local_writes_reject_non_json_values(value: Any) -> None:
         ctx["k"] = value
     with pytest.raises(InvalidArgument):
         ctx.list("l").append(value)
+
+
+def test_text_that_is_not_unicode_is_refused_before_the_doc_changes() -> None:
+    """A lone surrogate (what a bad argv or a careless caller produces) in a
+    key, a value, a nested key, a list item, text or a set element is a typed
+    error at the write, and the doc and the next export are untouched."""
+    a = Author(SEEDS[0])
+    ctx = a.view.context()
+    ctx["ok"] = 1
+    a.flush()
+    bad = "x\udcff"
+    writes = [
+        lambda: ctx.__setitem__(bad, 1),
+        lambda: ctx.__setitem__("k", bad),
+        lambda: ctx.__setitem__("k", {"nested": [bad]}),
+        lambda: ctx.__setitem__("k", {bad: 1}),
+        lambda: ctx.list("l").append(bad),
+        lambda: ctx.text("t").append(bad),
+        lambda: ctx.gset("g").add(bad),
+        lambda: ctx.orset("o").add(bad),
+        lambda: ctx.__delitem__(bad),
+    ]
+    for write in writes:
+        with pytest.raises(InvalidEncoding):
+            write()
+    ctx["after"] = 2  # the view still writes and exports
+    a.flush()
+    assert ctx.to_dict() == {"after": 2, "ok": 1}
 
 
 def test_read_only_view_and_bad_names() -> None:

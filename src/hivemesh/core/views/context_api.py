@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 from loro import LoroDoc
 
 from hivemesh.core.codec import pack
-from hivemesh.errors import InvalidArgument
+from hivemesh.errors import InvalidArgument, InvalidEncoding
 
 if TYPE_CHECKING:
     from hivemesh.core.views.context import ContextView
@@ -82,11 +82,24 @@ _MAX_DEPTH = 32
 _INT_MIN, _INT_MAX = -(1 << 63), (1 << 63) - 1
 
 
+def _check_text(s: str, what: str) -> str:
+    """``s``, if it is valid Unicode text (no lone surrogates, which no
+    replica could decode): else :class:`InvalidEncoding` naming ``what``."""
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidEncoding(f"{what} is not valid UTF-8 text: {exc.reason}") from None
+    return s
+
+
 def _check_value(value: Any, depth: int = 0) -> None:
     """Raise :class:`InvalidArgument` unless ``value`` is JSON-like (plus bytes)."""
     if depth > _MAX_DEPTH:
         raise InvalidArgument("value nested too deeply")
-    if value is None or isinstance(value, (bool, str, bytes)):
+    if isinstance(value, str):
+        _check_text(value, "a string value")
+        return
+    if value is None or isinstance(value, (bool, bytes)):
         return
     if isinstance(value, int):
         if not _INT_MIN <= value <= _INT_MAX:
@@ -101,6 +114,7 @@ def _check_value(value: Any, depth: int = 0) -> None:
         for k, v in value.items():
             if not isinstance(k, str):
                 raise InvalidArgument("dict keys must be strings")
+            _check_text(k, "a dict key")
             _check_value(v, depth + 1)
     else:
         raise InvalidArgument(f"unsupported value type {type(value).__name__}")
@@ -252,7 +266,7 @@ class TextHandle:
 def _check_element(element: str) -> str:
     if not isinstance(element, str):
         raise InvalidArgument(f"set elements must be strings, not {type(element).__name__}")
-    if len(element.encode("utf-8", "surrogatepass")) > MAX_ELEMENT_BYTES:
+    if len(_check_text(element, "a set element").encode("utf-8")) > MAX_ELEMENT_BYTES:
         raise InvalidArgument(f"set element over {MAX_ELEMENT_BYTES} bytes")
     return element
 
@@ -388,7 +402,7 @@ class Context:
         self._writable()
         if not isinstance(key, str):
             raise InvalidArgument("keys must be strings")
-        self._kv.insert(key, _checked(value))
+        self._kv.insert(_check_text(key, "a key"), _checked(value))
 
     def __getitem__(self, key: str) -> Any:
         self._live()
@@ -400,7 +414,7 @@ class Context:
     def __delitem__(self, key: str) -> None:
         self._live()
         self._writable()
-        if self._kv.get(key) is None:
+        if self._kv.get(_check_text(key, "a key")) is None:
             raise KeyError(key)
         self._kv.delete(key)
 
