@@ -20,7 +20,7 @@ from hivemesh.core.views.context import (
     ContextView,
     peer_id_of,
 )
-from hivemesh.errors import InvalidArgument, InvalidEncoding
+from hivemesh.errors import ContextBroken, ContextCatchingUp, InvalidArgument, InvalidEncoding
 
 SEEDS = [bytes([i]) * 32 for i in range(1, 5)]
 
@@ -471,3 +471,90 @@ def test_other_container_types_converge() -> None:
     snap = replica.snapshot()["default"]
     assert snap["other"] == {"m:MovableList": [1], "extra:Map": {"x": 1}}
     assert replica.digest() == a.view.digest()
+
+
+WRITES: list[Any] = [
+    lambda c: c.__setitem__("k", 2),
+    lambda c: c.__delitem__("k"),
+    lambda c: c.list("chat").append("m"),
+    lambda c: c.list("chat").insert(0, "m"),
+    lambda c: c.counter("n").add(1),
+    lambda c: c.text("t").append("x"),
+    lambda c: c.gset("g").add("x"),
+    lambda c: c.orset("o").add("x"),
+    lambda c: c.orset("o").discard("x"),
+]
+
+
+def _restored_with_own_ops_pending() -> tuple[Author, Author, ContextView]:
+    """``a`` wrote after seeing ``b``; a's restored view gets a's own update
+    back before b's: loro holds a's operations pending."""
+    a, b = Author(SEEDS[0]), Author(SEEDS[1])
+    b.view.context()["from-b"] = 1
+    b.view.context().orset("o").add("x")
+    b.flush()
+    a.journal.deliver(b.events[0])
+    a.view.context()["k"] = 1
+    a.flush()
+    restored = ContextView(a.id.public)
+    restored.apply(a.events[0])  # own update first: waits for b's
+    return a, b, restored
+
+
+@pytest.mark.parametrize("write", WRITES)
+def test_no_local_write_while_own_earlier_ops_wait_for_dependencies(write: Any) -> None:
+    """Every kind of write is refused while the author's own operations are
+    held pending (it would reuse their ids); nothing changes; once the
+    dependencies arrive the write goes through and every replica agrees."""
+    a, b, restored = _restored_with_own_ops_pending()
+    ctx = restored.context()
+    with pytest.raises(ContextCatchingUp):
+        write(ctx)
+    assert restored.pending_update() is None
+    restored.apply(b.events[0])
+    write(ctx)
+    kind, body = restored.pending_update() or ("", {})
+    ev = a.feed.append(kind, body, 9_999)
+    restored.apply(ev)
+    replica = ContextView()
+    journal = Journal(replica)
+    for e in [ev, *a.events, *b.events]:  # the journal puts each feed in order
+        journal.deliver(e)
+    assert not replica.rejected and not restored.rejected
+    assert replica.digest() == restored.digest()
+
+
+def test_a_loro_panic_breaks_one_context_with_a_typed_error() -> None:
+    """If loro panics on a doc (here: forced by a write that reuses pending
+    operation ids behind the view's back, which the view itself refuses),
+    that context raises ContextBroken from then on and is counted; nothing
+    escapes as a BaseException, and other contexts keep working."""
+    a, b = Author(SEEDS[0]), Author(SEEDS[1])
+    a.view.context()["k0"] = 0
+    a.flush()
+    for i in range(3):  # b's operations lift the Lamport clock of a's next ones
+        b.view.context()[f"from-b{i}"] = i
+    b.flush()
+    a.journal.deliver(b.events[0])
+    a.view.context()["k1"] = 1  # two operations in one change, after b's
+    a.view.context()["k2"] = 2
+    a.flush()
+    restored = ContextView(a.id.public)
+    for ev in a.events:  # the second waits for b's update
+        restored.apply(ev)
+    restored.context("other")["fine"] = 1
+    doc = restored._docs["default"]
+    ContextView._attach(doc)
+    doc.get_map("kv").insert("reused-id", 1)  # takes the id of a pending op
+    doc.commit()
+    restored.apply(b.events[0])  # the pending ops apply: loro panics
+    assert restored.rejected[ContextBroken.code] == 1
+    with pytest.raises(ContextBroken):
+        restored.context()["k1"]
+    with pytest.raises(ContextBroken):
+        restored.context()["k1"] = 3
+    restored.apply(b.events[0])  # later imports into it are counted, not attempted
+    assert restored.rejected[ContextBroken.code] == 2
+    assert restored.context("other")["fine"] == 1
+    assert restored.pending_update() is not None  # "other" still exports
+    assert "default" not in restored.snapshot()

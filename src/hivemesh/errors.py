@@ -138,6 +138,8 @@ __all__ = [
     "ClockAhead",
     "ConfigError",
     "ConnectionClosed",
+    "ContextBroken",
+    "ContextCatchingUp",
     "CoordinationError",
     "DaemonNotRunning",
     "DeadlineExceeded",
@@ -809,6 +811,23 @@ class FeedRecovering(FeedNotWritable):
     older copy, damaged): the missing part is being recovered from peers."""
 
     code = "feed_recovering"
+
+
+class ContextCatchingUp(FeedNotWritable):
+    """This node's own earlier operations on a context are held, waiting for
+    operations of other authors they depend on (typically after a restore
+    from a backup): a write now would reuse their operation ids. Retry once
+    the missing operations arrive; nothing was written."""
+
+    code = "context_catching_up"
+
+
+class ContextBroken(StoreError):
+    """The CRDT engine failed on a context (a loro panic) and that context's
+    document can no longer be used in this process; other contexts still
+    work. Restarting the node rebuilds it from the journal."""
+
+    code = "context_broken"
 
 
 class FeedDiverged(FeedNotWritable):

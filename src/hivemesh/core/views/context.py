@@ -61,7 +61,18 @@ clock, outside the CRDT. Do not store fencing tokens here (see
 
 **Restart.** A node rebuilds its view by replaying the journal (its own
 events included) *before* writing again; local counters then continue where
-its feed ended. Local writes are visible in :meth:`ContextView.snapshot` and
+its feed ended. Its own operations can come back before operations of others
+they depend on (after a restore from a backup, its own feed is pulled back
+from peers first); loro holds them pending and would number a new local
+operation as if they did not exist, reusing their ids. So a local write is
+refused with :class:`~hivemesh.errors.ContextCatchingUp` until every own
+operation the view has taken is applied.
+
+**Engine failure.** If loro panics on a doc anyway, that doc is unusable (its
+mutex is poisoned): the context is set aside in :attr:`ContextView.broken`,
+counted as ``context_broken``, and raises
+:class:`~hivemesh.errors.ContextBroken`; other contexts keep working and a
+restart rebuilds it from the journal. Local writes are visible in :meth:`ContextView.snapshot` and
 :meth:`ContextView.digest` at once, so compare replicas after exporting.
 
 **Limits.** A single value may encode to at most :data:`MAX_VALUE_BYTES`;
@@ -101,6 +112,8 @@ from hivemesh.core.views.context_api import ListHandle as ListHandle
 from hivemesh.core.views.context_api import ORSetHandle as ORSetHandle
 from hivemesh.core.views.context_api import TextHandle as TextHandle
 from hivemesh.errors import (
+    ContextBroken,
+    ContextCatchingUp,
     DecodeError,
     ForeignOperations,
     InvalidArgument,
@@ -146,20 +159,32 @@ def peer_id_of(author: bytes) -> int:
     return int.from_bytes(author[:8], "big") >> 1
 
 
+class _EnginePanic(DecodeError):
+    """loro panicked: the document it panicked in is unusable (its mutex is
+    poisoned, so every later call on it panics too)."""
+
+
+def _is_panic(exc: BaseException) -> bool:
+    return type(exc).__name__ == "PanicException"
+
+
 def _loro_call(fn: Any, *args: Any) -> Any:
     """Call into loro, turning its decode failures into :class:`DecodeError`.
 
     loro (via pyo3) raises a bare ``BaseException`` for corrupted input and a
     ``PanicException`` (a ``BaseException`` subclass) if Rust panics; neither
-    is caught by ``except Exception``. Only those two are converted:
-    ``KeyboardInterrupt``/``SystemExit`` still propagate.
+    is caught by ``except Exception``. Only those two are converted (a panic
+    to :class:`_EnginePanic`): ``KeyboardInterrupt``/``SystemExit`` still
+    propagate.
     """
     try:
         return fn(*args)
     except Exception as exc:
         raise DecodeError(f"loro rejected update: {exc}") from None
     except BaseException as exc:
-        if type(exc) is BaseException or type(exc).__name__ == "PanicException":
+        if _is_panic(exc):
+            raise _EnginePanic(f"loro panicked: {str(exc)[:200]}") from None
+        if type(exc) is BaseException:
             raise DecodeError(f"loro rejected update: {exc}") from None
         raise
 
@@ -217,6 +242,9 @@ class ContextView(ViewBase):
         #: Called before every local write; raises to refuse it (the node
         #: sets its own feed's gate: no write while the feed is recovering).
         self.before_write: Callable[[], None] | None = None
+        #: Contexts whose doc loro panicked in: set aside, never called again
+        #: (a panicked doc's mutex is poisoned). Restart rebuilds them.
+        self.broken: set[str] = set()
 
     def _doc(self, name: str) -> LoroDoc:
         doc = self._docs.get(name)
@@ -232,6 +260,46 @@ class ContextView(ViewBase):
         """Materialise a detached doc's state (imports are applied lazily)."""
         if doc.is_detached():
             doc.checkout_to_latest()
+
+    def _live(self, name: str, doc: LoroDoc) -> None:
+        """Bring ``name``'s doc up to date for a read or write through a
+        :class:`Context` handle; a broken context raises
+        :class:`~hivemesh.errors.ContextBroken`."""
+        if name in self.broken:
+            raise ContextBroken(f"context {name!r} is unusable in this process; restart the node")
+        try:
+            self._attach(doc)
+        except BaseException as exc:
+            if not _is_panic(exc):
+                raise
+            self._break(name)
+            raise ContextBroken(f"context {name!r}: loro panicked: {str(exc)[:200]}") from None
+
+    def _check_write(self, name: str, doc: LoroDoc) -> None:
+        """Refuse a local write on ``name`` unless it may go out now.
+
+        Besides the feed gate (:attr:`before_write`): this author's own
+        earlier operations must all be applied in the doc. After a restore
+        they can come back before the operations of others they depend on;
+        loro then holds them pending and numbers a new local operation as if
+        they did not exist, so the write would reuse their ids (one id, two
+        operations: every replica that sees both breaks).
+        """
+        if self.before_write is not None:
+            self.before_write()
+        assert self._peer is not None
+        held = self._next.get((name, self._peer), 0)  # own ops imported, pending or not
+        last = doc.oplog_vv.get_last(self._peer) if held else None  # own ops applied
+        if held and (last is None or last < held - 1):
+            raise ContextCatchingUp(
+                f"context {name!r}: this node's earlier operations wait for others'"
+                " operations they depend on; retry when those arrive"
+            )
+
+    def _break(self, name: str) -> None:
+        if name not in self.broken:
+            self.broken.add(name)
+            self.rejected[ContextBroken.code] += 1
 
     @staticmethod
     def _detach(doc: LoroDoc) -> None:
@@ -262,6 +330,8 @@ class ContextView(ViewBase):
             return None
         peer = self._peer
         for name in sorted(self._docs):
+            if name in self.broken:
+                continue
             doc = self._docs[name]
             doc.commit()
             start = self._exported.get(name, 0)
@@ -390,13 +460,16 @@ class ContextView(ViewBase):
             raise OpsOutOfOrder(f"update starts at op {start}, expected {expected}")
 
     def _import(self, event: Event, name: str, blob: bytes, peer: int, end: int | None) -> None:
+        if name in self.broken:
+            self.rejected[ContextBroken.code] += 1
+            return
         doc = self._docs.get(name) or self._doc(name)
-        if not doc.is_detached():
-            self._detach(doc)
         own = event.author == self.author
-        if own:
-            doc.commit()  # our own write coming back: already in the doc (or being rebuilt)
-        status = _loro_call(doc.import_, blob)
+        try:
+            status = _loro_call(self._import_into, doc, blob, own)
+        except _EnginePanic:
+            self._break(name)
+            raise
         if end is None:  # trusted replay: read the range from the import status
             span = status.success.get(peer)
             if span is None and status.pending is not None:
@@ -406,6 +479,13 @@ class ContextView(ViewBase):
             self._exported[name] = max(self._exported.get(name, 0), end)
         self._next[(name, peer)] = end
         self.applied += 1
+
+    def _import_into(self, doc: LoroDoc, blob: bytes, own: bool) -> Any:
+        if not doc.is_detached():
+            self._detach(doc)
+        if own:
+            doc.commit()  # our own write coming back: already in the doc (or being rebuilt)
+        return doc.import_(blob)
 
     # -- inspection -------------------------------------------------------------
 
@@ -420,6 +500,8 @@ class ContextView(ViewBase):
         """
         out: dict[str, dict[str, Any]] = {}
         for name in sorted(self._docs):
+            if name in self.broken:
+                continue
             self._attach(self._docs[name])
             snap = _doc_snapshot(self._docs[name])
             if snap:

@@ -389,13 +389,12 @@ class Context:
 
     def _live(self) -> None:
         """Bring the doc's state up to date before reading or writing."""
-        self._view._attach(self._doc)
+        self._view._live(self.name, self._doc)
 
     def _writable(self) -> None:
         if self._view.author is None:
             raise InvalidArgument("this context view is read-only (no local author)")
-        if self._view.before_write is not None:
-            self._view.before_write()
+        self._view._check_write(self.name, self._doc)
 
     def __setitem__(self, key: str, value: Any) -> None:
         self._live()
