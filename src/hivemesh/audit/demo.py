@@ -14,7 +14,8 @@ executor never costs the lease quorum.
 The driver then plays the operator and the chaos monkey, reading the audit
 through the observer's control socket (``audit.status``, ``audit.export``):
 
-* every question the agents escalate is answered (``audit.answer``): the
+* every question the agents escalate is answered (``audit.answer``, or the
+  ``hivemesh inbox`` and ``hivemesh answer`` commands with ``operator_cli``): the
   human-only shop gets the access code the fixture gave the operator, any
   other question ``skip``;
 * once some executor is part-way through a multi-page shop (at least one
@@ -183,6 +184,7 @@ def run_audit(
     lease_ttl_ms: int = 3000,
     max_concurrent: int = 4,
     progress: Progress | None = None,
+    operator_cli: bool = False,
     say: Callable[[str], None] = lambda _line: None,
     total_timeout_s: float = 240.0,
 ) -> AuditRun:
@@ -262,10 +264,16 @@ def run_audit(
                 continue
             if progress is not None:
                 progress(_progress_of(doc))
-            for q in doc["questions"]:
-                if q["answer"] is None and q["id"] not in answered:
+            open_qs = [q for q in doc["questions"] if q["answer"] is None]
+            if operator_cli and open_qs:  # the operator's own commands
+                open_qs = _cli(swarm, observer, "inbox", "--questions")
+            for q in open_qs:
+                if q["id"] not in answered:
                     text = code if q["shop"] == ready["operator"]["shop"] else "skip"
-                    client.call("audit.answer", id=q["id"], text=text)
+                    if operator_cli:
+                        _cli(swarm, observer, "answer", q["id"], text)
+                    else:
+                        client.call("audit.answer", id=q["id"], text=text)
                     answered.add(q["id"])
                     run.answers.append({"id": q["id"], "shop": q["shop"], "answer": text})
                     say(f"operator answered {q['id']} ({q['shop']}): {text}")
@@ -292,7 +300,7 @@ def run_audit(
         run.ok = (
             run.summary["mismatches"] == 0 and run.summary["shops_done"] == run.summary["shops"]
         )
-    except (HivemeshError, OSError, ValueError, KeyError) as exc:
+    except (HivemeshError, OSError, ValueError, KeyError, subprocess.SubprocessError) as exc:
         run.error = f"{type(exc).__name__}: {exc}"
     finally:
         run.seconds = time.monotonic() - t0
@@ -314,6 +322,15 @@ def run_audit(
             run.root = ""
             tmp.cleanup()
     return run
+
+
+def _cli(swarm: LocalSwarm, node: NodeProc, *args: str) -> Any:
+    """Run ``hivemesh ARGS --json --data-dir NODE`` as the operator would."""
+    cmd = [sys.executable, "-m", "hivemesh", *args, "--json", "--data-dir", str(node.data_dir)]
+    done = subprocess.run(cmd, env=swarm.env, capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        raise HivemeshError(f"hivemesh {args[0]} failed: {done.stdout} {done.stderr}"[:500])
+    return json.loads(done.stdout)
 
 
 def _stopped(pid: int) -> bool:

@@ -15,6 +15,8 @@ covering its author's feed (:mod:`hivemesh.core.witness`). A result is
 the death of its author, and a standby may build on it instead of redoing
 the step (:meth:`AuditView.replay`).
 
+Events of an audit whose ``audit.start`` has not arrived yet (it comes from
+another author) are held, at most :data:`MAX_HELD`, and folded when it does.
 Malformed bodies (a buggy or hostile peer) are ignored and counted in
 :attr:`AuditView.counters`; they never raise.
 """
@@ -30,7 +32,10 @@ from hivemesh.audit.rules import History
 from hivemesh.core.event import Event
 from hivemesh.core.identity import address_of
 
-__all__ = ["Audit", "AuditView", "Replay", "Step"]
+__all__ = ["MAX_HELD", "Audit", "AuditView", "Replay", "Step"]
+
+#: Events of audits whose start has not arrived yet, held at most.
+MAX_HELD = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +128,8 @@ class AuditView:
         self.acked: dict[str, int] = {}
         self.counters: Counter[str] = Counter()
         self.version = 0
+        self._held: dict[str, list[Step]] = {}
+        self._held_count = 0
 
     # -- folding ---------------------------------------------------------------
 
@@ -148,9 +155,14 @@ class AuditView:
             if event.kind == ev.START:
                 self._start(step)
                 return
-            audit = self.audits.get(_str(body, "audit", 100))
-            if audit is None:
-                self.counters["unknown_audit"] += 1
+            aid = _str(body, "audit", 100)
+            audit = self.audits.get(aid)
+            if audit is None:  # before its start (another author): held until it comes
+                if self._held_count >= MAX_HELD:
+                    self.counters["held_dropped"] += 1
+                    return
+                self._held.setdefault(aid, []).append(step)
+                self._held_count += 1
                 return
             self._fold(audit, step)
         except (ValueError, TypeError, KeyError):
@@ -180,6 +192,8 @@ class AuditView:
         old = self.audits.get(aid)
         if old is not None and (old.hlc, old.supervisor) <= (step.hlc, step.author):
             return
+        held = self._held.pop(aid, [])
+        self._held_count -= len(held)
         self.audits[aid] = Audit(
             aid,
             step.author,
@@ -190,6 +204,11 @@ class AuditView:
             _int(b, "batch_size"),
             _str(b, "market", 2000),
         )
+        for h in held:
+            try:
+                self._fold(self.audits[aid], h)
+            except (ValueError, TypeError, KeyError):
+                self.counters[f"bad.{h.kind}"] += 1
 
     def _fold(self, audit: Audit, step: Step) -> None:
         b, kind = step.body, step.kind
