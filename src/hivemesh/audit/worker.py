@@ -322,8 +322,8 @@ class AuditExecutor:
             except _Failed as f:
                 fix = await self._correction(audit, shop, page, f)
                 self.counters[f"fix.{fix.action}"] += 1
-                if fix.action == "retry":
-                    html = None
+                if fix.action == "retry":  # a fresh fetch, read the default way again
+                    html, state["strategy"] = None, "auto"
                     await asyncio.sleep(fix.backoff_ms / 1000)
                 elif fix.action == "switch_route":
                     state["route"], html = fix.route, None

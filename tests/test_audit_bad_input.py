@@ -1,0 +1,167 @@
+"""Bad input never crashes or stalls the audit: each case is reflected,
+retried or escalated.
+
+A real node (in process), the real fixture server, the real web-tools MCP
+server over stdio, the supervisor, an executor and the reflector. Between
+the executor and its tools sits a test-only fault injector: malformed HTML
+instead of a page, tool timeouts, error results, and a real crash (SIGKILL)
+of the MCP server process mid-audit. An answer to a question nobody asked is
+refused with its own error. Every shop must still end with the fixture's
+ground-truth prices.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import signal
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hivemesh import Node
+from hivemesh.audit import ops
+from hivemesh.audit.errors import UnknownEscalation
+from hivemesh.audit.live import LiveView
+from hivemesh.audit.node import webtools_spec
+from hivemesh.audit.server import FixtureServer, serve_in_thread
+from hivemesh.audit.worker import AuditExecutor, ExecutorOptions
+from hivemesh.audit.world import WorldOptions, build_world
+from hivemesh.errors import HivemeshError, InvalidArgument, ToolTimeout
+from hivemesh.roles.reflector import Reflector
+from hivemesh.roles.supervisor import Supervisor
+from hivemesh.runtime.client import Client
+from hivemesh.tools.mcp_client import MCPToolSet
+
+GARBAGE = "<html><body><div><<<>>\x00<table><tr><td>no price here</td><p>" * 20
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FixtureServer]:
+    w = build_world(7, WorldOptions(slow_ms=150))
+    with serve_in_thread(w, out_dir=tmp_path_factory.mktemp("shops")) as fx:
+        yield fx
+
+
+def _children(name: str) -> list[int]:
+    me, out = os.getpid(), []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text()
+            cmd = Path(f"/proc/{d}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat.rpartition(")")[2].split()[1]) == me and name.encode() in cmd:
+            out.append(int(d))
+    return out
+
+
+class Faulty:
+    """Test-only: injects faults between the executor and its real tools."""
+
+    def __init__(self, inner: MCPToolSet, plan: dict[tuple[str, str], list[str]]) -> None:
+        self.inner = inner
+        self.plan = plan
+        self.done: Counter[str] = Counter()
+
+    async def call(self, name: str, args: dict[str, Any], *, timeout_s: float | None = None) -> Any:
+        url = str(args.get("url") or args.get("base_url") or "")
+        for (shop, tool), faults in self.plan.items():
+            if tool == name and f"/{shop}/" in url and faults:
+                fault = faults.pop(0)
+                self.done[fault] += 1
+                if fault == "timeout":
+                    raise ToolTimeout(f"{name}: no answer in time (injected)", tool=name)
+                if fault == "error":
+                    res = await self.inner.call(name, args, timeout_s=timeout_s)
+                    return dataclasses.replace(res, is_error=True, reason="", structured=None)
+                if fault == "crash":
+                    for pid in _children("webtools"):
+                        os.kill(pid, signal.SIGKILL)
+                if fault == "garbage":
+                    res = await self.inner.call(name, args, timeout_s=timeout_s)
+                    got = dict(res.structured or {})
+                    got["html"] = GARBAGE
+                    return dataclasses.replace(res, structured=got)
+        return await self.inner.call(name, args, timeout_s=timeout_s)
+
+
+def test_malformed_html_timeouts_errors_and_a_crashed_mcp_server(
+    world: FixtureServer, tmp_path: Path
+) -> None:
+    shops = [s for s in world.world.shops if not s.behaviours or s.behaviours == {"human-only"}]
+    chosen = [s for s in shops if "human-only" in s.behaviours] + [
+        s for s in shops if not s.behaviours
+    ][:6]
+    ids = [s.id for s in chosen]
+    plan = {
+        (ids[1], "web.fetch_page"): ["garbage"],
+        (ids[2], "web.fetch_page"): ["timeout", "timeout"],
+        (ids[3], "web.extract_prices"): ["error"],
+        (ids[4], "web.fetch_page"): ["crash"],
+        (ids[5], "web.extract_prices"): ["timeout"],
+    }
+
+    async def main() -> tuple[Any, Faulty, list[str]]:
+        refused: list[str] = []
+        node = Node(tmp_path / "node", trust_mode="open")
+        async with node, MCPToolSet([webtools_spec(world.routes)]) as inner:
+            live = LiveView.attach(node)
+            ops.attach(node.daemon, live.view)
+            tools = Faulty(inner, plan)
+            sup = Supervisor(
+                node,
+                live,
+                shops=[{"id": s, "url": world.shop_url(s)} for s in ids],
+                routes=["direct", "proxy-1", "proxy-2", "proxy-3"],
+                market=world.market_url,
+                batch_size=4,
+            )
+            ex = AuditExecutor(node, live, tools, ExecutorOptions(reflect_wait_s=2.0))
+            refl = Reflector(node, live)
+            stop = asyncio.Event()
+            tasks = [asyncio.create_task(r.run(stop)) for r in (sup, ex, refl)]
+            # an answer to an escalation nobody made: refused, typed, the audit goes on
+            with pytest.raises(UnknownEscalation):
+                await ops.answer(node.daemon, "q-nope", "1234")
+            with pytest.raises(InvalidArgument):
+                await ops.answer(node.daemon, 42, "")
+            try:
+                await asyncio.to_thread(
+                    Client(tmp_path / "node").call, "audit.answer", id="q-nope", text="x"
+                )
+            except HivemeshError as exc:
+                refused.append(str(exc))
+            async with asyncio.timeout(150):
+                while True:
+                    audit = live.view.latest()
+                    if audit is not None and audit.finished is not None:
+                        break
+                    for q in ops.questions(live.view):
+                        await ops.answer(node.daemon, q["id"], world.world.operator_code())
+                    await live.wait(0.5)
+            stop.set()
+            await asyncio.gather(*tasks)
+            return ops.export(live.view), tools, refused
+
+    doc, tools, refused = asyncio.run(main())
+    assert refused and "no question" in refused[0]
+    assert tools.done == {"garbage": 1, "timeout": 3, "error": 1, "crash": 1}
+    truth = world.world.ground_truth(world.url)["shops"]
+    for sid in ids:
+        got = [(p["sku"], p["price"]) for p in doc["done"][sid]["products"]]
+        assert got == [(p["sku"], p["price"]) for p in truth[sid]["products"]], sid
+    fixes = Counter((c["after"], c["action"]) for c in doc["corrections"])
+    assert fixes[("extract_failed", "other_strategy")] >= 1  # malformed HTML: other strategies
+    assert fixes[("extract_failed", "retry")] == 1  # ... then a fresh fetch
+    assert fixes[("tool_timeout", "retry")] == 3
+    assert fixes[("tool_failed", "retry")] == 1
+    assert fixes[("tool_unavailable", "retry")] >= 1  # the crashed server came back
+    assert fixes[("access_code_required", "escalate")] == 1
+    assert [q["answer"] for q in doc["questions"]] == [world.world.operator_code()]
