@@ -23,17 +23,14 @@ from typing import Any
 
 import pytest
 
+from audit_harness import audit_on_one_node
 from hivemesh import Node
 from hivemesh.audit import ops
 from hivemesh.audit.errors import UnknownEscalation
-from hivemesh.audit.live import LiveView
 from hivemesh.audit.node import webtools_spec
 from hivemesh.audit.server import FixtureServer, serve_in_thread
-from hivemesh.audit.worker import AuditExecutor, ExecutorOptions
 from hivemesh.audit.world import WorldOptions, build_world
 from hivemesh.errors import HivemeshError, InvalidArgument, ToolTimeout
-from hivemesh.roles.reflector import Reflector
-from hivemesh.roles.supervisor import Supervisor
 from hivemesh.runtime.client import Client
 from hivemesh.tools.mcp_client import MCPToolSet
 
@@ -110,45 +107,25 @@ def test_malformed_html_timeouts_errors_and_a_crashed_mcp_server(
 
     async def main() -> tuple[Any, Faulty, list[str]]:
         refused: list[str] = []
-        node = Node(tmp_path / "node", trust_mode="open")
-        async with node, MCPToolSet([webtools_spec(world.routes)]) as inner:
-            live = LiveView.attach(node)
-            ops.attach(node.daemon, live.view)
+        async with MCPToolSet([webtools_spec(world.routes)]) as inner:
             tools = Faulty(inner, plan)
-            sup = Supervisor(
-                node,
-                live,
-                shops=[{"id": s, "url": world.shop_url(s)} for s in ids],
-                routes=["direct", "proxy-1", "proxy-2", "proxy-3"],
-                market=world.market_url,
-                batch_size=4,
+
+            async def unknown_answers(node: Node) -> None:
+                # an answer to an escalation nobody made: refused, typed; the audit goes on
+                with pytest.raises(UnknownEscalation):
+                    await ops.answer(node.daemon, "q-nope", "1234")
+                with pytest.raises(InvalidArgument):
+                    await ops.answer(node.daemon, 42, "")
+                client = Client(tmp_path / "node")
+                try:
+                    await asyncio.to_thread(client.call, "audit.answer", id="q-nope", text="x")
+                except HivemeshError as exc:
+                    refused.append(str(exc))
+
+            doc = await audit_on_one_node(
+                world, ids, tools, tmp_path / "node", before=unknown_answers
             )
-            ex = AuditExecutor(node, live, tools, ExecutorOptions(reflect_wait_s=2.0))
-            refl = Reflector(node, live)
-            stop = asyncio.Event()
-            tasks = [asyncio.create_task(r.run(stop)) for r in (sup, ex, refl)]
-            # an answer to an escalation nobody made: refused, typed, the audit goes on
-            with pytest.raises(UnknownEscalation):
-                await ops.answer(node.daemon, "q-nope", "1234")
-            with pytest.raises(InvalidArgument):
-                await ops.answer(node.daemon, 42, "")
-            try:
-                await asyncio.to_thread(
-                    Client(tmp_path / "node").call, "audit.answer", id="q-nope", text="x"
-                )
-            except HivemeshError as exc:
-                refused.append(str(exc))
-            async with asyncio.timeout(150):
-                while True:
-                    audit = live.view.latest()
-                    if audit is not None and audit.finished is not None:
-                        break
-                    for q in ops.questions(live.view):
-                        await ops.answer(node.daemon, q["id"], world.world.operator_code())
-                    await live.wait(0.5)
-            stop.set()
-            await asyncio.gather(*tasks)
-            return ops.export(live.view), tools, refused
+            return doc, tools, refused
 
     doc, tools, refused = asyncio.run(main())
     assert refused and "no question" in refused[0]

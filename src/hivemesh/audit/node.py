@@ -10,7 +10,9 @@ one member, and killing the process takes out exactly one role:
   :class:`~hivemesh.roles.supervisor.Supervisor`;
 * ``executor`` -- starts its MCP web-tools server (``hivemesh webtools`` over
   stdio, one per process, opened early: a start costs seconds under load)
-  and runs :class:`~hivemesh.audit.worker.AuditExecutor`;
+  and runs :class:`~hivemesh.audit.worker.AuditExecutor`; ``--mcp CONFIG``
+  adds any other MCP servers (desktop-client format) to its tools, and
+  ``--notes-tool server.tool`` notes every audited shop there;
 * ``reflector`` -- runs :class:`~hivemesh.roles.reflector.Reflector`;
 * ``observer`` -- only folds the journal (and witnesses tool results).
 
@@ -67,6 +69,9 @@ class RoleOptions:
     pause_before_submit: str = ""
     json: bool = False
     name: str | None = None
+    #: More MCP servers for an executor (``--mcp``), beside the web tools.
+    mcp: tuple[Any, ...] = ()
+    notes_tool: str = ""
 
 
 def webtools_spec(routes: dict[str, str | None], *, timeout_s: float = 60.0) -> Any:
@@ -119,7 +124,7 @@ async def serve_role(opts: RoleOptions, stop: asyncio.Event | None = None) -> in
         if opts.role == "executor":
             from hivemesh.tools.mcp_client import MCPToolSet
 
-            tools = MCPToolSet([webtools_spec(opts.fixture["routes"])])
+            tools = MCPToolSet([webtools_spec(opts.fixture["routes"]), *opts.mcp])
             await tools.describe()  # start the server now: the first call must not pay it
             runner = AuditExecutor(
                 node,
@@ -130,6 +135,7 @@ async def serve_role(opts: RoleOptions, stop: asyncio.Event | None = None) -> in
                     lease_ttl_ms=opts.lease_ttl_ms,
                     reflect_wait_s=opts.reflect_wait_s,
                     pause_before_submit=opts.pause_before_submit,
+                    notes_tool=opts.notes_tool,
                 ),
             )
         elif opts.role == "reflector":

@@ -94,6 +94,10 @@ class ExecutorOptions:
     pause_before_submit: str = ""
     #: Skip a shop whose last tool event by another node is younger than this.
     busy_ms: int = 1500
+    #: A tool of any other MCP server that takes a knowledge-graph entity
+    #: ``{"entities": [{name, entityType, observations}]}`` (the npm memory
+    #: server's ``create_entities``): each audited shop is noted there.
+    notes_tool: str = ""
 
 
 class _Stop(Exception):
@@ -500,6 +504,8 @@ class AuditExecutor:
         attempts = sum(
             1 for c in audit.calls.get(shop, []) if c.body.get("tool") != "market.submit"
         )
+        if self.opts.notes_tool:
+            await self._note(audit, shop, lease, prices)
         await self._append(
             ev.SHOP,
             {
@@ -511,6 +517,50 @@ class AuditExecutor:
                 "attempts": attempts,
                 "route": route,
                 "market": "accepted",
+            },
+        )
+
+    async def _note(
+        self, audit: Audit, shop: str, lease: Lease, prices: list[dict[str, str]]
+    ) -> None:
+        """Note the shop in the notes tool (journaled; a failure costs only the note)."""
+        name = self.opts.notes_tool
+        entity = {
+            "name": f"{audit.id}/{shop}",
+            "entityType": "audited-shop",
+            "observations": [f"{p['sku']} {p['price']} {p['currency']}" for p in prices][:200],
+        }
+        args = {"entities": [entity]}
+        base = {
+            "audit": audit.id,
+            "shop": shop,
+            "token": lease.fencing_token,
+            "page": 0,
+            "tool": name,
+            "args": ev.args_digest(args),
+        }
+        await self._append(ev.CALL, {**base, "route": "", "strategy": ""})
+        t0 = time.monotonic()
+        error = ""
+        with self.node.metrics.track_tool(name) as extra:
+            try:
+                res = await self.tools.call(name, args, timeout_s=self.opts.tool_timeout_s)
+                error = (res.reason or "tool_failed") if res.is_error else ""
+            except HivemeshError as exc:
+                error = exc.code
+            if error:
+                extra[ATTR_ERROR_TYPE] = error
+        self.counters[f"notes.{'error' if error else 'ok'}"] += 1
+        await self._append(
+            ev.RESULT,
+            {
+                **base,
+                "ms": int((time.monotonic() - t0) * 1000),
+                "outcome": "error" if error else "ok",
+                "error": error,
+                "blob": "",
+                "route": "",
+                "strategy": "",
             },
         )
 

@@ -73,7 +73,7 @@ class Reflector:
                 for res in results:
                     if res.body.get("outcome") != "error" or res.ref in self._handled:
                         continue
-                    if res.body.get("tool") == "market.submit":
+                    if res.body.get("page") == 0:  # the market's answer, a note: no step
                         continue
                     if view.correction(audit, res.ref) is None:
                         out.append((audit, res))

@@ -46,6 +46,8 @@ def register(sub: Any) -> None:
     n.add_argument("--lease-ttl-ms", type=int, default=4000)
     n.add_argument("--reflect-wait-s", type=float, default=3.0)
     n.add_argument("--pause-before-submit", default="", help=argparse.SUPPRESS)
+    n.add_argument("--mcp", metavar="CONFIG", help='more MCP servers: a file or inline JSON')
+    n.add_argument("--notes-tool", default="", help="note each audited shop with this tool")
     n.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
     n.set_defaults(func=_node)
     s = asub.add_parser("status", help="the latest audit's progress")
@@ -78,6 +80,14 @@ def _fixture(value: str) -> dict[str, Any]:
     return doc
 
 
+def _mcp(value: str) -> tuple[Any, ...]:
+    from hivemesh.tools.spec import load_mcp_config, parse_mcp_config
+
+    if value.lstrip().startswith("{"):
+        return parse_mcp_config(value, "--mcp")
+    return load_mcp_config(value)
+
+
 def _node(args: argparse.Namespace) -> int:
     from hivemesh.audit.node import RoleOptions, serve_role
 
@@ -101,6 +111,8 @@ def _node(args: argparse.Namespace) -> int:
             pause_before_submit=args.pause_before_submit,
             json=args.json,
             name=args.name,
+            mcp=_mcp(args.mcp) if args.mcp else (),
+            notes_tool=args.notes_tool,
         )
         return asyncio.run(serve_role(opts))
     except (OSError, ValueError) as exc:
