@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from hivemesh.audit.report import build_report, write_report
+from hivemesh.core.hlc import LOGICAL_BITS
 from hivemesh.errors import DeadlineExceeded, HivemeshError
 from hivemesh.runtime.swarm import LocalSwarm, NodeProc
 
@@ -141,19 +142,16 @@ def _identity(data_dir: Path) -> str:
     return load_or_create_identity(data_dir).address
 
 
-def _progress_of(doc: dict[str, Any]) -> dict[str, Any]:
-    """Per-batch progress from an export."""
-    done = set(doc["done"]) | set(doc["skipped"])
+def _progress_of(st: dict[str, Any]) -> dict[str, Any]:
+    """Per-batch progress from an ``audit.status`` answer."""
     return {
-        "batches": {
-            n: (sum(s in done for s in shops), len(shops)) for n, shops in doc["batches"].items()
-        },
-        "done": len(doc["done"]),
-        "shops": len(doc["shops"]),
-        "finished": doc["finished_hlc"] is not None,
-        "calls": len(doc["tool_calls"]),
-        "questions": sum(q["answer"] is None for q in doc["questions"]),
-        "takeovers": len(doc["takeovers"]),
+        "batches": {n: (d, total) for n, (d, total) in st["batches"].items()},
+        "done": st["done"],
+        "shops": st["shops"],
+        "finished": st["finished"],
+        "calls": st["calls"],
+        "questions": st["open_questions"],
+        "takeovers": st["takeovers"],
     }
 
 
@@ -257,13 +255,22 @@ def run_audit(
         while True:
             if time.monotonic() > deadline:
                 raise DeadlineExceeded(f"the audit did not finish in {total_timeout_s:g} s")
-            try:
-                doc = client.call("audit.export", timeout_s=20.0)
+            try:  # the cheap status each turn; the whole export only when needed
+                st = client.call("audit.status", timeout_s=20.0)
+                need = st.get("open_questions") or st.get("finished")
+                need = (
+                    need or (kill and not run.killed) or (pause and not run.paused.get("resumed"))
+                )
+                if st.get("audit") and need:
+                    doc = client.call("audit.export", timeout_s=20.0)
             except HivemeshError:
                 time.sleep(0.3)
                 continue
-            if progress is not None:
-                progress(_progress_of(doc))
+            if progress is not None and st.get("audit"):
+                progress(_progress_of(st))
+            if not doc:
+                time.sleep(0.3)
+                continue
             open_qs = [q for q in doc["questions"] if q["answer"] is None]
             if operator_cli and open_qs:  # the operator's own commands
                 open_qs = _cli(swarm, observer, "inbox", "--questions")
@@ -288,8 +295,11 @@ def run_audit(
                 _pause_step(swarm.nodes[paused_label], doc, run, say)
             if doc["finished_hlc"] is not None and (not pause or run.paused.get("resumed")):
                 break
-            time.sleep(0.4)
-        run.audit_seconds = time.monotonic() - t_audit
+            doc = {}
+            time.sleep(0.3)
+        # the audit's own duration, start to done, by the supervisor's clock
+        took_ms = (doc["finished_hlc"] >> LOGICAL_BITS) - (doc["started_hlc"] >> LOGICAL_BITS)
+        run.audit_seconds = took_ms / 1000 if took_ms > 0 else time.monotonic() - t_audit
         run.export = doc
         truth = json.loads(Path(ready["ground_truth"]).read_text(encoding="utf-8"))
         report = build_report(doc, ground_truth=truth)

@@ -62,7 +62,7 @@ class RoleOptions:
     #: The fixture's ready record (``url``, ``routes``, ``market``).
     fixture: dict[str, Any] = field(default_factory=dict)
     batch_size: int = 10
-    window: int = 2
+    window: int = 3
     max_concurrent: int = 4
     lease_ttl_ms: int = 4000
     reflect_wait_s: float = 3.0
@@ -117,7 +117,7 @@ async def serve_role(opts: RoleOptions, stop: asyncio.Event | None = None) -> in
         loop.add_signal_handler(sig, stop.set)
     node = Node(opts.data_dir, listen=opts.listen, bootstrap=list(opts.bootstrap), name=opts.name)
     async with node:
-        live = LiveView.attach(node)
+        live = LiveView.attach(node, witness=opts.role in ("observer", "reflector"))
         ops.attach(node.daemon, live.view)
         runner: Any = None
         tools: Any = None

@@ -79,6 +79,8 @@ class Audit:
     takeovers: list[Step] = field(default_factory=list)
     done: dict[str, Step] = field(default_factory=dict)
     finished: Step | None = None
+    #: Failed ``tool.result`` events, in arrival order (what the reflector reads).
+    failures: list[Step] = field(default_factory=list)
 
     def published(self) -> list[str]:
         """Shops of the published batches, in batch order."""
@@ -222,6 +224,8 @@ class AuditView:
             target = audit.calls if kind == ev.CALL else audit.results
             target.setdefault(shop, []).append(step)
             audit.by_ref[step.ref] = step
+            if kind == ev.RESULT and b.get("outcome") == "error":
+                audit.failures.append(step)
         elif kind == ev.CORRECTION:
             _str(b, "ref", 200), _str(b, "action", 40)
             audit.corrections.setdefault(_str(b, "shop", 64), []).append(step)

@@ -10,9 +10,9 @@ that are neither done nor waiting for the operator, up to
 someone else holds is skipped (the lease refuses it); a lease that cannot
 be renewed cancels the work on that shop.
 
-A shop is a sequence of *steps*, one per catalogue page: ``fetch_page``,
-``dom_snapshot`` (its canonical HTML becomes a content-addressed blob) and
-``extract_prices`` through the MCP web tools. Every call is a ``tool.call``
+A shop is a sequence of *steps*, one per catalogue page: ``fetch_page``
+and ``extract_prices`` (with the page's DOM snapshot, whose canonical HTML
+becomes a content-addressed blob) through the MCP web tools. Every call is a ``tool.call``
 event, every outcome a ``tool.result`` event (tool, arguments digest,
 duration, outcome, error code, blob hash; the extraction's products), and a
 telemetry record. A failed call waits for the reflector's correction
@@ -300,7 +300,6 @@ class AuditExecutor:
     ) -> dict[str, Any]:
         html: str | None = None
         final = url
-        blob = ""
         while True:
             try:
                 if html is None:
@@ -309,19 +308,16 @@ class AuditExecutor:
                         {"url": url, "route": state["route"]}, route=state["route"],
                     )  # fmt: skip
                     html, final = str(got.get("html", "")), str(got.get("final_url") or url)
-                    snap = await self._call(
-                        audit, shop, lease, page, "dom_snapshot", {"html": html}, blob=True
-                    )
-                    blob = str(snap.get("blob", ""))
                 found = await self._call(
                     audit, shop, lease, page, "extract_prices",
-                    {"html": html, "base_url": final, "strategy": state["strategy"]},
-                    strategy=state["strategy"], blob_of=blob, url=url,
+                    {"html": html, "base_url": final, "strategy": state["strategy"],
+                     "snapshot": True},
+                    strategy=state["strategy"], url=url,
                 )  # fmt: skip
                 return {
                     "products": found.get("products", []),
                     "next": found.get("next_page"),
-                    "blob": blob,
+                    "blob": found.get("blob", ""),
                 }
             except _Failed as f:
                 fix = await self._correction(audit, shop, page, f)
@@ -347,8 +343,6 @@ class AuditExecutor:
         *,
         route: str = "",
         strategy: str = "",
-        blob: bool = False,
-        blob_of: str = "",
         url: str = "",
     ) -> dict[str, Any]:
         name = f"{self.opts.server}.{tool}"
@@ -379,12 +373,12 @@ class AuditExecutor:
             "ms": int((time.monotonic() - t0) * 1000),
             "outcome": "error" if error else "ok",
             "error": error,
-            "blob": blob_of,
+            "blob": "",
             "route": route,
             "strategy": strategy,
         }
-        if not error and blob:
-            out["blob"] = await self._blob(data)
+        if not error and isinstance(data.get("snapshot"), dict):
+            out["blob"] = data["blob"] = await self._blob(data.pop("snapshot"))
         if not error and tool == "extract_prices":
             out["products"] = [
                 {k: p.get(k) for k in ("sku", "name", "price", "currency")}
@@ -480,18 +474,7 @@ class AuditExecutor:
             except httpx.HTTPError:
                 error = "fetch_failed"
                 await asyncio.sleep(0.2 * (attempt + 1))
-        await self._append(
-            ev.RESULT,
-            {
-                **base,
-                "ms": int((time.monotonic() - t0) * 1000),
-                "outcome": "error" if error else "ok",
-                "error": error,
-                "blob": "",
-                "route": "",
-                "strategy": "",
-            },
-        )
+        await self._side_result(base, t0, error)
         if error:
             self.counters[f"market.{error}"] += 1
             raise _Stop(f"market refused {shop}: {error}")
@@ -551,18 +534,20 @@ class AuditExecutor:
             if error:
                 extra[ATTR_ERROR_TYPE] = error
         self.counters[f"notes.{'error' if error else 'ok'}"] += 1
-        await self._append(
-            ev.RESULT,
-            {
-                **base,
-                "ms": int((time.monotonic() - t0) * 1000),
-                "outcome": "error" if error else "ok",
-                "error": error,
-                "blob": "",
-                "route": "",
-                "strategy": "",
-            },
-        )
+        await self._side_result(base, t0, error)
+
+    async def _side_result(self, base: dict[str, Any], t0: float, error: str) -> None:
+        """The ``tool.result`` of a call that is no page step (market, notes)."""
+        body = {
+            **base,
+            "ms": int((time.monotonic() - t0) * 1000),
+            "outcome": "error" if error else "ok",
+            "error": error,
+            "blob": "",
+            "route": "",
+            "strategy": "",
+        }
+        await self._append(ev.RESULT, body)
 
     async def _append(self, kind: str, body: dict[str, Any]) -> Any:
         return await self.node.append(kind, body)

@@ -69,14 +69,11 @@ class Reflector:
         for audit in view.audits.values():
             if audit.finished is not None:
                 continue
-            for results in audit.results.values():
-                for res in results:
-                    if res.body.get("outcome") != "error" or res.ref in self._handled:
-                        continue
-                    if res.body.get("page") == 0:  # the market's answer, a note: no step
-                        continue
-                    if view.correction(audit, res.ref) is None:
-                        out.append((audit, res))
+            for res in audit.failures:
+                if res.ref in self._handled or res.body.get("page") == 0:
+                    continue  # page 0: the market's answer or a note, no step to correct
+                if view.correction(audit, res.ref) is None:
+                    out.append((audit, res))
         return sorted(out, key=lambda p: (p[1].hlc, p[1].author))
 
     def _decide(self, audit: Any, res: Any) -> tuple[Correction, str]:

@@ -165,12 +165,14 @@ def build_server(fetcher: Fetcher, *, name: str = "hivemesh-web") -> tuple[MCPSe
         strategy: str = "auto",
         timeout_s: float = 0,
         base_url: str = "",
+        snapshot: bool = False,
     ) -> dict[str, Any]:
         """Products and prices of a page (name, sku, price as decimal text, ISO currency).
 
         strategy: auto (the one finding most products), jsonld, microdata,
         table or blocks. Also returns next_page, the URL of the next page
-        (for html, resolved against base_url, the page's own URL).
+        (for html, resolved against base_url, the page's own URL), and with
+        snapshot=true the page's dom_snapshot (one call instead of two).
         """
         doc, final = await load(url, html, route, timeout_s)
         result = ex.extract_prices(doc, strategy=strategy)
@@ -178,6 +180,8 @@ def build_server(fetcher: Fetcher, *, name: str = "hivemesh-web") -> tuple[MCPSe
             raise ExtractError(f"no prices found with strategy {strategy}")
         base = final or base_url
         result["next_page"] = ex.next_page_url(doc, base) if base else None
+        if snapshot:
+            result["snapshot"] = _snapshot(doc)
         return result
 
     @app.tool()
@@ -230,11 +234,15 @@ def build_server(fetcher: Fetcher, *, name: str = "hivemesh-web") -> tuple[MCPSe
         """The page's HTML after parsing, normalised (same DOM, same bytes): its
         sha256, its hivemesh blob address (blob: blake2b-256) and the HTML."""
         doc, _ = await load(url, html, route, timeout_s)
-        text, digest = ex.dom_snapshot(doc)
-        data = text.encode("utf-8")
-        return {"sha256": digest, "blob": blob_digest(data).hex(), "bytes": len(data), "html": text}
+        return _snapshot(doc)
 
     return app, counters
+
+
+def _snapshot(doc: Any) -> dict[str, Any]:
+    text, digest = ex.dom_snapshot(doc)
+    data = text.encode("utf-8")
+    return {"sha256": digest, "blob": blob_digest(data).hex(), "bytes": len(data), "html": text}
 
 
 def serve_stdio(fetcher: Fetcher) -> None:
