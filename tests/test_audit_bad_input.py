@@ -81,10 +81,11 @@ class Faulty:
                 if fault == "crash":
                     for pid in _children("webtools"):
                         os.kill(pid, signal.SIGKILL)
-                if fault == "garbage":
+                if fault == "garbage":  # the page came back as garbage: nothing read
                     res = await self.inner.call(name, args, timeout_s=timeout_s)
                     got = dict(res.structured or {})
-                    got["html"] = GARBAGE
+                    got.pop("snapshot", None)
+                    got.update(html=GARBAGE, products=[], next_page=None)
                     return dataclasses.replace(res, structured=got)
         return await self.inner.call(name, args, timeout_s=timeout_s)
 
@@ -100,9 +101,9 @@ def test_malformed_html_timeouts_errors_and_a_crashed_mcp_server(
     plan = {
         (ids[1], "web.fetch_page"): ["garbage"],
         (ids[2], "web.fetch_page"): ["timeout", "timeout"],
-        (ids[3], "web.extract_prices"): ["error"],
+        (ids[3], "web.fetch_page"): ["error"],
         (ids[4], "web.fetch_page"): ["crash"],
-        (ids[5], "web.extract_prices"): ["timeout"],
+        (ids[5], "web.fetch_page"): ["timeout"],
     }
 
     async def main() -> tuple[Any, Faulty, list[str]]:

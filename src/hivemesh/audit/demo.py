@@ -160,7 +160,7 @@ def _victim(doc: dict[str, Any], executors: dict[str, str]) -> tuple[str, str] |
     by_addr = {a: label for label, a in executors.items()}
     acked: dict[tuple[str, str], set[int]] = {}
     for r in doc["tool_results"]:
-        if r["tool"].endswith("extract_prices") and r["outcome"] == "ok" and r["acknowledged"]:
+        if r["products"] and r["outcome"] == "ok" and r["acknowledged"]:
             acked.setdefault((r["author"], r["shop"]), set()).add(int(r["page"]))
     for (author, shop), pages in sorted(acked.items()):
         if shop in doc["done"] or author not in by_addr:

@@ -141,7 +141,13 @@ def export(view: AuditView, audit_id: str | None = None) -> dict[str, Any]:
         ],
         "tool_results": [
             {k: r.body.get(k) for k in ("shop", "page", "tool", "token", "outcome", "error", "ms")}
-            | {"author": r.author, "acknowledged": view.acknowledged(r)}
+            | {
+                "author": r.author,
+                "acknowledged": view.acknowledged(r),
+                "products": len(r.body["products"])
+                if isinstance(r.body.get("products"), list)
+                else None,
+            }
             for r in results
         ],
         "corrections": [

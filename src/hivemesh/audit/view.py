@@ -303,9 +303,8 @@ class AuditView:
             route, strategy = b.get("route"), b.get("strategy")
             if isinstance(route, str) and route and route not in h.routes:
                 h.routes.append(route)
-            extract = b.get("tool", "").endswith("extract_prices") and b.get("page") == page
-            if extract and isinstance(strategy, str) and strategy not in h.strategies:
-                h.strategies.append(strategy)
+            if b.get("page") == page and isinstance(strategy, str) and strategy:
+                h.strategies += [strategy] if strategy not in h.strategies else []
             h.shop_attempts += 1
             if b.get("page") == page and b.get("token") == token:
                 h.step_attempts += int(b.get("tool", "").endswith("fetch_page"))
@@ -336,8 +335,7 @@ class AuditView:
                 continue
             if b.get("tool", "").endswith("fetch_page") and isinstance(b.get("route"), str):
                 rp.route = b["route"]
-            extract = b.get("tool", "").endswith("extract_prices")
-            if extract and self.acknowledged(res) and isinstance(b.get("products"), list):
+            if self.acknowledged(res) and isinstance(b.get("products"), list):
                 rp.pages[int(b["page"])] = b
                 rp.strategy = str(b.get("strategy", ""))
         rp.redo = sorted(fetched - set(rp.pages))

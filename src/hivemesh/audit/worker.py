@@ -10,9 +10,11 @@ that are neither done nor waiting for the operator, up to
 someone else holds is skipped (the lease refuses it); a lease that cannot
 be renewed cancels the work on that shop.
 
-A shop is a sequence of *steps*, one per catalogue page: ``fetch_page``
-and ``extract_prices`` (with the page's DOM snapshot, whose canonical HTML
-becomes a content-addressed blob) through the MCP web tools. Every call is a ``tool.call``
+A shop is a sequence of *steps*, one per catalogue page, through the MCP
+web tools: ``fetch_page`` reads the page in one call (its prices, next page
+and DOM snapshot, whose canonical HTML becomes a content-addressed blob);
+when it finds no prices the HTML comes back and ``extract_prices`` tries
+other strategies on it, without fetching again. Every call is a ``tool.call``
 event, every outcome a ``tool.result`` event (tool, arguments digest,
 duration, outcome, error code, blob hash; the extraction's products), and a
 telemetry record. A failed call waits for the reflector's correction
@@ -105,10 +107,11 @@ class _Stop(Exception):
 
 
 class _Failed(Exception):
-    def __init__(self, ref: str, error: str) -> None:
+    def __init__(self, ref: str, error: str, data: dict[str, Any] | None = None) -> None:
         super().__init__(error)
         self.ref = ref
         self.error = error
+        self.data = data or {}
 
 
 def escalation_id(ref: str) -> str:
@@ -302,24 +305,27 @@ class AuditExecutor:
         final = url
         while True:
             try:
-                if html is None:
-                    got = await self._call(
-                        audit, shop, lease, page, "fetch_page",
-                        {"url": url, "route": state["route"]}, route=state["route"],
+                if html is None:  # fetch and read in one call
+                    args = {"url": url, "route": state["route"], "extract": state["strategy"]}
+                    found = await self._call(
+                        audit, shop, lease, page, "fetch_page", {**args, "snapshot": True},
+                        route=state["route"], strategy=state["strategy"], url=url,
                     )  # fmt: skip
-                    html, final = str(got.get("html", "")), str(got.get("final_url") or url)
-                found = await self._call(
-                    audit, shop, lease, page, "extract_prices",
-                    {"html": html, "base_url": final, "strategy": state["strategy"],
-                     "snapshot": True},
-                    strategy=state["strategy"], url=url,
-                )  # fmt: skip
+                else:  # the page is here: read it another way
+                    found = await self._call(
+                        audit, shop, lease, page, "extract_prices",
+                        {"html": html, "base_url": final, "strategy": state["strategy"],
+                         "snapshot": True},
+                        strategy=state["strategy"], url=url,
+                    )  # fmt: skip
                 return {
                     "products": found.get("products", []),
                     "next": found.get("next_page"),
                     "blob": found.get("blob", ""),
                 }
             except _Failed as f:
+                if isinstance(f.data.get("html"), str):  # fetched, but no prices read
+                    html, final = f.data["html"], str(f.data.get("final_url") or url)
                 fix = await self._correction(audit, shop, page, f)
                 self.counters[f"fix.{fix.action}"] += 1
                 if fix.action == "retry":  # a fresh fetch, read the default way again
@@ -377,9 +383,12 @@ class AuditExecutor:
             "route": route,
             "strategy": strategy,
         }
+        if not error and isinstance(data.get("products"), list) and not data["products"]:
+            error = "extract_failed"  # fetched, but nothing read: the HTML is in data
+            out["outcome"], out["error"] = "error", error
         if not error and isinstance(data.get("snapshot"), dict):
             out["blob"] = data["blob"] = await self._blob(data.pop("snapshot"))
-        if not error and tool == "extract_prices":
+        if not error and isinstance(data.get("products"), list):
             out["products"] = [
                 {k: p.get(k) for k in ("sku", "name", "price", "currency")}
                 for p in data.get("products", [])
@@ -392,7 +401,7 @@ class AuditExecutor:
         rec = await self._append(ev.RESULT, out)
         self.counters[f"tool.{tool}.{out['outcome']}"] += 1
         if error:
-            raise _Failed(ev.ref_of(self.me, rec.seq), error)
+            raise _Failed(ev.ref_of(self.me, rec.seq), error, data)
         return data
 
     async def _blob(self, snap: dict[str, Any]) -> str:

@@ -7,7 +7,9 @@ Theory of operation
 :mod:`hivemesh.webtools.extract`:
 
 ``list_routes``         the configured routes and the default one;
-``fetch_page``          GET a URL through a route; status, timing, HTML;
+``fetch_page``          GET a URL through a route; status, timing, HTML (or,
+                        with ``extract``/``snapshot``, the page read in one
+                        call: prices, next page, DOM snapshot);
 ``extract_tables``      the tables of a page (``url`` or ``html``);
 ``extract_structured``  its JSON-LD and microdata;
 ``extract_prices``      its products and prices (strategy ``auto`` or one of
@@ -123,7 +125,12 @@ def build_server(fetcher: Fetcher, *, name: str = "hivemesh-web") -> tuple[MCPSe
     @app.tool()
     @typed
     async def fetch_page(
-        url: str, route: str = "", timeout_s: float = 0, include_html: bool = True
+        url: str,
+        route: str = "",
+        timeout_s: float = 0,
+        include_html: bool = True,
+        extract: str = "",
+        snapshot: bool = False,
     ) -> dict[str, Any]:
         """Fetch a web page (http/https) through a route (default: the default route).
 
@@ -131,9 +138,23 @@ def build_server(fetcher: Fetcher, *, name: str = "hivemesh-web") -> tuple[MCPSe
         captcha_required when the site challenges this route (try another),
         access_code_required when only a human can open it, fetch_timeout or
         fetch_failed otherwise.
+
+        To read a page in one call: extract (a strategy of extract_prices)
+        adds its products, currency and next_page, and snapshot its
+        dom_snapshot; the HTML is then left out unless no prices were found
+        (products empty), so another strategy can be tried on it.
         """
         page = await fetcher.fetch(url, route=route or None, timeout_s=timeout_s or None)
         out = page.summary()
+        if extract or snapshot:
+            doc = ex.parse_html(page.html)
+            if snapshot:
+                out["snapshot"] = _snapshot(doc)
+            if extract:
+                found = ex.extract_prices(doc, strategy=extract)
+                out.update(found)
+                out["next_page"] = ex.next_page_url(doc, page.final_url)
+                include_html = include_html and not found["products"]
         if include_html:
             out["html"] = page.html
         return out
