@@ -203,6 +203,8 @@ def run_audit(
     }
     env = {"HIVEMESH_LEASE_VOTERS": ",".join(voters.values())}
     swarm = LocalSwarm(nodes_root, env=env, start_timeout_s=60.0)
+    for key in [k for k in swarm.env if k.startswith("OPENAI_")]:
+        del swarm.env[key]  # no LLM, no internet: the reflector's rules decide
     fixture: subprocess.Popen[bytes] | None = None
     release = threading.Event()
     try:

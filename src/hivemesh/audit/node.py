@@ -141,7 +141,7 @@ async def serve_role(opts: RoleOptions, stop: asyncio.Event | None = None) -> in
         elif opts.role == "reflector":
             from hivemesh.roles.reflector import Reflector
 
-            runner = Reflector(node, live, limits=Limits())
+            runner = Reflector(node, live, limits=Limits(), advisor=_advisor(node))
         elif opts.role == "supervisor":
             from hivemesh.roles.supervisor import Supervisor
 
@@ -179,3 +179,18 @@ async def serve_role(opts: RoleOptions, stop: asyncio.Event | None = None) -> in
 def _route_order(routes: dict[str, Any]) -> list[str]:
     """``direct`` first, then the proxies by name."""
     return sorted(routes, key=lambda r: (r != "direct", r))
+
+
+def _advisor(node: Any) -> Any:
+    """An LLM advisor for the reflector when ``HIVEMESH_LLM_*`` configure one."""
+    from hivemesh.errors import LLMNotConfigured
+    from hivemesh.llm import LLMConfig, provider_from_config
+
+    try:
+        cfg = LLMConfig.resolve(None, os.environ)
+    except (LLMNotConfigured, ConfigError):
+        return None
+    from hivemesh.audit.advice import llm_advisor
+    from hivemesh.runtime.telemetry import usage_hook
+
+    return llm_advisor(provider_from_config(cfg, on_usage=usage_hook(node.metrics)))

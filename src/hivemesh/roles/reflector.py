@@ -15,9 +15,10 @@ guard trips, an ``audit.correction`` with ``escalate`` plus an
 
 The executor waiting on the failure applies the correction; if no reflector
 answers in time it applies the same rules itself, so a dead reflector slows
-the audit down and never stops it. ``advisor`` (optional) may propose a
-correction first (an LLM, when one is configured); whatever it proposes must
-be one of the known actions, else the rules decide.
+the audit down and never stops it. ``advisor`` (optional,
+:mod:`hivemesh.audit.advice`: an LLM, when one is configured) may propose
+the correction first; the loop guards apply to it as to the rules, and an
+unusable proposal leaves the decision to the rules.
 """
 
 from __future__ import annotations
@@ -25,21 +26,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
-from hivemesh.audit import events as ev
+from hivemesh.audit.advice import Advisor
 from hivemesh.audit.live import LiveView
-from hivemesh.audit.rules import Correction, Limits, decide
+from hivemesh.audit.rules import Correction, Limits, decide, guard
 from hivemesh.audit.worker import correction_events
 from hivemesh.errors import HivemeshError
 
 __all__ = ["Advisor", "Reflector"]
 
 log = logging.getLogger("hivemesh.roles.reflector")
-
-#: An optional proposer: ``(shop, error, history) -> Correction | None``.
-Advisor = Callable[[str, str, Any], Correction | None]
 
 
 class Reflector:
@@ -76,19 +73,18 @@ class Reflector:
                     out.append((audit, res))
         return sorted(out, key=lambda p: (p[1].hlc, p[1].author))
 
-    def _decide(self, audit: Any, res: Any) -> tuple[Correction, str]:
+    async def _decide(self, audit: Any, res: Any) -> tuple[Correction, str]:
         shop, error, page = str(res.body["shop"]), str(res.body["error"]), int(res.body["page"])
         history = self.live.view.history(audit, shop, page)
-        if self.advisor is not None:
+        if self.advisor is not None and error not in ("access_code_required",):
             try:
-                proposed = self.advisor(shop, error, history)
+                proposed = await self.advisor(shop, error, history, audit.routes)
             except Exception:  # an advisor failure falls back to the rules
                 self.counters["advisor_errors"] += 1
                 proposed = None
-            if proposed is not None and proposed.action in ev.ACTIONS:
+            if proposed is not None:
                 self.counters["advised"] += 1
-                if proposed.action != "escalate":
-                    return proposed, ""
+                return guard(shop, error, history, proposed, self.limits)
         return decide(shop, error, history, audit.routes, self.limits)
 
     async def step(self) -> int:
@@ -96,7 +92,7 @@ class Reflector:
         n = 0
         for audit, res in self.pending():
             self._handled.add(res.ref)
-            fix, question = self._decide(audit, res)
+            fix, question = await self._decide(audit, res)
             body = res.body
             events = correction_events(
                 audit.id, str(body["shop"]), int(body["page"]), res.ref, str(body["error"]),
