@@ -71,22 +71,30 @@ class Faulty:
         url = str(args.get("url") or args.get("base_url") or "")
         for (shop, tool), faults in self.plan.items():
             if tool == name and f"/{shop}/" in url and faults:
-                fault = faults.pop(0)
-                self.done[fault] += 1
+                fault = faults[0]
                 if fault == "timeout":
+                    faults.pop(0)
+                    self.done[fault] += 1
                     raise ToolTimeout(f"{name}: no answer in time (injected)", tool=name)
-                if fault == "error":
-                    res = await self.inner.call(name, args, timeout_s=timeout_s)
-                    return dataclasses.replace(res, is_error=True, reason="", structured=None)
                 if fault == "crash":
+                    faults.pop(0)
+                    self.done[fault] += 1
                     for pid in _children("webtools"):
                         os.kill(pid, signal.SIGKILL)
-                if fault == "garbage":  # the page came back as garbage: nothing read
-                    res = await self.inner.call(name, args, timeout_s=timeout_s)
-                    got = dict(res.structured or {})
-                    got.pop("snapshot", None)
-                    got.update(html=GARBAGE, products=[], next_page=None)
-                    return dataclasses.replace(res, structured=got)
+                    break
+                # "error", "garbage": change a real answer (once one comes: the crash
+                # above can fail calls in flight)
+                res = await self.inner.call(name, args, timeout_s=timeout_s)
+                if res.is_error:
+                    return res
+                faults.pop(0)
+                self.done[fault] += 1
+                if fault == "error":
+                    return dataclasses.replace(res, is_error=True, reason="", structured=None)
+                got = dict(res.structured or {})  # garbage: the page read as nothing
+                got.pop("snapshot", None)
+                got.update(html=GARBAGE, products=[], next_page=None)
+                return dataclasses.replace(res, structured=got)
         return await self.inner.call(name, args, timeout_s=timeout_s)
 
 
@@ -126,6 +134,7 @@ def test_malformed_html_timeouts_errors_and_a_crashed_mcp_server(
             doc = await audit_on_one_node(
                 world, ids, tools, tmp_path / "node", before=unknown_answers
             )
+            refused.append(str(inner.connections["web"].counters["starts"]))
             return doc, tools, refused
 
     doc, tools, refused = asyncio.run(main())
@@ -137,9 +146,38 @@ def test_malformed_html_timeouts_errors_and_a_crashed_mcp_server(
         assert got == [(p["sku"], p["price"]) for p in truth[sid]["products"]], sid
     fixes = Counter((c["after"], c["action"]) for c in doc["corrections"])
     assert fixes[("extract_failed", "other_strategy")] >= 1  # malformed HTML: other strategies
-    assert fixes[("extract_failed", "retry")] == 1  # ... then a fresh fetch
+    # ... then a fresh fetch (unless the shop's lease was lost meanwhile on a
+    # loaded machine: the next holder fetches afresh anyway)
+    assert fixes[("extract_failed", "retry")] <= 1
     assert fixes[("tool_timeout", "retry")] == 3
     assert fixes[("tool_failed", "retry")] == 1
-    assert fixes[("tool_unavailable", "retry")] >= 1  # the crashed server came back
+    # the killed server was started again; calls caught in the crash were retried
+    assert int(refused[-1]) >= 2
+    assert fixes[("tool_unavailable", "retry")] == sum(
+        1 for r in doc["tool_results"] if r["error"] == "tool_unavailable"
+    )
     assert fixes[("access_code_required", "escalate")] == 1
     assert [q["answer"] for q in doc["questions"]] == [world.world.operator_code()]
+
+
+def test_report_files_from_an_export(world: FixtureServer, tmp_path: Path) -> None:
+    from hivemesh.audit.report import COLUMNS, build_report, write_report
+
+    ids = [s.id for s in world.world.shops if "human-only" in s.behaviours]
+    ids += [s.id for s in world.world.shops if not s.behaviours][:2]
+
+    async def main() -> dict[str, Any]:
+        async with MCPToolSet([webtools_spec(world.routes)]) as tools:
+            return await audit_on_one_node(world, ids, tools, tmp_path / "node")
+
+    doc = asyncio.run(main())
+    truth = world.world.ground_truth(world.url)
+    truth["shops"] = {k: v for k, v in truth["shops"].items() if k in ids}
+    report = build_report(doc, ground_truth=truth)
+    paths = write_report(report, tmp_path / "report")
+    csv_lines = Path(paths["csv"]).read_text().splitlines()
+    assert csv_lines[0] == ",".join(COLUMNS)
+    assert len(csv_lines) - 1 == sum(len(t["products"]) for t in truth["shops"].values())
+    md = Path(paths["markdown"]).read_text()
+    assert "every price matches" in md and world.world.operator_code() in md
+    assert report["summary"]["escalations"] == 1 and report["summary"]["mismatches"] == 0
