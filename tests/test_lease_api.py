@@ -31,6 +31,7 @@ def test_exported_members() -> None:
         "QuorumLeaseBackend",
         "VoterServer",
         "open_backend",
+        "validate_holder",
         "validate_resource",
         "validate_ttl_ms",
     }

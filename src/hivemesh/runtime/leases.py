@@ -91,8 +91,7 @@ from hivemesh.errors import (
     InvalidAddress,
     LeaseContended,
 )
-from hivemesh.leases._api import LeaseInfo
-from hivemesh.leases._client import LeaseClient
+from hivemesh.leases import LeaseClient, LeaseInfo
 from hivemesh.runtime.claims import MeshClaims
 from hivemesh.runtime.voterlog import VoterLog
 from hivemesh.stores.private import write_private

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from hivemesh.errors import InvalidArgument
-from hivemesh.leases._api import validate_holder, validate_resource, validate_ttl_ms
+from hivemesh.leases import validate_holder, validate_resource, validate_ttl_ms
 from hivemesh.runtime.control import register_op
 
 if TYPE_CHECKING:
