@@ -13,6 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from hivemesh.runtime.pump import Pump
+from hivemesh.runtime.supervise import Supervisor
 
 FAR = 1 << 62
 
@@ -75,7 +76,8 @@ def _pump() -> tuple[Pump, _Conns]:
     )
     p._store = SimpleNamespace(pending=0)
     p.counters = Counter()
-    p._subs, p._bg = [], set()
+    p._subs = []
+    p.supervisor = Supervisor(p.counters, lambda failure: None)
     p._ready, p._wake, p._flush_lock = asyncio.Event(), asyncio.Event(), asyncio.Lock()
     p._ready.set()
     p._unsent = deque()

@@ -75,7 +75,7 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -240,6 +240,12 @@ class TrustStore:
         #: query. :meth:`poll` and our own edits always look. A daemon on the
         #: hot path sets it (one ``stat`` per received frame otherwise).
         self.min_refresh_s = 0.0
+        #: If set, a file that no longer parses (a hand edit gone wrong) is
+        #: reported here once per version of it, and the trust last read stays
+        #: in force until the file parses again; if None, queries raise
+        #: :class:`StoreCorrupt`. Edits (``add``, ``revoke``, ...) always raise:
+        #: they never write over a file they cannot read.
+        self.on_load_error: Callable[[StoreCorrupt], None] | None = None
         self._checked_s = float("-inf")
         self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._refresh(force=True)
@@ -403,7 +409,7 @@ class TrustStore:
 
     # -- file handling -----------------------------------------------------------------
 
-    def _refresh(self, *, force: bool = False) -> None:
+    def _refresh(self, *, force: bool = False, strict: bool = False) -> None:
         if self.min_refresh_s > 0:
             now = time.monotonic()
             if not force and now - self._checked_s < self.min_refresh_s:
@@ -418,7 +424,15 @@ class TrustStore:
             return
         stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
         if stamp != self._stamp:
-            self._data = _load(self.path)
+            try:
+                data = _load(self.path)
+            except StoreCorrupt as exc:
+                if strict or self.on_load_error is None:
+                    raise
+                self._stamp = stamp  # reported once; looked at again when it changes
+                self.on_load_error(exc)
+                return
+            self._data = data
             self._stamp = stamp
             self.generation += 1
 
@@ -428,7 +442,7 @@ class TrustStore:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             self._stamp = None
-            self._refresh(force=True)
+            self._refresh(force=True, strict=True)
             data = json.loads(json.dumps(self._data))  # a private copy
             yield data
             _atomic_write(self.path, data)

@@ -444,7 +444,9 @@ class ConnectionManager(Dialling):
         link.last_rx_mono = time.monotonic()
         try:
             done = self._on_frames_now(link.address, frames)
-        except Exception:  # a bug in a handler must not kill the daemon silently
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException:  # a bug (or a loro panic) in a handler: log, count, redial
             log.exception("inline handler for %s failed", short(link.address))
             self.counters["reader_crashed"] += 1
             link.channel.close()  # its reader then drops the link
@@ -475,7 +477,9 @@ class ConnectionManager(Dialling):
             self.counters[f"channel_closed_{code or getattr(exc, 'code', 'os_error')}"] += 1
             if link.channel.peer_close_code is not None and isinstance(reason, REFUSALS):
                 self._refused(link.address, reason)
-        except Exception:  # a bug in a handler must not kill the daemon silently
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException:  # a bug (or a loro panic) in a handler: log, count, redial
             log.exception("reader for %s failed", short(link.address))
             self.counters["reader_crashed"] += 1
         self._retired.discard(link)

@@ -86,6 +86,7 @@ from hivemesh.runtime.messaging import Messaging
 from hivemesh.runtime.ownfeed import OwnFeedWatch
 from hivemesh.runtime.pump import Pump
 from hivemesh.runtime.status import Subscription
+from hivemesh.runtime.supervise import Supervisor, TaskFailed
 from hivemesh.runtime.trustview import KIND_TRUST_ADD, KIND_TRUST_REVOKE, TrustView, TrustWeb
 from hivemesh.stores.feedmark import FileMarkStore, open_mark
 from hivemesh.transports import ChannelOptions
@@ -108,14 +109,14 @@ class Daemon(Pump, DaemonAPI):
         self.rehydrated = 0
         self.listen_port = 0
         self._subs: list[Subscription] = []
-        self._tasks: list[asyncio.Task[Any]] = []
+        #: every task of the node runs under it (:mod:`hivemesh.runtime.supervise`)
+        self.supervisor = Supervisor(self.counters, self._on_fatal)
         self._flush_lock = asyncio.Lock()
         self._unsent: deque[tuple[str, bytes]] = deque()  # output send_fast could not take (pump)
         self._wake = asyncio.Event()
         self._armed_ms = 0
         self._flush_scheduled = False
         self._commit_timer: asyncio.TimerHandle | None = None  # the group commit's
-        self._bg: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()
         self._ready = asyncio.Event()
         self._control: Any = None
@@ -157,6 +158,7 @@ class Daemon(Pump, DaemonAPI):
             raise
 
     async def _abort_start(self) -> None:
+        await self.supervisor.close()
         with contextlib.suppress(Exception):
             if self._control is not None:
                 await self._control.close()
@@ -197,6 +199,7 @@ class Daemon(Pump, DaemonAPI):
         self.identity = load_or_create_identity(cfg.data_dir)
         self.trust = TrustStore(cfg.data_dir)
         self.trust.min_refresh_s = 1.0  # the timer loop's poll() catches edits
+        self.trust.on_load_error = self._trust_unreadable  # keeps the last good trust
         self._trust_generation = self.trust.generation
         store = self._store = SQLiteStore(cfg.store_path)
         # Received batches and our own (logged) join one commit per commit_delay_ms.
@@ -294,9 +297,9 @@ class Daemon(Pump, DaemonAPI):
 
         self._control = ControlServer(self, cfg.control_path, timeout_s=cfg.control_timeout_s)
         await self._control.start()
-        loop = asyncio.get_running_loop()
-        self._tasks.append(loop.create_task(self._timer_loop()))
+        self.supervisor.install(asyncio.get_running_loop())
         self._started = True
+        self.supervisor.spawn("timer", self._timer_loop)
         await self.flush()
         # Everything loaded so far (modules, rehydrated views) lives as long as
         # the process: keep the cyclic GC from re-scanning it in every full
@@ -317,19 +320,14 @@ class Daemon(Pump, DaemonAPI):
         """Shut down cleanly: stop serving, close channels, close the store."""
         if not self._started:
             return
+        self.supervisor.closing()
         await self.telemetry.stop()  # -- telemetry: send what is spooled, briefly --
         self._started = False
         self._stopping.set()
         if self._control is not None:
             await self._control.close()
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(BaseException):
-                await t
-        for t in list(self._bg):
-            with contextlib.suppress(BaseException):
-                await t
+        await self.supervisor.stop_loops()
+        await self.supervisor.drain()  # the flushes, disconnects and trust re-checks under way
         self.leases.close()
         if self._commit_timer is not None:
             self._commit_timer.cancel()
@@ -341,9 +339,15 @@ class Daemon(Pump, DaemonAPI):
                 await asyncio.wait_for(self._mdns.close(), 3.0)
         await self.conns.close()
         self.messaging.close()
-        self.node.settle()  # store what was verified; a bad run is dropped
-        self.node.journal.store.close()
+        try:
+            self.node.settle()  # store what was verified; a bad run is dropped
+            self.node.journal.store.close()
+        except Exception:
+            if self.supervisor.failure is None:
+                raise
+            log.exception("closing the store after %s", self.supervisor.failure)
         self._marks.close()
+        await self.supervisor.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # releases the data dir lock
             self._lock_fd = None
@@ -354,9 +358,26 @@ class Daemon(Pump, DaemonAPI):
         self._stopping.set()
 
     async def run_until_stopped(self) -> None:
-        """Wait until :meth:`request_stop`; then :meth:`stop`."""
+        """Wait until :meth:`request_stop`; then :meth:`stop`.
+
+        Raises :class:`~hivemesh.runtime.supervise.TaskFailed` after stopping
+        if a supervised task failed fatally (the process then exits non-zero).
+        """
         await self._stopping.wait()
         await self.stop()
+        if self.supervisor.failure is not None:
+            raise self.supervisor.failure
+
+    def _on_fatal(self, failure: TaskFailed) -> None:
+        """A supervised task failed for good: stop; :meth:`run_until_stopped`
+        then raises ``failure`` (a half-alive node is never left running)."""
+        self.request_stop()
+
+    def _trust_unreadable(self, exc: Exception) -> None:
+        """``trust.json`` no longer parses (a hand edit gone wrong): the trust
+        store keeps what it last read; say so, once per bad version."""
+        self.counters["trust_file_invalid"] += 1
+        log.error("%s; keeping the trust last read until it is fixed", exc)
 
     def _replay(self, store: Any) -> Iterable[Event]:
         from hivemesh.stores.replay import verify_feeds

@@ -46,6 +46,7 @@ from hivemesh.runtime.members import MemberDriver
 from hivemesh.runtime.messaging import Messaging
 from hivemesh.runtime.ownfeed import OwnFeedWatch
 from hivemesh.runtime.status import Subscription
+from hivemesh.runtime.supervise import Supervisor
 from hivemesh.runtime.trustview import TrustView
 from hivemesh.trust import TrustStore
 
@@ -74,7 +75,7 @@ class Pump:
     counters: Counter[str]
     _store: Any
     _subs: list[Subscription]
-    _bg: set[asyncio.Task[None]]
+    supervisor: Supervisor
     _ready: asyncio.Event
     _wake: asyncio.Event
     _flush_lock: asyncio.Lock
@@ -144,11 +145,7 @@ class Pump:
     def disconnect_later(self, peer: str, reason: str, error: HivemeshError | None = None) -> None:
         """Close the channel to ``peer`` from synchronous code (the peer's CLOSE
         carries ``error``'s code)."""
-        task = asyncio.get_running_loop().create_task(
-            self.conns.disconnect(peer, reason, error=error)
-        )
-        self._bg.add(task)
-        task.add_done_callback(self._bg.discard)
+        self.supervisor.spawn_once("disconnect", self.conns.disconnect(peer, reason, error=error))
 
     async def flush(self, *, deadlines: bool = True) -> None:
         """Drain the core's outbox and events (see module docs).
@@ -216,7 +213,9 @@ class Pump:
         frames; see the store's module docs)."""
         if (self._store.pending or self.node.journal.unsettled) and self._commit_timer is None:
             self._commit_timer = asyncio.get_running_loop().call_later(
-                self.config.commit_delay_ms / 1000, self._commit_group
+                self.config.commit_delay_ms / 1000,
+                # a store error is counted and retried; anything else ends the node
+                self.supervisor.guard("group_commit", self._commit_group, fatal=True),
             )
 
     def _commit_group(self) -> None:
@@ -234,9 +233,7 @@ class Pump:
 
     def _dispatch(self, ev: Event) -> None:
         if ev.kind in TrustView.kinds and ev.author != self.identity.public:
-            task = asyncio.get_running_loop().create_task(self._recheck_trust())
-            self._bg.add(task)
-            task.add_done_callback(self._bg.discard)
+            self.supervisor.spawn_once("trust_recheck", self._recheck_trust())
         if ev.kind == KIND_HELLO and ev.author != self.identity.public:
             addr = address_of(ev.author)
             self.learn(addr, self.endpoints.endpoints(addr))
@@ -286,6 +283,4 @@ class Pump:
             self._flush_scheduled = False
             await self.flush()
 
-        task = asyncio.get_running_loop().create_task(run())
-        self._bg.add(task)
-        task.add_done_callback(self._bg.discard)
+        self.supervisor.spawn_once("flush", run())

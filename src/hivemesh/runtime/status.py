@@ -106,6 +106,8 @@ def status_of(d: Daemon) -> dict[str, Any]:
             "fetching": len(d.blobs.fetcher.active()),
         },
         "counters": dict(sorted(counters.items())),
+        # the supervised loops: running, failures, restarts (runtime.supervise)
+        "tasks": d.supervisor.statistics(),
         "transport": transport,
         "dropped_total": sum(dropped.values()),
     }

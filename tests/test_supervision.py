@@ -1,0 +1,205 @@
+"""The supervisor of a daemon's tasks (:mod:`hivemesh.runtime.supervise`), and
+the daemon's timer loop under it.
+
+Unit tests drive the supervisor with small coroutines; the daemon tests run
+a real in-process node (real SQLite, real sockets) whose timer step raises.
+The cross-process faults (trust file, store, frame handler) are in
+``test_supervision_e2e.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import hivemesh
+from aiotest import eventually, run
+from hivemesh.runtime.supervise import FATAL, Policy, Supervisor, TaskFailed
+
+QUICK = Policy(restart=True, max_restarts=3, window_s=60.0, backoff_min_s=0.001)
+
+
+class _Boom(Exception):
+    pass
+
+
+class _Panic(BaseException):
+    """Like loro's PanicException: not an Exception."""
+
+
+def _supervisor() -> tuple[Supervisor, Counter[str], list[TaskFailed]]:
+    counters: Counter[str] = Counter()
+    fatal: list[TaskFailed] = []
+    return Supervisor(counters, fatal.append), counters, fatal
+
+
+def test_a_failing_loop_is_logged_counted_and_restarted(caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario() -> None:
+        sup, counters, fatal = _supervisor()
+        runs: list[int] = []
+        forever = asyncio.Event()
+
+        async def loop() -> None:
+            runs.append(1)
+            if len(runs) == 1:
+                raise _Boom("first run fails")
+            if len(runs) == 2:
+                raise _Panic("second run panics")
+            await forever.wait()
+
+        sup.spawn("tick", loop, QUICK)
+        await eventually(lambda: len(runs) == 3, "the third run")
+        assert counters["task_failed_tick"] == 2 and counters["task_restarted_tick"] == 2
+        stats = sup.statistics()["tick"]
+        assert stats["running"] and stats["restarts"] == 2
+        assert stats["last_error"] == "_Panic: second run panics"
+        assert fatal == []
+        await sup.close()
+
+    run(scenario())
+    assert "the tick task failed: _Boom: first run fails" in caplog.text
+    assert "Traceback" in caplog.text
+
+
+def test_a_loop_that_keeps_failing_ends_the_daemon() -> None:
+    async def scenario() -> None:
+        sup, counters, fatal = _supervisor()
+
+        async def loop() -> None:
+            raise _Boom("always")
+
+        task = sup.spawn("tick", loop, QUICK)
+        await asyncio.wait_for(task, 5)
+        assert counters["task_failed_tick"] == 4 and counters["task_restarted_tick"] == 3
+        assert len(fatal) == 1 and sup.failure is fatal[0]
+        assert isinstance(fatal[0].__cause__, _Boom)
+        assert "4 failures in 60 s" in str(fatal[0]) and fatal[0].code == "task_failed"
+        await sup.close()
+
+    run(scenario())
+
+
+def test_a_fatal_loop_ends_the_daemon_at_its_first_failure() -> None:
+    async def scenario() -> None:
+        sup, counters, fatal = _supervisor()
+
+        async def loop() -> None:
+            raise _Boom("once")
+
+        await asyncio.wait_for(sup.spawn("commit", loop, FATAL), 5)
+        assert counters["task_failed_commit"] == 1 and counters["task_fatal_commit"] == 1
+        assert counters["task_restarted_commit"] == 0 and len(fatal) == 1
+
+    run(scenario())
+
+
+def test_a_loop_that_returns_while_the_node_runs_has_failed() -> None:
+    async def scenario() -> None:
+        sup, _, fatal = _supervisor()
+
+        async def loop() -> None:
+            return
+
+        await asyncio.wait_for(sup.spawn("timer", loop, FATAL), 5)
+        assert "returned while the node runs" in str(fatal[0])
+        sup2, counters2, fatal2 = _supervisor()
+        sup2.closing()  # stopping: a loop that ends has finished
+        await asyncio.wait_for(sup2.spawn("timer", loop, FATAL), 5)
+        assert fatal2 == [] and counters2["task_failed_timer"] == 0
+
+    run(scenario())
+
+
+def test_short_jobs_and_callbacks_are_counted_and_fatal_only_if_asked() -> None:
+    async def scenario() -> None:
+        sup, counters, fatal = _supervisor()
+
+        async def job() -> None:
+            raise _Boom("job")
+
+        await asyncio.wait([sup.spawn_once("flush", job())])
+        await asyncio.sleep(0)
+        assert counters["task_failed_flush"] == 1 and fatal == []
+        sup.guard("commit", lambda: None)()
+        assert counters["task_failed_commit"] == 0
+
+        def panics() -> None:
+            raise _Panic("callback")
+
+        asyncio.get_running_loop().call_soon(sup.guard("commit", panics, fatal=True))
+        await eventually(lambda: bool(fatal), "the fatal callback")
+        assert counters["task_failed_commit"] == 1 and "_Panic: callback" in str(fatal[0])
+        await asyncio.wait([sup.spawn_once("check", job(), fatal=True)])
+        await asyncio.sleep(0)
+        assert counters["task_fatal_check"] == 1 and len(fatal) == 1  # on_fatal runs once
+
+    run(scenario())
+
+
+def test_what_reaches_the_event_loop_is_counted_and_the_handler_given_back() -> None:
+    async def scenario() -> None:
+        sup, counters, _ = _supervisor()
+        loop = asyncio.get_running_loop()
+        before = loop.get_exception_handler()
+        sup.install(loop)
+
+        def unguarded() -> None:
+            raise _Boom("nobody guarded this callback")
+
+        loop.call_soon(unguarded)
+        await eventually(lambda: counters["loop_exception"] == 1, "the loop's handler")
+        await sup.close()
+        assert loop.get_exception_handler() is before
+
+    run(scenario())
+
+
+def _fail_timer_step(node: hivemesh.Node, times: int) -> list[int]:
+    """Make the daemon's timer step raise the next ``times`` times."""
+    daemon = node.daemon
+    handle_timer = daemon.blobs.handle_timer
+    calls: list[int] = []
+
+    def faulty(now_ms: int) -> None:
+        calls.append(now_ms)
+        if len(calls) <= times:
+            raise _Boom(f"timer step {len(calls)}")
+        handle_timer(now_ms)
+
+    daemon.blobs.handle_timer = faulty  # type: ignore[method-assign]
+    return calls
+
+
+def test_the_timer_loop_of_a_node_is_restarted_after_a_failure(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with hivemesh.Node(tmp_path / "n", trust_mode="open") as node:
+            calls = _fail_timer_step(node, 1)
+            node.daemon._wake.set()
+            await eventually(lambda: len(calls) >= 3, "the timer runs again", 10)
+            status = node.status()
+            assert status["tasks"]["timer"] == {
+                "running": True,
+                "failures": 1,
+                "restarts": 1,
+                "last_error": "_Boom: timer step 1",
+            }
+            assert status["counters"]["task_failed_timer"] == 1
+
+    run(scenario())
+
+
+def test_a_node_whose_timer_keeps_failing_stops_and_says_why(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        node = hivemesh.Node(tmp_path / "n", trust_mode="open")
+        await node.start()
+        daemon = node.daemon
+        _fail_timer_step(node, 1_000)
+        daemon._wake.set()
+        with pytest.raises(TaskFailed, match="the timer task failed \\(6 failures in 60 s\\)"):
+            await asyncio.wait_for(daemon.run_until_stopped(), 20)
+        assert not (tmp_path / "n" / "ctl.sock").exists()  # stopped: nothing answers
+
+    run(scenario(), timeout_s=40)
