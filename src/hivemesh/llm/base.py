@@ -32,9 +32,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypedDict
-
-import jsonschema
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 from hivemesh.errors import LLMBadOutput, LLMError, LLMHTTPError, LLMTimeout
 
@@ -144,12 +142,17 @@ def extract_json(text: str) -> Any:
     raise ValueError("no JSON value in reply")
 
 
+if TYPE_CHECKING:
+    import jsonschema
+
 _VALIDATORS: dict[str, jsonschema.protocols.Validator] = {}
 _MAX_VALIDATORS = 256
 
 
 def _validator(schema: dict[str, Any]) -> jsonschema.protocols.Validator:
     """A checked validator for ``schema``, cached (checking the schema is slow)."""
+    import jsonschema  # here: a node that never asks a model for JSON does not load it
+
     key = json.dumps(schema, sort_keys=True)
     v = _VALIDATORS.get(key)
     if v is None:
@@ -163,6 +166,8 @@ def _validator(schema: dict[str, Any]) -> jsonschema.protocols.Validator:
 
 
 def _check(text: str, validator: jsonschema.protocols.Validator) -> Any:
+    import jsonschema
+
     try:
         value = extract_json(text)
     except ValueError as exc:

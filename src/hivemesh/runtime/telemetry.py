@@ -77,6 +77,7 @@ from hivemesh.errors import (
     SpoolFull,
     TelemetryRefused,
 )
+from hivemesh.extras import missing
 from hivemesh.runtime.control import register_op
 from hivemesh.telemetry.health import NodeStatus, Thresholds
 from hivemesh.telemetry.node import COLLECTOR_NAME, CollectorNode, NodeTelemetry
@@ -99,6 +100,15 @@ BATCH_MAX_BYTES = 192 * 1024
 
 _STATES = {"up": "alive", "suspect": "suspect", "down": "dead"}
 _WHAT = ("alerts", "gaps", "query", "senders", "stats", "top")
+
+
+def _collector_node(*args: Any, **kwargs: Any) -> CollectorNode:
+    """A :class:`CollectorNode`, or a :class:`ConfigError` naming the extra
+    (``collector``: DuckDB and Arrow) when it is not installed."""
+    try:
+        return CollectorNode(*args, **kwargs)
+    except ModuleNotFoundError as exc:
+        raise missing(exc, "the metrics collector (--collector)") from None
 
 
 def _now_ms() -> int:
@@ -148,7 +158,7 @@ class DaemonTelemetry:
         self.collector: CollectorNode | None = None
         if cfg.collector:
             hb_ms = int(cfg.telemetry_heartbeat_s * 1000)
-            self.collector = CollectorNode(
+            self.collector = _collector_node(
                 cfg.data_dir,
                 trusted=self.trusted,
                 sinks=cfg.sinks(),

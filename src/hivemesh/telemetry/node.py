@@ -25,16 +25,15 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hivemesh.telemetry.alerting import HealthService, WebhookNotifier
-from hivemesh.telemetry.collector import Collector
 from hivemesh.telemetry.health import HealthMonitor, NodeStatus, Thresholds
 from hivemesh.telemetry.recorder import Metrics
 from hivemesh.telemetry.sender import Deliver, Sender
-from hivemesh.telemetry.sinks import sinks_from_config
 from hivemesh.telemetry.spool import Spool
-from hivemesh.telemetry.store import MetricsStore
+
+if TYPE_CHECKING:  # the collector's side (DuckDB, Arrow, sinks) loads with a CollectorNode
+    from hivemesh.telemetry.alerting import HealthService, WebhookNotifier
 
 __all__ = ["COLLECTOR_NAME", "SPOOL_FILE", "STORE_FILE", "CollectorNode", "NodeTelemetry"]
 
@@ -106,6 +105,12 @@ class CollectorNode:
         health_interval_s: float = 10.0,
     ) -> None:
         Path(data_dir).mkdir(parents=True, exist_ok=True)
+        # Imported here: a node that only sends telemetry never loads DuckDB or Arrow.
+        from hivemesh.telemetry.alerting import HealthService
+        from hivemesh.telemetry.collector import Collector
+        from hivemesh.telemetry.sinks import sinks_from_config
+        from hivemesh.telemetry.store import MetricsStore
+
         self.store = MetricsStore(str(Path(data_dir) / STORE_FILE))
         self.collector = Collector(self.store)
         self.sinks = sinks_from_config(sinks or {}, self.collector)
