@@ -258,6 +258,7 @@ class Daemon(Pump, DaemonAPI):
             options=ChannelOptions(send_queue_frames=cfg.send_queue_frames),
             on_refused=self.invites.on_refused,
             boot_id=secrets.token_bytes(BOOT_ID_BYTES),  # one per node start (a life)
+            spawn=self.supervisor.watch,  # readers, diallers: a failure is logged and counted
         )
         host, port = cfg.listen_endpoint()
         self.listen_port = await self.conns.listen(host, port)

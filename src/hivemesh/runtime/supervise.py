@@ -21,8 +21,10 @@ timeout have stopped. So every task a daemon starts runs under one
   failure too.
 * Short background jobs (:meth:`Supervisor.spawn_once`: a flush, a trust
   re-check, a disconnect) are logged and counted, and end the daemon only
-  if spawned ``fatal``. Event-loop callbacks (a timer handle) run through
-  :meth:`Supervisor.guard`, with the same choice.
+  if spawned ``fatal``; tasks another part owns (:meth:`Supervisor.watch`:
+  a link's reader, a dialler) are logged and counted when they fail.
+  Event-loop callbacks (a timer handle) run through :meth:`Supervisor.guard`,
+  with the same choice.
 
 What escapes all of that (a callback nobody guarded, a task nobody awaited)
 reaches the event loop's exception handler, which :meth:`Supervisor.install`
@@ -135,6 +137,14 @@ class Supervisor:
         if ``fatal``, ends the daemon)."""
         task = self._track(coro, name)
         task.add_done_callback(lambda t: self._finished_once(name, t, fatal))
+        return task
+
+    def watch(self, name: str, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """Run ``coro`` as a task its owner keeps, cancels and awaits (a link's
+        reader, a dialler): a failure is logged and counted when it happens,
+        not when the owner gets round to awaiting it."""
+        task = asyncio.get_running_loop().create_task(coro, name=f"hm-{name}")
+        task.add_done_callback(lambda t: self._finished_once(name, t, False))
         return task
 
     def guard(

@@ -182,7 +182,7 @@ class DaemonTelemetry:
         if self.collector is not None:
             self.d.messaging.on_message(MESSAGE_KIND, self._on_request)
             self.d.messaging.on_plain(MESSAGE_KIND, self._on_plain)
-            await self.collector.start()
+            await self.collector.start(self.d.supervisor.watch)
             if self.d.names.resolve(COLLECTOR_NAME) != self.d.address:
                 await self.d.claim_name(COLLECTOR_NAME)
         if self.d.config.telemetry:
@@ -193,8 +193,8 @@ class DaemonTelemetry:
         control op ``metrics.send``); False if already sending."""
         if self._hb_task is not None or self._stopped:
             return False
-        await self.node.start()
-        self._hb_task = asyncio.get_running_loop().create_task(self._heartbeat())
+        await self.node.start(self.d.supervisor.watch)
+        self._hb_task = self.d.supervisor.spawn("telemetry_heartbeat", self._heartbeat)
         return True
 
     async def stop(self) -> None:
