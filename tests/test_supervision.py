@@ -10,13 +10,18 @@ The cross-process faults (trust file, store, frame handler) are in
 from __future__ import annotations
 
 import asyncio
+import random
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import hivemesh
 from aiotest import eventually, run
+from hivemesh.core.identity import Identity
+from hivemesh.runtime import dialling
+from hivemesh.runtime.connections import ConnectionManager
 from hivemesh.runtime.supervise import FATAL, Policy, Supervisor, TaskFailed
 
 QUICK = Policy(restart=True, max_restarts=3, window_s=60.0, backoff_min_s=0.001)
@@ -203,3 +208,83 @@ def test_a_node_whose_timer_keeps_failing_stops_and_says_why(tmp_path: Path) -> 
         assert not (tmp_path / "n" / "ctl.sock").exists()  # stopped: nothing answers
 
     run(scenario(), timeout_s=40)
+
+
+def _manager(ident: Identity, sup: Supervisor) -> ConnectionManager:
+    async def on_frame(peer: str, frame: bytes) -> None:
+        return None
+
+    async def on_peer(peer: str, up: bool) -> None:
+        return None
+
+    return ConnectionManager(
+        ident,
+        authorize=lambda _a: True,
+        on_frame=on_frame,
+        on_peer=on_peer,
+        dial_timeout_s=2.0,
+        reconnect_min_s=0.05,
+        reconnect_max_s=0.2,
+        slow_peer_timeout_s=5.0,
+        rng=random.Random(1),
+        spawn=sup.watch,
+    )
+
+
+def test_a_bug_on_the_dial_path_is_counted_and_the_dialler_dials_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real_connect = dialling.connect
+    calls: list[int] = []
+
+    async def connect_with_a_bug(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            raise _Boom("a bug in the dial path")
+        return await real_connect(*args, **kwargs)
+
+    monkeypatch.setattr(dialling, "connect", connect_with_a_bug)
+
+    async def scenario() -> None:
+        sup, counters, fatal = _supervisor()
+        a = _manager(Identity.from_seed(b"\x01" * 32), sup)
+        b = _manager(Identity.from_seed(b"\x02" * 32), sup)
+        port = await b.listen("127.0.0.1", 0)
+        a.want("127.0.0.1", port, b.address)
+        await eventually(lambda: b.address in a.links, "a dials b again", 10)
+        assert a.counters["dial_crashed"] == 1 and len(calls) >= 2
+        assert counters["task_failed_dialler"] == 0 and fatal == []  # it never ended
+        await a.close()
+        await b.close()
+
+    run(scenario())
+
+
+def test_a_bug_in_a_channels_write_loop_ends_the_channel_and_the_link_comes_back() -> None:
+    async def scenario() -> None:
+        sup, _, _ = _supervisor()
+        a = _manager(Identity.from_seed(b"\x01" * 32), sup)
+        b = _manager(Identity.from_seed(b"\x02" * 32), sup)
+        port = await b.listen("127.0.0.1", 0)
+        a.want("127.0.0.1", port, b.address)
+        await eventually(lambda: b.address in a.links, "a linked to b", 10)
+        channel = a.links[b.address].channel
+        session = channel._session
+
+        def encode_with_a_bug(frames: Any) -> bytes:
+            raise _Boom("a bug in the write loop")
+
+        session.encode_frames = encode_with_a_bug  # type: ignore[method-assign]
+        for _ in range(2):  # the first is written at once; the second is the write loop's
+            assert a.send_fast(b.address, b"\x93\x01\x7f\xc0")
+        await eventually(lambda: channel.is_closed, "the channel ends, not mute", 10)
+        assert "write loop failed" in str(channel.close_reason)
+        await eventually(
+            lambda: (link := a.links.get(b.address)) is not None and link.channel is not channel,
+            "a new link to b",
+            10,
+        )
+        await a.close()
+        await b.close()
+
+    run(scenario())
