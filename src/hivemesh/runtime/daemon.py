@@ -35,6 +35,36 @@ endpoint changed, the configured name) wait until the own feed takes
 writes: at once, unless the store is behind the feed's mark
 (:mod:`hivemesh.runtime.ownfeed`).
 
+**Supervision.** Every task runs under the daemon's
+:class:`~hivemesh.runtime.supervise.Supervisor`; a failure is logged with its
+traceback and counted (``task_failed_<name>``; ``status`` lists the loops
+under ``tasks``), then handled per task:
+
+==========================  ================================================
+task                        on failure
+==========================  ================================================
+``timer`` (timers, SWIM,    restarted with backoff (50 ms doubling to 2 s);
+anti-entropy, trust.json    a 6th failure within 60 s ends the node: it
+poll, own-feed watch)       stops and ``hivemesh up`` exits non-zero
+``group_commit``            a store error (I/O, full disk) is counted
+                            (``group_commit_failed``) and retried at the next
+                            commit, writes meanwhile fail with ``StoreError``;
+                            any other exception ends the node at once
+``flush``, ``disconnect``,  logged and counted; the next flush or trust
+``trust_recheck``           change runs them again
+``reader`` (per link),      a frame handler that raises drops that one link
+``dialler``, ``on_peer``    (``reader_crashed``), which is redialled; a bug
+                            while dialling is counted (``dial_crashed``) and
+                            the dialler backs off and dials again
+``telemetry_heartbeat``     restarted like ``timer``
+``telemetry_sender``,       logged and counted (both already retry every
+``telemetry_health``        delivery failure with backoff themselves)
+==========================  ================================================
+
+A ``trust.json`` that no longer parses is not a task failure: it is logged
+and counted once per bad version (``trust_file_invalid``) and the trust last
+read stays in force until the file parses again.
+
 **Stop.** Close the control socket, announce ``left`` to the members, send
 what is queued (briefly), close channels, close the store. Every append was
 already durable when it returned (in the store's append log until the next
