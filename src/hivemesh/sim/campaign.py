@@ -77,6 +77,7 @@ WORKLOADS: dict[str, str] = {
     "claims": "hivemesh.sim.cluster:Cluster",
     "plan": "hivemesh.roles.simplan:PlanCluster",
     "clock": "hivemesh.sim.adversary:ClockAdversaryCluster",
+    "leases": "hivemesh.sim.leases:LeaseCluster",
 }
 
 
@@ -178,6 +179,11 @@ def default_options(nodes: int, workload: str = "journal") -> SimOptions:
     peer with far-future and backdated clocks, over an active phase long
     enough for its backdated name claims to come more than the clock bound
     after the honest ones (:mod:`hivemesh.sim.adversary`).
+
+    ``workload="leases"``: every node a lease voter, up to four of them
+    acquiring, with the protocol variant and crash rate picked by the seed,
+    then the split prepare of a killed holder (:mod:`hivemesh.sim.leases`);
+    only ``nodes`` is read from these options.
     """
     if workload == "plan":  # run with factory=hivemesh.roles.simplan.PlanCluster
         return SimOptions(nodes=nodes, appends=0, active_ms=12_000, heal_ms=40_000)
@@ -227,6 +233,8 @@ CI_MIX: dict[str, tuple[float, dict[int, float], float]] = {
     "claims": (0.12, {5: 75, 6: 10, 8: 8, 10: 5, 20: 2}, 2.5),
     "plan": (0.04, {5: 1}, 6.5),
     "clock": (0.08, {5: 80, 6: 12, 8: 8}, 2.3),
+    # odd voter counts are where a dead voter can split a prepare
+    "leases": (0.14, {5: 40, 6: 10, 7: 20, 9: 10, 11: 6, 15: 6, 25: 4, 50: 4}, 0.25),
 }
 
 
