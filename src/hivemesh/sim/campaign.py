@@ -78,6 +78,7 @@ WORKLOADS: dict[str, str] = {
     "plan": "hivemesh.roles.simplan:PlanCluster",
     "clock": "hivemesh.sim.adversary:ClockAdversaryCluster",
     "leases": "hivemesh.sim.leases:LeaseCluster",
+    "membership": "hivemesh.sim.swim:MembershipCluster",
 }
 
 
@@ -184,6 +185,10 @@ def default_options(nodes: int, workload: str = "journal") -> SimOptions:
     acquiring, with the protocol variant and crash rate picked by the seed,
     then the split prepare of a killed holder (:mod:`hivemesh.sim.leases`);
     only ``nodes`` is read from these options.
+
+    ``workload="membership"``: SWIM alone, under crashes, restarts,
+    partitions, broken links and stalled loops (:mod:`hivemesh.sim.swim`);
+    only ``nodes`` is read from these options.
     """
     if workload == "plan":  # run with factory=hivemesh.roles.simplan.PlanCluster
         return SimOptions(nodes=nodes, appends=0, active_ms=12_000, heal_ms=40_000)
@@ -235,6 +240,11 @@ CI_MIX: dict[str, tuple[float, dict[int, float], float]] = {
     "clock": (0.08, {5: 80, 6: 12, 8: 8}, 2.3),
     # odd voter counts are where a dead voter can split a prepare
     "leases": (0.14, {5: 40, 6: 10, 7: 20, 9: 10, 11: 6, 15: 6, 25: 4, 50: 4}, 0.25),
+    "membership": (
+        0.12,
+        {5: 50, 6: 10, 7: 10, 8: 10, 10: 10, 15: 5, 20: 3.5, 30: 1, 50: 0.5},
+        0.5,
+    ),
 }
 
 
