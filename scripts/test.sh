@@ -13,7 +13,9 @@ bash scripts/services.sh
 "$PY" -m mypy
 # The deterministic simulator, 10,000 seeds across the cores: each seed picks
 # its workload (journal with partitions, loss, crashes, forgeries, restores from
-# backup and damaged logs; claims; the planner; a clock adversary) and its node
+# backup, damaged logs, lost fsyncs, torn writes, clock steps and paused
+# processes; claims; the planner; a clock adversary; quorum leases voted by the
+# nodes; SWIM membership) and its node
 # count (5 to 50) from the seed (hivemesh.sim.campaign.ci_scenario).
 "$PY" -m hivemesh sim --campaign ci --seeds 1..10000
 "$PY" -m pytest -q -p no:cacheprovider "$@"

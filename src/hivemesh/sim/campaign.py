@@ -171,9 +171,11 @@ def default_options(nodes: int, workload: str = "journal") -> SimOptions:
     one goal (6 leaves) under the standard fault mix; every replica must end
     with the same accepted tree and each leaf with exactly one accepted result.
 
-    ``workload="journal"`` (the default) adds two scenarios to the standard
-    mix: a node restored from an old backup of its store, and a node whose
-    append log is damaged while it is partitioned (see
+    ``workload="journal"`` (the default) adds to the standard mix a node
+    restored from an old backup of its store, a node whose append log is
+    damaged while it is partitioned, crashes that lose the store's write
+    cache (lost fsync, torn write: :mod:`hivemesh.sim.disk`), clock steps
+    forward and back, and paused processes (see
     :class:`~hivemesh.sim.options.FaultOptions`).
 
     ``workload="clock"``: the journal workload with its last node a trusted
@@ -207,7 +209,13 @@ def default_options(nodes: int, workload: str = "journal") -> SimOptions:
             ),
             faults=FaultOptions(partition_probability=0.1, crash_probability=0.3, forgeries=0),
         )
-    faults = FaultOptions(restore_probability=0.1, log_damage_probability=0.1)
+    faults = FaultOptions(
+        restore_probability=0.1,
+        log_damage_probability=0.1,
+        lost_fsync_probability=0.5,
+        clock_jump_probability=0.1,
+        pause_probability=0.1,
+    )
     return replace(SimOptions(), nodes=nodes, faults=faults)
 
 

@@ -333,13 +333,17 @@ class MembershipCluster:
         return {i for i, t in down.items() if t < 0}
 
     def _restart(self, i: int) -> None:
-        """Member ``i`` comes back as a fresh process and joins through a live one."""
+        """Member ``i`` comes back as a fresh process and joins through every
+        live member: as a daemon whose configured peers are all the others
+        does (each link that comes up to a member it does not know is a join).
+        One contact only could leave it orphaned, knowing nobody alive and
+        known by nobody, if that contact died for good."""
         m = self.net.add(i)
-        m.join(swim_address(self._live_peer(i)), [], self.net.now)
+        for j in range(1, self.n + 1):
+            a = swim_address(j)
+            if j != i and a in self.net.nodes:
+                m.join(a, [], self.net.now)
         self._count("restarts")
-
-    def _live_peer(self, i: int) -> int:
-        return next(j for j in range(1, self.n + 1) if j != i and swim_address(j) in self.net.nodes)
 
     def _heal(self, dead: set[int]) -> None:
         net = self.net
