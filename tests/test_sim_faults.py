@@ -67,13 +67,12 @@ def test_a_durable_append_syncs_the_cache_first() -> None:
 
 FAULTY = replace(
     default_options(5),
-    faults=FaultOptions(
+    faults=replace(
+        FaultOptions(forgeries=0),
         partition_probability=0.2,
-        crash_probability=0.3,
         lost_fsync_probability=1.0,
         clock_jump_probability=0.25,
         pause_probability=0.25,
-        forgeries=0,
     ),
     commit_delay_ms=1_000,  # a long group commit: crashes find batches in the cache
 )

@@ -287,48 +287,7 @@ class Cluster:
             t += self.fault_rng.randrange(1_000, 6_000)
             if t >= active:
                 break
-            roll = self.fault_rng.random()
-            if roll < f.partition_probability:
-                self._at(t, _PARTITION, self.fault_rng.random())
-                self._at(min(active, t + self.fault_rng.randrange(500, 5_000)), _HEAL, None)
-            elif roll < f.partition_probability + f.crash_probability:
-                victim = self.fault_rng.randrange(o.nodes)
-                self._at(t, _CRASH, victim)
-                self._at(min(active, t + self.fault_rng.randrange(200, 5_000)), _RESTART, victim)
-            elif roll < f.partition_probability + f.crash_probability + f.restore_probability:
-                victim = self.fault_rng.randrange(o.nodes)
-                cut_off = self.fault_rng.random() < 0.5
-                self._at(t, _CRASH, victim)
-                back = min(active, t + self.fault_rng.randrange(200, 3_000))
-                self._at(back, _RESTORE, (victim, cut_off))
-                if cut_off:
-                    self._at(min(active, back + self.fault_rng.randrange(500, 4_000)), _HEAL, None)
-            elif roll < (
-                f.partition_probability
-                + f.crash_probability
-                + f.restore_probability
-                + f.log_damage_probability
-            ):
-                self._plan_damage(t, self.fault_rng.randrange(o.nodes))
-            elif roll < (
-                f.partition_probability
-                + f.crash_probability
-                + f.restore_probability
-                + f.log_damage_probability
-                + f.clock_jump_probability
-            ):
-                step = self.fault_rng.randint(-f.clock_jump_max_ms, f.clock_jump_max_ms)
-                self._at(t, _JUMP, (self.fault_rng.randrange(o.nodes), step))
-            elif roll < (
-                f.partition_probability
-                + f.crash_probability
-                + f.restore_probability
-                + f.log_damage_probability
-                + f.clock_jump_probability
-                + f.pause_probability
-            ):
-                length = self.fault_rng.randrange(200, 6_000)
-                self._at(t, _PAUSE, (self.fault_rng.randrange(o.nodes), length))
+            self._plan_fault(t, self.fault_rng.random())
         if f.restore_probability:
             for i in range(o.nodes):
                 t = self.backup_rng.randrange(f.backup_interval_ms)
@@ -345,6 +304,49 @@ class Cluster:
                 t += 2_000
         for i in range(o.nodes if o.claim_tasks else 0):
             self._at(self.work_rng.randrange(1_000), _TRY, i)
+
+    def _plan_fault(self, t: int, roll: float) -> None:
+        """The fault that ``roll`` picks at ``t`` (the options' probabilities
+        share the interval [0, 1) in this order; the rest is no fault)."""
+        o, f, rng = self.opts, self.opts.faults, self.fault_rng
+        active = o.active_ms
+        shares = (
+            f.partition_probability,
+            f.crash_probability,
+            f.restore_probability,
+            f.log_damage_probability,
+            f.clock_jump_probability,
+            f.pause_probability,
+        )
+        pick, edge = len(shares), 0.0
+        for i, share in enumerate(shares):
+            edge += share
+            if roll < edge:
+                pick = i
+                break
+        if pick == 0:
+            self._at(t, _PARTITION, rng.random())
+            self._at(min(active, t + rng.randrange(500, 5_000)), _HEAL, None)
+        elif pick == 1:
+            victim = rng.randrange(o.nodes)
+            self._at(t, _CRASH, victim)
+            self._at(min(active, t + rng.randrange(200, 5_000)), _RESTART, victim)
+        elif pick == 2:
+            victim = rng.randrange(o.nodes)
+            cut_off = rng.random() < 0.5
+            self._at(t, _CRASH, victim)
+            back = min(active, t + rng.randrange(200, 3_000))
+            self._at(back, _RESTORE, (victim, cut_off))
+            if cut_off:
+                self._at(min(active, back + rng.randrange(500, 4_000)), _HEAL, None)
+        elif pick == 3:
+            self._plan_damage(t, rng.randrange(o.nodes))
+        elif pick == 4:
+            step = rng.randint(-f.clock_jump_max_ms, f.clock_jump_max_ms)
+            self._at(t, _JUMP, (rng.randrange(o.nodes), step))
+        elif pick == 5:
+            length = rng.randrange(200, 6_000)
+            self._at(t, _PAUSE, (rng.randrange(o.nodes), length))
 
     def run(self) -> SimResult:
         """Run both phases, then the checkers."""
