@@ -359,9 +359,10 @@ class Daemon(Pump, DaemonAPI):
         await self.stop()
 
     def _replay(self, store: Any) -> Iterable[Event]:
-        from hivemesh.stores.replay import verify_feeds
+        from hivemesh.stores.replay import verify_causal
 
-        yield from verify_feeds(store)
+        for run in verify_causal(store):  # causal order: loro imports nothing pending
+            yield from run
 
     def _announce(self, host: str) -> str:
         if self.config.advertise:

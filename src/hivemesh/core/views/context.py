@@ -245,6 +245,12 @@ class ContextView(ViewBase):
         #: Contexts whose doc loro panicked in: set aside, never called again
         #: (a panicked doc's mutex is poisoned). Restart rebuilds them.
         self.broken: set[str] = set()
+        #: loro imports made, and how many of them left operations pending
+        #: (waiting for causal dependencies; each such import makes loro
+        #: re-examine its pending queue on later imports). A replay in causal
+        #: order leaves none pending when the history is complete.
+        self.imports = 0
+        self.imports_pending = 0
 
     def _doc(self, name: str) -> LoroDoc:
         doc = self._docs.get(name)
@@ -470,6 +476,9 @@ class ContextView(ViewBase):
         except _EnginePanic:
             self._break(name)
             raise
+        self.imports += 1
+        if status.pending is not None:
+            self.imports_pending += 1
         if end is None:  # trusted replay: read the range from the import status
             span = status.success.get(peer)
             if span is None and status.pending is not None:
