@@ -2,11 +2,13 @@
 
 Used by ``hivemesh bench rehydrate`` (its shared-document workload) and by
 the rehydration tests. ``authors`` writers share one context. Each turn one
-writer catches up with what the others wrote (all of it but for a random
+writer catches up with what the others sent (all of it but for a random
 lag of a few updates, as replication delivers it), its clock observing their
 timestamps as a node's does at ingest, then writes a run of 1-8 updates,
-each its own ``ctx.update`` event (a map set, a list append or a counter
-increment), and seals the run as one signed batch. The result is a journal
+each its own ``ctx.update`` event (a map set or a counter increment;
+concurrent list appends would make the writers themselves quadratic), and
+seals its feed into a signed batch once it holds enough unsealed events
+(``batch``: 1 seals every run), which sends them. The result is a journal
 whose ``(hlc, author)`` order is causal and whose per-feed order is not.
 """
 
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from loro import CounterSpan, ExportMode, IdSpan, LoroDoc
@@ -39,6 +41,7 @@ class _Writer:
     peer: int
     seen: int = 0  # events of the global sequence caught up with
     exported: int = 0  # own operations exported so far
+    unsent: list[tuple[bytes, int]] = field(default_factory=list)  # (update, hlc) unsealed
 
 
 #: One signed batch: ``(author, events, signature)``.
@@ -46,12 +49,14 @@ SharedBatch = tuple[bytes, list[Event], bytes]
 
 
 def shared_history(
-    updates: int, authors: int = 5, seed: int = 1, *, others: float = 0.0
+    updates: int, authors: int = 5, seed: int = 1, *, others: float = 0.0, batch: int = 1
 ) -> Iterator[SharedBatch]:
     """Yield the signed batches of ``updates`` context updates from
     ``authors`` writers (see the module docstring), in writing order. With
     ``others`` > 0, about that share of the events are of other views' kinds
-    instead (name claims and releases, register raises, chat lines).
+    instead (name claims and releases, register raises, chat lines). A
+    writer seals its feed once it holds ``batch`` unsealed events or more
+    (a node's group commit), and only then do the others see them.
 
     Each writer edits a plain loro doc under its author's peer id
     (:func:`~hivemesh.core.views.context.peer_id_of`) and exports only its
@@ -82,12 +87,8 @@ def shared_history(
                 w.feed.append(*_other(rng, written), now_ms)
                 written += 1
                 continue
-            r = rng.random()
-            if r < 0.9:
+            if rng.random() < 0.95:
                 w.doc.get_map("kv").insert(f"k{rng.randrange(64)}", written)
-            elif r < 0.95:
-                lst = w.doc.get_list("log")
-                lst.insert(len(lst), f"{k}:{written}")
             else:
                 w.doc.get_counter("n").increment(1)
             w.doc.commit()
@@ -96,11 +97,20 @@ def shared_history(
             update = w.doc.export(ExportMode.UpdatesInRange([span]))
             w.exported = end
             ev = w.feed.append(KIND_UPDATE, {"c": CONTEXT, "u": update}, now_ms)
-            log.append((k, update, ev.hlc))
+            w.unsent.append((update, ev.hlc))
             written += 1
-        sealed = w.feed.seal()
-        if sealed is not None:
-            yield w.feed.identity.public, sealed[0], sealed[1]
+        if w.feed.unsealed >= batch or written >= updates:
+            yield from _seal(k, w, log)
+    for k, w in enumerate(writers):
+        yield from _seal(k, w, log)
+
+
+def _seal(k: int, w: _Writer, log: list[tuple[int, bytes, int]]) -> Iterator[SharedBatch]:
+    sealed = w.feed.seal()
+    if sealed is not None:
+        yield w.feed.identity.public, sealed[0], sealed[1]
+    log.extend((k, u, h) for u, h in w.unsent)  # sent: the others may now see them
+    w.unsent.clear()
 
 
 def _other(rng: random.Random, i: int) -> tuple[str, Any]:
