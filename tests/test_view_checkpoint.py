@@ -157,3 +157,11 @@ def test_no_checkpoint_while_operations_wait(tmp_path: Path) -> None:
         view.replay(ev)
     assert view.imports_pending > 0
     assert view.checkpoint() is None
+
+
+def test_no_checkpoint_while_local_writes_are_not_exported() -> None:
+    view = ContextView(NODE)
+    view.context("mine")["k"] = 1
+    assert view.checkpoint() is None  # the journal does not hold that write yet
+    assert view.pending_update() is not None
+    assert view.checkpoint() is not None

@@ -517,14 +517,22 @@ class ContextView(ViewBase):
 
     def checkpoint(self) -> dict[str, Any] | None:
         """The view's state as plain data (see the module docs), or ``None``
-        while some doc holds operations that wait for their dependencies, or
-        a context is broken (neither survives a snapshot)."""
+        while some doc holds operations that wait for their dependencies or
+        local writes not yet exported to the journal, or a context is broken
+        (a snapshot would lose the first and keep the second, which the
+        journal does not hold)."""
         if self.broken:
             return None
         for (name, peer), end in self._next.items():
             last = self._docs[name].oplog_vv.get_last(peer)
             if end and (last is None or last < end - 1):
                 return None
+        if self._peer is not None:
+            for name, doc in self._docs.items():
+                doc.commit()
+                last = doc.oplog_vv.get_last(self._peer)
+                if last is not None and last >= self._exported.get(name, 0):
+                    return None
         docs = {}
         for name in sorted(self._docs):
             doc = self._docs[name]
