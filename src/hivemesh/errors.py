@@ -212,6 +212,7 @@ __all__ = [
     "UnsupportedHandshake",
     "UnsupportedVersion",
     "UntrustedAuthor",
+    "ViewCheckpointInvalid",
     "WouldBlock",
 ]
 
@@ -860,3 +861,15 @@ class StaleBoot(ConnectionClosed):
     delayed from before its restart); refused, it never replaces the link."""
 
     code = "stale_boot"
+
+
+# -- restarts: view checkpoints ---------------------------------------------------
+
+
+class ViewCheckpointInvalid(StoreError):
+    """A view checkpoint cannot be used: torn or altered (checksum), of
+    another format or node, or not a prefix of the journal it sits beside.
+    Never raised to a caller: the node logs it, counts it and replays the
+    whole journal instead (:mod:`hivemesh.stores.viewcheckpoint`)."""
+
+    code = "view_checkpoint_invalid"

@@ -141,17 +141,21 @@ class Client:
         return True
 
     def wait_running(self, timeout_s: float) -> dict[str, Any]:
-        """Poll until the daemon answers; returns its status."""
+        """Poll until the daemon answers and has finished starting (its
+        status no longer says ``rehydrating``); returns its status."""
         deadline = time.monotonic() + timeout_s
         last: Exception | None = None
         while time.monotonic() < deadline:
             try:
                 st: dict[str, Any] = self.call("status", timeout_s=2.0)
-                return st
+                if "rehydrating" not in st:
+                    return st
+                last = None
             except HivemeshError as exc:
                 last = exc
-                time.sleep(0.05)
-        raise DeadlineExceeded(f"daemon at {self.data_dir} not up in {timeout_s}s: {last}")
+            time.sleep(0.05)
+        why = last if last is not None else "still rebuilding its views"
+        raise DeadlineExceeded(f"daemon at {self.data_dir} not up in {timeout_s}s: {why}")
 
     # -- typed shortcuts ---------------------------------------------------------
 

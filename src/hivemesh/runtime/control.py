@@ -439,6 +439,8 @@ class ControlServer:
             timeout = float(t) + 1.0
         try:
             async with asyncio.timeout(timeout):  # no extra task per request (wait_for's)
+                if op != "status":  # the rest needs complete views (runtime.rehydration)
+                    await self.daemon.rehydration.wait()
                 result = await fn(self.daemon, args)
         except TimeoutError:
             return _error(rid, DeadlineExceeded(f"{op} did not finish in {timeout:.1f}s"))
@@ -456,6 +458,7 @@ class ControlServer:
 
     async def _stream(self, rid: Any, op: str, args: Any, writer: asyncio.StreamWriter) -> None:
         d = self.daemon
+        await d.rehydration.wait()
         if not isinstance(args, dict):
             await _write(writer, _error(rid, InvalidArgument("bad args")))
             return

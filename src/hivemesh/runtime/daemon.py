@@ -27,9 +27,12 @@ The pump itself (input, output, timers, group commit) is the
 
 **Start.** Make the data dir private (0700, every file 0600; loose modes
 found there are fixed and logged as a warning), open (or create) the key
-file, the own feed's mark and the store, verify and replay every stored feed
-into the views (rehydration), listen, dial bootstrap endpoints and every
-endpoint learnt from the journal, open the control socket. The appends of a
+file, the own feed's mark and the store, open the control socket, verify and
+replay every stored feed into the views in causal order, from the view
+checkpoint when there is a usable one (rehydration,
+:mod:`hivemesh.runtime.rehydration`: ``status`` answers meanwhile, other
+control operations wait until the start is complete), listen, dial bootstrap endpoints and every
+endpoint learnt from the journal. The appends of a
 new life (release the previous life's claims, a ``node.hello`` if our
 endpoint changed, the configured name) wait until the own feed takes
 writes: at once, unless the store is behind the feed's mark
@@ -66,7 +69,8 @@ and counted once per bad version (``trust_file_invalid``) and the trust last
 read stays in force until the file parses again.
 
 **Stop.** Close the control socket, announce ``left`` to the members, send
-what is queued (briefly), close channels, close the store. Every append was
+what is queued (briefly), close channels, write a view checkpoint, close the
+store. Every append was
 already durable when it returned (in the store's append log until the next
 group commit), so a ``kill -9`` loses nothing that was acknowledged either.
 
@@ -101,9 +105,7 @@ from hivemesh.core.identity import Identity, address_of, public_key_of, short
 from hivemesh.core.node import Node, NodeConfig
 from hivemesh.core.views.context import ContextView
 from hivemesh.core.views.names import NamesView
-from hivemesh.errors import (
-    ConfigError,
-)
+from hivemesh.errors import ConfigError, HivemeshError
 from hivemesh.runtime.blobs import Blobs
 from hivemesh.runtime.clock import now_ms
 from hivemesh.runtime.connections import ConnectionManager
@@ -115,6 +117,7 @@ from hivemesh.runtime.members import MemberDriver
 from hivemesh.runtime.messaging import Messaging
 from hivemesh.runtime.ownfeed import OwnFeedWatch
 from hivemesh.runtime.pump import Pump
+from hivemesh.runtime.rehydration import Rehydration
 from hivemesh.runtime.status import Subscription
 from hivemesh.runtime.supervise import Supervisor, TaskFailed
 from hivemesh.runtime.trustview import KIND_TRUST_ADD, KIND_TRUST_REVOKE, TrustView, TrustWeb
@@ -137,6 +140,7 @@ class Daemon(Pump, DaemonAPI):
         self.counters: Counter[str] = Counter()
         self.started_ms = 0
         self.rehydrated = 0
+        self.rehydration = Rehydration(self)
         self.listen_port = 0
         self._subs: list[Subscription] = []
         #: every task of the node runs under it (:mod:`hivemesh.runtime.supervise`)
@@ -266,7 +270,11 @@ class Daemon(Pump, DaemonAPI):
 
         self.leases, self.claims = attach_leases(self)  # quorum voter/proposer, claims view
         self.blobs = Blobs(self, random.Random(secrets.randbits(128)))
-        self.rehydrated = self.node.rehydrate(self._replay(store))
+        from hivemesh.runtime.control import ControlServer
+
+        self._control = ControlServer(self, cfg.control_path, timeout_s=cfg.control_timeout_s)
+        await self._control.start()  # answers status while the views are rebuilt
+        self.rehydrated = await self.rehydration.run(store)
         self.own_feed = OwnFeedWatch(
             self,
             self._first_writes,
@@ -324,13 +332,10 @@ class Daemon(Pump, DaemonAPI):
 
         self.telemetry = DaemonTelemetry(self)
         await self.telemetry.start()  # -- end telemetry --
-        from hivemesh.runtime.control import ControlServer
-
-        self._control = ControlServer(self, cfg.control_path, timeout_s=cfg.control_timeout_s)
-        await self._control.start()
         self.supervisor.install(asyncio.get_running_loop())
         self._started = True
         self.supervisor.spawn("timer", self._timer_loop)
+        self.rehydration.complete()  # control operations waiting for the views go on
         await self.flush()
         # Everything loaded so far (modules, rehydrated views) lives as long as
         # the process: keep the cyclic GC from re-scanning it in every full
@@ -371,7 +376,11 @@ class Daemon(Pump, DaemonAPI):
         await self.conns.close()
         self.messaging.close()
         try:
-            self.node.settle()  # store what was verified; a bad run is dropped
+            failed = self.node.settle()  # store what was verified; a bad run is dropped
+            if not failed:  # else the views may hold a run the store refused
+                with contextlib.suppress(HivemeshError):  # no checkpoint then; counted by the store
+                    self.node.journal.store.sync()
+                    self.rehydration.save()
             self.node.journal.store.close()
         except Exception:
             if self.supervisor.failure is None:
@@ -411,9 +420,10 @@ class Daemon(Pump, DaemonAPI):
         log.error("%s; keeping the trust last read until it is fixed", exc)
 
     def _replay(self, store: Any) -> Iterable[Event]:
-        from hivemesh.stores.replay import verify_feeds
+        from hivemesh.stores.replay import verify_causal
 
-        yield from verify_feeds(store)
+        for run in verify_causal(store):  # causal order: loro imports nothing pending
+            yield from run
 
     def _announce(self, host: str) -> str:
         if self.config.advertise:

@@ -26,6 +26,7 @@ from hivemesh.runtime.status import Subscription, peers_of, status_of
 
 if TYPE_CHECKING:
     from hivemesh.runtime.daemon import Daemon
+    from hivemesh.runtime.rehydration import Rehydration
     from hivemesh.runtime.telemetry import DaemonTelemetry
 
 __all__ = ["DaemonAPI"]
@@ -42,6 +43,7 @@ class DaemonAPI:
     messaging: Messaging
     counters: Counter[str]
     telemetry: DaemonTelemetry
+    rehydration: Rehydration
     _subs: list[Subscription]
 
     @property
@@ -169,6 +171,8 @@ class DaemonAPI:
 
     def status(self) -> dict[str, Any]:
         """Everything ``hivemesh status`` shows (see :mod:`hivemesh.runtime.status`)."""
+        if not self.rehydration.is_complete:  # starting: the parts below do not exist yet
+            return status_of(self._daemon())
         return {
             **status_of(self._daemon()),
             "telemetry": self.telemetry.status(),

@@ -50,8 +50,19 @@ class Subscription:
 
 
 def status_of(d: Daemon) -> dict[str, Any]:
-    """Everything ``hivemesh status`` shows."""
+    """Everything ``hivemesh status`` shows. While the daemon starts (its
+    views being rebuilt) only what exists yet, with ``rehydrating: {done,
+    total}`` (:mod:`hivemesh.runtime.rehydration`)."""
     j = d.node.journal
+    if not d.rehydration.is_complete:
+        return {
+            "address": d.address,
+            "data_dir": str(d.config.data_dir),
+            "uptime_s": round((_now_ms() - d.started_ms) / 1000, 3),
+            "rehydrating": d.rehydration.progress(),
+            "journal": {"events": j.total_events, "feeds": len(j.heads)},
+            "counters": dict(sorted(d.counters.items())),
+        }
     counters: Counter[str] = Counter()
     counters.update(d.node.counters)
     counters.update(d.node.deferrals.counters)
@@ -84,6 +95,8 @@ def status_of(d: Daemon) -> dict[str, Any]:
             "feeds": len(j.heads),
             "own_seq": j.head(d.identity.public).seq,
             "rehydrated": d.rehydrated,
+            # the last start's replay: time, view checkpoint, loro imports (tail)
+            "rehydration": d.rehydration.snapshot(),
             # our batches a crash left in the store's append log, committed at start
             "log_recovered": d._store.log_recovered,
             "log_torn_bytes": d._store.log_torn_bytes,
