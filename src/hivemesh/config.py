@@ -97,7 +97,7 @@ class Config:
     # machine); 100 ms keeps that under 1% of its time
     commit_delay_ms: int = 100
     # [trust] "invite" (private, the default): only peers this node invited or
-    #         was invited by, and those its swarms vouch for (runtime.trustview);
+    #         was invited by, and those its swarms vouch for (core.views.trust);
     #         "open": any authenticated peer unless revoked (a trusted lab LAN)
     trust_mode: str = "invite"
     # whose vouches an invite-mode node follows into its swarms: "web" (every

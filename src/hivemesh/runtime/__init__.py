@@ -13,9 +13,9 @@ Modules
 * :mod:`~hivemesh.runtime.messaging` -- direct messages, the durable inbox,
   ping.
 * :mod:`~hivemesh.runtime.blobs` -- content-addressed blobs fetched on demand.
-* :mod:`~hivemesh.runtime.invites`, :mod:`~hivemesh.runtime.trustview` --
+* :mod:`~hivemesh.runtime.invites`, :mod:`~hivemesh.core.views.trust` --
   invite/join over live channels and the swarm-wide web of trust.
-* :mod:`~hivemesh.runtime.endpoints` -- ``node.hello``: where nodes listen,
+* :mod:`~hivemesh.core.views.endpoints` -- ``node.hello``: where nodes listen,
   learnt from the journal.
 * :mod:`~hivemesh.runtime.control`, :mod:`~hivemesh.runtime.client` -- the
   JSON-lines control socket and its blocking client.

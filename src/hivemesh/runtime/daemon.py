@@ -46,7 +46,7 @@ direct messages with a durable inbox, request/reply and ping
 trust (``trust.json`` plus the journal's swarm-scoped web of trust:
 ``authorize`` at the handshake, for membership and relayed messages,
 ``author_trusted`` at the journal gate, ``shares`` for whose feeds a peer
-sees; :mod:`hivemesh.runtime.trustview`, :mod:`hivemesh.runtime.invites`), the
+sees; :mod:`hivemesh.core.views.trust`, :mod:`hivemesh.runtime.invites`), the
 views (context, names, endpoints, blob index, trust) and any application
 view added with :meth:`Daemon.add_view` (verified replay first). Only one
 daemon runs per data dir (``daemon.lock``).
@@ -70,7 +70,9 @@ from hivemesh.core.event import Event
 from hivemesh.core.identity import Identity, address_of, public_key_of, short
 from hivemesh.core.node import Node, NodeConfig
 from hivemesh.core.views.context import ContextView
+from hivemesh.core.views.endpoints import KIND_HELLO, EndpointsView, hello_body
 from hivemesh.core.views.names import NamesView
+from hivemesh.core.views.trust import KIND_TRUST_ADD, KIND_TRUST_REVOKE, TrustView, TrustWeb
 from hivemesh.errors import (
     ConfigError,
 )
@@ -78,7 +80,6 @@ from hivemesh.runtime.blobs import Blobs
 from hivemesh.runtime.clock import now_ms
 from hivemesh.runtime.connections import ConnectionManager
 from hivemesh.runtime.daemon_api import DaemonAPI
-from hivemesh.runtime.endpoints import KIND_HELLO, EndpointsView, hello_body
 from hivemesh.runtime.hostutil import lock_data_dir, primary_ipv4, raise_open_files_limit
 from hivemesh.runtime.invites import Invites
 from hivemesh.runtime.members import MemberDriver
@@ -86,7 +87,6 @@ from hivemesh.runtime.messaging import Messaging
 from hivemesh.runtime.ownfeed import OwnFeedWatch
 from hivemesh.runtime.pump import Pump
 from hivemesh.runtime.status import Subscription
-from hivemesh.runtime.trustview import KIND_TRUST_ADD, KIND_TRUST_REVOKE, TrustView, TrustWeb
 from hivemesh.stores.feedmark import FileMarkStore, open_mark
 from hivemesh.transports import ChannelOptions
 from hivemesh.transports.noise import BOOT_ID_BYTES
@@ -388,7 +388,7 @@ class Daemon(Pump, DaemonAPI):
 
         ``open`` mode: anyone not revoked here. ``invite`` mode: the web of
         trust grown from ``trust.json`` through the journal's vouches
-        (:mod:`hivemesh.runtime.trustview`). Either way, the inviter of a
+        (:mod:`hivemesh.core.views.trust`). Either way, the inviter of a
         join in progress (:mod:`hivemesh.runtime.invites`).
         """
         if address in self.invites.joins or address == self.address:
@@ -400,7 +400,7 @@ class Daemon(Pump, DaemonAPI):
         return address in self.web().admitted
 
     def web(self) -> TrustWeb:
-        """Our swarms' web of trust now (:mod:`hivemesh.runtime.trustview`)."""
+        """Our swarms' web of trust now (:mod:`hivemesh.core.views.trust`)."""
         key = (self.trust.generation, self.trust_view.version)
         if self._web is None or self._web[0] != key:
             t = self.trust

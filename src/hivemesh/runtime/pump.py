@@ -36,17 +36,17 @@ from hivemesh.core.event import Event
 from hivemesh.core.frames import FrameType
 from hivemesh.core.identity import Identity, address_of, short
 from hivemesh.core.node import Node
+from hivemesh.core.views.endpoints import KIND_HELLO, EndpointsView
+from hivemesh.core.views.trust import TrustView
 from hivemesh.errors import HivemeshError
 from hivemesh.runtime.blobs import Blobs
 from hivemesh.runtime.clock import now_ms
 from hivemesh.runtime.connections import ConnectionManager
-from hivemesh.runtime.endpoints import KIND_HELLO, EndpointsView
 from hivemesh.runtime.invites import Invites
 from hivemesh.runtime.members import MemberDriver
 from hivemesh.runtime.messaging import Messaging
 from hivemesh.runtime.ownfeed import OwnFeedWatch
 from hivemesh.runtime.status import Subscription
-from hivemesh.runtime.trustview import TrustView
 from hivemesh.trust import TrustStore
 
 __all__ = ["Pump"]
