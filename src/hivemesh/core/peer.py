@@ -14,8 +14,10 @@ simulator, or a test with a list for a network. Like aioquic's
 **Construction.** ``Peer(identity, store, rng, now_ms=..., config=PeerConfig(...),
 trust=TrustFile(...), marks=...)``. ``store`` is the node's
 :class:`~hivemesh.core.store.FeedStore`, ``rng`` a ``random.Random`` (seeded
-from :mod:`secrets` by the daemon, from the seed by the simulator; each part
-draws its own stream from it), ``marks`` the own feed's durable mark. Then
+from :mod:`secrets` by the daemon, from the seed by the simulator), ``marks``
+the own feed's durable mark. Each part draws its own random stream from
+``rng`` (``rng.getrandbits(128)``, in this order: node, membership, direct
+messages, blob fetcher). Then
 :meth:`Peer.rehydrate` with the stored events, then :meth:`Peer.start`
 with the endpoints the node listens on (this runs the appends of the new
 life: see below).
@@ -100,7 +102,7 @@ from hivemesh.core.membership import Membership
 from hivemesh.core.node import Node, NodeConfig
 from hivemesh.core.ownfeed import FeedState, MarkStore
 from hivemesh.core.peer_commands import (
-    Admit,
+    AcceptFeedLoss,
     Append,
     Claim,
     ClaimDone,
@@ -109,6 +111,7 @@ from hivemesh.core.peer_commands import (
     ReleaseClaim,
     Revoke,
     SendDirect,
+    Vouch,
     WaitDecided,
 )
 from hivemesh.core.pex import MembershipConfig, MemberState
@@ -194,6 +197,7 @@ class Peer:
         self._links: dict[str, bytes] = {}  # address -> the boot id of its life
         self._advertised: tuple[str, ...] = ()
         self._new_life_pending = True
+        self._now = now_ms  # the last input's time
         self._rid = 0
         self._waits: dict[int, _Wait] = {}
         self._sends: dict[str, int] = {}  # direct msg_id -> rid
@@ -361,7 +365,13 @@ class Peer:
     # -- outputs -----------------------------------------------------------------
 
     def effects(self) -> list[Effect]:
-        """What to do, in order (drains)."""
+        """What to do, in order (drains).
+
+        Output that parts still driven from outside queued on :attr:`node`
+        directly since the last input (the daemon's messaging, invites and
+        lease frames) is collected here too, at the last input's time."""
+        if self.node.has_output:
+            self._after(self._now)
         out, self._fx = self._fx, []
         return out
 
@@ -419,6 +429,18 @@ class Peer:
         rec = self.membership.member(address)
         return None if rec is None else rec.state
 
+    def members_snapshot(self) -> dict[str, dict[str, Any]]:
+        """``address -> {state, incarnation, since_ms, endpoints}``."""
+        return {
+            m.address: {
+                "state": m.state.value,
+                "incarnation": m.incarnation,
+                "since_ms": m.since_ms,
+                "endpoints": list(m.endpoints),
+            }
+            for m in self.membership.members()
+        }
+
     def detection_bound_ms(self) -> int:
         """Worst case from a crash until every live member marks it down."""
         live = sum(
@@ -431,6 +453,7 @@ class Peer:
     def _after(self, now_ms: int) -> None:
         """After every input: act on what changed, then move the node's
         output and events into effects (until handling them queued nothing)."""
+        self._now = now_ms
         node = self.node
         fx = self._fx
         while True:
@@ -704,11 +727,22 @@ class Peer:
         self._cut_off(cmd.address, now_ms)
         self._fx.append(Reply(rid, True))
 
-    def _do_admit(self, rid: int, cmd: Admit, now_ms: int) -> None:
+    def _do_vouch(self, rid: int, cmd: Vouch, now_ms: int) -> None:
         public_key_of(cmd.address)
         self.node.append(KIND_TRUST_ADD, {"address": cmd.address, "swarm": cmd.swarm}, now_ms)
-        self._dial(cmd.address, self.endpoints.endpoints(cmd.address))
         self._fx.append(Reply(rid, True))
+
+    def _do_accept_feed_loss(self, rid: int, cmd: AcceptFeedLoss, now_ms: int) -> None:
+        reason = self._reason()
+        lost = self.node.accept_feed_loss(now_ms)
+        self._log(
+            "warning",
+            f"node {self.address[:12]}: OPERATOR ACCEPTED THE LOSS of own feed"
+            f" #{lost['lost_from']}..#{lost['lost_upto']} and writes on from"
+            f" #{lost['held'] + 1} (was: {reason}); a peer that still holds those"
+            " events will see a fork",
+        )
+        self._fx.append(Reply(rid, lost))
 
     def _do_leave(self, rid: int, cmd: Leave, now_ms: int) -> None:
         self.membership.leave(now_ms)
@@ -731,6 +765,7 @@ _COMMANDS: dict[type, Callable[[Peer, int, Any, int], None]] = {
     FetchBlob: Peer._do_fetch_blob,
     SendDirect: Peer._do_send_direct,
     Revoke: Peer._do_revoke,
-    Admit: Peer._do_admit,
+    Vouch: Peer._do_vouch,
     Leave: Peer._do_leave,
+    AcceptFeedLoss: Peer._do_accept_feed_loss,
 }

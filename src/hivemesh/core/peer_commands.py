@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
-    "Admit",
+    "AcceptFeedLoss",
     "Append",
     "Claim",
     "ClaimDone",
@@ -27,6 +27,7 @@ __all__ = [
     "ReleaseClaim",
     "Revoke",
     "SendDirect",
+    "Vouch",
     "WaitDecided",
 ]
 
@@ -98,7 +99,7 @@ class Revoke:
 
 
 @dataclass(frozen=True, slots=True)
-class Admit:
+class Vouch:
     """Vouch for ``address`` into ``swarm`` (trust file updated by the driver)."""
 
     address: str
@@ -108,3 +109,9 @@ class Admit:
 @dataclass(frozen=True, slots=True)
 class Leave:
     """Announce that this node leaves the membership (at shutdown)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AcceptFeedLoss:
+    """The operator gives up the part of the own feed no peer can supply
+    (``hivemesh feed accept-loss``); replies with what was lost."""
