@@ -8,6 +8,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
+
 from hivemesh.core.effects import (
     Close,
     Count,
@@ -38,6 +40,7 @@ from hivemesh.core.peer_commands import (
 )
 from hivemesh.core.pex import MembershipConfig, MemberState
 from hivemesh.core.store import MemoryStore
+from hivemesh.core.trace import Step, Trace, replay
 from hivemesh.core.views.blobs import BlobIndex, blob_digest
 from hivemesh.errors import DeadlineExceeded, InvalidArgument, UnknownPeer
 
@@ -73,8 +76,9 @@ class Net:
         self.hosts = [Host(IDS[i]) for i in range(n)]
         self.links: set[frozenset[str]] = set()
         self.trust = kw.get("trust", {})
+        traces: dict[int, Trace] = kw.get("traces", {})
         for i in range(n):
-            self.boot(i)
+            self.boot(i, trace=traces.get(i))
 
     def addr(self, i: int) -> str:
         return self.hosts[i].identity.address
@@ -84,16 +88,17 @@ class Net:
         assert peer is not None
         return peer
 
-    def boot(self, i: int, *, seed: int = 0) -> Peer:
+    def boot(self, i: int, *, seed: int = 0, trace: Trace | None = None) -> Peer:
         h = self.hosts[i]
         peer = Peer(
             h.identity,
             h.store,
-            random.Random(f"{i}/{seed}"),
+            random.Random(i * 1000 + seed if trace is None else trace.seed),
             now_ms=self.now,
             config=self.config,
             trust=self.trust.get(i),
             marks=h.marks,
+            trace=trace,
         )
         peer.rehydrate(_replay(h.store), self.now)
         peer.start([f"10.0.0.{i}:7000"], self.now)
@@ -387,3 +392,25 @@ def test_the_same_inputs_give_the_same_effects() -> None:
     first, second = scenario(), scenario()
     assert first == second
     assert sum(1 for fx in first for e in fx if isinstance(e, Log)) > 0
+
+
+def test_a_recorded_trace_replays_to_the_same_effects_and_a_changed_one_does_not() -> None:
+    trace = Trace(seed=7)
+    net = Net(3, traces={0: trace})
+    net.mesh()
+    net.command(0, Claim("job"))
+    net.run(800)
+    net.crash(2)
+    net.run(FAST.detection_bound_ms(3))
+    net.p(0).trust_changed(TrustFile(revoked=frozenset({net.addr(1)})), net.now)
+    net.pump()
+    assert trace.inputs() > 50
+    assert any(s.method == "receive" for s in trace.steps)
+    assert replay(trace, IDS[0], MemoryStore()) == []
+    # a trace with one input left out does not replay to the same effects
+    n = next(i for i, s in enumerate(trace.steps) if s.method == "handle_timer")
+    cut = Trace(trace.seed, trace.steps[:n] + trace.steps[n + 1 :], trace.setup)
+    assert replay(cut, IDS[0], MemoryStore()) != []
+    bad = Trace(trace.seed, [Step("close_everything")], trace.setup)
+    with pytest.raises(ValueError, match="not a Peer input"):
+        replay(bad, IDS[0], MemoryStore())

@@ -122,6 +122,9 @@ class Config:
     lease_voters: tuple[str, ...] = ()
     # [mcp] tool servers for agents ({"mcpServers": {...}}, see hivemesh.tools.spec)
     mcp_servers: tuple[MCPServerSpec, ...] = ()
+    # record the node's Peer inputs and effects for a replay (hivemesh.core.trace):
+    # tests and debugging only, memory grows with the run
+    trace_peer: bool = False
 
     @property
     def key_path(self) -> Path:

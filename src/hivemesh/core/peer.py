@@ -65,6 +65,9 @@ to call :meth:`handle_timer` next.
   journal), linked peers no longer admitted are closed and forgotten, and
   newly admitted known ones are dialled.
 * *Endpoints.* A ``node.hello`` from another node dials it.
+* *Views.* context, names, endpoints, trust, claims, the blob index and
+  max-registers (``reg.max``, for fencing tokens) are the Peer's; a driver
+  may add application views to :attr:`node` before :meth:`rehydrate`.
 * *Blobs.* Frames of the blob range are served from the store or fed to the
   fetcher; a completed fetch is stored and answers its commands.
 * *Direct messages.* The protocol is :class:`~hivemesh.core.direct.Direct`;
@@ -116,10 +119,12 @@ from hivemesh.core.peer_commands import (
 )
 from hivemesh.core.pex import MembershipConfig, MemberState
 from hivemesh.core.store import FeedStore
+from hivemesh.core.trace import Trace
 from hivemesh.core.views.blobs import BLOB_TAGS, TAG_GET, TAG_WANT, BlobFetcher, BlobIndex, serve
 from hivemesh.core.views.context import ContextView
 from hivemesh.core.views.endpoints import KIND_HELLO, EndpointsView, hello_body
 from hivemesh.core.views.names import NamesView
+from hivemesh.core.views.registers import MaxRegisterView
 from hivemesh.core.views.trust import KIND_TRUST_ADD, KIND_TRUST_REVOKE, TrustView, TrustWeb
 from hivemesh.errors import DeadlineExceeded, HivemeshError, InvalidArgument, UnknownPeer
 
@@ -183,8 +188,15 @@ class Peer:
         config: PeerConfig | None = None,
         trust: TrustFile | None = None,
         marks: MarkStore | None = None,
+        trace: Trace | None = None,
     ) -> None:
+        """``trace``: record every input and effect for a replay
+        (:mod:`hivemesh.core.trace`; tests and debugging)."""
         self.config = cfg = config or PeerConfig()
+        self._trace = trace
+        if trace is not None:
+            saved = None if marks is None else (marks.load(),)
+            trace.begin(now_ms, cfg, trust or TrustFile(), saved)
         self.identity = identity
         self.address = identity.address
         self.store = store
@@ -220,6 +232,7 @@ class Peer:
         self.trust_view = TrustView()
         self.claims = ClaimsView(window_ms=cfg.claim_settle_ms)
         self.blob_index = BlobIndex()
+        self.registers = MaxRegisterView()
         for view in (
             self.context,
             self.names,
@@ -227,6 +240,7 @@ class Peer:
             self.trust_view,
             self.claims,
             self.blob_index,
+            self.registers,
         ):
             node.add_view(view)
         self.membership = Membership(
@@ -256,6 +270,9 @@ class Peer:
 
     def rehydrate(self, events: Iterable[Event], now_ms: int) -> int:
         """Replay stored (verified) events into the views; returns how many."""
+        if self._trace is not None:
+            events = list(events)
+            self._trace.record("rehydrate", events, now_ms)
         n = self.node.rehydrate(events, now_ms)
         self._trust_version = self.trust_view.version
         return n
@@ -265,6 +282,8 @@ class Peer:
         the appends of a new life run now if the own feed takes writes
         (their errors propagate: the node does not start)."""
         self._advertised = tuple(endpoints)
+        if self._trace is not None:
+            self._trace.record("start", self._advertised, now_ms)
         self.membership.endpoints = self._advertised
         if self.node.feed_gate.state is not FeedState.WRITABLE:
             self._log("warning", f"node {self.address[:12]} refuses writes: {self._reason()}")
@@ -276,11 +295,16 @@ class Peer:
 
     def receive(self, peer: str, frame: bytes, now_ms: int) -> None:
         """A frame from the link to ``peer``."""
+        if self._trace is not None:
+            self._trace.record("receive", peer, frame, now_ms)
         self.node.receive(peer, frame, now_ms)
         self._after(now_ms)
 
     def receive_many(self, peer: str, frames: Iterable[bytes], now_ms: int) -> None:
         """Frames read from ``peer`` at once (the same as :meth:`receive` each)."""
+        if self._trace is not None:
+            frames = list(frames)
+            self._trace.record("receive_many", peer, frames, now_ms)
         receive = self.node.receive
         for frame in frames:
             receive(peer, frame, now_ms)
@@ -291,6 +315,8 @@ class Peer:
         reached it, if we dialled) is up and both sides admit each other:
         replicate with it, join membership through it if it is new, and
         resend direct messages waiting for it."""
+        if self._trace is not None:
+            self._trace.record("link_up", peer, boot_id, now_ms, endpoint)
         self._links[peer] = boot_id
         eps = self.endpoints.endpoints(peer)
         if not eps and endpoint is not None:
@@ -307,6 +333,8 @@ class Peer:
 
     def link_down(self, peer: str, boot_id: bytes, now_ms: int) -> None:
         """The link to ``peer`` is gone: stop replicating, keep dialling it."""
+        if self._trace is not None:
+            self._trace.record("link_down", peer, boot_id, now_ms)
         if self._links.get(peer) == boot_id:
             del self._links[peer]
         self.node.remove_peer(peer)
@@ -315,14 +343,20 @@ class Peer:
 
     def expect_inviter(self, inviter: str) -> None:
         """A join through ``inviter`` started: it may connect until it ends."""
+        if self._trace is not None:
+            self._trace.record("expect_inviter", inviter)
         self._inviters.add(inviter)
 
     def forget_inviter(self, inviter: str) -> None:
         """The join through ``inviter`` ended."""
+        if self._trace is not None:
+            self._trace.record("forget_inviter", inviter)
         self._inviters.discard(inviter)
 
     def trust_changed(self, trust: TrustFile, now_ms: int) -> None:
         """``trust.json`` changed: act on who is admitted now."""
+        if self._trace is not None:
+            self._trace.record("trust_changed", trust, now_ms)
         if trust != self._trust:
             self._trust = trust
             self._recheck_trust(now_ms)
@@ -331,6 +365,8 @@ class Peer:
     def settle(self, now_ms: int) -> None:
         """The group commit is due: store attested runs whose signature
         holds (a peer that sent a bad one is closed), then :class:`Fsync`."""
+        if self._trace is not None:
+            self._trace.record("settle", now_ms)
         for peer in self.node.settle():
             self._log("warning", f"{peer[:12]} sent an invalid head signature: disconnecting")
             self._fx.append(Close(peer, "invalid head signature"))
@@ -339,6 +375,8 @@ class Peer:
 
     def handle_timer(self, now_ms: int) -> None:
         """Time passed: retransmit, probe, expire, settle due waits."""
+        if self._trace is not None:
+            self._trace.record("handle_timer", now_ms)
         self.node.handle_timer(now_ms)
         self.membership.handle_timer(now_ms)
         self.direct.handle_timer(now_ms)
@@ -350,6 +388,8 @@ class Peer:
 
         An unknown command type, or one whose arguments are wrong, is
         answered with a typed error (never raised)."""
+        if self._trace is not None:
+            self._trace.record("command", cmd, now_ms)
         self._rid += 1
         rid = self._rid
         handler = _COMMANDS.get(type(cmd))
@@ -373,6 +413,8 @@ class Peer:
         if self.node.has_output:
             self._after(self._now)
         out, self._fx = self._fx, []
+        if self._trace is not None:
+            self._trace.drained(out)
         return out
 
     def next_deadline(self) -> int:

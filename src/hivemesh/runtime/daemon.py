@@ -66,6 +66,7 @@ from hivemesh.core.node import Node, NodeConfig
 from hivemesh.core.peer import Peer, PeerConfig, TrustFile
 from hivemesh.core.peer_commands import Leave, Revoke, Vouch
 from hivemesh.core.pex import MembershipConfig
+from hivemesh.core.trace import Trace
 from hivemesh.core.views.context import ContextView
 from hivemesh.core.views.endpoints import EndpointsView
 from hivemesh.core.views.names import NamesView
@@ -145,6 +146,8 @@ class Daemon(Pump, DaemonAPI):
         self._trust_generation = 0
         self._calls: dict[int, asyncio.Future[Any]] = {}  # command rid -> its caller
         self._lives: dict[str, bytes] = {}  # linked peer -> the boot id given to the Peer
+        #: the Peer's recorded inputs and effects (``trace_peer`` only)
+        self.trace: Trace | None = None
         self.advertised = ""
 
     # -- lifecycle -------------------------------------------------------------
@@ -210,10 +213,12 @@ class Daemon(Pump, DaemonAPI):
         power = store.durability == "power"
         self._marks = open_mark(cfg.data_dir, self.identity.public, store, fsync=power)
         self.started_ms = now_ms()
+        seed = secrets.randbits(128)
+        self.trace = Trace(seed) if cfg.trace_peer else None
         self.peer = Peer(
             self.identity,
             store,
-            random.Random(secrets.randbits(128)),
+            random.Random(seed),
             now_ms=self.started_ms,
             config=PeerConfig(
                 node=NodeConfig(
@@ -235,6 +240,7 @@ class Daemon(Pump, DaemonAPI):
             ),
             trust=self._trust_file(),
             marks=self._marks,
+            trace=self.trace,
         )
         peer = self.peer
         self.node = peer.node
@@ -402,8 +408,10 @@ class Daemon(Pump, DaemonAPI):
         try:
             generation = self.trust.poll()
         except HivemeshError as exc:
+            if not self.counters["trust_file_unreadable"] or self._trust_generation >= 0:
+                log.error("trust file unreadable, keeping the last good one: %s", exc)
             self.counters["trust_file_unreadable"] += 1
-            log.error("trust file unreadable, keeping the last good one: %s", exc)
+            self._trust_generation = -1  # logged once until it is readable again
             return False
         if generation == self._trust_generation:
             return False

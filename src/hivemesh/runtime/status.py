@@ -66,7 +66,14 @@ def status_of(d: Daemon) -> dict[str, Any]:
     if d._mdns is not None:
         counters.update({f"mdns_{k}": v for k, v in d._mdns.counters.items()})
     counters["subscriber_dropped"] += sum(s.dropped for s in d._subs)
-    for view in (d.context_view, d.names, d.endpoints, d.blobs.index, d.trust_view):
+    for view in (
+        d.context_view,
+        d.names,
+        d.endpoints,
+        d.blobs.index,
+        d.trust_view,
+        d.peer.registers,
+    ):
         for code, n in view.rejected.items():
             counters[f"view_rejected_{code}"] += n
     transport = d.conns.transport_counters.snapshot()
@@ -101,6 +108,8 @@ def status_of(d: Daemon) -> dict[str, Any]:
         "members": d.peer.members_snapshot(),
         "detection_bound_ms": d.peer.detection_bound_ms(),
         "inbox": d.messaging.inbox.count(),
+        # max-registers (``reg.max`` events: fencing tokens), key -> value
+        "registers": d.peer.registers.snapshot(),
         "blobs": {
             "known": len(d.blobs.index.snapshot()["blobs"]),
             "fetching": len(d.blobs.fetcher.active()),
