@@ -40,6 +40,7 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from hivemesh.errors import HivemeshError, ViewCheckpointInvalid
+from hivemesh.runtime.clock import now_ms
 from hivemesh.stores import viewcheckpoint
 
 if TYPE_CHECKING:
@@ -138,7 +139,7 @@ class Rehydration:
                     chunk = list(islice(events, SLICE_EVENTS))
                     if not chunk:
                         break
-                    n += d.node.rehydrate(chunk)
+                    n += d.peer.rehydrate(chunk, now_ms())
                     self.done = n
                 else:
                     await asyncio.sleep(0)  # the control socket answers meanwhile

@@ -71,13 +71,20 @@ def status_of(d: Daemon) -> dict[str, Any]:
     counters["claim_takeovers_refused"] = len(d.claims.view.takeovers())
     counters.update(d.conns.counters)
     counters.update(d.counters)
-    counters.update({f"membership_{k}": v for k, v in d.members.m.counters.items()})
+    counters.update({f"membership_{k}": v for k, v in d.peer.membership.counters.items()})
     counters.update({f"direct_{k}": v for k, v in d.messaging.direct.counters.items()})
     counters.update({f"direct_{k}": v for k, v in d.messaging.counters.items()})
     if d._mdns is not None:
         counters.update({f"mdns_{k}": v for k, v in d._mdns.counters.items()})
     counters["subscriber_dropped"] += sum(s.dropped for s in d._subs)
-    for view in (d.context_view, d.names, d.endpoints, d.blobs.index, d.trust_view):
+    for view in (
+        d.context_view,
+        d.names,
+        d.endpoints,
+        d.blobs.index,
+        d.trust_view,
+        d.peer.registers,
+    ):
         for code, n in view.rejected.items():
             counters[f"view_rejected_{code}"] += n
     transport = d.conns.transport_counters.snapshot()
@@ -111,9 +118,11 @@ def status_of(d: Daemon) -> dict[str, Any]:
         "name_takeovers": takeovers,
         "peers_connected": len(d.conns.links),
         "trust": {"mode": d.config.trust_mode, **d.invites.status(_now_ms())},
-        "members": d.members.snapshot(),
-        "detection_bound_ms": d.members.detection_bound_ms(),
+        "members": d.peer.members_snapshot(),
+        "detection_bound_ms": d.peer.detection_bound_ms(),
         "inbox": d.messaging.inbox.count(),
+        # max-registers (``reg.max`` events: fencing tokens), key -> value
+        "registers": d.peer.registers.snapshot(),
         "blobs": {
             "known": len(d.blobs.index.snapshot()["blobs"]),
             "fetching": len(d.blobs.fetcher.active()),
@@ -129,7 +138,7 @@ def status_of(d: Daemon) -> dict[str, Any]:
 def peers_of(d: Daemon) -> list[dict[str, Any]]:
     """Known members with their channel figures."""
     chans = d.conns.statistics()
-    members = d.members.snapshot()
+    members = d.peer.members_snapshot()
     out = []
     for addr in sorted(set(members) | set(chans)):
         m = members.get(addr)

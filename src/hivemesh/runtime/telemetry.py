@@ -326,7 +326,7 @@ class DaemonTelemetry:
         assert self.collector is not None
         reports = {r.sender: r for r in self.collector.collector.senders()}
         out = []
-        for address, m in sorted(self.d.members.snapshot().items()):
+        for address, m in sorted(self.d.peer.members_snapshot().items()):
             state = _STATES.get(m["state"])
             if state is None or address == self.d.address:
                 continue
