@@ -467,16 +467,10 @@ class Daemon(Pump, DaemonAPI):
 
     def sync_trust(self) -> bool:
         """Give the Peer ``trust.json`` if it changed (edited by hand, or by
-        our own invites and revocations); True if it had. An unreadable file
-        is logged and counted, and the last good content stays in force."""
-        try:
-            generation = self.trust.poll()
-        except HivemeshError as exc:
-            if not self.counters["trust_file_unreadable"] or self._trust_generation >= 0:
-                log.error("trust file unreadable, keeping the last good one: %s", exc)
-            self.counters["trust_file_unreadable"] += 1
-            self._trust_generation = -1  # logged once until it is readable again
-            return False
+        our own invites and revocations); True if it had. A file that no
+        longer parses is reported by :meth:`_trust_unreadable` and the trust
+        last read stays in force (the generation does not move)."""
+        generation = self.trust.poll()
         if generation == self._trust_generation:
             return False
         self._trust_generation = generation

@@ -244,11 +244,16 @@ class Pump:
         elif isinstance(e, Log):
             log.log(_LEVELS.get(e.level, logging.WARNING), "%s", e.message)
         elif isinstance(e, Fsync):
-            try:
-                self._store.sync()
-            except HivemeshError:  # disk full, I/O error: retried at the next commit
-                self.counters["group_commit_failed"] += 1
-                log.exception("group commit failed")
+            # the group commit's write: a store error is counted and retried,
+            # anything else (a bug) ends the node (runtime.daemon's task table)
+            self.supervisor.guard("group_commit", self._fsync, fatal=True)()
+
+    def _fsync(self) -> None:
+        try:
+            self._store.sync()
+        except HivemeshError:  # disk full, I/O error: retried at the next commit
+            self.counters["group_commit_failed"] += 1
+            log.exception("group commit failed")
 
     def call(self, cmd: Any) -> asyncio.Future[Any]:
         """Run a Peer command now; the future resolves with its reply (the
