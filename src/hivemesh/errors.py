@@ -107,6 +107,7 @@ Every class carries a short stable ``code`` used as the counter name in
     ├── PeerBusy                 the peer refused the connection for load
     └── SelfConnection           the dialled endpoint is this node itself
     InvalidArgument
+    ├── UnknownCommand           a control request names no command of the table
     ├── InputTooLarge            a request or value over its size limit
     ├── InputTooDeep             JSON nested deeper than allowed
     └── InvalidEncoding          text that is not valid UTF-8
@@ -206,6 +207,7 @@ __all__ = [
     "ToolTimeout",
     "ToolUnavailable",
     "TransportError",
+    "UnknownCommand",
     "UnknownField",
     "UnknownPeer",
     "UnknownTool",
@@ -773,6 +775,12 @@ class SelfConnection(TransportError):
     bootstrap list); there is nothing to connect to."""
 
     code = "self_connection"
+
+
+class UnknownCommand(InvalidArgument):
+    """A request named no command of :data:`hivemesh.commands.COMMANDS`."""
+
+    code = "unknown_command"
 
 
 class InputTooLarge(InvalidArgument):

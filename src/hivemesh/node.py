@@ -117,8 +117,6 @@ class Node:
     async def start(self) -> None:
         """Open the store, listen and join (``async with`` calls this)."""
         if self._daemon is None:
-            import hivemesh.roles.meshops  # noqa: F401 - registers the plan.* control ops
-
             daemon = Daemon(self.config)
             await daemon.start()
             self._daemon = daemon

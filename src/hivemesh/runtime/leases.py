@@ -537,7 +537,4 @@ def attach(daemon: Daemon) -> tuple[MeshLeases, MeshClaims]:
     leases = MeshLeases(daemon)
     claims = MeshClaims(daemon)
     daemon.node.add_view(claims.view)
-    from hivemesh.runtime import leases_ops
-
-    leases_ops.register()
     return leases, claims

@@ -10,22 +10,22 @@ recovery); this module only makes it visible and acts on its changes:
 * the appends a node makes when it starts a new life -- releasing the claims
   of its previous life, announcing its endpoint, claiming its configured
   name -- wait until the feed takes writes (:meth:`OwnFeedWatch.check`);
-* the control ops ``feed.status`` and ``feed.accept_loss`` (the operator's
+* the commands ``feed.status`` and ``feed.accept_loss`` (the operator's
   documented way on when no peer can supply the missing part; it needs
-  ``confirm: true`` and is logged as a warning and counted).
+  ``confirm: true`` and is logged as a warning) are handled in
+  :mod:`hivemesh.runtime.handlers`.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hivemesh.core.identity import short
 from hivemesh.core.ownfeed import FeedState
-from hivemesh.errors import HivemeshError, InvalidArgument
+from hivemesh.errors import HivemeshError
 from hivemesh.runtime.clock import now_ms
-from hivemesh.runtime.control import register_op
 
 if TYPE_CHECKING:
     from hivemesh.runtime.daemon import Daemon
@@ -102,30 +102,3 @@ class OwnFeedWatch:
     def _warn(self) -> None:
         gate = self.daemon.node.feed_gate
         log.warning("node %s refuses writes: %s", short(self.daemon.address), gate.reason())
-
-
-async def _feed_status(d: Daemon, args: dict[str, Any]) -> Any:
-    return {**d.node.feed_gate.status(), "deferred": d.node.deferred}
-
-
-async def _feed_accept_loss(d: Daemon, args: dict[str, Any]) -> Any:
-    if args.get("confirm") is not True:
-        raise InvalidArgument("feed.accept_loss needs confirm=true (see `hivemesh feed --help`)")
-    reason = d.node.feed_gate.reason()
-    lost = d.node.accept_feed_loss(now_ms())
-    log.warning(
-        "node %s: OPERATOR ACCEPTED THE LOSS of own feed #%d..#%d and writes on from #%d "
-        "(was: %s); a peer that still holds those events will see a fork",
-        short(d.address),
-        lost["lost_from"],
-        lost["lost_upto"],
-        lost["held"] + 1,
-        reason,
-    )
-    d.own_feed.check()
-    await d.flush()
-    return {**lost, "own_feed": d.node.feed_gate.status()}
-
-
-register_op("feed.status", _feed_status)
-register_op("feed.accept_loss", _feed_accept_loss)
