@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hivemesh.core.lease_quorum import Acquire, Outcome, Proposer, Release, Renew, Voter
-from hivemesh.errors import StaleFencingToken
 from hivemesh.leases import DRIFT_MS, DRIFT_RATIO, FencingGuard
+from hivemesh.leases.errors import StaleFencingToken
 from lease_checker import Op
 
 

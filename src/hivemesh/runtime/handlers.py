@@ -26,9 +26,10 @@ from hivemesh import commands as c
 from hivemesh.commands import Command, Record, Reply, jsonable
 from hivemesh.core.event import Event
 from hivemesh.core.identity import address_of, short
-from hivemesh.errors import LocalProtocolError, SpoolFull, UnknownCommand
+from hivemesh.errors import DeadlineExceeded, LocalProtocolError, UnknownCommand
 from hivemesh.runtime import leases_ops
 from hivemesh.runtime.clock import now_ms
+from hivemesh.telemetry.errors import SpoolFull
 
 if TYPE_CHECKING:
     from hivemesh.runtime.daemon import Daemon
@@ -314,11 +315,22 @@ STREAMS: Mapping[type[Command], StreamHandler] = {
 
 
 async def execute(d: Daemon, req: Command) -> Reply:
-    """Run ``req`` on ``d`` and return its typed reply (errors propagate typed)."""
+    """Run ``req`` on ``d`` and return its typed reply (errors propagate typed).
+
+    Every command runs under a deadline: its own ``timeout_s`` (or
+    ``wait_s``) plus a second, else the daemon's ``control_timeout_s``;
+    past it, :class:`~hivemesh.errors.DeadlineExceeded`.
+    """
     handler = HANDLERS.get(type(req))
     if handler is None:
         raise UnknownCommand(f"{req.op!r} is not a request-reply command")
-    reply = await handler(d, req)
+    own = req.deadline_s()
+    timeout = d.config.control_timeout_s if own is None else own + 1.0
+    try:
+        async with asyncio.timeout(timeout):  # no extra task per request (wait_for's)
+            reply = await handler(d, req)
+    except TimeoutError:
+        raise DeadlineExceeded(f"{req.op} did not finish in {timeout:.1f}s") from None
     if not isinstance(reply, type(req).reply):  # a bug: the handler broke the contract
         raise LocalProtocolError(f"{req.op}: handler answered {type(reply).__name__}")
     return reply

@@ -89,10 +89,10 @@ from hivemesh.errors import (
     DecodeError,
     HivemeshError,
     InvalidAddress,
-    LeaseContended,
 )
 from hivemesh.leases._api import LeaseInfo
 from hivemesh.leases._client import LeaseClient
+from hivemesh.leases.errors import LeaseContended
 from hivemesh.runtime.claims import MeshClaims
 from hivemesh.runtime.voterlog import VoterLog
 from hivemesh.stores.private import write_private

@@ -28,7 +28,7 @@ Theory of operation
   *stored* it (its ack), so "delivered" means stored. The collector maps
   flat shapes onto the schema (:mod:`hivemesh.telemetry.flat`); what it
   cannot map or refuses comes back as
-  :class:`~hivemesh.errors.TelemetryRefused` with the reason.
+  :class:`~hivemesh.telemetry.errors.TelemetryRefused` with the reason.
 * **Heartbeat.** Every ``telemetry_heartbeat_s`` the node records the gauge
   :data:`HEARTBEAT` (value: its spool backlog). At the collector this is the
   node's "last heard" time and its backlog, which the health monitor uses.
@@ -74,8 +74,8 @@ from hivemesh.errors import (
     InvalidArgument,
     LocalProtocolError,
     NoHandler,
-    TelemetryRefused,
 )
+from hivemesh.telemetry.errors import TelemetryRefused
 from hivemesh.telemetry.health import NodeStatus, Thresholds
 from hivemesh.telemetry.node import COLLECTOR_NAME, CollectorNode, NodeTelemetry
 from hivemesh.telemetry.recorder import Metrics

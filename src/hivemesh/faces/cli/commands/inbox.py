@@ -7,7 +7,8 @@ import json
 import time
 from typing import Any
 
-from hivemesh.runtime.cliutil import add_common, run_with_client
+from hivemesh.commands import Inbox
+from hivemesh.runtime.cliutil import add_common, run_command
 
 
 def register(sub: Any) -> None:
@@ -31,4 +32,4 @@ def _text(msgs: list[dict[str, Any]]) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    return run_with_client(args, lambda c: c.inbox(limit=args.limit, remove=args.take), _text)
+    return run_command(args, Inbox(limit=args.limit, remove=args.take), _text)
