@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from hivemesh.commands.coordination import LeaseVoters as LeaseVoters
     from hivemesh.commands.messages import Inbox as Inbox
     from hivemesh.commands.messages import Ping as Ping
+    from hivemesh.commands.messages import PingReply as PingReply
     from hivemesh.commands.messages import Send as Send
     from hivemesh.commands.metrics import MetricsQuery as MetricsQuery
     from hivemesh.commands.metrics import MetricsRecord as MetricsRecord
@@ -84,7 +85,9 @@ if TYPE_CHECKING:
     from hivemesh.commands.table import COMMANDS as COMMANDS
     from hivemesh.commands.table import command_class as command_class
     from hivemesh.commands.trust import Invite as Invite
+    from hivemesh.commands.trust import InviteReply as InviteReply
     from hivemesh.commands.trust import Join as Join
+    from hivemesh.commands.trust import JoinReply as JoinReply
     from hivemesh.commands.trust import TrustAdmit as TrustAdmit
     from hivemesh.commands.trust import TrustAdmitReply as TrustAdmitReply
     from hivemesh.commands.trust import TrustList as TrustList
@@ -119,7 +122,9 @@ __all__ = [
     "FeedStatus",
     "Inbox",
     "Invite",
+    "InviteReply",
     "Join",
+    "JoinReply",
     "LeaseAcquire",
     "LeaseAcquireReply",
     "LeaseOkReply",
@@ -139,6 +144,7 @@ __all__ = [
     "Names",
     "Peers",
     "Ping",
+    "PingReply",
     "PlanCancel",
     "PlanCancelReply",
     "PlanGoal",
@@ -195,6 +201,7 @@ _WHERE = {
     "LeaseVoters": "hivemesh.commands.coordination",
     "Inbox": "hivemesh.commands.messages",
     "Ping": "hivemesh.commands.messages",
+    "PingReply": "hivemesh.commands.messages",
     "Send": "hivemesh.commands.messages",
     "MetricsQuery": "hivemesh.commands.metrics",
     "MetricsRecord": "hivemesh.commands.metrics",
@@ -221,7 +228,9 @@ _WHERE = {
     "COMMANDS": "hivemesh.commands.table",
     "command_class": "hivemesh.commands.table",
     "Invite": "hivemesh.commands.trust",
+    "InviteReply": "hivemesh.commands.trust",
     "Join": "hivemesh.commands.trust",
+    "JoinReply": "hivemesh.commands.trust",
     "TrustAdmit": "hivemesh.commands.trust",
     "TrustAdmitReply": "hivemesh.commands.trust",
     "TrustList": "hivemesh.commands.trust",

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from hivemesh.commands._base import Command, check_timeout
+from hivemesh.commands._base import Command, Reply, check_timeout
 from hivemesh.errors import InvalidArgument
 
-__all__ = ["Inbox", "Ping", "Send"]
+__all__ = ["Inbox", "Ping", "PingReply", "Send"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,10 +49,19 @@ class Inbox(Command):
 
 
 @dataclass(frozen=True, slots=True)
+class PingReply(Reply):
+    """The peer's address and the round-trip time."""
+
+    address: str
+    rtt_ms: float
+
+
+@dataclass(frozen=True, slots=True)
 class Ping(Command):
-    """Round-trip time to a connected peer: ``{address, rtt_ms}``."""
+    """Round-trip time to a connected peer (by address or name)."""
 
     op: ClassVar[str] = "ping"
+    reply: ClassVar[type[Reply]] = PingReply
     errors: ClassVar[tuple[str, ...]] = ("unknown_peer", "unreachable")
     address: str
     timeout_s: float = 10.0

@@ -10,7 +10,9 @@ from hivemesh.errors import InvalidArgument
 
 __all__ = [
     "Invite",
+    "InviteReply",
     "Join",
+    "JoinReply",
     "TrustAdmit",
     "TrustAdmitReply",
     "TrustList",
@@ -72,10 +74,21 @@ class TrustAdmit(Command):
 
 
 @dataclass(frozen=True, slots=True)
+class InviteReply(Reply):
+    """A single-use invite token, who issued it, until when (unix s), into which swarm."""
+
+    token: str
+    inviter: str
+    expires_s: int
+    swarm: str
+
+
+@dataclass(frozen=True, slots=True)
 class Invite(Command):
-    """A single-use invite token: ``{token, inviter, expires_s, swarm}``."""
+    """A single-use invite token for a new node into ``swarm`` (default: our home swarm)."""
 
     op: ClassVar[str] = "invite"
+    reply: ClassVar[type[Reply]] = InviteReply
     errors: ClassVar[tuple[str, ...]] = ("feed_not_writable",)
     ttl_s: int = 3600
     swarm: str | None = None
@@ -87,12 +100,21 @@ class Invite(Command):
 
 
 @dataclass(frozen=True, slots=True)
+class JoinReply(Reply):
+    """The inviter that admitted this node, its endpoints, how long it took."""
+
+    inviter: str
+    endpoints: list[str]
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
 class Join(Command):
-    """Join the swarm of the node that issued ``token``: ``{inviter,
-    endpoints, seconds}`` once it admitted this node (default deadline: the
-    daemon's control timeout less a second)."""
+    """Join the swarm of the node that issued ``token``, once it admitted
+    this node (default deadline: the daemon's control timeout less a second)."""
 
     op: ClassVar[str] = "join"
+    reply: ClassVar[type[Reply]] = JoinReply
     errors: ClassVar[tuple[str, ...]] = (
         "identity_mismatch",
         "invite_bad_signature",

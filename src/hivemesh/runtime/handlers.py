@@ -166,14 +166,14 @@ async def _trust_list(d: Daemon, req: c.TrustList) -> c.TrustListReply:
     )
 
 
-async def _invite(d: Daemon, req: c.Invite) -> Record:
-    return Record(d.invite(req.ttl_s, req.swarm))
+async def _invite(d: Daemon, req: c.Invite) -> c.InviteReply:
+    return c.InviteReply(**d.invite(req.ttl_s, req.swarm))
 
 
-async def _join(d: Daemon, req: c.Join) -> Record:
+async def _join(d: Daemon, req: c.Join) -> c.JoinReply:
     # answers before this request's own deadline (timeout_s + 1 s, else control_timeout_s)
     timeout_s = req.timeout_s or max(1.0, d.config.control_timeout_s - 1.0)
-    return Record(await d.join(req.token, timeout_s=timeout_s))
+    return c.JoinReply(**await d.join(req.token, timeout_s=timeout_s))
 
 
 # -- direct messages -----------------------------------------------------------------
@@ -187,8 +187,8 @@ async def _inbox(d: Daemon, req: c.Inbox) -> Record:
     return Record(d.inbox(req.limit, remove=req.remove))
 
 
-async def _ping(d: Daemon, req: c.Ping) -> Record:
-    return Record(await d.ping(req.address, timeout_s=req.timeout_s))
+async def _ping(d: Daemon, req: c.Ping) -> c.PingReply:
+    return c.PingReply(**await d.ping(req.address, timeout_s=req.timeout_s))
 
 
 # -- telemetry -----------------------------------------------------------------------
