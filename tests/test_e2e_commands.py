@@ -269,3 +269,14 @@ def test_daemon_not_running_is_exit_3_in_every_command(tmp_path: Path, where: st
         assert out.returncode == 3, (full, out.stdout, out.stderr)
         err = json.loads(out.stdout)["error"]
         assert err["code"] == "daemon_not_running" and err["exit"] == 3, (full, err)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["call", "no.such.command"], ["lease", "acquire"], ["ctx", "set", "k"], ["status", "--bogus"]],
+)
+def test_usage_errors_have_the_one_shape_with_json(argv: list[str]) -> None:
+    out = _cli(*argv, "--json")
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    err = json.loads(out.stdout)["error"]
+    assert err["code"] == "invalid_argument" and err["exit"] == 2 and err["message"]

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from hivemesh.runtime.cliutil import add_common
 
@@ -58,9 +60,27 @@ _PACKAGE = "hivemesh.faces.cli.commands"
 _VALUED = ("--data-dir",)
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors, with ``--json`` on the command
+    line, are the one JSON error shape of every command (exit 2)."""
+
+    json_errors = False
+
+    def error(self, message: str) -> NoReturn:
+        """Report a usage error (JSON with ``--json``) and exit 2."""
+        if not _Parser.json_errors:
+            super().error(message)
+        from hivemesh.errors import InvalidArgument
+        from hivemesh.runtime.cliutil import error_json
+
+        exc = InvalidArgument(f"{self.prog}: {message}")
+        print(json.dumps(error_json(exc), sort_keys=True))
+        sys.exit(2)
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The argument parser with every subcommand (or only ``only``)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="hivemesh", description="Leaderless coordination fabric for teams of AI agents."
     )
     add_common(parser)
@@ -87,6 +107,7 @@ def _chosen(argv: Sequence[str]) -> str | None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: parse ``argv`` and run the chosen subcommand."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    _Parser.json_errors = "--json" in argv
     parser = build_parser(_chosen(argv))
     args = parser.parse_args(argv)
     for name, default in (("data_dir", None), ("json", False)):  # options are suppressed
