@@ -12,7 +12,8 @@ document on stdout, an error too, in one shape on every command::
 
 Without it, short readable lines, and an error as ``error: MESSAGE [CODE]``
 on stderr. A usage error (an unknown option, a missing argument) is
-``invalid_argument`` in that shape too when ``--json`` is on the command line. The exit code says the cause, the same for every command
+``invalid_argument`` in that shape too when ``--json`` is on the command line.
+The exit code says the cause, the same for every command
 (:data:`EXIT_CODES`, by error code; a code not listed exits with its
 category's, else 1):
 

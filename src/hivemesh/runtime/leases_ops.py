@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from hivemesh import commands as c
 from hivemesh.commands import Record
-from hivemesh.leases._api import validate_holder, validate_resource, validate_ttl_ms
+from hivemesh.leases import validate_holder, validate_resource, validate_ttl_ms
 
 if TYPE_CHECKING:
     from hivemesh.runtime.daemon import Daemon
