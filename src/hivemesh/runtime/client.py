@@ -7,9 +7,12 @@ it without an event loop::
     c.status()["journal"]["events"]
     c.ctx_set("default", "goal", "ship it")
 
-Errors come back as the daemon raised them: the ``type`` of an error
-response is looked up in :mod:`hivemesh.errors`, so ``except UnknownPeer``
-works across the socket. A daemon that is not running raises
+:meth:`Client.run` takes a typed request of :mod:`hivemesh.commands` and
+returns its typed reply; :meth:`Client.call` is the same by wire name, with
+the plain JSON result. Errors come back as the daemon raised them: the
+stable ``code`` of an error response is looked up with
+:func:`hivemesh.error_codes.error_class` (never the class name), so
+``except UnknownPeer`` works across the socket. A daemon that is not running raises
 :class:`~hivemesh.errors.DaemonNotRunning`. A request the daemon would
 refuse for its form (too large, nested too deep, text that is not UTF-8:
 :mod:`hivemesh.runtime.wirejson`) is refused here first, with the same
@@ -27,11 +30,14 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-from hivemesh import errors
+from hivemesh.error_codes import error_from_wire
 from hivemesh.errors import DaemonNotRunning, DeadlineExceeded, HivemeshError
 from hivemesh.runtime.wirejson import encode
+
+if TYPE_CHECKING:
+    from hivemesh.commands import Command, Reply
 
 __all__ = ["Client"]
 
@@ -39,10 +45,7 @@ _SOCKET_NAME = "ctl.sock"
 
 
 def _raise(err: dict[str, Any]) -> None:
-    cls = getattr(errors, str(err.get("type")), None)
-    if not (isinstance(cls, type) and issubclass(cls, HivemeshError)):
-        cls = HivemeshError
-    raise cls(str(err.get("message", "")))
+    raise error_from_wire(err)
 
 
 def _exchange(
@@ -106,6 +109,12 @@ class Client:
         if not resp.get("ok"):
             _raise(resp.get("error") or {})
         return resp.get("result")
+
+    def run(self, request: Command) -> Reply:
+        """Run a typed command and return its typed reply (or raise its error)."""
+        args = request.to_wire()
+        result = self.call(request.op, timeout_s=args.pop("timeout_s", None), **args)
+        return type(request).reply.from_wire(result)
 
     def stream(self, op: str, *, idle_timeout_s: float | None = None, **args: Any) -> Iterator[Any]:
         """Yield the events of a streaming op until the caller stops.

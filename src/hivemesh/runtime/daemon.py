@@ -288,10 +288,8 @@ class Daemon(Pump, DaemonAPI):
         self.endpoints = peer.endpoints
         self.trust_view = peer.trust_view
         self.invites.attach(self.node)
-        from hivemesh.runtime import ownfeed
         from hivemesh.runtime.leases import attach as attach_leases
 
-        ownfeed.register()
         self.leases, self.claims = attach_leases(self)  # quorum voter/proposer, claims
         self.blobs = Blobs(self)
         from hivemesh.runtime.control import ControlServer

@@ -89,9 +89,9 @@ from hivemesh.errors import (
     DecodeError,
     HivemeshError,
     InvalidAddress,
-    LeaseContended,
 )
 from hivemesh.leases import LeaseClient, LeaseInfo
+from hivemesh.leases.errors import LeaseContended
 from hivemesh.runtime.claims import MeshClaims
 from hivemesh.runtime.voterlog import VoterLog
 from hivemesh.stores.private import write_private
@@ -537,7 +537,4 @@ def attach(daemon: Daemon) -> tuple[MeshLeases, MeshClaims]:
     replay (membership and channels are only used later, lazily)."""
     leases = MeshLeases(daemon)
     claims = MeshClaims(daemon)  # over the Peer's claims view
-    from hivemesh.runtime import leases_ops
-
-    leases_ops.register()
     return leases, claims
