@@ -79,6 +79,8 @@ ANSWERED: list[Command] = [
     c.MetricsSend(),
     c.PlanGoal(title="check the faces", settle_ms=0),
     c.PlanShow(),
+    c.AuditInbox(),
+    c.AuditStatus(),
 ]
 
 #: Requests each face must refuse with the same code (and the CLI with its exit code).
@@ -95,6 +97,8 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
     ("metrics", {"what": "stats"}, "invalid_argument"),  # this node runs no collector
     ("plan.cancel", {"goal": "f" * 32}, "invalid_argument"),  # no such goal
     ("lease.renew", {"resource": "r", "holder": "h", "token": 0}, "invalid_argument"),
+    ("audit.answer", {"id": "q-nobody-asked", "text": "yes"}, "unknown_escalation"),
+    ("audit.export", {}, "invalid_argument"),  # no audit in this journal
 ]
 
 
