@@ -183,8 +183,8 @@ def _route_order(routes: dict[str, Any]) -> list[str]:
 
 def _advisor(node: Any) -> Any:
     """An LLM advisor for the reflector when ``HIVEMESH_LLM_*`` configure one."""
-    from hivemesh.errors import LLMNotConfigured
     from hivemesh.llm import LLMConfig, provider_from_config
+    from hivemesh.llm.errors import LLMNotConfigured
 
     try:
         cfg = LLMConfig.resolve(None, os.environ)

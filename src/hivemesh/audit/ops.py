@@ -1,8 +1,7 @@
 """Control operations of the audit: the operator's inbox and answers.
 
-Importing this module registers, through the runtime's hook for subsystems
-(:func:`hivemesh.runtime.control.register_op`; to be ported to the node's
-typed command table):
+The node's typed commands (:mod:`hivemesh.commands.audit`; their handlers
+in :mod:`hivemesh.runtime.handlers` call the functions here):
 
 * ``audit.inbox {all?}`` -> ``{"questions": [{id, audit, shop, question,
   reason, asked_by, answer?}]}``: open escalations (``all``: answered too);
@@ -20,16 +19,12 @@ The ops read one :class:`~hivemesh.audit.view.AuditView` per daemon, added
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hivemesh.audit import events as ev
 from hivemesh.audit.errors import UnknownEscalation
 from hivemesh.audit.view import AuditView, Step
 from hivemesh.errors import InvalidArgument
-from hivemesh.runtime.control import register_op
-
-if TYPE_CHECKING:
-    from hivemesh.runtime.daemon import Daemon
 
 __all__ = ["answer", "attach", "audit_view", "check_answer", "export", "questions", "status"]
 
@@ -156,26 +151,3 @@ def export(view: AuditView, audit_id: str | None = None) -> dict[str, Any]:
             for c in fixes
         ],
     }
-
-
-async def _export(d: Daemon, args: dict[str, Any]) -> Any:
-    aid = args.get("audit")
-    return export(audit_view(d), aid if isinstance(aid, str) else None)
-
-
-async def _inbox(d: Daemon, args: dict[str, Any]) -> Any:
-    return {"questions": questions(audit_view(d), include_answered=bool(args.get("all")))}
-
-
-async def _answer(d: Daemon, args: dict[str, Any]) -> Any:
-    return await answer(d, args.get("id"), args.get("text"))
-
-
-async def _status(d: Daemon, args: dict[str, Any]) -> Any:
-    return status(audit_view(d))
-
-
-register_op("audit.inbox", _inbox)
-register_op("audit.answer", _answer)
-register_op("audit.status", _status)
-register_op("audit.export", _export)

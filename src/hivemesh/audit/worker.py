@@ -59,8 +59,9 @@ from hivemesh.audit.live import LiveView
 from hivemesh.audit.rules import Correction, Limits, decide
 from hivemesh.audit.view import Audit
 from hivemesh.core.hlc import LOGICAL_BITS
-from hivemesh.errors import HivemeshError, LeaseUnavailable
+from hivemesh.errors import HivemeshError
 from hivemesh.leases import Lease, LeaseClient
+from hivemesh.leases.errors import LeaseUnavailable
 from hivemesh.telemetry.schema import ATTR_ERROR_TYPE
 
 __all__ = ["AuditExecutor", "ExecutorOptions", "Tools", "escalation_id"]

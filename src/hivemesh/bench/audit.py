@@ -36,7 +36,8 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from hivemesh.bench import BenchResult, Metric
-from hivemesh.errors import CaptchaRequired, ExtractError, FetchError, HivemeshError
+from hivemesh.errors import HivemeshError
+from hivemesh.webtools.errors import CaptchaRequired, ExtractError, FetchError
 
 __all__ = ["DESCRIPTION", "add_arguments", "plain_audit", "run"]
 

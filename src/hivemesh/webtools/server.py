@@ -46,8 +46,9 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 from hivemesh.core.views.blobs import blob_digest
-from hivemesh.errors import ExtractError, HivemeshError, InvalidArgument
+from hivemesh.errors import HivemeshError, InvalidArgument
 from hivemesh.webtools import extract as ex
+from hivemesh.webtools.errors import ExtractError
 from hivemesh.webtools.fetch import Fetcher
 
 __all__ = ["build_server", "serve_http", "serve_stdio"]

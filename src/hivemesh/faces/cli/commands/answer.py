@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-import hivemesh.audit.ops  # noqa: F401 - registers the audit.* control ops
-from hivemesh.runtime.cliutil import add_common, run_with_client
+from hivemesh.commands import AuditAnswer
+from hivemesh.runtime.cliutil import add_common, run_command
 
 __all__ = ["register"]
 
@@ -27,8 +27,6 @@ def register(sub: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     text = " ".join(args.text)
-    return run_with_client(
-        args,
-        lambda c: c.call("audit.answer", id=args.id, text=text),
-        lambda r: f"answered {r['answered']}",
+    return run_command(
+        args, AuditAnswer(id=args.id, text=text), lambda r: f"answered {r['answered']}"
     )

@@ -12,7 +12,8 @@ import json
 import time
 from typing import Any
 
-from hivemesh.runtime.cliutil import add_common, run_with_client
+from hivemesh.commands import AuditInbox, Inbox
+from hivemesh.runtime.cliutil import add_common, run_command, run_with_client
 
 
 def register(sub: Any) -> None:
@@ -44,24 +45,17 @@ def _questions_text(qs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _questions(client: Any) -> list[dict[str, Any]]:
-    from hivemesh.errors import HivemeshError
-
-    try:
-        got: list[dict[str, Any]] = client.call("audit.inbox")["questions"]
-    except HivemeshError:  # a node without the audit ops: no questions
-        return []
-    return got
-
-
 def _run(args: argparse.Namespace) -> int:
     if args.questions:
-        return run_with_client(args, _questions, _questions_text)
+        return run_with_client(
+            args, lambda c: c.run(AuditInbox()).to_wire()["questions"], _questions_text
+        )
     if args.json:
-        return run_with_client(args, lambda c: c.inbox(limit=args.limit, remove=args.take), _text)
+        return run_command(args, Inbox(limit=args.limit, remove=args.take), _text)
 
     def both(c: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        return _questions(c), c.inbox(limit=args.limit, remove=args.take)
+        qs = c.run(AuditInbox()).to_wire()["questions"]
+        return qs, c.run(Inbox(limit=args.limit, remove=args.take)).to_wire()
 
     def text(got: tuple[list[dict[str, Any]], list[dict[str, Any]]]) -> str:
         qs, msgs = got
