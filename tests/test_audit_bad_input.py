@@ -30,8 +30,9 @@ from hivemesh.audit.errors import UnknownEscalation
 from hivemesh.audit.node import webtools_spec
 from hivemesh.audit.server import FixtureServer, serve_in_thread
 from hivemesh.audit.world import WorldOptions, build_world
-from hivemesh.errors import HivemeshError, InvalidArgument, ToolTimeout
+from hivemesh.errors import HivemeshError, InvalidArgument
 from hivemesh.runtime.client import Client
+from hivemesh.tools.errors import ToolTimeout
 from hivemesh.tools.mcp_client import MCPToolSet
 
 GARBAGE = "<html><body><div><<<>>\x00<table><tr><td>no price here</td><p>" * 20
