@@ -242,6 +242,7 @@ class Pump:
 
     async def _timer_loop(self) -> None:
         while self._started:
+            self.supervisor.beat("timer")  # a round that hangs is reported (runtime.supervise)
             t = now_ms()
             self.node.handle_timer(t)
             self.members.m.handle_timer(t)
