@@ -21,6 +21,7 @@ node's data dir), so the nodes run the shipped code paths.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,6 +52,14 @@ def _probes(node: NodeProc) -> int:
     return _counters(node).get("membership_probes", 0)
 
 
+def _replace(path: Path, text: str) -> None:
+    """Write ``path`` as an editor saving it does (rename over it), so the node
+    never reads it half written (that would be a second bad version)."""
+    tmp = path.with_name(path.name + ".edit")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def _log(node: NodeProc) -> str:
     return (node.data_dir / "daemon.log").read_text(errors="replace")
 
@@ -69,7 +78,7 @@ def test_a_malformed_trust_file_keeps_the_last_trust_and_the_timers(swarm: Local
     good = trust_file.read_text()
     assert b.address in json.loads(good)["trusted"]
 
-    trust_file.write_text(good[: len(good) // 2] + "\n<<< a hand edit gone wrong")
+    _replace(trust_file, good[: len(good) // 2] + "\n<<< a hand edit gone wrong")
     wait_until(lambda: _counters(a).get("trust_file_invalid") == 1, 10, what="the bad edit seen")
     assert "trust.json: unreadable trust store" in _log(a)
     probes = _probes(a)
@@ -83,7 +92,7 @@ def test_a_malformed_trust_file_keeps_the_last_trust_and_the_timers(swarm: Local
     assert b.address in a.client.call("trust.list")["trusted"]
     assert _counters(a).get("trust_file_invalid") == 1  # once per bad version, not per query
 
-    trust_file.write_text(good)  # fixed: read again, nothing more to report
+    _replace(trust_file, good)  # fixed: read again, nothing more to report
     a.client.ctx_set("default", "after-fix", 2)
     wait_until(lambda: _has(b, "after-fix", 2), 10, what="a's write reaches b")
     assert _counters(a).get("trust_file_invalid") == 1
