@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from hivemesh.bench._shared_history import CONTEXT, SharedBatch, shared_history
+from hivemesh.commands import jsonable
 from hivemesh.core.views import ContextView
 from hivemesh.errors import HivemeshError
 from hivemesh.runtime.client import Client
-from hivemesh.commands import jsonable
 from hivemesh.runtime.swarm import LocalSwarm, wait_until
 from hivemesh.stores import viewcheckpoint
 from hivemesh.stores.private import secure_data_dir

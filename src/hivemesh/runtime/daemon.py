@@ -45,7 +45,9 @@ task                        on failure
 ==========================  ================================================
 ``timer`` (timers, SWIM,    restarted with backoff (50 ms doubling to 2 s);
 anti-entropy, trust.json    a 6th failure within 60 s ends the node: it
-poll, own-feed watch)       stops and ``hivemesh up`` exits non-zero
+poll, own-feed watch)       stops and ``hivemesh up`` exits non-zero; a
+                            round that takes over 30 s is reported as a
+                            stall (``task_stalled_timer``)
 ``group_commit``            a store error (I/O, full disk) is counted
                             (``group_commit_failed``) and retried at the next
                             commit, writes meanwhile fail with ``StoreError``;
@@ -116,7 +118,7 @@ from hivemesh.runtime.messaging import Messaging
 from hivemesh.runtime.pump import Pump
 from hivemesh.runtime.rehydration import Rehydration
 from hivemesh.runtime.status import Subscription
-from hivemesh.runtime.supervise import Supervisor, TaskFailed
+from hivemesh.runtime.supervise import RESTART_WATCHED, Supervisor, TaskFailed
 from hivemesh.stores.feedmark import FileMarkStore, open_mark
 from hivemesh.transports import ChannelOptions
 from hivemesh.transports.noise import BOOT_ID_BYTES
@@ -358,7 +360,7 @@ class Daemon(Pump, DaemonAPI):
         await self.telemetry.start()  # -- end telemetry --
         self.supervisor.install(asyncio.get_running_loop())
         self._started = True
-        self.supervisor.spawn("timer", self._timer_loop)
+        self.supervisor.spawn("timer", self._timer_loop, RESTART_WATCHED)  # beats each round
         self.rehydration.complete()  # control operations waiting for the views go on
         await self.flush()
         # Everything loaded so far (modules, rehydrated views) lives as long as

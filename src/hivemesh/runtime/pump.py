@@ -291,6 +291,7 @@ class Pump:
 
     async def _timer_loop(self) -> None:
         while self._started:
+            self.supervisor.beat("timer")  # a round that hangs is reported (runtime.supervise)
             t = now_ms()
             self.peer.handle_timer(t)
             self.invites.expire(t)
