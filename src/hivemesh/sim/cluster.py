@@ -212,9 +212,15 @@ class Cluster:
             trusted=self.members.__contains__,
             marks=sn.marks,
             claim_settle_ms=self.opts.claim_settle_ms,
+            swim=self.opts.swim,
+            swim_rng=random.Random(f"{self.seed}/swim/{sn.index}/{sn.incarnation}"),
         )
         sn.digest, sn.claims, sn.views = adapter.digest, adapter.claims, adapter.views
-        adapter.start(replay_store(sn.store), [other.identity.address for other in self.nodes])
+        adapter.start(
+            replay_store(sn.store),
+            [other.identity.address for other in self.nodes],
+            self.now + sn.skew_ms,
+        )
         sn.adapter = adapter
         sn.timer_at = None
         sn.commit_pending = False
@@ -583,7 +589,8 @@ class Cluster:
         sn.store.sync()  # what the crash did not lose reached the disk
         self.stats["crashes"] += 1
         self._note("crash", sn.index)
-        self._at(self.now + self.opts.failure_detect_ms, _DOWN, sn.index)
+        if self.opts.swim is None:  # else the nodes' own SWIM finds out
+            self._at(self.now + self.opts.failure_detect_ms, _DOWN, sn.index)
 
     def _cut_off(self, sn: SimNode) -> None:
         addrs = sorted(self.by_addr)
