@@ -30,9 +30,25 @@ supply itself:
   simulator a fixed delay after a crash.
 
 When the sans-IO ``Peer`` (``hivemesh.core.peer``) lands, it owns those
-rules, and this class becomes a thin translation of its inputs and effects
-(``receive``, ``handle_timer``, ``command``; ``Send``); the rest of the
-simulator is unchanged.
+rules, and this class becomes a thin translation; the rest of the simulator
+is unchanged:
+
+==========================  ==============================================
+adapter                     Peer
+==========================  ==============================================
+``__init__`` + ``start``    ``Peer(...)``, ``rehydrate``, ``start``, then
+                            ``link_up`` for every peer (every link is up
+                            in the simulated network; a partition only
+                            drops frames, as a real one does)
+``receive``                 ``receive``
+``handle_timer``            ``handle_timer``; and ``settle`` at the group
+                            commit the simulator already schedules
+``append``                  ``command(Append)``, its ``Reply``
+``observe_down``            gone: the Peer's own SWIM (as ``swim`` here)
+``accept_feed_loss``        ``command(AcceptFeedLoss)``
+``sends``                   the ``Send`` effects of ``effects()``
+``next_deadline``           ``next_deadline``
+==========================  ==============================================
 """
 
 from __future__ import annotations
