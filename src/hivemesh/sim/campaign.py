@@ -78,7 +78,7 @@ WORKLOADS: dict[str, str] = {
     "claims": "hivemesh.sim.cluster:Cluster",
     "plan": "hivemesh.roles.simplan:PlanCluster",
     "clock": "hivemesh.sim.adversary:ClockAdversaryCluster",
-    "leases": "hivemesh.sim.leases:LeaseCluster",
+    "leases": "hivemesh.leases.simlease:LeaseCluster",
     "membership": "hivemesh.sim.swim:MembershipCluster",
 }
 
@@ -187,7 +187,7 @@ def default_options(nodes: int, workload: str = "journal") -> SimOptions:
 
     ``workload="leases"``: every node a lease voter, up to four of them
     acquiring, with the protocol variant and crash rate picked by the seed,
-    then the split prepare of a killed holder (:mod:`hivemesh.sim.leases`);
+    then the split prepare of a killed holder (:mod:`hivemesh.leases.simlease`);
     only ``nodes`` is read from these options.
 
     ``workload="membership"``: SWIM alone, under crashes, restarts,
