@@ -24,6 +24,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from hivemesh.core.membership import MembershipConfig
 from hivemesh.sim.cluster import Cluster, SimResult
 from hivemesh.sim.memo import verification_memo
 from hivemesh.sim.options import FaultOptions, NetworkOptions, SimOptions
@@ -77,7 +78,7 @@ WORKLOADS: dict[str, str] = {
     "claims": "hivemesh.sim.cluster:Cluster",
     "plan": "hivemesh.roles.simplan:PlanCluster",
     "clock": "hivemesh.sim.adversary:ClockAdversaryCluster",
-    "leases": "hivemesh.sim.leases:LeaseCluster",
+    "leases": "hivemesh.leases.simlease:LeaseCluster",
     "membership": "hivemesh.sim.swim:MembershipCluster",
 }
 
@@ -165,7 +166,8 @@ def default_options(nodes: int, workload: str = "journal") -> SimOptions:
 
     ``workload="claims"``: nodes compete for 40 tasks with optimistic claims
     under 10% loss and 100 ms jitter, with crashes (issue goal: <= 1%
-    duplicate executions).
+    duplicate executions). Failures are detected by the nodes' own SWIM
+    (memberlist's LAN timing, the daemon's default), as for ``plan``.
 
     ``workload="plan"``: every node runs a decomposer, scorer and executor on
     one goal (6 leaves) under the standard fault mix; every replica must end
@@ -185,7 +187,7 @@ def default_options(nodes: int, workload: str = "journal") -> SimOptions:
 
     ``workload="leases"``: every node a lease voter, up to four of them
     acquiring, with the protocol variant and crash rate picked by the seed,
-    then the split prepare of a killed holder (:mod:`hivemesh.sim.leases`);
+    then the split prepare of a killed holder (:mod:`hivemesh.leases.simlease`);
     only ``nodes`` is read from these options.
 
     ``workload="membership"``: SWIM alone, under crashes, restarts,
@@ -193,7 +195,9 @@ def default_options(nodes: int, workload: str = "journal") -> SimOptions:
     only ``nodes`` is read from these options.
     """
     if workload == "plan":  # run with factory=hivemesh.roles.simplan.PlanCluster
-        return SimOptions(nodes=nodes, appends=0, active_ms=12_000, heal_ms=40_000)
+        return SimOptions(
+            nodes=nodes, appends=0, active_ms=12_000, heal_ms=40_000, swim=MembershipConfig.lan()
+        )
     if workload == "clock":  # run with factory=hivemesh.sim.adversary.ClockAdversaryCluster
         return SimOptions(nodes=nodes, active_ms=100_000, heal_ms=40_000, sync_interval_ms=1_000)
     if workload == "claims":
@@ -208,6 +212,7 @@ def default_options(nodes: int, workload: str = "journal") -> SimOptions:
                 packet_replay_probability=0.02,
             ),
             faults=FaultOptions(partition_probability=0.1, crash_probability=0.3, forgeries=0),
+            swim=MembershipConfig.lan(),
         )
     faults = FaultOptions(
         restore_probability=0.1,
@@ -243,8 +248,8 @@ CI_MIX: dict[str, tuple[float, dict[int, float], float]] = {
         {5: 70, 6: 8, 7: 6, 8: 5, 10: 6, 15: 2.5, 20: 1.5, 30: 0.6, 50: 0.4},
         1.0,
     ),
-    "claims": (0.12, {5: 75, 6: 10, 8: 8, 10: 5, 20: 2}, 2.5),
-    "plan": (0.04, {5: 1}, 6.5),
+    "claims": (0.10, {5: 75, 6: 10, 8: 8, 10: 5, 20: 2}, 3.5),
+    "plan": (0.03, {5: 1}, 8.0),
     "clock": (0.08, {5: 80, 6: 12, 8: 8}, 2.3),
     # odd voter counts are where a dead voter can split a prepare
     "leases": (0.14, {5: 40, 6: 10, 7: 20, 9: 10, 11: 6, 15: 6, 25: 4, 50: 4}, 0.25),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from hivemesh.core.membership import MembershipConfig
+
 __all__ = ["FaultOptions", "NetworkOptions", "SimOptions"]
 
 
@@ -57,7 +59,8 @@ class SimOptions:
 
     With ``claim_tasks`` > 0 the nodes also compete for that many tasks with
     optimistic claims (:mod:`hivemesh.core.claims`); a crash is reported as
-    ``member.down`` by a live node after ``failure_detect_ms``.
+    ``member.down`` by a live node after ``failure_detect_ms``, or by the
+    nodes' own SWIM (``swim``).
     """
 
     nodes: int = 5
@@ -72,5 +75,9 @@ class SimOptions:
     #: The group commit: replicated batches are synced this long after they
     #: arrive (the daemon's ``commit_delay_ms``).
     commit_delay_ms: int = 100
+    #: Failure detection: None -- a live node reports a crash as
+    #: ``member.down`` ``failure_detect_ms`` after it; a configuration --
+    #: every node runs real SWIM and acts on it as the daemon does.
+    swim: MembershipConfig | None = None
     network: NetworkOptions = field(default_factory=NetworkOptions)
     faults: FaultOptions = field(default_factory=FaultOptions)

@@ -1,0 +1,213 @@
+"""The one place where the simulator wires a node.
+
+Theory of operation
+-------------------
+The simulated cluster (:mod:`hivemesh.sim.cluster`) drives every node only
+through a :class:`NodeAdapter`: the inputs a daemon's driver gives a node (a
+frame from a peer, a timer, an application's append, a failure observation,
+an operator's decision) and the outputs it carries out (frames to send, the
+next deadline). Nothing else in the simulator decides for a node.
+
+Today the adapter holds the core :class:`~hivemesh.core.node.Node` plus the
+rules the daemon's runtime adds around it and the simulator must therefore
+supply itself:
+
+* the views a daemon registers (the standard views, claims, and the
+  simulator's order-independent digest of the applied events);
+* **a new life** -- once its own feed takes writes, a restarted node
+  releases the live claims of its previous life (they are all in its feed
+  then);
+* **failure detection** -- with a ``swim`` configuration the node runs
+  real SWIM (:class:`~hivemesh.core.membership.Membership`, its frames
+  through the node like the daemon's) and acts on its changes as
+  ``hivemesh.runtime.members`` does: ``up`` replicates with the member (and
+  appends ``member.up`` when it comes back from ``down``), ``down``/``left``
+  stops replicating and appends ``member.down``/``member.left`` with ``a``
+  (its key) and ``upto`` (the last seq of its feed held here). Every link is
+  up in the simulated network, so at boot the node joins through every
+  configured peer, as the daemon does on each link that comes up. Without
+  it, :meth:`observe_down` is the failure detector's output, written by the
+  simulator a fixed delay after a crash.
+
+When the sans-IO ``Peer`` (``hivemesh.core.peer``) lands, it owns those
+rules, and this class becomes a thin translation; the rest of the simulator
+is unchanged:
+
+==========================  ==============================================
+adapter                     Peer
+==========================  ==============================================
+``__init__`` + ``start``    ``Peer(...)``, ``rehydrate``, ``start``, then
+                            ``link_up`` for every peer (every link is up
+                            in the simulated network; a partition only
+                            drops frames, as a real one does)
+``receive``                 ``receive``
+``handle_timer``            ``handle_timer``; and ``settle`` at the group
+                            commit the simulator already schedules
+``append``                  ``command(Append)``, its ``Reply``
+``observe_down``            gone: the Peer's own SWIM (as ``swim`` here)
+``accept_feed_loss``        ``command(AcceptFeedLoss)``
+``sends``                   the ``Send`` effects of ``effects()``
+``next_deadline``           ``next_deadline``
+==========================  ==============================================
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from hivemesh.core.claims import ClaimsView
+from hivemesh.core.event import Event
+from hivemesh.core.identity import Identity, public_key_of
+from hivemesh.core.membership import Membership, MembershipConfig, MemberState
+from hivemesh.core.node import Node, NodeConfig
+from hivemesh.core.ownfeed import MarkStore
+from hivemesh.core.store import FeedStore
+from hivemesh.core.views import ContextView, View, standard_views
+from hivemesh.sim.views import EventSetDigest
+
+__all__ = ["NodeAdapter"]
+
+
+class NodeAdapter:
+    """One life of one simulated node (module docs)."""
+
+    def __init__(
+        self,
+        identity: Identity,
+        store: FeedStore,
+        rng: random.Random,
+        now_ms: int,
+        *,
+        config: NodeConfig,
+        trusted: Callable[[bytes], bool],
+        marks: MarkStore,
+        claim_settle_ms: int,
+        swim: MembershipConfig | None = None,
+        swim_rng: random.Random | None = None,
+    ) -> None:
+        self.identity = identity
+        #: The core node (read by checkers and workloads; driven only here).
+        self.node = Node(
+            identity, store, rng, now_ms=now_ms, config=config, trusted=trusted, marks=marks
+        )
+        #: The views of this life.
+        self.digest = EventSetDigest()
+        self.claims = ClaimsView(claim_settle_ms)
+        self.node.add_view(self.digest)
+        self.node.add_view(self.claims)
+        self.views: list[View] = standard_views(identity.public)
+        for view in self.views:
+            self.node.add_view(view)
+            if isinstance(view, ContextView):
+                view.before_write = self.node.feed_gate.check
+        self._previous_life = True
+        #: SWIM, when this node detects failures itself.
+        self.members: Membership | None = None
+        if swim is not None:
+            self.members = Membership(
+                identity.address,
+                [],
+                swim_rng or random.Random(identity.address),
+                swim,
+                now_ms,
+                self.node.send,
+            )
+            self.members.attach(self.node)
+
+    # -- inputs -------------------------------------------------------------------
+
+    def start(self, stored: Iterable[Event], peers: Iterable[str], now_ms: int) -> None:
+        """Boot: replay the store, then replicate with ``peers`` (and join
+        membership through each)."""
+        self.node.rehydrate(stored)
+        for peer in peers:
+            if peer == self.identity.address:
+                continue
+            if self.members is not None:
+                self.members.join(peer, [], now_ms)
+            self.node.add_peer(peer)
+
+    def receive(self, peer: str, frame: bytes, now_ms: int) -> None:
+        """A frame from ``peer``."""
+        self.node.receive(peer, frame, now_ms)
+
+    def handle_timer(self, now_ms: int) -> None:
+        """Time passed (called at :meth:`next_deadline`)."""
+        self.node.handle_timer(now_ms)
+        if self.members is not None and self.members.next_deadline() <= now_ms:
+            self.members.handle_timer(now_ms)
+
+    def append(self, items: list[tuple[str, Any]], now_ms: int) -> list[Event]:
+        """The application appends ``items`` (raises FeedNotWritable while
+        the own feed recovers); the events, acknowledged."""
+        return self.node.append_many(items, now_ms)
+
+    def observe_down(self, victim: bytes, now_ms: int) -> list[Event]:
+        """The failure detector gave up on ``victim``: append ``member.down``
+        with the last seq of its feed we hold (claims release exactly what
+        this observation is causally after). Returns the events if written
+        now; while the feed recovers, the observation waits for it."""
+        upto = self.node.journal.head(victim).seq
+        down = [("member.down", {"a": victim, "upto": upto})]
+        if self.node.feed_gate.writable:
+            return self.node.append_many(down, now_ms)
+        self.node.append_later(down, now_ms)
+        return []
+
+    def accept_feed_loss(self, now_ms: int) -> None:
+        """The operator accepts that the own feed's lost tail is gone."""
+        self.node.accept_feed_loss(now_ms)
+
+    # -- outputs ------------------------------------------------------------------
+
+    def sends(self, now_ms: int) -> list[tuple[str, bytes]]:
+        """After an input: run the rules it made due, then the frames to send."""
+        node = self.node
+        if self.members is not None:
+            self._member_changes(now_ms)
+        if self._previous_life and node.feed_gate.writable:
+            self._previous_life = False
+            stale = self.claims.own_live(self.identity.public)
+            if stale:
+                node.append_many(
+                    [("claim.release", {"r": r, "seq": seq}) for r, seq in stale], now_ms
+                )
+        node.events()
+        return node.outbox()
+
+    def next_deadline(self) -> int:
+        """When :meth:`handle_timer` is due (on the node's clock)."""
+        due = self.node.next_deadline()
+        if self.members is not None:
+            due = min(due, self.members.next_deadline())
+        return due
+
+    def _member_changes(self, now_ms: int) -> None:
+        """Act on SWIM's changes as the daemon does (module docs)."""
+        assert self.members is not None
+        for ch in self.members.changes():
+            if ch.state is MemberState.UP:
+                self.node.add_peer(ch.address)
+                if ch.previous is MemberState.DOWN:
+                    self._record("member.up", ch.address, ch.incarnation, now_ms)
+            elif ch.state in (MemberState.DOWN, MemberState.LEFT):
+                self.node.remove_peer(ch.address)
+                self._record(f"member.{ch.state.value}", ch.address, ch.incarnation, now_ms)
+
+    def _record(self, kind: str, address: str, incarnation: int, now_ms: int) -> None:
+        author = public_key_of(address)
+        body = {
+            "address": address,
+            "incarnation": incarnation,
+            "observed_ms": now_ms,
+            "a": author,
+            "upto": self.node.journal.head(author).seq,
+        }
+        self.node.append_later([(kind, body)], now_ms)  # kept while the feed takes no writes
+
+    @property
+    def writable(self) -> bool:
+        """The own feed takes writes."""
+        return self.node.feed_gate.writable
