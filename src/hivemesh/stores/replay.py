@@ -66,7 +66,7 @@ __all__ = [
 _MAX_HLC = (1 << 63) - 1
 _MAX_CONTAINER = 65_536
 #: Rows held in SQLite fetch chunks across all feeds of a causal replay.
-_CAUSAL_ROWS = 65_536
+_CAUSAL_ROWS = 16_384
 
 #: One author's stored feed: ``(author, chunks of (seq, raw) rows, [(seq, sig)])``.
 FeedRows = tuple[bytes, Iterable[list[tuple[int, bytes]]], list[tuple[int, bytes]]]
