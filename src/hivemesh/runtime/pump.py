@@ -42,8 +42,9 @@ from hivemesh.core.effects import (
     Dial,
     Effect,
     Fsync,
+    Handle,
     Log,
-    MessageOutcome,
+    Persist,
     Reply,
     Send,
 )
@@ -190,7 +191,6 @@ class Pump:
         awaiting = self.invites.awaiting  # inviters not admitting us yet: RT_JOIN only
         peer_fx = self.peer.effects
         while True:
-            self.messaging.after_input()
             fx = peer_fx()
             if not fx:
                 break
@@ -236,8 +236,10 @@ class Pump:
                     fut.set_exception(e.error)
                 else:
                     fut.set_result(e.value)
-        elif isinstance(e, MessageOutcome):
-            self.messaging.outcome(e)
+        elif isinstance(e, Persist):
+            self.messaging.persist(e)
+        elif isinstance(e, Handle):
+            self.messaging.handle(e)
         elif isinstance(e, Log):
             log.log(_LEVELS.get(e.level, logging.WARNING), "%s", e.message)
         elif isinstance(e, Fsync):
