@@ -439,7 +439,7 @@ def test_a_plain_message_is_acked_only_after_its_handler_and_an_unstored_one_is_
     net.run(2000)
     got = net.reply(0, rid)
     assert got is not None and got.error is None
-    assert counted(net.hosts[1], "inbox_store_failed") >= 1
+    assert net.p(1).mailbox.counters["inbox_store_failed"] >= 1
 
 
 def test_ping_answers_at_the_pong_and_times_out_without_one() -> None:

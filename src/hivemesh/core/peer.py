@@ -419,8 +419,6 @@ class Peer:
         if self._trace is not None:
             self._trace.record("persisted", batch, ok, now_ms)
         self.mailbox.persisted(batch, ok)
-        if not ok:
-            self._count("inbox_store_failed")
         self._after(now_ms)
 
     def handled(self, key: int, reply: Any, error: str | None, now_ms: int) -> None:
@@ -728,8 +726,8 @@ class Peer:
             if rid is None:
                 if not acked:
                     got = self.mailbox.unacked(res.msg_id)
-                    if not got:
-                        self._count("reply_failed")  # replies are the only untracked sends
+                    if not got:  # replies are the only untracked sends
+                        self.mailbox.counters["reply_failed"] += 1
                     self._fx += got
                 continue
             if acked:
@@ -872,7 +870,7 @@ class Peer:
                 del self._waits[rid]
                 self._fx.append(Reply(rid, None))
                 return
-        self._count("stale_pong")
+        self.mailbox.counters["stale_pong"] += 1
 
     def _do_leave(self, rid: int, cmd: Leave, now_ms: int) -> None:
         self.membership.leave(now_ms)

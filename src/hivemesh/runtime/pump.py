@@ -284,7 +284,10 @@ class Pump:
         except HivemeshError:  # disk full, I/O error: retried at the next commit
             self.counters["group_commit_failed"] += 1
             log.exception("group commit failed")
-        self._schedule_flush()  # carries out the Fsync (and any Close) in order
+        if self._flush_lock.locked():  # a flush waits for room: the Fsync goes after it
+            self._schedule_flush()
+        else:
+            self._flush_now(deadlines=False)  # the Fsync (and any Close) now
 
     async def _timer_loop(self) -> None:
         while self._started:
