@@ -331,13 +331,7 @@ class Daemon(Pump, DaemonAPI):
         self.listen_port = await self.conns.listen(host, port)
         endpoint = self.advertised = self._announce(host)
         t = now_ms()
-        self.messaging = Messaging(
-            self.peer,
-            random.Random(secrets.randbits(128)),
-            cfg.data_dir / "inbox.db",
-            inbox_max=cfg.inbox_max,
-        )
-        self.messaging.on_output = self._schedule_flush
+        self.messaging = Messaging(self, cfg.data_dir / "inbox.db", inbox_max=cfg.inbox_max)
         self._ready.set()
         if cfg.mdns:
             from hivemesh.discovery.mdns import LanDiscovery

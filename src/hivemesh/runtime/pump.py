@@ -42,8 +42,9 @@ from hivemesh.core.effects import (
     Dial,
     Effect,
     Fsync,
+    Handle,
     Log,
-    MessageOutcome,
+    Persist,
     Reply,
     Send,
 )
@@ -191,7 +192,6 @@ class Pump:
         awaiting = self.invites.awaiting  # inviters not admitting us yet: RT_JOIN only
         peer_fx = self.peer.effects
         while True:
-            self.messaging.after_input()
             fx = peer_fx()
             if not fx:
                 break
@@ -239,8 +239,10 @@ class Pump:
                     fut.set_exception(e.error)
                 else:
                     fut.set_result(e.value)
-        elif isinstance(e, MessageOutcome):
-            self.messaging.outcome(e)
+        elif isinstance(e, Persist):
+            self.messaging.persist(e)
+        elif isinstance(e, Handle):
+            self.messaging.handle(e)
         elif isinstance(e, Log):
             log.log(_LEVELS.get(e.level, logging.WARNING), "%s", e.message)
         elif isinstance(e, Fsync):
@@ -287,7 +289,10 @@ class Pump:
         except HivemeshError:  # disk full, I/O error: retried at the next commit
             self.counters["group_commit_failed"] += 1
             log.exception("group commit failed")
-        self._schedule_flush()  # carries out the Fsync (and any Close) in order
+        if self._flush_lock.locked():  # a flush waits for room: the Fsync goes after it
+            self._schedule_flush()
+        else:
+            self._flush_now(deadlines=False)  # the Fsync (and any Close) now
 
     async def _timer_loop(self) -> None:
         while self._started:
