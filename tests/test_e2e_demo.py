@@ -1,4 +1,4 @@
-"""``hivemesh demo`` end to end, checked independently through the data dirs."""
+"""``hivemesh demo mesh`` end to end, checked independently through the data dirs."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ def test_demo_exits_0_and_leaves_converged_journals(tmp_path: Path) -> None:
             "-m",
             "hivemesh",
             "demo",
+            "mesh",
             "--json",
             "--nodes",
             "4",

@@ -14,7 +14,8 @@ executor never costs the lease quorum.
 The driver then plays the operator and the chaos monkey, reading the audit
 through the observer's control socket (``audit.status``, ``audit.export``):
 
-* every question the agents escalate is answered (``audit.answer``): the
+* every question the agents escalate is answered (``audit.answer``, or the
+  ``hivemesh inbox`` and ``hivemesh answer`` commands with ``operator_cli``): the
   human-only shop gets the access code the fixture gave the operator, any
   other question ``skip``;
 * once some executor is part-way through a multi-page shop (at least one
@@ -49,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from hivemesh.audit.report import build_report, write_report
+from hivemesh.core.hlc import LOGICAL_BITS
 from hivemesh.errors import DeadlineExceeded, HivemeshError
 from hivemesh.runtime.swarm import LocalSwarm, NodeProc
 
@@ -140,19 +142,16 @@ def _identity(data_dir: Path) -> str:
     return load_or_create_identity(data_dir).address
 
 
-def _progress_of(doc: dict[str, Any]) -> dict[str, Any]:
-    """Per-batch progress from an export."""
-    done = set(doc["done"]) | set(doc["skipped"])
+def _progress_of(st: dict[str, Any]) -> dict[str, Any]:
+    """Per-batch progress from an ``audit.status`` answer."""
     return {
-        "batches": {
-            n: (sum(s in done for s in shops), len(shops)) for n, shops in doc["batches"].items()
-        },
-        "done": len(doc["done"]),
-        "shops": len(doc["shops"]),
-        "finished": doc["finished_hlc"] is not None,
-        "calls": len(doc["tool_calls"]),
-        "questions": sum(q["answer"] is None for q in doc["questions"]),
-        "takeovers": len(doc["takeovers"]),
+        "batches": {n: (d, total) for n, (d, total) in st["batches"].items()},
+        "done": st["done"],
+        "shops": st["shops"],
+        "finished": st["finished"],
+        "calls": st["calls"],
+        "questions": st["open_questions"],
+        "takeovers": st["takeovers"],
     }
 
 
@@ -161,7 +160,7 @@ def _victim(doc: dict[str, Any], executors: dict[str, str]) -> tuple[str, str] |
     by_addr = {a: label for label, a in executors.items()}
     acked: dict[tuple[str, str], set[int]] = {}
     for r in doc["tool_results"]:
-        if r["tool"].endswith("extract_prices") and r["outcome"] == "ok" and r["acknowledged"]:
+        if r["products"] and r["outcome"] == "ok" and r["acknowledged"]:
             acked.setdefault((r["author"], r["shop"]), set()).add(int(r["page"]))
     for (author, shop), pages in sorted(acked.items()):
         if shop in doc["done"] or author not in by_addr:
@@ -183,6 +182,7 @@ def run_audit(
     lease_ttl_ms: int = 3000,
     max_concurrent: int = 4,
     progress: Progress | None = None,
+    operator_cli: bool = False,
     say: Callable[[str], None] = lambda _line: None,
     total_timeout_s: float = 240.0,
 ) -> AuditRun:
@@ -203,6 +203,8 @@ def run_audit(
     }
     env = {"HIVEMESH_LEASE_VOTERS": ",".join(voters.values())}
     swarm = LocalSwarm(nodes_root, env=env, start_timeout_s=60.0)
+    for key in [k for k in swarm.env if k.startswith("OPENAI_")]:
+        del swarm.env[key]  # no LLM, no internet: the reflector's rules decide
     fixture: subprocess.Popen[bytes] | None = None
     release = threading.Event()
     try:
@@ -255,17 +257,32 @@ def run_audit(
         while True:
             if time.monotonic() > deadline:
                 raise DeadlineExceeded(f"the audit did not finish in {total_timeout_s:g} s")
-            try:
-                doc = client.call("audit.export", timeout_s=20.0)
+            try:  # the cheap status each turn; the whole export only when needed
+                st = client.call("audit.status", timeout_s=20.0)
+                need = st.get("open_questions") or st.get("finished")
+                need = (
+                    need or (kill and not run.killed) or (pause and not run.paused.get("resumed"))
+                )
+                if st.get("audit") and need:
+                    doc = client.call("audit.export", timeout_s=20.0)
             except HivemeshError:
                 time.sleep(0.3)
                 continue
-            if progress is not None:
-                progress(_progress_of(doc))
-            for q in doc["questions"]:
-                if q["answer"] is None and q["id"] not in answered:
+            if progress is not None and st.get("audit"):
+                progress(_progress_of(st))
+            if not doc:
+                time.sleep(0.3)
+                continue
+            open_qs = [q for q in doc["questions"] if q["answer"] is None]
+            if operator_cli and open_qs:  # the operator's own commands
+                open_qs = _cli(swarm, observer, "inbox", "--questions")
+            for q in open_qs:
+                if q["id"] not in answered:
                     text = code if q["shop"] == ready["operator"]["shop"] else "skip"
-                    client.call("audit.answer", id=q["id"], text=text)
+                    if operator_cli:
+                        _cli(swarm, observer, "answer", q["id"], text)
+                    else:
+                        client.call("audit.answer", id=q["id"], text=text)
                     answered.add(q["id"])
                     run.answers.append({"id": q["id"], "shop": q["shop"], "answer": text})
                     say(f"operator answered {q['id']} ({q['shop']}): {text}")
@@ -280,8 +297,11 @@ def run_audit(
                 _pause_step(swarm.nodes[paused_label], doc, run, say)
             if doc["finished_hlc"] is not None and (not pause or run.paused.get("resumed")):
                 break
-            time.sleep(0.4)
-        run.audit_seconds = time.monotonic() - t_audit
+            doc = {}
+            time.sleep(0.3)
+        # the audit's own duration, start to done, by the supervisor's clock
+        took_ms = (doc["finished_hlc"] >> LOGICAL_BITS) - (doc["started_hlc"] >> LOGICAL_BITS)
+        run.audit_seconds = took_ms / 1000 if took_ms > 0 else time.monotonic() - t_audit
         run.export = doc
         truth = json.loads(Path(ready["ground_truth"]).read_text(encoding="utf-8"))
         report = build_report(doc, ground_truth=truth)
@@ -292,7 +312,7 @@ def run_audit(
         run.ok = (
             run.summary["mismatches"] == 0 and run.summary["shops_done"] == run.summary["shops"]
         )
-    except (HivemeshError, OSError, ValueError, KeyError) as exc:
+    except (HivemeshError, OSError, ValueError, KeyError, subprocess.SubprocessError) as exc:
         run.error = f"{type(exc).__name__}: {exc}"
     finally:
         run.seconds = time.monotonic() - t0
@@ -314,6 +334,15 @@ def run_audit(
             run.root = ""
             tmp.cleanup()
     return run
+
+
+def _cli(swarm: LocalSwarm, node: NodeProc, *args: str) -> Any:
+    """Run ``hivemesh ARGS --json --data-dir NODE`` as the operator would."""
+    cmd = [sys.executable, "-m", "hivemesh", *args, "--json", "--data-dir", str(node.data_dir)]
+    done = subprocess.run(cmd, env=swarm.env, capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        raise HivemeshError(f"hivemesh {args[0]} failed: {done.stdout} {done.stderr}"[:500])
+    return json.loads(done.stdout)
 
 
 def _stopped(pid: int) -> bool:

@@ -22,11 +22,12 @@ class LiveView:
     """Feeds an :class:`AuditView` and wakes waiters on every event."""
 
     kinds = AuditView.kinds
-    witnessed_kinds = AuditView.witnessed_kinds
 
-    def __init__(self, view: AuditView | None = None) -> None:
+    def __init__(self, view: AuditView | None = None, *, witness: bool = True) -> None:
         self.view = view or AuditView()
         self._waiters: set[asyncio.Event] = set()
+        # without witness: this node reads acknowledgements, others give them
+        self.witnessed_kinds = AuditView.witnessed_kinds if witness else frozenset[str]()
 
     def apply(self, event: Event) -> None:
         """Fold ``event`` and wake everyone waiting."""
@@ -47,8 +48,12 @@ class LiveView:
             self._waiters.discard(w)
 
     @classmethod
-    def attach(cls, node: Any) -> LiveView:
-        """A live view folded over ``node``'s journal (replayed first)."""
-        live = cls()
+    def attach(cls, node: Any, *, witness: bool = True) -> LiveView:
+        """A live view folded over ``node``'s journal (replayed first).
+
+        With ``witness`` the node acknowledges other nodes' ``tool.result``
+        events (a ``witness`` event per received batch); the audit needs a
+        few acknowledging nodes (observer, reflector), not every one."""
+        live = cls(witness=witness)
         node.add_view(live)
         return live

@@ -10,7 +10,9 @@ one member, and killing the process takes out exactly one role:
   :class:`~hivemesh.roles.supervisor.Supervisor`;
 * ``executor`` -- starts its MCP web-tools server (``hivemesh webtools`` over
   stdio, one per process, opened early: a start costs seconds under load)
-  and runs :class:`~hivemesh.audit.worker.AuditExecutor`;
+  and runs :class:`~hivemesh.audit.worker.AuditExecutor`; ``--mcp CONFIG``
+  adds any other MCP servers (desktop-client format) to its tools, and
+  ``--notes-tool server.tool`` notes every audited shop there;
 * ``reflector`` -- runs :class:`~hivemesh.roles.reflector.Reflector`;
 * ``observer`` -- only folds the journal (and witnesses tool results).
 
@@ -60,13 +62,16 @@ class RoleOptions:
     #: The fixture's ready record (``url``, ``routes``, ``market``).
     fixture: dict[str, Any] = field(default_factory=dict)
     batch_size: int = 10
-    window: int = 2
+    window: int = 3
     max_concurrent: int = 4
     lease_ttl_ms: int = 4000
     reflect_wait_s: float = 3.0
     pause_before_submit: str = ""
     json: bool = False
     name: str | None = None
+    #: More MCP servers for an executor (``--mcp``), beside the web tools.
+    mcp: tuple[Any, ...] = ()
+    notes_tool: str = ""
 
 
 def webtools_spec(routes: dict[str, str | None], *, timeout_s: float = 60.0) -> Any:
@@ -112,14 +117,14 @@ async def serve_role(opts: RoleOptions, stop: asyncio.Event | None = None) -> in
         loop.add_signal_handler(sig, stop.set)
     node = Node(opts.data_dir, listen=opts.listen, bootstrap=list(opts.bootstrap), name=opts.name)
     async with node:
-        live = LiveView.attach(node)
+        live = LiveView.attach(node, witness=opts.role in ("observer", "reflector"))
         ops.attach(node.daemon, live.view)
         runner: Any = None
         tools: Any = None
         if opts.role == "executor":
             from hivemesh.tools.mcp_client import MCPToolSet
 
-            tools = MCPToolSet([webtools_spec(opts.fixture["routes"])])
+            tools = MCPToolSet([webtools_spec(opts.fixture["routes"]), *opts.mcp])
             await tools.describe()  # start the server now: the first call must not pay it
             runner = AuditExecutor(
                 node,
@@ -130,12 +135,13 @@ async def serve_role(opts: RoleOptions, stop: asyncio.Event | None = None) -> in
                     lease_ttl_ms=opts.lease_ttl_ms,
                     reflect_wait_s=opts.reflect_wait_s,
                     pause_before_submit=opts.pause_before_submit,
+                    notes_tool=opts.notes_tool,
                 ),
             )
         elif opts.role == "reflector":
             from hivemesh.roles.reflector import Reflector
 
-            runner = Reflector(node, live, limits=Limits())
+            runner = Reflector(node, live, limits=Limits(), advisor=_advisor(node))
         elif opts.role == "supervisor":
             from hivemesh.roles.supervisor import Supervisor
 
@@ -173,3 +179,18 @@ async def serve_role(opts: RoleOptions, stop: asyncio.Event | None = None) -> in
 def _route_order(routes: dict[str, Any]) -> list[str]:
     """``direct`` first, then the proxies by name."""
     return sorted(routes, key=lambda r: (r != "direct", r))
+
+
+def _advisor(node: Any) -> Any:
+    """An LLM advisor for the reflector when ``HIVEMESH_LLM_*`` configure one."""
+    from hivemesh.llm import LLMConfig, provider_from_config
+    from hivemesh.llm.errors import LLMNotConfigured
+
+    try:
+        cfg = LLMConfig.resolve(None, os.environ)
+    except (LLMNotConfigured, ConfigError):
+        return None
+    from hivemesh.audit.advice import llm_advisor
+    from hivemesh.runtime.telemetry import usage_hook
+
+    return llm_advisor(provider_from_config(cfg, on_usage=usage_hook(node.metrics)))

@@ -95,7 +95,11 @@ def status(view: AuditView) -> dict[str, Any]:
     return {
         "audit": audit.id,
         "shops": len(audit.shops),
-        "batches": {str(n): len(s) for n, s in sorted(audit.batches.items())},
+        "batches": {
+            str(n): [sum(1 for x in s if x in audit.done or view.skipped(audit, x)), len(s)]
+            for n, s in sorted(audit.batches.items())
+        },
+        "calls": sum(len(c) for c in audit.calls.values()),
         "done": len(audit.done),
         "finished": audit.finished is not None,
         "open_questions": len(view.open_escalations(audit)),
@@ -127,12 +131,18 @@ def export(view: AuditView, audit_id: str | None = None) -> dict[str, Any]:
         "takeovers": [{**t.body, "by": t.author} for t in audit.takeovers],
         "tool_calls": [
             {k: c.body.get(k) for k in ("shop", "page", "tool", "token", "route", "strategy")}
-            | {"author": c.author}
+            | {"author": c.author, "hlc": c.hlc}
             for c in calls
         ],
         "tool_results": [
             {k: r.body.get(k) for k in ("shop", "page", "tool", "token", "outcome", "error", "ms")}
-            | {"author": r.author, "acknowledged": view.acknowledged(r)}
+            | {
+                "author": r.author,
+                "acknowledged": view.acknowledged(r),
+                "products": len(r.body["products"])
+                if isinstance(r.body.get("products"), list)
+                else None,
+            }
             for r in results
         ],
         "corrections": [

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["STRATEGIES", "Correction", "History", "Limits", "decide"]
+__all__ = ["STRATEGIES", "Correction", "History", "Limits", "decide", "guard"]
 
 #: Extraction strategies, in the order they are tried.
 STRATEGIES = ("auto", "jsonld", "microdata", "table", "blocks")
@@ -97,7 +97,15 @@ def decide(
     """The correction for a failed call on ``shop`` and, for an escalation,
     the question to put to the operator (else ``""``)."""
     lim = limits or Limits()
-    c = _rule(error, history, routes, lim)
+    return guard(shop, error, history, _rule(error, history, routes, lim), lim)
+
+
+def guard(
+    shop: str, error: str, history: History, c: Correction, limits: Limits | None = None
+) -> tuple[Correction, str]:
+    """Apply the loop guards to a proposed correction ``c`` (from the rules
+    or an advisor): an escalation instead when they trip."""
+    lim = limits or Limits()
     if c.action in ("escalate", "abandon"):
         return c, (_question(shop, error, c.reason) if c.action == "escalate" else "")
     if history.shop_attempts >= lim.max_shop_attempts:

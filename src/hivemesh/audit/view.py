@@ -15,6 +15,8 @@ covering its author's feed (:mod:`hivemesh.core.witness`). A result is
 the death of its author, and a standby may build on it instead of redoing
 the step (:meth:`AuditView.replay`).
 
+Events of an audit whose ``audit.start`` has not arrived yet (it comes from
+another author) are held, at most :data:`MAX_HELD`, and folded when it does.
 Malformed bodies (a buggy or hostile peer) are ignored and counted in
 :attr:`AuditView.counters`; they never raise.
 """
@@ -30,7 +32,10 @@ from hivemesh.audit.rules import History
 from hivemesh.core.event import Event
 from hivemesh.core.identity import address_of
 
-__all__ = ["Audit", "AuditView", "Replay", "Step"]
+__all__ = ["MAX_HELD", "Audit", "AuditView", "Replay", "Step"]
+
+#: Events of audits whose start has not arrived yet, held at most.
+MAX_HELD = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +79,8 @@ class Audit:
     takeovers: list[Step] = field(default_factory=list)
     done: dict[str, Step] = field(default_factory=dict)
     finished: Step | None = None
+    #: Failed ``tool.result`` events, in arrival order (what the reflector reads).
+    failures: list[Step] = field(default_factory=list)
 
     def published(self) -> list[str]:
         """Shops of the published batches, in batch order."""
@@ -123,6 +130,8 @@ class AuditView:
         self.acked: dict[str, int] = {}
         self.counters: Counter[str] = Counter()
         self.version = 0
+        self._held: dict[str, list[Step]] = {}
+        self._held_count = 0
 
     # -- folding ---------------------------------------------------------------
 
@@ -148,9 +157,14 @@ class AuditView:
             if event.kind == ev.START:
                 self._start(step)
                 return
-            audit = self.audits.get(_str(body, "audit", 100))
-            if audit is None:
-                self.counters["unknown_audit"] += 1
+            aid = _str(body, "audit", 100)
+            audit = self.audits.get(aid)
+            if audit is None:  # before its start (another author): held until it comes
+                if self._held_count >= MAX_HELD:
+                    self.counters["held_dropped"] += 1
+                    return
+                self._held.setdefault(aid, []).append(step)
+                self._held_count += 1
                 return
             self._fold(audit, step)
         except (ValueError, TypeError, KeyError):
@@ -180,6 +194,8 @@ class AuditView:
         old = self.audits.get(aid)
         if old is not None and (old.hlc, old.supervisor) <= (step.hlc, step.author):
             return
+        held = self._held.pop(aid, [])
+        self._held_count -= len(held)
         self.audits[aid] = Audit(
             aid,
             step.author,
@@ -190,6 +206,11 @@ class AuditView:
             _int(b, "batch_size"),
             _str(b, "market", 2000),
         )
+        for h in held:
+            try:
+                self._fold(self.audits[aid], h)
+            except (ValueError, TypeError, KeyError):
+                self.counters[f"bad.{h.kind}"] += 1
 
     def _fold(self, audit: Audit, step: Step) -> None:
         b, kind = step.body, step.kind
@@ -203,6 +224,8 @@ class AuditView:
             target = audit.calls if kind == ev.CALL else audit.results
             target.setdefault(shop, []).append(step)
             audit.by_ref[step.ref] = step
+            if kind == ev.RESULT and b.get("outcome") == "error":
+                audit.failures.append(step)
         elif kind == ev.CORRECTION:
             _str(b, "ref", 200), _str(b, "action", 40)
             audit.corrections.setdefault(_str(b, "shop", 64), []).append(step)
@@ -280,9 +303,8 @@ class AuditView:
             route, strategy = b.get("route"), b.get("strategy")
             if isinstance(route, str) and route and route not in h.routes:
                 h.routes.append(route)
-            extract = b.get("tool", "").endswith("extract_prices") and b.get("page") == page
-            if extract and isinstance(strategy, str) and strategy not in h.strategies:
-                h.strategies.append(strategy)
+            if b.get("page") == page and isinstance(strategy, str) and strategy:
+                h.strategies += [strategy] if strategy not in h.strategies else []
             h.shop_attempts += 1
             if b.get("page") == page and b.get("token") == token:
                 h.step_attempts += int(b.get("tool", "").endswith("fetch_page"))
@@ -313,8 +335,7 @@ class AuditView:
                 continue
             if b.get("tool", "").endswith("fetch_page") and isinstance(b.get("route"), str):
                 rp.route = b["route"]
-            extract = b.get("tool", "").endswith("extract_prices")
-            if extract and self.acknowledged(res) and isinstance(b.get("products"), list):
+            if self.acknowledged(res) and isinstance(b.get("products"), list):
                 rp.pages[int(b["page"])] = b
                 rp.strategy = str(b.get("strategy", ""))
         rp.redo = sorted(fetched - set(rp.pages))

@@ -10,9 +10,11 @@ that are neither done nor waiting for the operator, up to
 someone else holds is skipped (the lease refuses it); a lease that cannot
 be renewed cancels the work on that shop.
 
-A shop is a sequence of *steps*, one per catalogue page: ``fetch_page``,
-``dom_snapshot`` (its canonical HTML becomes a content-addressed blob) and
-``extract_prices`` through the MCP web tools. Every call is a ``tool.call``
+A shop is a sequence of *steps*, one per catalogue page, through the MCP
+web tools: ``fetch_page`` reads the page in one call (its prices, next page
+and DOM snapshot, whose canonical HTML becomes a content-addressed blob);
+when it finds no prices the HTML comes back and ``extract_prices`` tries
+other strategies on it, without fetching again. Every call is a ``tool.call``
 event, every outcome a ``tool.result`` event (tool, arguments digest,
 duration, outcome, error code, blob hash; the extraction's products), and a
 telemetry record. A failed call waits for the reflector's correction
@@ -95,6 +97,10 @@ class ExecutorOptions:
     pause_before_submit: str = ""
     #: Skip a shop whose last tool event by another node is younger than this.
     busy_ms: int = 1500
+    #: A tool of any other MCP server that takes a knowledge-graph entity
+    #: ``{"entities": [{name, entityType, observations}]}`` (the npm memory
+    #: server's ``create_entities``): each audited shop is noted there.
+    notes_tool: str = ""
 
 
 class _Stop(Exception):
@@ -102,10 +108,11 @@ class _Stop(Exception):
 
 
 class _Failed(Exception):
-    def __init__(self, ref: str, error: str) -> None:
+    def __init__(self, ref: str, error: str, data: dict[str, Any] | None = None) -> None:
         super().__init__(error)
         self.ref = ref
         self.error = error
+        self.data = data or {}
 
 
 def escalation_id(ref: str) -> str:
@@ -297,34 +304,33 @@ class AuditExecutor:
     ) -> dict[str, Any]:
         html: str | None = None
         final = url
-        blob = ""
         while True:
             try:
-                if html is None:
-                    got = await self._call(
-                        audit, shop, lease, page, "fetch_page",
-                        {"url": url, "route": state["route"]}, route=state["route"],
+                if html is None:  # fetch and read in one call
+                    args = {"url": url, "route": state["route"], "extract": state["strategy"]}
+                    found = await self._call(
+                        audit, shop, lease, page, "fetch_page", {**args, "snapshot": True},
+                        route=state["route"], strategy=state["strategy"], url=url,
                     )  # fmt: skip
-                    html, final = str(got.get("html", "")), str(got.get("final_url") or url)
-                    snap = await self._call(
-                        audit, shop, lease, page, "dom_snapshot", {"html": html}, blob=True
-                    )
-                    blob = str(snap.get("blob", ""))
-                found = await self._call(
-                    audit, shop, lease, page, "extract_prices",
-                    {"html": html, "base_url": final, "strategy": state["strategy"]},
-                    strategy=state["strategy"], blob_of=blob, url=url,
-                )  # fmt: skip
+                else:  # the page is here: read it another way
+                    found = await self._call(
+                        audit, shop, lease, page, "extract_prices",
+                        {"html": html, "base_url": final, "strategy": state["strategy"],
+                         "snapshot": True},
+                        strategy=state["strategy"], url=url,
+                    )  # fmt: skip
                 return {
                     "products": found.get("products", []),
                     "next": found.get("next_page"),
-                    "blob": blob,
+                    "blob": found.get("blob", ""),
                 }
             except _Failed as f:
+                if isinstance(f.data.get("html"), str):  # fetched, but no prices read
+                    html, final = f.data["html"], str(f.data.get("final_url") or url)
                 fix = await self._correction(audit, shop, page, f)
                 self.counters[f"fix.{fix.action}"] += 1
-                if fix.action == "retry":
-                    html = None
+                if fix.action == "retry":  # a fresh fetch, read the default way again
+                    html, state["strategy"] = None, "auto"
                     await asyncio.sleep(fix.backoff_ms / 1000)
                 elif fix.action == "switch_route":
                     state["route"], html = fix.route, None
@@ -344,8 +350,6 @@ class AuditExecutor:
         *,
         route: str = "",
         strategy: str = "",
-        blob: bool = False,
-        blob_of: str = "",
         url: str = "",
     ) -> dict[str, Any]:
         name = f"{self.opts.server}.{tool}"
@@ -376,13 +380,16 @@ class AuditExecutor:
             "ms": int((time.monotonic() - t0) * 1000),
             "outcome": "error" if error else "ok",
             "error": error,
-            "blob": blob_of,
+            "blob": "",
             "route": route,
             "strategy": strategy,
         }
-        if not error and blob:
-            out["blob"] = await self._blob(data)
-        if not error and tool == "extract_prices":
+        if not error and isinstance(data.get("products"), list) and not data["products"]:
+            error = "extract_failed"  # fetched, but nothing read: the HTML is in data
+            out["outcome"], out["error"] = "error", error
+        if not error and isinstance(data.get("snapshot"), dict):
+            out["blob"] = data["blob"] = await self._blob(data.pop("snapshot"))
+        if not error and isinstance(data.get("products"), list):
             out["products"] = [
                 {k: p.get(k) for k in ("sku", "name", "price", "currency")}
                 for p in data.get("products", [])
@@ -395,7 +402,7 @@ class AuditExecutor:
         rec = await self._append(ev.RESULT, out)
         self.counters[f"tool.{tool}.{out['outcome']}"] += 1
         if error:
-            raise _Failed(ev.ref_of(self.me, rec.seq), error)
+            raise _Failed(ev.ref_of(self.me, rec.seq), error, data)
         return data
 
     async def _blob(self, snap: dict[str, Any]) -> str:
@@ -477,18 +484,7 @@ class AuditExecutor:
             except httpx.HTTPError:
                 error = "fetch_failed"
                 await asyncio.sleep(0.2 * (attempt + 1))
-        await self._append(
-            ev.RESULT,
-            {
-                **base,
-                "ms": int((time.monotonic() - t0) * 1000),
-                "outcome": "error" if error else "ok",
-                "error": error,
-                "blob": "",
-                "route": "",
-                "strategy": "",
-            },
-        )
+        await self._side_result(base, t0, error)
         if error:
             self.counters[f"market.{error}"] += 1
             raise _Stop(f"market refused {shop}: {error}")
@@ -501,6 +497,8 @@ class AuditExecutor:
         attempts = sum(
             1 for c in audit.calls.get(shop, []) if c.body.get("tool") != "market.submit"
         )
+        if self.opts.notes_tool:
+            await self._note(audit, shop, lease, prices)
         await self._append(
             ev.SHOP,
             {
@@ -514,6 +512,52 @@ class AuditExecutor:
                 "market": "accepted",
             },
         )
+
+    async def _note(
+        self, audit: Audit, shop: str, lease: Lease, prices: list[dict[str, str]]
+    ) -> None:
+        """Note the shop in the notes tool (journaled; a failure costs only the note)."""
+        name = self.opts.notes_tool
+        entity = {
+            "name": f"{audit.id}/{shop}",
+            "entityType": "audited-shop",
+            "observations": [f"{p['sku']} {p['price']} {p['currency']}" for p in prices][:200],
+        }
+        args = {"entities": [entity]}
+        base = {
+            "audit": audit.id,
+            "shop": shop,
+            "token": lease.fencing_token,
+            "page": 0,
+            "tool": name,
+            "args": ev.args_digest(args),
+        }
+        await self._append(ev.CALL, {**base, "route": "", "strategy": ""})
+        t0 = time.monotonic()
+        error = ""
+        with self.node.metrics.track_tool(name) as extra:
+            try:
+                res = await self.tools.call(name, args, timeout_s=self.opts.tool_timeout_s)
+                error = (res.reason or "tool_failed") if res.is_error else ""
+            except HivemeshError as exc:
+                error = exc.code
+            if error:
+                extra[ATTR_ERROR_TYPE] = error
+        self.counters[f"notes.{'error' if error else 'ok'}"] += 1
+        await self._side_result(base, t0, error)
+
+    async def _side_result(self, base: dict[str, Any], t0: float, error: str) -> None:
+        """The ``tool.result`` of a call that is no page step (market, notes)."""
+        body = {
+            **base,
+            "ms": int((time.monotonic() - t0) * 1000),
+            "outcome": "error" if error else "ok",
+            "error": error,
+            "blob": "",
+            "route": "",
+            "strategy": "",
+        }
+        await self._append(ev.RESULT, body)
 
     async def _append(self, kind: str, body: dict[str, Any]) -> Any:
         return await self.node.append(kind, body)

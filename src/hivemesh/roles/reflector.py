@@ -15,9 +15,10 @@ guard trips, an ``audit.correction`` with ``escalate`` plus an
 
 The executor waiting on the failure applies the correction; if no reflector
 answers in time it applies the same rules itself, so a dead reflector slows
-the audit down and never stops it. ``advisor`` (optional) may propose a
-correction first (an LLM, when one is configured); whatever it proposes must
-be one of the known actions, else the rules decide.
+the audit down and never stops it. ``advisor`` (optional,
+:mod:`hivemesh.audit.advice`: an LLM, when one is configured) may propose
+the correction first; the loop guards apply to it as to the rules, and an
+unusable proposal leaves the decision to the rules.
 """
 
 from __future__ import annotations
@@ -25,21 +26,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
-from hivemesh.audit import events as ev
+from hivemesh.audit.advice import Advisor
 from hivemesh.audit.live import LiveView
-from hivemesh.audit.rules import Correction, Limits, decide
+from hivemesh.audit.rules import Correction, Limits, decide, guard
 from hivemesh.audit.worker import correction_events
 from hivemesh.errors import HivemeshError
 
 __all__ = ["Advisor", "Reflector"]
 
 log = logging.getLogger("hivemesh.roles.reflector")
-
-#: An optional proposer: ``(shop, error, history) -> Correction | None``.
-Advisor = Callable[[str, str, Any], Correction | None]
 
 
 class Reflector:
@@ -69,29 +66,25 @@ class Reflector:
         for audit in view.audits.values():
             if audit.finished is not None:
                 continue
-            for results in audit.results.values():
-                for res in results:
-                    if res.body.get("outcome") != "error" or res.ref in self._handled:
-                        continue
-                    if res.body.get("tool") == "market.submit":
-                        continue
-                    if view.correction(audit, res.ref) is None:
-                        out.append((audit, res))
+            for res in audit.failures:
+                if res.ref in self._handled or res.body.get("page") == 0:
+                    continue  # page 0: the market's answer or a note, no step to correct
+                if view.correction(audit, res.ref) is None:
+                    out.append((audit, res))
         return sorted(out, key=lambda p: (p[1].hlc, p[1].author))
 
-    def _decide(self, audit: Any, res: Any) -> tuple[Correction, str]:
+    async def _decide(self, audit: Any, res: Any) -> tuple[Correction, str]:
         shop, error, page = str(res.body["shop"]), str(res.body["error"]), int(res.body["page"])
         history = self.live.view.history(audit, shop, page)
-        if self.advisor is not None:
+        if self.advisor is not None and error not in ("access_code_required",):
             try:
-                proposed = self.advisor(shop, error, history)
+                proposed = await self.advisor(shop, error, history, audit.routes)
             except Exception:  # an advisor failure falls back to the rules
                 self.counters["advisor_errors"] += 1
                 proposed = None
-            if proposed is not None and proposed.action in ev.ACTIONS:
+            if proposed is not None:
                 self.counters["advised"] += 1
-                if proposed.action != "escalate":
-                    return proposed, ""
+                return guard(shop, error, history, proposed, self.limits)
         return decide(shop, error, history, audit.routes, self.limits)
 
     async def step(self) -> int:
@@ -99,7 +92,7 @@ class Reflector:
         n = 0
         for audit, res in self.pending():
             self._handled.add(res.ref)
-            fix, question = self._decide(audit, res)
+            fix, question = await self._decide(audit, res)
             body = res.body
             events = correction_events(
                 audit.id, str(body["shop"]), int(body["page"]), res.ref, str(body["error"]),

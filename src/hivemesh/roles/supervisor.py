@@ -4,10 +4,11 @@ Theory of operation
 -------------------
 A :class:`Supervisor` appends ``audit.start`` (the shop list with URLs, the
 routes, the market database, the batch size) and then publishes the shops
-as ``audit.batch`` events of ``batch_size`` (10 by default). It keeps
-``window`` batches open at a time: batch ``n + window`` is published once
-every shop of batch ``n`` is done (or skipped by the operator), so
-executors work the audit in order and the progress reads per batch. When
+as ``audit.batch`` events of ``batch_size`` (10 by default). It keeps at
+most ``window * batch_size`` published shops unsettled (not done, not
+skipped by the operator): the next batch is published as soon as it fits,
+so executors work the audit in order, never starve while a slow shop
+finishes, and the progress reads per batch. When
 every shop is settled it appends ``audit.done``. Only the supervisor that
 started an audit may publish its batches (the view ignores anyone else's),
 and everything it decides comes from the journal, so a restarted supervisor
@@ -42,7 +43,7 @@ class Supervisor:
         routes: list[str],
         market: str,
         batch_size: int = 10,
-        window: int = 2,
+        window: int = 3,
         audit_id: str | None = None,
     ) -> None:
         if not 1 <= batch_size <= 1000 or not 1 <= window <= 1000:
@@ -88,16 +89,14 @@ class Supervisor:
         if audit.finished is not None:
             return True
         batches = self.batches()
-        open_ = [
-            n
-            for n in sorted(audit.batches)
-            if not all(s in audit.done or view.skipped(audit, s) for s in audit.batches[n])
-        ]
+        unsettled = sum(
+            1 for s in audit.published() if s not in audit.done and not view.skipped(audit, s)
+        )
         n = len(audit.batches)
-        while n < len(batches) and len(open_) < self.window:
+        while n < len(batches) and unsettled + len(batches[n]) <= self.window * self.batch_size:
             await self.node.append(ev.BATCH, {"audit": self.audit_id, "n": n, "shops": batches[n]})
             self.counters["batches"] += 1
-            open_.append(n)
+            unsettled += len(batches[n])
             n += 1
         if len(audit.batches) == len(batches) and view.settled(audit):
             await self.node.append(ev.DONE, {"audit": self.audit_id, "shops": len(audit.done)})

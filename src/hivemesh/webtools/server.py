@@ -7,7 +7,9 @@ Theory of operation
 :mod:`hivemesh.webtools.extract`:
 
 ``list_routes``         the configured routes and the default one;
-``fetch_page``          GET a URL through a route; status, timing, HTML;
+``fetch_page``          GET a URL through a route; status, timing, HTML (or,
+                        with ``extract``/``snapshot``, the page read in one
+                        call: prices, next page, DOM snapshot);
 ``extract_tables``      the tables of a page (``url`` or ``html``);
 ``extract_structured``  its JSON-LD and microdata;
 ``extract_prices``      its products and prices (strategy ``auto`` or one of
@@ -124,7 +126,12 @@ def build_server(fetcher: Fetcher, *, name: str = "hivemesh-web") -> tuple[MCPSe
     @app.tool()
     @typed
     async def fetch_page(
-        url: str, route: str = "", timeout_s: float = 0, include_html: bool = True
+        url: str,
+        route: str = "",
+        timeout_s: float = 0,
+        include_html: bool = True,
+        extract: str = "",
+        snapshot: bool = False,
     ) -> dict[str, Any]:
         """Fetch a web page (http/https) through a route (default: the default route).
 
@@ -132,9 +139,23 @@ def build_server(fetcher: Fetcher, *, name: str = "hivemesh-web") -> tuple[MCPSe
         captcha_required when the site challenges this route (try another),
         access_code_required when only a human can open it, fetch_timeout or
         fetch_failed otherwise.
+
+        To read a page in one call: extract (a strategy of extract_prices)
+        adds its products, currency and next_page, and snapshot its
+        dom_snapshot; the HTML is then left out unless no prices were found
+        (products empty), so another strategy can be tried on it.
         """
         page = await fetcher.fetch(url, route=route or None, timeout_s=timeout_s or None)
         out = page.summary()
+        if extract or snapshot:
+            doc = ex.parse_html(page.html)
+            if snapshot:
+                out["snapshot"] = _snapshot(doc)
+            if extract:
+                found = ex.extract_prices(doc, strategy=extract)
+                out.update(found)
+                out["next_page"] = ex.next_page_url(doc, page.final_url)
+                include_html = include_html and not found["products"]
         if include_html:
             out["html"] = page.html
         return out
@@ -166,12 +187,14 @@ def build_server(fetcher: Fetcher, *, name: str = "hivemesh-web") -> tuple[MCPSe
         strategy: str = "auto",
         timeout_s: float = 0,
         base_url: str = "",
+        snapshot: bool = False,
     ) -> dict[str, Any]:
         """Products and prices of a page (name, sku, price as decimal text, ISO currency).
 
         strategy: auto (the one finding most products), jsonld, microdata,
         table or blocks. Also returns next_page, the URL of the next page
-        (for html, resolved against base_url, the page's own URL).
+        (for html, resolved against base_url, the page's own URL), and with
+        snapshot=true the page's dom_snapshot (one call instead of two).
         """
         doc, final = await load(url, html, route, timeout_s)
         result = ex.extract_prices(doc, strategy=strategy)
@@ -179,6 +202,8 @@ def build_server(fetcher: Fetcher, *, name: str = "hivemesh-web") -> tuple[MCPSe
             raise ExtractError(f"no prices found with strategy {strategy}")
         base = final or base_url
         result["next_page"] = ex.next_page_url(doc, base) if base else None
+        if snapshot:
+            result["snapshot"] = _snapshot(doc)
         return result
 
     @app.tool()
@@ -231,11 +256,15 @@ def build_server(fetcher: Fetcher, *, name: str = "hivemesh-web") -> tuple[MCPSe
         """The page's HTML after parsing, normalised (same DOM, same bytes): its
         sha256, its hivemesh blob address (blob: blake2b-256) and the HTML."""
         doc, _ = await load(url, html, route, timeout_s)
-        text, digest = ex.dom_snapshot(doc)
-        data = text.encode("utf-8")
-        return {"sha256": digest, "blob": blob_digest(data).hex(), "bytes": len(data), "html": text}
+        return _snapshot(doc)
 
     return app, counters
+
+
+def _snapshot(doc: Any) -> dict[str, Any]:
+    text, digest = ex.dom_snapshot(doc)
+    data = text.encode("utf-8")
+    return {"sha256": digest, "blob": blob_digest(data).hex(), "bytes": len(data), "html": text}
 
 
 def serve_stdio(fetcher: Fetcher) -> None:

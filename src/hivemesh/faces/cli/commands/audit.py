@@ -41,11 +41,13 @@ def register(sub: Any) -> None:
     n.add_argument("--bootstrap", action="append", help="[address@]host:port (repeatable)")
     n.add_argument("--name", default=None, help="claim this node name")
     n.add_argument("--batch-size", type=int, default=10)
-    n.add_argument("--window", type=int, default=2, help="batches open at once (supervisor)")
+    n.add_argument("--window", type=int, default=3, help="batches unsettled at most (supervisor)")
     n.add_argument("--max-concurrent", type=int, default=4, help="shops at once (executor)")
     n.add_argument("--lease-ttl-ms", type=int, default=4000)
     n.add_argument("--reflect-wait-s", type=float, default=3.0)
     n.add_argument("--pause-before-submit", default="", help=argparse.SUPPRESS)
+    n.add_argument("--mcp", metavar="CONFIG", help="more MCP servers: a file or inline JSON")
+    n.add_argument("--notes-tool", default="", help="note each audited shop with this tool")
     n.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
     n.set_defaults(func=_node)
     s = asub.add_parser("status", help="the latest audit's progress")
@@ -78,6 +80,14 @@ def _fixture(value: str) -> dict[str, Any]:
     return doc
 
 
+def _mcp(value: str) -> tuple[Any, ...]:
+    from hivemesh.tools.spec import load_mcp_config, parse_mcp_config
+
+    if value.lstrip().startswith("{"):
+        return parse_mcp_config(value, "--mcp")
+    return load_mcp_config(value)
+
+
 def _node(args: argparse.Namespace) -> int:
     from hivemesh.audit.node import RoleOptions, serve_role
 
@@ -101,6 +111,8 @@ def _node(args: argparse.Namespace) -> int:
             pause_before_submit=args.pause_before_submit,
             json=args.json,
             name=args.name,
+            mcp=_mcp(args.mcp) if args.mcp else (),
+            notes_tool=args.notes_tool,
         )
         return asyncio.run(serve_role(opts))
     except (OSError, ValueError) as exc:

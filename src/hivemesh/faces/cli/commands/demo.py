@@ -1,10 +1,18 @@
-"""``hivemesh demo``: start a local swarm and watch it keep its promises.
+"""``hivemesh demo``: the 50-shop price audit on this machine (about a minute).
 
-Starts separate node processes on loopback, narrates what happens (nodes
-find each other, shared context spreads, a node is killed with SIGKILL and
-detected as down, writes continue, the node restarts and catches up), checks
-every step, ends with a summary and exits 0 only if every check passed.
-``--json`` prints a machine-readable summary instead of the narration.
+``hivemesh demo`` (or ``hivemesh demo audit``) starts the fixture world and
+a swarm of node processes -- metrics collector, observer, reflector,
+supervisor and executors -- and runs the whole audit with live progress per
+batch: the agents share context, call tools through MCP, recover from
+CAPTCHAs and flaky shops, ask the operator (the demo answers as the
+operator), and one executor is killed part-way and taken over. It ends with
+the report's path, a summary table and a telemetry summary, and exits 0
+only if every shop's prices equal the fixture's ground truth. ``--json``
+prints a machine-readable summary instead. See :mod:`hivemesh.audit.demo`.
+
+``hivemesh demo mesh`` is the fabric tour: nodes find each other, share
+context, a node is killed, detected, restarted and catches up
+(:mod:`hivemesh.runtime.demo`).
 """
 
 from __future__ import annotations
@@ -17,14 +25,55 @@ from typing import Any
 
 def register(sub: Any) -> None:
     """Add the ``demo`` subcommand."""
-    p = sub.add_parser("demo", help="run a local swarm and check its guarantees (< 60 s)")
-    p.add_argument("--nodes", type=int, default=5, help="how many node processes (default 5)")
-    p.add_argument("--dir", help="keep the nodes' data dirs here (default: a temp dir)")
+    p = sub.add_parser(
+        "demo", help="run the price audit on a local swarm (~1 min); 'mesh': the tour"
+    )
+    p.add_argument("which", nargs="?", default="audit", choices=["audit", "mesh"])
+    p.add_argument("--dir", help="keep the nodes' data dirs (and the report) here")
     p.add_argument("--json", action="store_true", help="print one JSON summary")
+    p.add_argument("--nodes", type=int, default=5, help="mesh: how many node processes (3..12)")
+    p.add_argument("--executors", type=int, default=3, help="audit: executor processes (3..8)")
+    p.add_argument("--batch-size", type=int, default=10, help="audit: shops per batch")
+    p.add_argument("--seed", type=int, default=7, help="audit: the fixture world's seed")
+    p.add_argument("--no-kill", action="store_true", help="audit: do not kill an executor")
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.which == "mesh":
+        return _mesh(args)
+    return _audit(args)
+
+
+def _audit(args: argparse.Namespace) -> int:
+    from hivemesh.audit.demo import run_audit
+
+    if not 3 <= args.executors <= 8 or not 1 <= args.batch_size <= 50:
+        print("error: --executors must be 3..8 and --batch-size 1..50", file=sys.stderr)
+        return 2
+    import tempfile
+
+    kw: dict[str, Any] = {
+        "root": args.dir or tempfile.mkdtemp(prefix="hivemesh-audit-"),  # kept: the report
+        "executors": args.executors,
+        "seed": args.seed,
+        "batch_size": args.batch_size,
+        "kill": not args.no_kill,
+    }
+    if args.json:
+        run = run_audit(**kw)
+        print(json.dumps(run.to_json(), sort_keys=True))
+        return 0 if run.ok else 1
+    from hivemesh.audit.console import AuditConsole
+
+    console = AuditConsole()
+    with console:
+        run = run_audit(**kw, progress=console.progress, say=console.say)
+    console.summary(run)
+    return 0 if run.ok else 1
+
+
+def _mesh(args: argparse.Namespace) -> int:
     from hivemesh.runtime.demo import run_demo
 
     if args.nodes < 3 or args.nodes > 12:
