@@ -30,6 +30,8 @@ __all__ = ["SUBCOMMANDS", "build_parser", "main"]
 SUBCOMMANDS: dict[str, str] = {
     "agent": "agent",
     "alerts": "alerts",
+    "answer": "answer",
+    "audit": "audit",
     "bench": "bench",
     "call": "call",
     "claim": "claim",
