@@ -11,7 +11,8 @@ from hivemesh.faces.cli import SUBCOMMANDS, build_parser
 
 
 def test_every_command_module_is_in_the_table() -> None:
-    modules = {m.name for m in pkgutil.iter_modules(commands.__path__) if not m.name.startswith("_")}
+    found = pkgutil.iter_modules(commands.__path__)
+    modules = {m.name for m in found if not m.name.startswith("_")}
     assert modules == set(SUBCOMMANDS.values())
 
 
