@@ -1,131 +1,28 @@
-"""SWIM membership over a seeded in-memory network with loss and delay."""
+"""SWIM membership over the simulator's seeded network with loss and delay
+(:class:`hivemesh.sim.swim.SwimNet`)."""
 
 from __future__ import annotations
 
-import heapq
 import random
 import statistics
-from collections.abc import Callable
 
 import pytest
 
 from hivemesh.core.frames import FrameType, encode_frame
-from hivemesh.core.identity import address_of
 from hivemesh.core.membership import MemberChange, Membership, MembershipConfig, MemberState
 from hivemesh.errors import InvalidArgument
+from hivemesh.sim.swim import SwimNet, swim_address
 
 CFG = MembershipConfig.fast(100)
 
 
-def addr(i: int) -> str:
-    return address_of(bytes([i]) * 32)
+addr = swim_address
 
 
-class Net:
-    """Timed delivery with seeded loss and delay; crashed nodes go silent."""
-
-    def __init__(
-        self,
-        seed: int,
-        *,
-        loss: float = 0.0,
-        cfg: MembershipConfig = CFG,
-        delay_ms: int = 10,
-        dup: float = 0.0,
-    ) -> None:
-        self.seed = seed
-        self.dup = dup
-        self.cfg = cfg
-        self.loss = loss
-        self.delay_ms = delay_ms
-        self.rng = random.Random(f"{seed}/net")
-        self.now = 0
-        self.heap: list[tuple[int, int, str, str, bytes]] = []
-        self.order = 0
-        self.nodes: dict[str, Membership] = {}
-        self.log: list[tuple[str, MemberChange]] = []
-        self.cut: set[tuple[str, str]] = set()
-        self.stalled: dict[str, list[tuple[str, bytes]]] = {}
-        self.gen = 0
-
-    def add(self, i: int, *, incarnation: int = 0) -> Membership:
-        a = addr(i)
-        self.gen += 1
-        m = Membership(
-            a,
-            [f"10.0.0.{i}:7000"],
-            random.Random(f"{self.seed}/{i}/{self.gen}"),
-            self.cfg,
-            self.now,
-            lambda dst, frame, src=a: self._send(src, dst, frame),
-            incarnation=incarnation,
-        )
-        self.nodes[a] = m
-        return m
-
-    def crash(self, m: Membership) -> None:
-        del self.nodes[m.address]
-
-    def resume(self, m: Membership) -> None:
-        """End a stall the worst way round: timers first, then the queued input."""
-        m.handle_timer(self.now)
-        for src, frame in self.stalled.pop(m.address):
-            m.receive(src, frame, self.now)
-
-    def _send(self, src: str, dst: str, frame: bytes) -> None:
-        if (src, dst) in self.cut or self.rng.random() < self.loss:
-            return
-        for _ in range(2 if self.rng.random() < self.dup else 1):
-            self.order += 1
-            t = self.now + 1 + self.rng.randrange(self.delay_ms)
-            heapq.heappush(self.heap, (t, self.order, src, dst, frame))
-
-    def _drain_changes(self) -> None:
-        for a in sorted(self.nodes):
-            for ch in self.nodes[a].changes():
-                self.log.append((a, ch))
-
-    def run(self, duration_ms: int, until: Callable[[], bool] | None = None) -> bool:
-        end = self.now + duration_ms
-        for _ in range(2_000_000):
-            if until is not None and until():
-                return True
-            t = min(
-                (m.next_deadline() for a, m in self.nodes.items() if a not in self.stalled),
-                default=end,
-            )
-            if self.heap:
-                t = min(t, self.heap[0][0])
-            if t > end:
-                self.now = end
-                return until is not None and until()
-            self.now = max(self.now, t)
-            while self.heap and self.heap[0][0] <= self.now:
-                _, _, src, dst, frame = heapq.heappop(self.heap)
-                if dst in self.stalled:
-                    self.stalled[dst].append((src, frame))
-                elif src in self.nodes and dst in self.nodes:
-                    self.nodes[dst].receive(src, frame, self.now)
-            for a in sorted(self.nodes):
-                m = self.nodes[a]
-                if a not in self.stalled and m.next_deadline() <= self.now:
-                    m.handle_timer(self.now)
-            self._drain_changes()
-        raise AssertionError("simulation did not finish")
-
-    def view(self, observer: Membership, target: str) -> MemberState | None:
-        m = observer.member(target)
-        return None if m is None else m.state
-
-    def all_see(self, target: str, state: MemberState) -> Callable[[], bool]:
-        def check() -> bool:
-            return all(self.view(m, target) is state for a, m in self.nodes.items() if a != target)
-
-        return check
-
-
-def cluster(seed: int, n: int, *, loss: float = 0.0, dup: float = 0.0, delay_ms: int = 10) -> Net:
-    net = Net(seed, loss=loss, dup=dup, delay_ms=delay_ms)
+def cluster(
+    seed: int, n: int, *, loss: float = 0.0, dup: float = 0.0, delay_ms: int = 10
+) -> SwimNet:
+    net = SwimNet(seed, loss=loss, dup=dup, delay_ms=delay_ms, cfg=CFG)
     first = net.add(1)
     for i in range(2, n + 1):
         net.add(i).join(first.address, first.endpoints, net.now)
@@ -282,7 +179,7 @@ def test_suspicion_timeout_shrinks_with_confirmations() -> None:
     ],
 )
 def test_garbage_is_counted_not_raised(frame: bytes) -> None:
-    net = Net(0)
+    net = SwimNet(0, cfg=CFG)
     m = net.add(1)
     m.receive(addr(2), frame, 0)
     assert sum(m.counters.values()) == 1

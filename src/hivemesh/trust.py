@@ -60,7 +60,7 @@ invite (a random 16-byte id), and each it joins (:meth:`TrustStore.join_swarm`).
 Every invite brings the joiner into one of them (:meth:`TrustStore.issue_invite`,
 ``swarm``), which :meth:`TrustStore.redeem` returns. The runtime publishes
 admissions as swarm-scoped ``trust.add`` journal events and admits the members
-of its own swarms only (:mod:`hivemesh.runtime.trustview`).
+of its own swarms only (:mod:`hivemesh.core.views.trust`).
 """
 
 from __future__ import annotations
@@ -83,6 +83,7 @@ from typing import Any
 from hivemesh.core.codec import pack, unpack
 from hivemesh.core.identity import Identity, address_of, public_key_of, verify
 from hivemesh.core.pex import check_endpoints
+from hivemesh.core.views.trust import is_swarm_id
 from hivemesh.errors import (
     DecodeError,
     InvalidArgument,
@@ -115,7 +116,6 @@ _NONCE_BYTES = 16
 _MAX_TOKEN_CHARS = 4096
 _SIG_BYTES = 64
 _BASE64URL = re.compile(r"[A-Za-z0-9_-]*")
-_SWARM_ID = re.compile(r"[0-9a-f]{32}")
 _FILE = "trust.json"
 #: How long an expired or used invite is remembered, to tell a late joiner why.
 INVITE_MEMORY_S = 7 * 86400
@@ -131,11 +131,6 @@ class Invite:
     endpoints: tuple[str, ...]
     expires_s: int
     nonce: bytes
-
-
-def is_swarm_id(value: object) -> bool:
-    """True for a swarm id: 16 random bytes as 32 lower-case hex digits."""
-    return isinstance(value, str) and _SWARM_ID.fullmatch(value) is not None
 
 
 def _signed_part(pub: bytes, endpoints: list[str], expires_s: int, nonce: bytes) -> bytes:

@@ -6,20 +6,18 @@ shrinks with independent confirmations). Baseline, same run, same seeds:
 the same protocol with a fixed suspicion timeout (``max mult = 1``), i.e.
 classic SWIM / pre-Lifeguard memberlist. Figures: time until every live
 member marks a crashed member down, and false DOWNs of live members during a
-lossy soak. Time is simulated, so the figures do not depend on the machine.
+lossy soak. Time is simulated (the simulator's SWIM network,
+:class:`hivemesh.sim.swim.SwimNet`), so the figures do not depend on the machine.
 """
 
 from __future__ import annotations
 
 import argparse
-import heapq
-import random
 import statistics
-from collections.abc import Callable
 
 from hivemesh.bench import BenchResult, Metric
-from hivemesh.core.identity import address_of
-from hivemesh.core.membership import Membership, MembershipConfig, MemberState
+from hivemesh.core.membership import MembershipConfig, MemberState
+from hivemesh.sim.swim import SwimNet
 
 DESCRIPTION = "SWIM crash detection time and false DOWNs under loss (simulated)"
 
@@ -32,79 +30,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--soak-s", type=int, default=600, help="simulated soak per seed")
 
 
-class _Net:
-    def __init__(self, seed: int, n: int, loss: float, cfg: MembershipConfig) -> None:
-        self.rng = random.Random(f"{seed}/net")
-        self.loss = loss
-        self.now = 0
-        self.heap: list[tuple[int, int, str, str, bytes]] = []
-        self.order = 0
-        self.nodes: dict[str, Membership] = {}
-        self.false_down = 0
-        for i in range(1, n + 1):
-            a = address_of(bytes([i]) * 32)
-            self.nodes[a] = Membership(
-                a, [f"10.0.0.{i}:7000"], random.Random(f"{seed}/{i}"), cfg, 0, self._sender(a)
-            )
-        first = sorted(self.nodes)[0]
-        for a in sorted(self.nodes)[1:]:
-            self.nodes[a].join(first, [], 0)
-
-    def _sender(self, src: str) -> Callable[[str, bytes], None]:
-        return lambda dst, frame: self._send(src, dst, frame)
-
-    def _send(self, src: str, dst: str, frame: bytes) -> None:
-        if self.rng.random() >= self.loss:
-            self.order += 1
-            t = self.now + 1 + self.rng.randrange(10)
-            heapq.heappush(self.heap, (t, self.order, src, dst, frame))
-
-    def run(self, duration_ms: int, victim: str | None = None) -> int | None:
-        """Advance; with ``victim`` return when all live members see it down."""
-        end = self.now + duration_ms
-        while True:
-            if victim is not None and all(_down(m, victim) for m in self.nodes.values()):
-                return self.now
-            t = min(m.next_deadline() for m in self.nodes.values())
-            if self.heap:
-                t = min(t, self.heap[0][0])
-            if t > end:
-                self.now = end
-                return None
-            self.now = max(self.now, t)
-            while self.heap and self.heap[0][0] <= self.now:
-                _, _, src, dst, frame = heapq.heappop(self.heap)
-                if src in self.nodes and dst in self.nodes:
-                    self.nodes[dst].receive(src, frame, self.now)
-            for a in sorted(self.nodes):
-                m = self.nodes[a]
-                if m.next_deadline() <= self.now:
-                    m.handle_timer(self.now)
-                for ch in m.changes():
-                    if ch.state is MemberState.DOWN and ch.address != victim:
-                        self.false_down += 1
-
-
-def _down(m: Membership, victim: str) -> bool:
-    rec = m.member(victim)
-    return rec is not None and rec.state is MemberState.DOWN
-
-
 def _measure(cfg: MembershipConfig, args: argparse.Namespace) -> tuple[list[int], int, int]:
     times, false_down, missed = [], 0, 0
     for seed in range(args.seeds):
-        net = _Net(seed, args.nodes, args.loss, cfg)
+        net = SwimNet(seed, loss=args.loss, cfg=cfg)
+        first = net.add(1)
+        for i in range(2, args.nodes + 1):
+            net.add(i).join(first.address, [], 0)
         net.run(60 * cfg.probe_interval_ms)  # converge
         net.run(args.soak_s * 1000)  # lossy soak, nobody crashes
         victim = sorted(net.nodes)[seed % args.nodes]
-        del net.nodes[victim]
+        net.crash(net.nodes[victim])
         t0 = net.now
-        done = net.run(4 * cfg.detection_bound_ms(args.nodes), victim)
-        if done is None:
-            missed += 1
+        bound = 4 * cfg.detection_bound_ms(args.nodes)
+        if net.run(bound, net.all_see(victim, MemberState.DOWN), news_only=True):
+            times.append(net.now - t0)
         else:
-            times.append(done - t0)
-        false_down += net.false_down
+            missed += 1
+        false_down += sum(
+            1 for _, ch in net.log if ch.state is MemberState.DOWN and ch.address != victim
+        )
     return times, false_down, missed
 
 

@@ -21,7 +21,7 @@ wraps it with the policy that is the same for every backend:
   ``on_usage(model, input_tokens, output_tokens, latency_ms, ok)``.
 
 When attempts run out, the last typed error is raised
-(:class:`~hivemesh.errors.LLMBadOutput` for unusable replies).
+(:class:`~hivemesh.llm.errors.LLMBadOutput` for unusable replies).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
-from hivemesh.errors import LLMBadOutput, LLMError, LLMHTTPError, LLMTimeout
+from hivemesh.llm.errors import LLMBadOutput, LLMError, LLMHTTPError, LLMTimeout
 
 __all__ = [
     "LLMProvider",

@@ -41,6 +41,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from hivemesh.core.causal import causal_merge
 from hivemesh.core.claims import ClaimsView
 from hivemesh.core.event import Event, decode_event, encode_event
 from hivemesh.core.feed import head_message
@@ -51,6 +52,7 @@ from hivemesh.core.ownfeed import FeedState, Mark, MemoryMarkStore
 from hivemesh.core.store import MemoryStore
 from hivemesh.core.views import ContextView, MaxRegisterView, NamesView, View, standard_views
 from hivemesh.errors import FeedNotWritable
+from hivemesh.sim.disk import DiskStore
 from hivemesh.sim.options import SimOptions
 from hivemesh.sim.views import EventSetDigest
 
@@ -73,14 +75,22 @@ __all__ = ["Cluster", "SimNode", "SimResult", "replay_store"]
     _RESTORE,
     _DAMAGE,
     _OPERATOR,
-) = range(16)
+    _COMMIT,
+    _PAUSE,
+    _JUMP,
+) = range(19)
+
+#: Heap events addressed to one node, which wait while that node is paused:
+#: kind -> where the node's index is in the event's data.
+_FOR_NODE = {_DELIVER: 1, _TIMER: 0, _APPEND: None, _TRY: None, _CHECK: 0}
 
 
 def replay_store(store: MemoryStore) -> Iterator[Event]:
-    """Stored events in per-author order (the store was verified on ingest)."""
-    for _author, raws, _sigs in store.scan():
-        for raw in raws:
-            yield decode_event(raw)
+    """Stored events in causal order, as the daemon replays (the store was
+    verified on ingest; :mod:`hivemesh.core.causal`)."""
+    feeds = (iter([[decode_event(raw) for raw in raws]]) for _a, raws, _s in store.scan())
+    for run in causal_merge(feeds):
+        yield from run
 
 
 @dataclass
@@ -89,7 +99,7 @@ class SimNode:
 
     index: int
     identity: Identity
-    store: MemoryStore
+    store: DiskStore
     skew_ms: int
     node: Node | None = None
     digest: EventSetDigest = field(default_factory=EventSetDigest)
@@ -100,7 +110,11 @@ class SimNode:
     #: The own feed's mark, beside the key: survives crashes and restores.
     marks: MemoryMarkStore = field(default_factory=lambda: MemoryMarkStore(Mark()))
     #: The last backup of the store (restore scenario).
-    backup: MemoryStore | None = None
+    backup: DiskStore | None = None
+    #: Until when the node's process is paused (sim time).
+    paused_until: int = 0
+    #: A group commit is scheduled.
+    commit_pending: bool = False
     #: The previous life's claims wait until the feed takes writes.
     abandon_pending: bool = False
     #: Counters of earlier incarnations (the checkers look at every life).
@@ -147,7 +161,7 @@ class Cluster:
             SimNode(
                 i,
                 Identity.from_seed(key_rng.randbytes(32)),
-                MemoryStore(),
+                DiskStore(),
                 self.fault_rng.randint(-skew, skew) if skew else 0,
             )
             for i in range(opts.nodes)
@@ -197,8 +211,13 @@ class Cluster:
             if isinstance(view, ContextView):
                 view.before_write = node.feed_gate.check
         node.rehydrate(replay_store(sn.store))
+        for view in sn.views:  # loro imports a replay left waiting (none in causal order)
+            if isinstance(view, ContextView):
+                self.stats["replay_imports"] += view.imports
+                self.stats["replay_imports_pending"] += view.imports_pending
         sn.node = node
         sn.timer_at = None
+        sn.commit_pending = False
         sn.abandon_pending = True
         if not node.feed_gate.writable:
             self.stats["boots_recovering"] += 1
@@ -228,6 +247,9 @@ class Cluster:
         node.events()
         for peer, frame in node.outbox():
             self._send(sn, self.by_addr[peer], frame)
+        if sn.store.cached and not sn.commit_pending:
+            sn.commit_pending = True
+            self._at(self.now + self.opts.commit_delay_ms, _COMMIT, (sn.index, sn.incarnation))
         deadline = node.next_deadline() - sn.skew_ms
         if sn.timer_at is None or deadline < sn.timer_at:
             sn.timer_at = max(deadline, self.now)
@@ -271,29 +293,7 @@ class Cluster:
             t += self.fault_rng.randrange(1_000, 6_000)
             if t >= active:
                 break
-            roll = self.fault_rng.random()
-            if roll < f.partition_probability:
-                self._at(t, _PARTITION, self.fault_rng.random())
-                self._at(min(active, t + self.fault_rng.randrange(500, 5_000)), _HEAL, None)
-            elif roll < f.partition_probability + f.crash_probability:
-                victim = self.fault_rng.randrange(o.nodes)
-                self._at(t, _CRASH, victim)
-                self._at(min(active, t + self.fault_rng.randrange(200, 5_000)), _RESTART, victim)
-            elif roll < f.partition_probability + f.crash_probability + f.restore_probability:
-                victim = self.fault_rng.randrange(o.nodes)
-                cut_off = self.fault_rng.random() < 0.5
-                self._at(t, _CRASH, victim)
-                back = min(active, t + self.fault_rng.randrange(200, 3_000))
-                self._at(back, _RESTORE, (victim, cut_off))
-                if cut_off:
-                    self._at(min(active, back + self.fault_rng.randrange(500, 4_000)), _HEAL, None)
-            elif roll < (
-                f.partition_probability
-                + f.crash_probability
-                + f.restore_probability
-                + f.log_damage_probability
-            ):
-                self._plan_damage(t, self.fault_rng.randrange(o.nodes))
+            self._plan_fault(t, self.fault_rng.random())
         if f.restore_probability:
             for i in range(o.nodes):
                 t = self.backup_rng.randrange(f.backup_interval_ms)
@@ -310,6 +310,49 @@ class Cluster:
                 t += 2_000
         for i in range(o.nodes if o.claim_tasks else 0):
             self._at(self.work_rng.randrange(1_000), _TRY, i)
+
+    def _plan_fault(self, t: int, roll: float) -> None:
+        """The fault that ``roll`` picks at ``t`` (the options' probabilities
+        share the interval [0, 1) in this order; the rest is no fault)."""
+        o, f, rng = self.opts, self.opts.faults, self.fault_rng
+        active = o.active_ms
+        shares = (
+            f.partition_probability,
+            f.crash_probability,
+            f.restore_probability,
+            f.log_damage_probability,
+            f.clock_jump_probability,
+            f.pause_probability,
+        )
+        pick, edge = len(shares), 0.0
+        for i, share in enumerate(shares):
+            edge += share
+            if roll < edge:
+                pick = i
+                break
+        if pick == 0:
+            self._at(t, _PARTITION, rng.random())
+            self._at(min(active, t + rng.randrange(500, 5_000)), _HEAL, None)
+        elif pick == 1:
+            victim = rng.randrange(o.nodes)
+            self._at(t, _CRASH, victim)
+            self._at(min(active, t + rng.randrange(200, 5_000)), _RESTART, victim)
+        elif pick == 2:
+            victim = rng.randrange(o.nodes)
+            cut_off = rng.random() < 0.5
+            self._at(t, _CRASH, victim)
+            back = min(active, t + rng.randrange(200, 3_000))
+            self._at(back, _RESTORE, (victim, cut_off))
+            if cut_off:
+                self._at(min(active, back + rng.randrange(500, 4_000)), _HEAL, None)
+        elif pick == 3:
+            self._plan_damage(t, rng.randrange(o.nodes))
+        elif pick == 4:
+            step = rng.randint(-f.clock_jump_max_ms, f.clock_jump_max_ms)
+            self._at(t, _JUMP, (rng.randrange(o.nodes), step))
+        elif pick == 5:
+            length = rng.randrange(200, 6_000)
+            self._at(t, _PAUSE, (rng.randrange(o.nodes), length))
 
     def run(self) -> SimResult:
         """Run both phases, then the checkers."""
@@ -377,6 +420,12 @@ class Cluster:
         return all(v == vvs[0] for v in vvs)
 
     def _dispatch(self, kind: int, data: Any) -> None:
+        where = _FOR_NODE.get(kind, -1)
+        if where != -1:
+            paused = self.nodes[data if where is None else data[where]]
+            if paused.paused_until > self.now:
+                self._wait_for_resume(paused, kind, data)
+                return
         if kind == _DELIVER:
             src, dst, frame = data
             sn = self.nodes[dst]
@@ -417,6 +466,8 @@ class Cluster:
             self._forge(self.nodes[data])
         elif kind in (_BACKUP, _RESTORE, _DAMAGE, _OPERATOR):
             self._own_feed_fault(kind, data)
+        elif kind in (_COMMIT, _PAUSE, _JUMP):
+            self._process_fault(kind, data)
         elif kind == _PHASE:
             self.healing = True
             self.partition = None
@@ -537,6 +588,14 @@ class Cluster:
         sn.past_counters.update(sn.node.counters)
         sn.node = None
         sn.timer_at = None
+        sn.commit_pending = False
+        sn.paused_until = 0
+        f = self.opts.faults
+        if f.lost_fsync_probability and self.fault_rng.random() < f.lost_fsync_probability:
+            torn = self.fault_rng.random() < f.torn_write_probability
+            if sn.store.power_loss(self.fault_rng, torn=torn):
+                self.stats["torn_writes" if torn else "lost_fsyncs"] += 1
+        sn.store.sync()  # what the crash did not lose reached the disk
         self.stats["crashes"] += 1
         self._note("crash", sn.index)
         self._at(self.now + self.opts.failure_detect_ms, _DOWN, sn.index)
@@ -571,7 +630,7 @@ class Cluster:
             sn = self.nodes[index]
             if sn.node is not None:
                 return
-            sn.store = sn.backup.copy() if sn.backup is not None else MemoryStore()
+            sn.store = sn.backup.copy() if sn.backup is not None else DiskStore()
             self.stats["restores"] += 1
             if cut_off:
                 self._cut_off(sn)
@@ -597,6 +656,37 @@ class Cluster:
             self._note("damage", index, keep)
             return
         self._operator()
+
+    def _wait_for_resume(self, sn: SimNode, kind: int, data: Any) -> None:
+        """An event for a paused node happens when it resumes (in order)."""
+        if kind == _TIMER:
+            if sn.timer_at != self.now or sn.incarnation != data[1]:
+                return  # stale
+            sn.timer_at = sn.paused_until
+        self._at(sn.paused_until, kind, data)
+
+    def _process_fault(self, kind: int, data: Any) -> None:
+        """The group commit's sync, a paused process, a clock step."""
+        index, arg = data
+        sn = self.nodes[index]
+        if kind == _COMMIT:
+            if sn.node is not None and sn.incarnation == arg:
+                sn.store.sync()
+                sn.commit_pending = False
+            return
+        if sn.node is None:
+            return
+        if kind == _PAUSE:
+            sn.paused_until = max(sn.paused_until, self.now + arg)
+            self.stats["pauses"] += 1
+            self._note("pause", index, arg)
+            return
+        bound = 2 * self.opts.faults.clock_skew_max_ms
+        sn.skew_ms = max(-bound, min(bound, sn.skew_ms + arg))
+        self.stats["clock_jumps"] += 1
+        self._note("jump", index, sn.skew_ms)
+        sn.timer_at = None  # re-armed on the new clock
+        self._flush(sn)
 
     def _operator(self) -> None:
         """Accept a loss no live replica can repair (module docs)."""

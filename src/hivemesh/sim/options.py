@@ -37,6 +37,18 @@ class FaultOptions:
     #: How long into the heal phase an operator accepts a loss that no live
     #: replica can repair (``hivemesh feed accept-loss``).
     operator_delay_ms: int = 5_000
+    #: A crash loses the store's write cache (replicated batches not yet
+    #: synced by the group commit): see :mod:`hivemesh.sim.disk`.
+    lost_fsync_probability: float = 0.0
+    #: Of those, the share where the newest cached batch is torn part way.
+    torn_write_probability: float = 0.5
+    #: A node's clock steps forward or back (NTP step, VM restore).
+    clock_jump_probability: float = 0.0
+    #: The largest step; a node's total offset stays within twice the skew bound.
+    clock_jump_max_ms: int = 3_000
+    #: A node's process stops for a while (GC, VM freeze, SIGSTOP): input
+    #: waits, timers wait, its clock runs on.
+    pause_probability: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,5 +69,8 @@ class SimOptions:
     failure_detect_ms: int = 1_500
     sync_interval_ms: int = 500
     want_timeout_ms: int = 1_500
+    #: The group commit: replicated batches are synced this long after they
+    #: arrive (the daemon's ``commit_delay_ms``).
+    commit_delay_ms: int = 100
     network: NetworkOptions = field(default_factory=NetworkOptions)
     faults: FaultOptions = field(default_factory=FaultOptions)
