@@ -193,16 +193,16 @@ def test_what_reaches_the_event_loop_is_counted_and_the_handler_given_back() -> 
 def _fail_timer_step(node: hivemesh.Node, times: int) -> list[int]:
     """Make the daemon's timer step raise the next ``times`` times."""
     daemon = node.daemon
-    handle_timer = daemon.blobs.handle_timer
+    expire = daemon.invites.expire  # called once every timer round
     calls: list[int] = []
 
     def faulty(now_ms: int) -> None:
         calls.append(now_ms)
         if len(calls) <= times:
             raise _Boom(f"timer step {len(calls)}")
-        handle_timer(now_ms)
+        expire(now_ms)
 
-    daemon.blobs.handle_timer = faulty  # type: ignore[method-assign]
+    daemon.invites.expire = faulty  # type: ignore[method-assign]
     return calls
 
 
