@@ -440,10 +440,9 @@ class Daemon(Pump, DaemonAPI):
         log.error("%s; keeping the trust last read until it is fixed", exc)
 
     def _replay(self, store: Any) -> Iterable[Event]:
-        from hivemesh.stores.replay import verify_causal
+        from hivemesh.runtime.rehydration import replay_events
 
-        for run in verify_causal(store):  # causal order: loro imports nothing pending
-            yield from run
+        return replay_events(store)  # causal order: loro imports nothing pending
 
     def _announce(self, host: str) -> str:
         if self.config.advertise:
