@@ -13,9 +13,9 @@ frozen record, drained in order with :meth:`Peer.effects`:
 * :class:`Close`    -- close the link to ``peer``; with ``if_silent_ms`` only
   when it carried nothing for that long (a half-open link behind a SWIM
   "down"); with ``forget`` also stop dialling it (revoked, or untrusted);
-* :class:`Fsync`    -- make the store's writes durable (the group commit):
-  the driver calls :meth:`Peer.store_committed` when it is done;
-* :class:`Deliver`  -- an event newly applied to the journal, for subscribers;
+* :class:`Fsync`    -- make the store's writes durable (the group commit);
+* :class:`Deliver`  -- events newly applied to the journal, in order, for
+  subscribers (one effect per batch: no per-event cost);
 * :class:`Reply`    -- the answer to a :meth:`Peer.command` (``rid`` is what
   ``command`` returned): ``value`` or a typed ``error``;
 * :class:`MessageOutcome` -- a direct message was acknowledged, or failed;
@@ -88,14 +88,14 @@ class Close:
 
 @dataclass(frozen=True, slots=True)
 class Fsync:
-    """Commit the store (then call :meth:`Peer.store_committed`)."""
+    """Commit the store: make every write so far durable (the group commit)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Deliver:
-    """A newly applied journal event, for subscribers."""
+    """Events newly applied to the journal (own and received), in order."""
 
-    event: Event
+    events: tuple[Event, ...]
 
 
 @dataclass(frozen=True, slots=True)

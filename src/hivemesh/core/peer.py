@@ -563,12 +563,13 @@ class Peer:
                 break
             for peer, frame in out:
                 fx.append(Send(peer, frame))
-            me = self.identity.public
-            for ev in events:
-                if ev.kind == KIND_HELLO and ev.author != me:
-                    addr = self._address_of(ev.author)
-                    self._dial(addr, self.endpoints.endpoints(addr))
-                fx.append(Deliver(ev))
+            if events:
+                me = self.identity.public
+                for ev in events:
+                    if ev.kind == KIND_HELLO and ev.author != me:
+                        addr = self._address_of(ev.author)
+                        self._dial(addr, self.endpoints.endpoints(addr))
+                fx.append(Deliver(tuple(events)))
             if not node.has_output:
                 break
         if self._waits:

@@ -212,11 +212,12 @@ class Pump:
     def _execute(self, e: Effect) -> None:
         """Carry out one effect other than :class:`Send`."""
         if isinstance(e, Deliver):
-            ev = e.event
-            if ev.kind in TrustView.kinds and ev.author != self.identity.public:
-                self.supervisor.spawn_once("trust_recheck", self._promote_probation())
-            for sub in self._subs:
-                sub.offer(ev)
+            me, subs, trust_kinds = self.identity.public, self._subs, TrustView.kinds
+            for ev in e.events:
+                if ev.kind in trust_kinds and ev.author != me:
+                    self.supervisor.spawn_once("trust_recheck", self._promote_probation())
+                for sub in subs:
+                    sub.offer(ev)
         elif isinstance(e, Count):
             self.counters[e.name] += e.n
         elif isinstance(e, Dial):
