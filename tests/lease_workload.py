@@ -14,14 +14,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from hivemesh.errors import (
-    BackendUnavailable,
-    LeaseContended,
-    LeaseLost,
-    LeaseUnavailable,
-    StaleFencingToken,
-)
+from hivemesh.errors import BackendUnavailable
 from hivemesh.leases import FencingGuard, Lease, LeaseBackend, LeaseClient
+from hivemesh.leases.errors import LeaseContended, LeaseLost, LeaseUnavailable, StaleFencingToken
 from lease_checker import Op
 
 

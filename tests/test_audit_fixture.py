@@ -22,12 +22,7 @@ import hivemesh
 from hivemesh.audit.pages import shop_page
 from hivemesh.audit.server import FixtureServer, serve_in_thread
 from hivemesh.audit.world import LAYOUTS, Shop, World, WorldOptions, build_world
-from hivemesh.errors import (
-    AccessCodeRequired,
-    CaptchaRequired,
-    FetchError,
-    FetchTimeout,
-)
+from hivemesh.webtools.errors import AccessCodeRequired, CaptchaRequired, FetchError, FetchTimeout
 from hivemesh.webtools.extract import extract_prices, next_page_url, parse_html
 from hivemesh.webtools.fetch import Fetcher
 

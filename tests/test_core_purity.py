@@ -18,7 +18,8 @@ ALLOWED_IMPORTS = {"random"}
 # Which top-level hivemesh packages each layer may import.
 LAYERS = {
     "core": {"core", "errors"},
-    "sim": {"core", "errors", "sim", "stores", "bench"},
+    # the simulator drives the lease application's public API (its leases workload)
+    "sim": {"core", "errors", "sim", "stores", "bench", "leases"},
 }
 
 

@@ -117,7 +117,7 @@ def test_ctx_sets_from_the_cli_replicate(pair: LocalSwarm) -> None:
     # A grow-only set has no remove; a huge element is a typed error.
     assert cli("ctx", "remove", "done", "x", "--grow-only", data_dir=a.data_dir).returncode == 2
     out = cli("ctx", "add", "who", "x" * 5000, "--json", data_dir=a.data_dir)
-    assert out.returncode == 1
+    assert out.returncode == 2  # bad input
     assert json.loads(out.stdout)["error"]["code"] == "invalid_argument"
     with pytest.raises(hivemesh.HivemeshError):
         a.client.ctx_remove("room", "done", [])
@@ -190,13 +190,13 @@ def test_ping_peers_and_status(pair: LocalSwarm) -> None:
         assert out.returncode == 0 and out.stdout.strip(), (args, out.stderr)
 
 
-def test_bad_input_gets_typed_errors_and_exit_1(pair: LocalSwarm) -> None:
+def test_bad_input_gets_typed_errors_and_their_exit_codes(pair: LocalSwarm) -> None:
     a = pair.nodes["a"]
     out = cli("send-message", "nobody-has-this-name", "--data", "1", "--json", data_dir=a.data_dir)
-    assert out.returncode == 1
+    assert out.returncode == 14  # unknown peer
     assert json.loads(out.stdout)["error"]["code"] == "unknown_peer"
     out = cli("send-message", "x", "--data", "{not json", "--json", data_dir=a.data_dir)
-    assert out.returncode == 1
+    assert out.returncode == 2  # bad input
     assert json.loads(out.stdout)["error"]["code"] == "invalid_argument"
     out = cli("trust", "revoke", "not-an-address", "--json", data_dir=a.data_dir)
     assert json.loads(out.stdout)["error"]["code"] == "invalid_argument"

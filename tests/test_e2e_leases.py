@@ -24,8 +24,9 @@ from typing import Any, TypeVar
 
 import pytest
 
-from hivemesh.errors import BackendUnavailable, InvalidArgument, LeaseUnavailable
+from hivemesh.errors import BackendUnavailable, InvalidArgument
 from hivemesh.leases import LeaseClient, open_backend
+from hivemesh.leases.errors import LeaseUnavailable
 from hivemesh.runtime.swarm import LocalSwarm, wait_until
 from lease_checker import check_history
 from lease_workload import run_workload
@@ -270,9 +271,11 @@ def test_cli_lease_defaults_to_the_local_swarm_and_claim_takes_work(swarm: Local
     acquire = ["acquire", "cli-res", "--holder", "ci-1", "--ttl-ms", "20000"]
     rc, got = cli(swarm, "lease", "--data-dir", d1, *acquire)
     assert rc == 0 and got["holder"] == "ci-1" and got["fencing_token"] >= 1
-    rc, busy = cli(swarm, "lease", "--data-dir", d2, "acquire", "cli-res", "--holder", "ci-2")
-    assert rc == 3 and busy["error"] == "lease_unavailable"
-    rc, shown = cli(swarm, "lease", "--data-dir", d2, "show", "cli-res")
+    rc, busy = cli(
+        swarm, "lease", "--data-dir", d2, "acquire", "cli-res", "--holder", "ci-2", "--json"
+    )
+    assert rc == 5 and busy["error"]["code"] == "lease_unavailable"
+    rc, shown = cli(swarm, "lease", "show", "cli-res", "--data-dir", d2)  # options after the action
     assert rc == 0 and shown["holder"] == "ci-1"
     token = str(got["fencing_token"])
     rc, _ = cli(

@@ -132,7 +132,7 @@ def test_malformed_cli_values_get_typed_errors(
 ) -> None:
     out = cli(*args, data_dir=node.data_dir)
     assert "Traceback" not in out.stderr and "BrokenPipe" not in out.stderr, out.stderr
-    assert out.returncode == 1, (out.returncode, out.stdout, out.stderr)
+    assert out.returncode == 2, (out.returncode, out.stdout, out.stderr)  # bad input
     assert json.loads(out.stdout)["error"]["code"] == code
 
 

@@ -215,7 +215,7 @@ def test_a_loss_no_peer_can_repair_needs_the_operator_and_is_loud(tmp_path: Path
         n0 = swarm.restart("n0")
         refused(n0, "own feed behind its mark")
         unconfirmed = cli(n0, "feed", "accept-loss")  # without --yes: nothing happens
-        assert unconfirmed.returncode == 1 and own_feed(n0)["state"] == "recovering"
+        assert unconfirmed.returncode == 2 and own_feed(n0)["state"] == "recovering"  # bad input
         done = cli(n0, "feed", "accept-loss", "--yes")
         assert done.returncode == 0 and "accepted the loss of own feed" in done.stdout
         own = own_feed(n0)

@@ -198,7 +198,9 @@ def test_plan_show_and_cancel_talk_to_the_local_daemon(mesh: Mesh) -> None:
     res = cli("plan", "show", gid, "--json", "--data-dir", seed_dir, env={})
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["tree"] == show(mesh.client, gid)["tree"]
-    assert cli("plan", "show", "f" * 32, "--data-dir", seed_dir, env={}).returncode == 1
+    assert (
+        cli("plan", "show", "f" * 32, "--data-dir", seed_dir, env={}).returncode == 2
+    )  # no such goal
     for op, bad in [
         ("plan.goal", {"title": ""}),
         ("plan.goal", {"title": "x", "quorum": "dictator"}),

@@ -28,8 +28,8 @@ from typing import Any
 
 import pytest
 
-from hivemesh.errors import TelemetryRefused
 from hivemesh.runtime.swarm import LocalSwarm, NodeProc, wait_until
+from hivemesh.telemetry.errors import TelemetryRefused
 
 ENV = {
     "HIVEMESH_TELEMETRY_TIMEOUT_S": "1",

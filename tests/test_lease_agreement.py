@@ -21,8 +21,8 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from hivemesh.errors import LeaseLost, LeaseUnavailable
 from hivemesh.leases import Lease, LeaseClient, LocalQuorum, open_backend
+from hivemesh.leases.errors import LeaseLost, LeaseUnavailable
 from hivemesh.runtime.swarm import LocalSwarm, wait_until
 
 #: name -> backend URL; None means 5 fresh quorum voters on loopback per example.

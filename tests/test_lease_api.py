@@ -10,8 +10,9 @@ import nats
 import pytest
 
 import hivemesh.leases
-from hivemesh.errors import InvalidArgument, LeaseLost, StaleFencingToken
+from hivemesh.errors import InvalidArgument
 from hivemesh.leases import FencingGuard, Lease, LeaseClient, LocalQuorum, open_backend
+from hivemesh.leases.errors import LeaseLost, StaleFencingToken
 
 
 def test_exported_members() -> None:
@@ -31,6 +32,7 @@ def test_exported_members() -> None:
         "QuorumLeaseBackend",
         "VoterServer",
         "open_backend",
+        "validate_holder",
         "validate_resource",
         "validate_ttl_ms",
     }

@@ -18,14 +18,13 @@ URLS = ["redis://127.0.0.1:6379/0", "nats://127.0.0.1:4222/hivemesh_test_leases"
 
 def cli(*argv: str) -> tuple[int, dict[str, object]]:
     p = subprocess.run(
-        [sys.executable, "-m", "hivemesh", "lease", *argv],
+        [sys.executable, "-m", "hivemesh", "lease", *argv, "--json"],
         capture_output=True,
         text=True,
         timeout=30,
         env={**os.environ, "PYTHONPATH": SRC},
     )
-    text = p.stdout if p.returncode == 0 else p.stderr.strip().splitlines()[-1]
-    return p.returncode, json.loads(text)
+    return p.returncode, json.loads(p.stdout)  # one JSON document, an error too
 
 
 @pytest.mark.parametrize("url", URLS)
@@ -35,11 +34,11 @@ def test_acquire_show_release_across_processes(url: str) -> None:
     assert rc == 0 and out["holder"] == "ci-1"
     token = int(out["fencing_token"])  # type: ignore[call-overload]
     rc, busy = cli("--backend", url, "acquire", r, "--holder", "ci-2")
-    assert rc == 3 and busy["error"] == "lease_unavailable"
+    assert rc == 5 and busy["error"]["code"] == "lease_unavailable"
     rc, shown = cli("--backend", url, "show", r)
     assert rc == 0 and shown["holder"] == "ci-1" and shown["fencing_token"] == token
     rc, bad = cli("--backend", url, "release", r, "--holder", "ci-2", "--token", str(token))
-    assert rc == 3 and bad["error"] == "lease_lost"
+    assert rc == 5 and bad["error"]["code"] == "lease_lost"
     rc, _ = cli("--backend", url, "release", r, "--holder", "ci-1", "--token", str(token))
     assert rc == 0
     rc, shown = cli("--backend", url, "show", r)
@@ -48,13 +47,13 @@ def test_acquire_show_release_across_processes(url: str) -> None:
 
 def test_cli_bad_input_and_dead_backend() -> None:
     rc, out = cli("--backend", URLS[0], "acquire", "bad name", "--holder", "x")
-    assert rc == 2 and out["error"] == "invalid_argument"
+    assert rc == 2 and out["error"]["code"] == "invalid_argument"
     rc, out = cli("--backend", URLS[0], "acquire", "ok", "--ttl-ms", "1", "--holder", "x")
-    assert rc == 2 and out["error"] == "invalid_argument"
+    assert rc == 2 and out["error"]["code"] == "invalid_argument"
     rc, out = cli("--backend", "ftp://x", "show", "ok")
     assert rc == 2
     rc, out = cli("--backend", "redis://127.0.0.1:1/0", "--timeout-s", "0.5", "show", "ok")
-    assert rc == 4 and out["error"] == "backend_unavailable"
+    assert rc == 6 and out["error"]["code"] == "backend_unavailable"
 
 
 def _voters(n: int, state_dir: Path, ports: list[int] | None = None) -> list[subprocess.Popen[str]]:
@@ -100,7 +99,7 @@ def test_quorum_voter_processes_keep_tokens_across_restarts(tmp_path: Path) -> N
         assert rc == 0
         t1 = int(out["fencing_token"])  # type: ignore[call-overload]
         rc, out = cli("--backend", url, "acquire", r, "--holder", "h2")
-        assert rc == 3
+        assert rc == 5  # held by someone else
     finally:
         _stop(procs)  # every voter crashes while h1 holds the lease
     ports = [int(a.rsplit(":", 1)[1]) for a in addrs]
@@ -109,7 +108,7 @@ def test_quorum_voter_processes_keep_tokens_across_restarts(tmp_path: Path) -> N
         _addresses(procs)
         # restarted voters refuse during their quarantine (the longest TTL they granted)...
         rc, out = cli("--backend", url, "acquire", r, "--holder", "h2")
-        assert rc == 3, out
+        assert rc == 5, out
         rc, out = cli("--backend", url, "acquire", r, "--holder", "h2", "--wait-s", "10")
         # ...then grant with a token above every token granted before the crash
         assert rc == 0 and int(out["fencing_token"]) > t1, out  # type: ignore[call-overload]

@@ -66,7 +66,7 @@ def daemon(tmp_path: Path, trace: list[Any], sent: list[tuple[str, Any]]) -> Any
         config=SimpleNamespace(data_dir=tmp_path, lease_voters=[SELF, P1, P2]),
         node=node,
         conns=SimpleNamespace(links=links),
-        members=SimpleNamespace(state=lambda a: MemberState.UP),
+        peer=SimpleNamespace(member_state=lambda a: MemberState.UP),
         authorize=lambda peer: True,
         _started=True,
         _schedule_flush=lambda: None,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from hivemesh.errors import LeaseUnavailable
 from hivemesh.leases import FencingGuard
+from hivemesh.leases.errors import LeaseUnavailable
 from hivemesh.node import Node
 
 # loopback nodes that bootstrap from each other: open trust (nodes are private by default)

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from hivemesh.errors import BackendUnavailable, LeaseUnavailable
+from hivemesh.errors import BackendUnavailable
 from hivemesh.leases import Lease, LeaseClient, open_backend
+from hivemesh.leases.errors import LeaseUnavailable
 
 
 def free_port() -> int:

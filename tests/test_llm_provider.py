@@ -15,14 +15,7 @@ from typing import Any
 import pytest
 
 import hivemesh
-from hivemesh.errors import (
-    ConfigError,
-    LLMBadOutput,
-    LLMHTTPError,
-    LLMNotConfigured,
-    LLMTimeout,
-    LLMUnavailable,
-)
+from hivemesh.errors import ConfigError
 from hivemesh.llm import (
     LLMConfig,
     OpenAICompatProvider,
@@ -30,6 +23,13 @@ from hivemesh.llm import (
     ScriptedLLM,
     extract_json,
     provider_from_config,
+)
+from hivemesh.llm.errors import (
+    LLMBadOutput,
+    LLMHTTPError,
+    LLMNotConfigured,
+    LLMTimeout,
+    LLMUnavailable,
 )
 from llm_server import ScriptedServer, Step
 

@@ -16,8 +16,8 @@ from hivemesh.core.plan_events import (
     goal_body,
     goal_id,
 )
-from hivemesh.errors import LLMTimeout
 from hivemesh.llm import ScriptedLLM
+from hivemesh.llm.errors import LLMTimeout
 from hivemesh.roles.base import Emit, Job
 from hivemesh.roles.decomposer import Decomposer, clean_subgoals
 from hivemesh.roles.executor import Executor

@@ -1,6 +1,6 @@
 """The pump's inline input path and what it does when a send queue is full.
 
-Unit tests over fakes of the node and the connection manager (the real ones
+Unit tests over fakes of the Peer and the connection manager (the real ones
 are exercised by every e2e test): frames handled inline send what fits at
 once; output that does not fit waits in order in ``_unsent`` for a flush
 task, and inline input is declined meanwhile so nothing overtakes it."""
@@ -10,30 +10,31 @@ from __future__ import annotations
 import asyncio
 from collections import Counter, deque
 from types import SimpleNamespace
-from typing import Any
 
+from hivemesh.core.effects import Effect, Send
 from hivemesh.runtime.pump import Pump
+from hivemesh.runtime.supervise import Supervisor
 
 FAR = 1 << 62
 
 
-class _Node:
+class _Peer:
     """Receives a frame and answers it to two peers."""
 
     def __init__(self) -> None:
-        self.out: list[tuple[str, bytes]] = []
-        self.journal = SimpleNamespace(unsettled=False)
-        self.has_output = False
+        self.out: list[Effect] = []
+        self.node = SimpleNamespace(journal=SimpleNamespace(unsettled=False))
 
     def receive(self, peer: str, frame: bytes, now_ms: int) -> None:
-        self.out += [("p1", b"out-" + frame), ("p2", b"out-" + frame)]
+        self.out += [Send("p1", b"out-" + frame), Send("p2", b"out-" + frame)]
 
-    def outbox(self) -> list[tuple[str, bytes]]:
+    def receive_many(self, peer: str, frames: list[bytes], now_ms: int) -> None:
+        for frame in frames:
+            self.receive(peer, frame, now_ms)
+
+    def effects(self) -> list[Effect]:
         out, self.out = self.out, []
         return out
-
-    def events(self) -> list[Any]:
-        return []
 
     def next_deadline(self) -> int:
         return FAR
@@ -63,19 +64,17 @@ class _Conns:
 
 def _pump() -> tuple[Pump, _Conns]:
     p = Pump()
-    none = SimpleNamespace(after_input=lambda *a: None, next_deadline=lambda: None)
-    p.node, conns = _Node(), _Conns()  # type: ignore[assignment]
+    p.peer, conns = _Peer(), _Conns()  # type: ignore[assignment]
+    p.node = p.peer.node  # type: ignore[assignment]
     p.conns = conns  # type: ignore[assignment]
-    p.members = SimpleNamespace(  # type: ignore[assignment]
-        after_input=lambda t: None, m=SimpleNamespace(next_deadline=lambda: FAR)
-    )
-    p.messaging = p.blobs = p.invites = none  # type: ignore[assignment]
+    p.messaging = SimpleNamespace(after_input=lambda: None)  # type: ignore[assignment]
     p.invites = SimpleNamespace(  # type: ignore[assignment]
         probation={}, awaiting=set(), next_deadline=lambda: None
     )
     p._store = SimpleNamespace(pending=0)
     p.counters = Counter()
-    p._subs, p._bg = [], set()
+    p._subs = []
+    p.supervisor = Supervisor(p.counters, lambda failure: None)
     p._ready, p._wake, p._flush_lock = asyncio.Event(), asyncio.Event(), asyncio.Lock()
     p._ready.set()
     p._unsent = deque()

@@ -7,8 +7,8 @@ import random
 
 from hivemesh.core.event import Event, encode_event
 from hivemesh.core.identity import Identity
-from hivemesh.runtime.endpoints import KIND_HELLO, EndpointsView, hello_body
-from hivemesh.runtime.trustview import (
+from hivemesh.core.views.endpoints import KIND_HELLO, EndpointsView, hello_body
+from hivemesh.core.views.trust import (
     KIND_TRUST_ADD,
     KIND_TRUST_REVOKE,
     VOUCH_POLICIES,

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hivemesh.errors import HivemeshError, InvalidRecord
+from hivemesh.errors import HivemeshError
+from hivemesh.telemetry.errors import InvalidRecord
 from hivemesh.telemetry.flat import batch_of
 from hivemesh.telemetry.schema import validate_record
 

@@ -11,14 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hivemesh.errors import (
-    DecodeError,
-    FrameTooLarge,
-    HivemeshError,
-    InvalidArgument,
-    InvalidRecord,
-    UnknownField,
-)
+from hivemesh.errors import DecodeError, FrameTooLarge, HivemeshError, InvalidArgument
+from hivemesh.telemetry.errors import InvalidRecord, UnknownField
 from hivemesh.telemetry.fastdecode import decode_rows_fast
 from hivemesh.telemetry.recorder import Metrics, usage_tokens
 from hivemesh.telemetry.schema import (

@@ -21,7 +21,8 @@ import hivemesh
 from hivemesh.audit.server import FixtureServer, serve_in_thread
 from hivemesh.audit.world import WorldOptions, build_world
 from hivemesh.config import load_config
-from hivemesh.errors import ConfigError, ToolFailed, ToolTimeout, ToolUnavailable, UnknownTool
+from hivemesh.errors import ConfigError
+from hivemesh.tools.errors import ToolFailed, ToolTimeout, ToolUnavailable, UnknownTool
 from hivemesh.tools.mcp_client import MCPToolSet
 from hivemesh.tools.spec import MCPServerSpec, load_mcp_config, merge_specs, parse_mcp_config
 

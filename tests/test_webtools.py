@@ -22,7 +22,7 @@ from hivemesh.audit.pages import format_price
 from hivemesh.audit.server import FixtureServer, serve_in_thread
 from hivemesh.audit.world import CURRENCY_DIGITS, LOCALES, WorldOptions, build_world
 from hivemesh.core.views.blobs import blob_digest
-from hivemesh.errors import ExtractError
+from hivemesh.webtools.errors import ExtractError
 from hivemesh.webtools.extract import (
     detect_block,
     dom_snapshot,

@@ -97,7 +97,7 @@ class Config:
     # machine); 100 ms keeps that under 1% of its time
     commit_delay_ms: int = 100
     # [trust] "invite" (private, the default): only peers this node invited or
-    #         was invited by, and those its swarms vouch for (runtime.trustview);
+    #         was invited by, and those its swarms vouch for (core.views.trust);
     #         "open": any authenticated peer unless revoked (a trusted lab LAN)
     trust_mode: str = "invite"
     # whose vouches an invite-mode node follows into its swarms: "web" (every
@@ -122,6 +122,9 @@ class Config:
     lease_voters: tuple[str, ...] = ()
     # [mcp] tool servers for agents ({"mcpServers": {...}}, see hivemesh.tools.spec)
     mcp_servers: tuple[MCPServerSpec, ...] = ()
+    # record the node's Peer inputs and effects for a replay (hivemesh.core.trace):
+    # tests and debugging only, memory grows with the run
+    trace_peer: bool = False
 
     @property
     def key_path(self) -> Path:

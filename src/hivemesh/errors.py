@@ -15,7 +15,16 @@ The split follows h11: whose fault is it?
 * :class:`CoordinationError` -- leases, claims and fencing.
 
 Every class carries a short stable ``code`` used as the counter name in
-``hivemesh status``.
+``hivemesh status`` and on the control socket, where a client maps an error
+back to its class by that code (:mod:`hivemesh.error_codes`), never by the
+class name.
+
+Each application keeps its own errors, subclasses of these categories, in
+its own ``errors`` module: the lease client's (:mod:`hivemesh.leases.errors`),
+the LLM providers' (:mod:`hivemesh.llm.errors`), telemetry's
+(:mod:`hivemesh.telemetry.errors`), the MCP tool client's
+(:mod:`hivemesh.tools.errors`) and the web tools' (:mod:`hivemesh.webtools.errors`).
+So the core, which imports this module, knows nothing about them.
 
 ::
 
@@ -67,55 +76,21 @@ Every class carries a short stable ``code`` used as the counter name in
     │   ├── WouldBlock
     │   └── DaemonNotRunning       (runtime area)
     └── CoordinationError
-        ├── LeaseUnavailable
-        │   └── LeaseContended
-        ├── LeaseLost
-        ├── StaleFencingToken
         └── BackendUnavailable
 
-    planner and LLM providers (multiple inheritance keeps the categories):
+    planner:
     InvalidPlanEvent(RemoteProtocolError)     a plan.* body that fails validation
-    LLMNotConfigured(ConfigError)             no endpoint/model configured
-    LLMError(TransportError)                  any LLM call failure
-    ├── LLMTimeout(LLMError, DeadlineExceeded)
-    ├── LLMUnavailable                        connection refused/reset
-    ├── LLMHTTPError                          non-2xx answer (has .status)
-    └── LLMBadOutput(LLMError, RemoteProtocolError)  malformed or off-schema reply
-    -- telemetry --
-    RemoteProtocolError
-    └── DecodeError
-        └── InvalidRecord
-            └── UnknownField
-    LocalProtocolError
-    └── SpoolFull
-    -- tools (MCP client) and web tools --
-    TransportError
-    ├── ToolError                    an MCP tool call failed (has .tool, .reason)
-    │   ├── ToolUnavailable          server would not start, is unreachable or died
-    │   ├── ToolTimeout(ToolError, DeadlineExceeded)
-    │   ├── UnknownTool              no such tool on any configured server
-    │   └── ToolFailed               the tool answered with an error result
-    └── FetchError                   a page could not be fetched (has .status)
-        ├── FetchTimeout(FetchError, DeadlineExceeded)
-        ├── CaptchaRequired          the page is a CAPTCHA challenge (switch route)
-        └── AccessCodeRequired       the page needs a code only a human has
-    RemoteProtocolError
-    └── DecodeError
-        └── ExtractError             a page that cannot be parsed or read
     -- hardening (load and local input) --
     TransportError
     ├── PeerBusy                 the peer refused the connection for load
     └── SelfConnection           the dialled endpoint is this node itself
     InvalidArgument
+    ├── UnknownCommand           a control request names no command of the table
     ├── InputTooLarge            a request or value over its size limit
     ├── InputTooDeep             JSON nested deeper than allowed
     └── InvalidEncoding          text that is not valid UTF-8
     TransportError
-    ├── SinkUnavailable        an external sink failed for now (retried until written)
-    ├── SinkRefused            an external sink refuses the body itself (permanent)
     └── NoHandler              the node asked serves no requests of that kind
-    LocalProtocolError
-    └── TelemetryRefused       the collector refused hand-sent telemetry (has .reason)
     -- restarts (boot ids in the handshake) --
     UnsupportedHandshake(HandshakeError, UnsupportedVersion)  identity payload of another version
     ConnectionClosed
@@ -126,14 +101,12 @@ Every class carries a short stable ``code`` used as the counter name in
 from __future__ import annotations
 
 __all__ = [
-    "AccessCodeRequired",
     "BackendUnavailable",
     "BadRecord",
     "BadSignature",
     "BenchWorkerFailed",
     "BlobMismatch",
     "BrokenChain",
-    "CaptchaRequired",
     "ChannelSuperseded",
     "ClockAhead",
     "ConfigError",
@@ -144,12 +117,9 @@ __all__ = [
     "DaemonNotRunning",
     "DeadlineExceeded",
     "DecodeError",
-    "ExtractError",
     "FeedDiverged",
     "FeedNotWritable",
     "FeedRecovering",
-    "FetchError",
-    "FetchTimeout",
     "ForeignOperations",
     "ForgedSender",
     "ForkError",
@@ -164,7 +134,6 @@ __all__ = [
     "InvalidEncoding",
     "InvalidName",
     "InvalidPlanEvent",
-    "InvalidRecord",
     "InviteBadSignature",
     "InviteError",
     "InviteExpired",
@@ -173,15 +142,6 @@ __all__ = [
     "InviteRevoked",
     "InviteUnknown",
     "InviteUsed",
-    "LLMBadOutput",
-    "LLMError",
-    "LLMHTTPError",
-    "LLMNotConfigured",
-    "LLMTimeout",
-    "LLMUnavailable",
-    "LeaseContended",
-    "LeaseLost",
-    "LeaseUnavailable",
     "LocalProtocolError",
     "NoHandler",
     "OpsOutOfOrder",
@@ -193,25 +153,16 @@ __all__ = [
     "RemoteProtocolError",
     "ReplayError",
     "SelfConnection",
-    "SinkRefused",
-    "SinkUnavailable",
-    "SpoolFull",
     "StaleBoot",
-    "StaleFencingToken",
     "StoreCorrupt",
     "StoreError",
-    "TelemetryRefused",
-    "ToolError",
-    "ToolFailed",
-    "ToolTimeout",
-    "ToolUnavailable",
     "TransportError",
-    "UnknownField",
+    "UnknownCommand",
     "UnknownPeer",
-    "UnknownTool",
     "UnsupportedHandshake",
     "UnsupportedVersion",
     "UntrustedAuthor",
+    "ViewCheckpointInvalid",
     "WouldBlock",
 ]
 
@@ -405,24 +356,6 @@ class CoordinationError(HivemeshError):
     code = "coordination_error"
 
 
-class LeaseUnavailable(CoordinationError):
-    """The lease is held by someone else (try_acquire) or could not be granted."""
-
-    code = "lease_unavailable"
-
-
-class LeaseLost(CoordinationError):
-    """A lease expired or was taken over before renew/release."""
-
-    code = "lease_lost"
-
-
-class StaleFencingToken(CoordinationError):
-    """A side effect was attempted with a fencing token older than one seen."""
-
-    code = "stale_fencing_token"
-
-
 class BackendUnavailable(CoordinationError):
     """A lease backend (quorum, Redis, NATS) could not be reached in time."""
 
@@ -547,90 +480,10 @@ class InvalidPlanEvent(RemoteProtocolError):
     code = "plan_invalid"
 
 
-class LLMNotConfigured(ConfigError):
-    """No LLM endpoint or model is configured (flags, config or environment)."""
-
-    code = "llm_not_configured"
-
-
-class LLMError(TransportError):
-    """A call to a language model failed (after any retries)."""
-
-    code = "llm_error"
-
-
-class LLMTimeout(LLMError, DeadlineExceeded):
-    """A language-model call did not finish before its deadline."""
-
-    code = "llm_timeout"
-
-
-class LLMUnavailable(LLMError):
-    """The language-model endpoint could not be reached (refused, reset, DNS)."""
-
-    code = "llm_unavailable"
-
-
-class LLMHTTPError(LLMError):
-    """The endpoint answered with a non-2xx status (see :attr:`status`)."""
-
-    code = "llm_http_error"
-
-    def __init__(self, message: str, status: int = 0) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class LLMBadOutput(LLMError, RemoteProtocolError):
-    """The model's reply is malformed or does not match the requested JSON schema."""
-
-    code = "llm_bad_output"
-
-
 # -- leases --------------------------------------------------------------------
 
 
-class LeaseContended(LeaseUnavailable):
-    """Not granted, but the attempt reached some quorum voters before losing a race.
-
-    Those voters may refuse other acquirers until the attempt's abort lands or
-    its TTL passes: for a history checker the outcome is "maybe applied".
-    """
-
-    code = "lease_contended"
-
-
 # -- telemetry ---------------------------------------------------------------
-
-
-class InvalidRecord(DecodeError):
-    """A metric record or batch is well-formed bytes but breaks the record schema."""
-
-    code = "invalid_record"
-
-
-class UnknownField(InvalidRecord):
-    """A metric record or batch carries a field the schema does not define."""
-
-    code = "unknown_field"
-
-
-class SpoolFull(LocalProtocolError):
-    """The sender's telemetry spool is at its bound; the record was dropped (counted)."""
-
-    code = "spool_full"
-
-
-class SinkUnavailable(TransportError):
-    """An external telemetry sink (InfluxDB, ClickHouse, ...) cannot take a write now."""
-
-    code = "sink_unavailable"
-
-
-class SinkRefused(TransportError):
-    """An external telemetry sink refuses the written body itself (retrying cannot help)."""
-
-    code = "sink_refused"
 
 
 class NoHandler(TransportError):
@@ -641,17 +494,6 @@ class NoHandler(TransportError):
     """
 
     code = "no_handler"
-
-
-class TelemetryRefused(LocalProtocolError):
-    """The collector refused telemetry we sent by hand; :attr:`reason` is its code
-    (``unknown_field``, ``invalid_record``, ``untrusted_author``, ``busy``, ...)."""
-
-    code = "telemetry_refused"
-
-    def __init__(self, message: str, reason: str = "") -> None:
-        super().__init__(message)
-        self.reason = reason
 
 
 # -- runtime -----------------------------------------------------------------
@@ -688,76 +530,6 @@ class ChannelSuperseded(ConnectionClosed):
 # -- tools (MCP client) and web tools ------------------------------------------
 
 
-class ToolError(TransportError):
-    """An MCP tool call failed. ``tool`` names it (``server.tool``);
-    ``reason`` is the server's error code when it sent one (``captcha_required``)."""
-
-    code = "tool_error"
-
-    def __init__(self, message: str, *, tool: str = "", reason: str = "") -> None:
-        super().__init__(message)
-        self.tool = tool
-        self.reason = reason
-
-
-class ToolUnavailable(ToolError):
-    """The tool's MCP server could not be started or reached, or it died."""
-
-    code = "tool_unavailable"
-
-
-class ToolTimeout(ToolError, DeadlineExceeded):
-    """A tool call (or connecting to its server) passed its deadline."""
-
-    code = "tool_timeout"
-
-
-class UnknownTool(ToolError):
-    """No configured MCP server offers this tool."""
-
-    code = "unknown_tool"
-
-
-class ToolFailed(ToolError):
-    """The tool ran and answered with an error result."""
-
-    code = "tool_failed"
-
-
-class FetchError(TransportError):
-    """A page could not be fetched; ``status`` is the HTTP status if one came."""
-
-    code = "fetch_failed"
-
-    def __init__(self, message: str, *, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class FetchTimeout(FetchError, DeadlineExceeded):
-    """Fetching a page passed its deadline."""
-
-    code = "fetch_timeout"
-
-
-class CaptchaRequired(FetchError):
-    """The page is a CAPTCHA challenge on this route (another route may pass)."""
-
-    code = "captcha_required"
-
-
-class AccessCodeRequired(FetchError):
-    """The page can only be read with an access code that a human has."""
-
-    code = "access_code_required"
-
-
-class ExtractError(DecodeError):
-    """A page that cannot be parsed, or read the way it was asked to be."""
-
-    code = "extract_failed"
-
-
 # -- hardening: load and malformed local input ----------------------------------
 
 
@@ -773,6 +545,12 @@ class SelfConnection(TransportError):
     bootstrap list); there is nothing to connect to."""
 
     code = "self_connection"
+
+
+class UnknownCommand(InvalidArgument):
+    """A request named no command of :data:`hivemesh.commands.COMMANDS`."""
+
+    code = "unknown_command"
 
 
 class InputTooLarge(InvalidArgument):
@@ -860,3 +638,15 @@ class StaleBoot(ConnectionClosed):
     delayed from before its restart); refused, it never replaces the link."""
 
     code = "stale_boot"
+
+
+# -- restarts: view checkpoints ---------------------------------------------------
+
+
+class ViewCheckpointInvalid(StoreError):
+    """A view checkpoint cannot be used: torn or altered (checksum), of
+    another format or node, or not a prefix of the journal it sits beside.
+    Never raised to a caller: the node logs it, counts it and replays the
+    whole journal instead (:mod:`hivemesh.stores.viewcheckpoint`)."""
+
+    code = "view_checkpoint_invalid"

@@ -33,13 +33,15 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from hivemesh.commands import COMMANDS, Command, Reply
 from hivemesh.config import Config, load_config
 from hivemesh.core.event import Event
 from hivemesh.core.identity import address_of
 from hivemesh.core.views.context import Context
-from hivemesh.errors import DeadlineExceeded, LocalProtocolError
+from hivemesh.errors import DeadlineExceeded, InvalidArgument, LocalProtocolError, UnknownCommand
 from hivemesh.leases import LeaseClient
 from hivemesh.runtime.daemon import Daemon
+from hivemesh.runtime.handlers import execute
 from hivemesh.runtime.leases import MeshClaims
 from hivemesh.telemetry.recorder import Metrics
 
@@ -117,8 +119,6 @@ class Node:
     async def start(self) -> None:
         """Open the store, listen and join (``async with`` calls this)."""
         if self._daemon is None:
-            import hivemesh.roles.meshops  # noqa: F401 - registers the plan.* control ops
-
             daemon = Daemon(self.config)
             await daemon.start()
             self._daemon = daemon
@@ -291,6 +291,22 @@ class Node:
         ``track_tool``, ``track_task``); delivered to the node named
         ``metrics-collector`` (see :mod:`hivemesh.runtime.telemetry`)."""
         return self.daemon.telemetry.metrics
+
+    async def call(self, request: Command) -> Reply:
+        """Run a typed command of :mod:`hivemesh.commands` on this node and
+        return its typed reply: the same table, validation, handler, deadline
+        and errors as the control socket and the ``hivemesh`` CLI::
+
+            reply = await node.call(CtxSet(key="goal", value="ship it"))
+            reply.seq
+        """
+        cls = type(request)
+        if COMMANDS.get(cls.op) is not cls:
+            raise UnknownCommand(f"{cls.__name__} is not a command of hivemesh.commands")
+        if cls.stream:
+            raise InvalidArgument(f"{cls.op} is a stream: use Node.subscribe")
+        # validated exactly as a request from the socket is
+        return await execute(self.daemon, cls.from_wire(request.to_wire()))
 
     def status(self) -> dict[str, Any]:
         """The same record as ``hivemesh status --json``."""

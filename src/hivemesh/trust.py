@@ -60,7 +60,7 @@ invite (a random 16-byte id), and each it joins (:meth:`TrustStore.join_swarm`).
 Every invite brings the joiner into one of them (:meth:`TrustStore.issue_invite`,
 ``swarm``), which :meth:`TrustStore.redeem` returns. The runtime publishes
 admissions as swarm-scoped ``trust.add`` journal events and admits the members
-of its own swarms only (:mod:`hivemesh.runtime.trustview`).
+of its own swarms only (:mod:`hivemesh.core.views.trust`).
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,6 +83,7 @@ from typing import Any
 from hivemesh.core.codec import pack, unpack
 from hivemesh.core.identity import Identity, address_of, public_key_of, verify
 from hivemesh.core.pex import check_endpoints
+from hivemesh.core.views.trust import is_swarm_id
 from hivemesh.errors import (
     DecodeError,
     InvalidArgument,
@@ -115,7 +116,6 @@ _NONCE_BYTES = 16
 _MAX_TOKEN_CHARS = 4096
 _SIG_BYTES = 64
 _BASE64URL = re.compile(r"[A-Za-z0-9_-]*")
-_SWARM_ID = re.compile(r"[0-9a-f]{32}")
 _FILE = "trust.json"
 #: How long an expired or used invite is remembered, to tell a late joiner why.
 INVITE_MEMORY_S = 7 * 86400
@@ -131,11 +131,6 @@ class Invite:
     endpoints: tuple[str, ...]
     expires_s: int
     nonce: bytes
-
-
-def is_swarm_id(value: object) -> bool:
-    """True for a swarm id: 16 random bytes as 32 lower-case hex digits."""
-    return isinstance(value, str) and _SWARM_ID.fullmatch(value) is not None
 
 
 def _signed_part(pub: bytes, endpoints: list[str], expires_s: int, nonce: bytes) -> bytes:
@@ -240,6 +235,12 @@ class TrustStore:
         #: query. :meth:`poll` and our own edits always look. A daemon on the
         #: hot path sets it (one ``stat`` per received frame otherwise).
         self.min_refresh_s = 0.0
+        #: If set, a file that no longer parses (a hand edit gone wrong) is
+        #: reported here once per version of it, and the trust last read stays
+        #: in force until the file parses again; if None, queries raise
+        #: :class:`StoreCorrupt`. Edits (``add``, ``revoke``, ...) always raise:
+        #: they never write over a file they cannot read.
+        self.on_load_error: Callable[[StoreCorrupt], None] | None = None
         self._checked_s = float("-inf")
         self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._refresh(force=True)
@@ -403,7 +404,7 @@ class TrustStore:
 
     # -- file handling -----------------------------------------------------------------
 
-    def _refresh(self, *, force: bool = False) -> None:
+    def _refresh(self, *, force: bool = False, strict: bool = False) -> None:
         if self.min_refresh_s > 0:
             now = time.monotonic()
             if not force and now - self._checked_s < self.min_refresh_s:
@@ -418,7 +419,15 @@ class TrustStore:
             return
         stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
         if stamp != self._stamp:
-            self._data = _load(self.path)
+            try:
+                data = _load(self.path)
+            except StoreCorrupt as exc:
+                if strict or self.on_load_error is None:
+                    raise
+                self._stamp = stamp  # reported once; looked at again when it changes
+                self.on_load_error(exc)
+                return
+            self._data = data
             self._stamp = stamp
             self.generation += 1
 
@@ -428,7 +437,7 @@ class TrustStore:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             self._stamp = None
-            self._refresh(force=True)
+            self._refresh(force=True, strict=True)
             data = json.loads(json.dumps(self._data))  # a private copy
             yield data
             _atomic_write(self.path, data)

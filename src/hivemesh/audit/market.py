@@ -5,7 +5,7 @@ Theory of operation
 Executors submit the prices they extracted for a shop together with the
 fencing token of their lease on that shop. The database keeps, per shop, the
 highest token it has accepted and refuses any submission whose token is lower
-(:class:`~hivemesh.errors.StaleFencingToken`): a holder that was paused past
+(:class:`~hivemesh.leases.errors.StaleFencingToken`): a holder that was paused past
 its lease's expiry, while another executor took the lease with a larger
 token, is refused here, where the effect happens. The same token is accepted
 again from the writer that first presented it (a retry after a lost reply is
@@ -21,7 +21,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from hivemesh.errors import InvalidArgument, StaleFencingToken
+from hivemesh.errors import InvalidArgument
+from hivemesh.leases.errors import StaleFencingToken
 
 __all__ = ["MarketDB", "Submission"]
 

@@ -20,19 +20,12 @@ import argparse
 import asyncio
 import statistics
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hivemesh.bench import BenchResult, Metric
-from hivemesh.core.plan import PlanView
-from hivemesh.core.plan_events import KIND_GOAL, goal_body, goal_id
-from hivemesh.llm.stub import FixedLatencyLLM
-from hivemesh.roles.decomposer import Decomposer
-from hivemesh.roles.demo import DemoPlanner
-from hivemesh.roles.executor import Executor
-from hivemesh.roles.local import LocalJournal, author_key
-from hivemesh.roles.prompts import EXECUTE_TAG, SYNTH_TAG
-from hivemesh.roles.scorer import Scorer
-from hivemesh.roles.swarm import LocalSwarm
+
+if TYPE_CHECKING:  # the roles load in run_once: `hivemesh bench` imports every bench to list it
+    from hivemesh.core.plan import PlanView
 
 __all__ = ["DESCRIPTION", "add_arguments", "critical_path_calls", "run", "run_once"]
 
@@ -71,6 +64,16 @@ def critical_path_calls(view: PlanView, node_id: str) -> int:
 
 async def run_once(args: argparse.Namespace) -> dict[str, Any]:
     """One plan from goal to final answer; returns measurements."""
+    from hivemesh.core.plan_events import KIND_GOAL, goal_body, goal_id
+    from hivemesh.llm.stub import FixedLatencyLLM
+    from hivemesh.roles.decomposer import Decomposer
+    from hivemesh.roles.demo import DemoPlanner
+    from hivemesh.roles.executor import Executor
+    from hivemesh.roles.local import LocalJournal, author_key
+    from hivemesh.roles.prompts import EXECUTE_TAG, SYNTH_TAG
+    from hivemesh.roles.scorer import Scorer
+    from hivemesh.roles.swarm import LocalSwarm
+
     fanout = tuple(int(x) for x in str(args.fanout).split(","))
     planner = DemoPlanner(fanout)
     llm = FixedLatencyLLM(planner, args.latency_ms)

@@ -20,6 +20,7 @@ from hivemesh.leases._api import FencingGuard as FencingGuard
 from hivemesh.leases._api import Lease as Lease
 from hivemesh.leases._api import LeaseBackend as LeaseBackend
 from hivemesh.leases._api import LeaseInfo as LeaseInfo
+from hivemesh.leases._api import validate_holder as validate_holder
 from hivemesh.leases._api import validate_resource as validate_resource
 from hivemesh.leases._api import validate_ttl_ms as validate_ttl_ms
 from hivemesh.leases._client import HeldLease as HeldLease
@@ -44,6 +45,7 @@ __all__ = [
     "QuorumLeaseBackend",
     "VoterServer",
     "open_backend",
+    "validate_holder",
     "validate_resource",
     "validate_ttl_ms",
 ]

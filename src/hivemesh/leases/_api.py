@@ -27,7 +27,8 @@ import time
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from hivemesh.errors import InvalidArgument, LeaseLost, StaleFencingToken
+from hivemesh.errors import InvalidArgument
+from hivemesh.leases.errors import LeaseLost, StaleFencingToken
 
 __all__ = [
     "DRIFT_MS",
@@ -186,7 +187,7 @@ class FencingGuard:
     Keep one guard where the side effect happens (the database, the browser
     session, the tool) and call :meth:`check` with the token the caller
     presents. A token equal to the highest seen is accepted (the same holder
-    continuing); a lower one raises :class:`~hivemesh.errors.StaleFencingToken`.
+    continuing); a lower one raises :class:`~hivemesh.leases.errors.StaleFencingToken`.
     """
 
     __slots__ = ("_highest", "rejected")

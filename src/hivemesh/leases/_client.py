@@ -8,7 +8,7 @@ by their ``code`` in :meth:`LeaseClient.statistics`.
 ``async with client.hold(resource, ttl_ms) as held:`` acquires, renews every
 ``ttl_ms / 3`` in the background, and if the lease is lost (taken over,
 expired, backend unreachable until the believed expiry) cancels the body and
-raises :class:`~hivemesh.errors.LeaseLost` from the ``async with``, the way
+raises :class:`~hivemesh.leases.errors.LeaseLost` from the ``async with``, the way
 :func:`asyncio.timeout` turns its cancellation into ``TimeoutError``.
 """
 
@@ -24,13 +24,7 @@ import time
 from collections import Counter
 from types import TracebackType
 
-from hivemesh.errors import (
-    BackendUnavailable,
-    HivemeshError,
-    InvalidArgument,
-    LeaseLost,
-    LeaseUnavailable,
-)
+from hivemesh.errors import BackendUnavailable, HivemeshError, InvalidArgument
 from hivemesh.leases._api import (
     Lease,
     LeaseBackend,
@@ -40,6 +34,7 @@ from hivemesh.leases._api import (
     validate_resource,
     validate_ttl_ms,
 )
+from hivemesh.leases.errors import LeaseLost, LeaseUnavailable
 
 __all__ = ["HeldLease", "LeaseClient", "default_holder"]
 

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from hivemesh import errors
-from hivemesh.errors import BackendUnavailable, HivemeshError, InvalidArgument
+from hivemesh.error_codes import error_class
+from hivemesh.errors import BackendUnavailable, DeadlineExceeded, HivemeshError, InvalidArgument
 from hivemesh.leases._api import LeaseInfo
 
 __all__ = ["MAX_CONNECTIONS", "MeshLeaseBackend"]
@@ -105,10 +105,8 @@ class MeshLeaseBackend:
         if resp.get("ok"):
             return resp.get("result")
         err = resp.get("error") or {}
-        cls = getattr(errors, str(err.get("type")), None)
-        if not (isinstance(cls, type) and issubclass(cls, HivemeshError)):
-            cls = BackendUnavailable
-        if cls is errors.DeadlineExceeded:
+        cls = error_class(err.get("code"))  # by its stable code, never the class name
+        if cls in (HivemeshError, DeadlineExceeded):
             cls = BackendUnavailable
         raise cls(f"mesh {op}: {err.get('message', '')}")
 

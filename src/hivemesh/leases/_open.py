@@ -5,6 +5,7 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from hivemesh.errors import InvalidArgument
+from hivemesh.extras import missing
 from hivemesh.leases._api import LeaseBackend
 
 __all__ = ["SCHEMES", "open_backend"]
@@ -29,14 +30,17 @@ def open_backend(url: str) -> LeaseBackend:
     if not isinstance(url, str):
         raise InvalidArgument(f"backend URL must be a string, got {type(url).__name__}")
     scheme = urlsplit(url).scheme
-    if scheme in ("redis", "rediss"):
-        from hivemesh.leases._redis import RedisLeaseBackend
+    try:
+        if scheme in ("redis", "rediss"):
+            from hivemesh.leases._redis import RedisLeaseBackend
 
-        return RedisLeaseBackend(url)
-    if scheme in ("nats", "tls"):
-        from hivemesh.leases._nats import NatsLeaseBackend
+            return RedisLeaseBackend(url)
+        if scheme in ("nats", "tls"):
+            from hivemesh.leases._nats import NatsLeaseBackend
 
-        return NatsLeaseBackend(url)
+            return NatsLeaseBackend(url)
+    except ModuleNotFoundError as exc:  # the redis / nats extra is not installed
+        raise missing(exc, f"the {scheme}:// lease backend") from None
     if scheme == "quorum":
         from hivemesh.leases._quorum import QuorumLeaseBackend
 

@@ -37,8 +37,9 @@ from urllib.parse import parse_qs, urlsplit
 
 from hivemesh.core import codec
 from hivemesh.core.lease_quorum import Acquire, Outcome, Proposer, Release, Renew, Show, Voter
-from hivemesh.errors import BackendUnavailable, DecodeError, InvalidArgument, LeaseContended
+from hivemesh.errors import BackendUnavailable, DecodeError, InvalidArgument
 from hivemesh.leases._api import LeaseInfo
+from hivemesh.leases.errors import LeaseContended
 from hivemesh.stores.private import open_private
 
 __all__ = ["LocalQuorum", "QuorumLeaseBackend", "VoterServer", "parse_voters"]

@@ -55,8 +55,8 @@ from typing import Any
 
 from hivemesh.core.lease_quorum import Acquire, Outcome, Proposer, Release, Renew
 from hivemesh.core.lease_voter import Voter
-from hivemesh.errors import StaleFencingToken
 from hivemesh.leases import DRIFT_MS, DRIFT_RATIO, FencingGuard
+from hivemesh.leases.errors import StaleFencingToken
 from hivemesh.sim.cluster import SimResult
 from hivemesh.sim.lease_history import Op, check_history
 from hivemesh.sim.options import SimOptions

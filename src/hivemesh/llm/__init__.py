@@ -13,7 +13,9 @@
 from __future__ import annotations
 
 import random
+from typing import TYPE_CHECKING
 
+from hivemesh._lazy import lazy_exports
 from hivemesh.llm.base import LLMProvider as LLMProvider
 from hivemesh.llm.base import LLMResult as LLMResult
 from hivemesh.llm.base import Message as Message
@@ -23,9 +25,11 @@ from hivemesh.llm.base import extract_json as extract_json
 from hivemesh.llm.config import HOW_TO_CONFIGURE as HOW_TO_CONFIGURE
 from hivemesh.llm.config import LLMConfig as LLMConfig
 from hivemesh.llm.gguf import LlamaCppProvider as LlamaCppProvider
-from hivemesh.llm.openai import OpenAICompatProvider as OpenAICompatProvider
 from hivemesh.llm.stub import FixedLatencyLLM as FixedLatencyLLM
 from hivemesh.llm.stub import ScriptedLLM as ScriptedLLM
+
+if TYPE_CHECKING:  # loads httpx: imported on first use (see hivemesh._lazy)
+    from hivemesh.llm.openai import OpenAICompatProvider as OpenAICompatProvider
 
 __all__ = [
     "HOW_TO_CONFIGURE",
@@ -53,4 +57,9 @@ def provider_from_config(
     """The provider ``config`` describes (GGUF if ``gguf_path`` is set)."""
     if config.gguf_path:
         return LlamaCppProvider(config, on_usage=on_usage, rng=rng)
+    from hivemesh.llm.openai import OpenAICompatProvider
+
     return OpenAICompatProvider(config, on_usage=on_usage, rng=rng)
+
+
+__getattr__ = lazy_exports(__name__, {"OpenAICompatProvider": "hivemesh.llm.openai"})

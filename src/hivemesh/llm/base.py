@@ -21,7 +21,7 @@ wraps it with the policy that is the same for every backend:
   ``on_usage(model, input_tokens, output_tokens, latency_ms, ok)``.
 
 When attempts run out, the last typed error is raised
-(:class:`~hivemesh.errors.LLMBadOutput` for unusable replies).
+(:class:`~hivemesh.llm.errors.LLMBadOutput` for unusable replies).
 """
 
 from __future__ import annotations
@@ -32,11 +32,9 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypedDict
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
-import jsonschema
-
-from hivemesh.errors import LLMBadOutput, LLMError, LLMHTTPError, LLMTimeout
+from hivemesh.llm.errors import LLMBadOutput, LLMError, LLMHTTPError, LLMTimeout
 
 __all__ = [
     "LLMProvider",
@@ -144,12 +142,17 @@ def extract_json(text: str) -> Any:
     raise ValueError("no JSON value in reply")
 
 
+if TYPE_CHECKING:
+    import jsonschema
+
 _VALIDATORS: dict[str, jsonschema.protocols.Validator] = {}
 _MAX_VALIDATORS = 256
 
 
 def _validator(schema: dict[str, Any]) -> jsonschema.protocols.Validator:
     """A checked validator for ``schema``, cached (checking the schema is slow)."""
+    import jsonschema  # here: a node that never asks a model for JSON does not load it
+
     key = json.dumps(schema, sort_keys=True)
     v = _VALIDATORS.get(key)
     if v is None:
@@ -163,6 +166,8 @@ def _validator(schema: dict[str, Any]) -> jsonschema.protocols.Validator:
 
 
 def _check(text: str, validator: jsonschema.protocols.Validator) -> Any:
+    import jsonschema
+
     try:
         value = extract_json(text)
     except ValueError as exc:

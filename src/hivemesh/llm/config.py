@@ -3,7 +3,7 @@
 Precedence is explicit keyword overrides (CLI flags), then environment
 variables, then the ``[llm]`` table of a config file (a mapping). With
 nothing configured, :meth:`LLMConfig.resolve` raises
-:class:`~hivemesh.errors.LLMNotConfigured` whose message is
+:class:`~hivemesh.llm.errors.LLMNotConfigured` whose message is
 :data:`HOW_TO_CONFIGURE`, ready to print.
 """
 
@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hivemesh.errors import ConfigError, LLMNotConfigured
+from hivemesh.errors import ConfigError
+from hivemesh.llm.errors import LLMNotConfigured
 
 __all__ = ["ENV", "HOW_TO_CONFIGURE", "LLMConfig"]
 

@@ -16,7 +16,7 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from hivemesh.errors import ConfigError, LLMBadOutput, LLMUnavailable
+from hivemesh.errors import ConfigError
 from hivemesh.llm.base import (
     LLMResult,
     Message,
@@ -26,6 +26,7 @@ from hivemesh.llm.base import (
     complete_with_retries,
 )
 from hivemesh.llm.config import LLMConfig
+from hivemesh.llm.errors import LLMBadOutput, LLMUnavailable
 
 __all__ = ["LlamaCppProvider"]
 

@@ -5,7 +5,7 @@ One exchange is ``POST {base_url}/chat/completions`` with ``model``,
 ``response_format: {"type": "json_object"}``. The reply's
 ``choices[0].message.content`` and ``usage`` are read; anything else about
 the payload is ignored. Transport problems map to typed errors
-(:class:`~hivemesh.errors.LLMTimeout`, ``LLMUnavailable``, ``LLMHTTPError``,
+(:class:`~hivemesh.llm.errors.LLMTimeout`, ``LLMUnavailable``, ``LLMHTTPError``,
 ``LLMBadOutput`` for a garbled payload) whose message names the cause and the
 endpoint (``connection refused to 127.0.0.1:11434``, not httpx's "All
 connection attempts failed"), and the shared policy in
@@ -22,7 +22,6 @@ from typing import Any
 
 import httpx
 
-from hivemesh.errors import LLMBadOutput, LLMHTTPError, LLMTimeout, LLMUnavailable
 from hivemesh.llm.base import (
     LLMResult,
     Message,
@@ -32,6 +31,7 @@ from hivemesh.llm.base import (
     complete_with_retries,
 )
 from hivemesh.llm.config import LLMConfig
+from hivemesh.llm.errors import LLMBadOutput, LLMHTTPError, LLMTimeout, LLMUnavailable
 
 __all__ = ["OpenAICompatProvider", "connection_failure"]
 

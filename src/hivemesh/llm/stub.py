@@ -3,7 +3,7 @@
 Both run the real retry/validation loop of :mod:`hivemesh.llm.base`; only the
 exchange is local. A *responder* is ``(messages, schema) -> reply`` where a
 reply is a ``str`` (returned as text), any other JSON value (serialised), an
-:class:`~hivemesh.errors.LLMError` instance (raised), or a
+:class:`~hivemesh.llm.errors.LLMError` instance (raised), or a
 :class:`~hivemesh.llm.base.RawReply`.
 """
 
@@ -15,7 +15,7 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from hivemesh.errors import LLMError, LocalProtocolError
+from hivemesh.errors import LocalProtocolError
 from hivemesh.llm.base import (
     LLMResult,
     Message,
@@ -24,6 +24,7 @@ from hivemesh.llm.base import (
     UsageHook,
     complete_with_retries,
 )
+from hivemesh.llm.errors import LLMError
 
 __all__ = ["FixedLatencyLLM", "Responder", "ScriptedLLM"]
 

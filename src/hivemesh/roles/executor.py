@@ -34,8 +34,8 @@ from hivemesh.core.plan_events import (
     release_body,
     result_body,
 )
-from hivemesh.errors import LLMBadOutput
 from hivemesh.llm.base import LLMProvider, Message
+from hivemesh.llm.errors import LLMBadOutput
 from hivemesh.roles.base import Action, Emit, RoleBase, clip
 from hivemesh.roles.prompts import execute_messages, execute_schema, synth_messages
 

@@ -8,10 +8,9 @@ replica sees it. :func:`plan_view` attaches one view per daemon, created on
 first use (a verified replay of the store, then live events), or adopts the
 view a role runner registered with :func:`attach_view`.
 
-Importing this module registers control operations (through
-:func:`hivemesh.runtime.control.register_op`, the runtime's hook for
-subsystems; the ``hivemesh`` CLI imports it via its ``plan`` command, so a
-``hivemesh up`` daemon and every ``hivemesh agent`` serve them):
+It holds the daemon's handlers of the plan commands
+(:mod:`hivemesh.commands.plan`), which :mod:`hivemesh.runtime.handlers`
+names in its table and imports on a node's first plan command:
 
 * ``plan.goal {title, detail?, quorum?, quorum_value?, scorers?, max_depth?,
   settle_ms?, max_attempts?}`` -> ``{"goal": id}``: append a new root goal;
@@ -31,22 +30,29 @@ import secrets
 import weakref
 from typing import TYPE_CHECKING, Any
 
+from hivemesh.commands import PlanCancel, PlanCancelReply, PlanGoal, PlanGoalReply, PlanShow, Record
 from hivemesh.core.plan import PlanView
 from hivemesh.core.plan_events import (
     KIND_CANCEL,
     KIND_GOAL,
-    MAX_DEPTH,
     cancel_body,
     goal_body,
     goal_id,
 )
 from hivemesh.errors import InvalidArgument
-from hivemesh.runtime.control import register_op
 
 if TYPE_CHECKING:
     from hivemesh.runtime.daemon import Daemon
 
-__all__ = ["attach_view", "plan_digest", "plan_view", "show"]
+__all__ = [
+    "attach_view",
+    "handle_cancel",
+    "handle_goal",
+    "handle_show",
+    "plan_digest",
+    "plan_view",
+    "show",
+]
 
 _VIEWS: weakref.WeakKeyDictionary[Any, PlanView] = weakref.WeakKeyDictionary()
 
@@ -93,58 +99,34 @@ def show(view: PlanView, goal: str | None = None) -> dict[str, Any]:
     return out
 
 
-def _str(args: dict[str, Any], name: str, default: str | None = None) -> str:
-    v = args.get(name, default)
-    if not isinstance(v, str) or (default is None and not v):
-        raise InvalidArgument(f"argument {name!r} must be a non-empty string")
-    return v
-
-
-def _num(args: dict[str, Any], name: str, default: float, lo: float, hi: float) -> float:
-    v = args.get(name, default)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
-        raise InvalidArgument(f"argument {name!r} must be a number in [{lo}, {hi}]")
-    return float(v)
-
-
-async def _goal(d: Daemon, args: dict[str, Any]) -> Any:
-    title = _str(args, "title")
-    quorum = _str(args, "quorum", "majority")
-    if quorum not in ("count", "majority", "fraction"):
-        raise InvalidArgument("quorum must be count, majority or fraction")
+async def handle_goal(d: Daemon, req: PlanGoal) -> PlanGoalReply:
+    """The daemon's handler of ``plan.goal`` (the request is already checked)."""
     nonce = secrets.token_bytes(16)
     body = goal_body(
-        title[:300],
+        req.title[:300],
         nonce,
-        detail=(_str(args, "detail", "") or title[300:])[:4000],
-        quorum=quorum,
-        quorum_value=_num(args, "quorum_value", 0, 0, 1000),
-        scorers=int(_num(args, "scorers", 3, 1, 1000)),
-        max_depth=int(_num(args, "max_depth", 3, 1, MAX_DEPTH)),
-        settle_ms=int(_num(args, "settle_ms", 200, 0, 60_000)),
-        max_attempts=int(_num(args, "max_attempts", 3, 1, 100)),
+        detail=(req.detail or req.title[300:])[:4000],
+        quorum=req.quorum,
+        quorum_value=float(req.quorum_value),
+        scorers=int(req.scorers),
+        max_depth=int(req.max_depth),
+        settle_ms=int(req.settle_ms),
+        max_attempts=int(req.max_attempts),
     )
     plan_view(d)  # so the view sees the goal from its first event
     await d.append(KIND_GOAL, body)
-    return {"goal": goal_id(d.identity.public, nonce)}
+    return PlanGoalReply(goal=goal_id(d.identity.public, nonce))
 
 
-async def _show(d: Daemon, args: dict[str, Any]) -> Any:
-    goal = args.get("goal")
-    if goal is not None and not isinstance(goal, str):
-        raise InvalidArgument("argument 'goal' must be a string")
-    return show(plan_view(d), goal)
+async def handle_show(d: Daemon, req: PlanShow) -> Record:
+    """The daemon's handler of ``plan.show``."""
+    return Record(show(plan_view(d), req.goal))
 
 
-async def _cancel(d: Daemon, args: dict[str, Any]) -> Any:
-    goal = _str(args, "goal")
+async def handle_cancel(d: Daemon, req: PlanCancel) -> PlanCancelReply:
+    """The daemon's handler of ``plan.cancel``."""
     view = plan_view(d)
-    if view.node(goal) is None:
-        raise InvalidArgument(f"no goal or task {goal!r} in this node's journal")
-    await d.append(KIND_CANCEL, cancel_body(goal, _str(args, "reason", "cancelled")[:300]))
-    return {"cancelled": goal}
-
-
-register_op("plan.goal", _goal)
-register_op("plan.show", _show)
-register_op("plan.cancel", _cancel)
+    if view.node(req.goal) is None:
+        raise InvalidArgument(f"no goal or task {req.goal!r} in this node's journal")
+    await d.append(KIND_CANCEL, cancel_body(req.goal, req.reason[:300]))
+    return PlanCancelReply(cancelled=req.goal)

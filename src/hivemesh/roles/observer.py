@@ -8,12 +8,13 @@ output can be rendered the same way.
 
 from __future__ import annotations
 
-from typing import Any
-
-from rich.tree import Tree
+from typing import TYPE_CHECKING, Any
 
 from hivemesh.core.plan import PlanView
 from hivemesh.roles.base import Action
+
+if TYPE_CHECKING:  # rich loads where a tree is drawn, not with every role
+    from rich.tree import Tree
 
 __all__ = ["Observer", "render_rich", "render_text"]
 
@@ -58,6 +59,7 @@ def render_text(node: dict[str, Any], *, width: int = 60) -> str:
 
 def render_rich(node: dict[str, Any], *, width: int = 60) -> Tree:
     """A :class:`rich.tree.Tree` of one snapshot node, coloured by status."""
+    from rich.tree import Tree
 
     def add(parent: Tree | None, n: dict[str, Any]) -> Tree:
         style = _STYLE.get(n["status"], "white")

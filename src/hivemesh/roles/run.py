@@ -24,10 +24,12 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
+from hivemesh.commands import PlanCancel, PlanShow
 from hivemesh.core.plan import PlanView
 from hivemesh.core.plan_events import KIND_GOAL, goal_body, goal_id
-from hivemesh.errors import ConfigError, DaemonNotRunning, HivemeshError, LLMNotConfigured
+from hivemesh.errors import ConfigError, HivemeshError
 from hivemesh.llm import LLMConfig, LLMProvider, provider_from_config
+from hivemesh.llm.errors import LLMNotConfigured
 from hivemesh.roles.decomposer import Decomposer
 from hivemesh.roles.executor import Executor
 from hivemesh.roles.local import LocalJournal, author_key
@@ -35,7 +37,7 @@ from hivemesh.roles.observer import render_rich, render_text
 from hivemesh.roles.scorer import Scorer
 from hivemesh.roles.swarm import LocalSwarm
 from hivemesh.runtime.client import Client
-from hivemesh.runtime.cliutil import data_dir_of
+from hivemesh.runtime.cliutil import add_common, data_dir_of, error_json, exit_code
 
 __all__ = [
     "UsageTotals",
@@ -151,12 +153,9 @@ def register(sub: Any) -> None:
         "--mesh", action="store_true", help="join the running local daemon's mesh (--data-dir)"
     )
     p.add_argument(
-        "--data-dir", help="the local daemon (default $HIVEMESH_DATA_DIR or ~/.hivemesh)"
-    )
-    p.add_argument(
         "--in-process", action="store_true", help="run the roles in this process (no nodes)"
     )
-    p.add_argument("--json", action="store_true", help="print the final tree as JSON")
+    add_common(p)  # --data-dir: the local daemon; --json: the final tree as JSON
     p.add_argument("--quorum", default="majority", choices=["count", "majority", "fraction"])
     p.add_argument("--quorum-value", type=float, default=0)
     p.add_argument("--max-depth", type=int, default=3)
@@ -243,13 +242,17 @@ def show_or_cancel(
     client = _client(args)
     try:
         if what == "cancel":
-            res = client.call("plan.cancel", goal=gid, reason="cancelled from the CLI")
+            request = PlanCancel(goal=gid, reason="cancelled from the CLI")
+            res = client.run(request).to_wire()
             print(json.dumps(res) if args.json else f"cancelled {gid}", file=out)
             return 0
-        shown = client.call("plan.show", goal=gid)
+        shown = client.run(PlanShow(goal=gid)).to_wire()
     except HivemeshError as exc:
-        print(f"hivemesh plan {what}: {exc} [{exc.code}]", file=err)
-        return 3 if isinstance(exc, DaemonNotRunning) else 1
+        if args.json:  # the one error shape and exit code of every command
+            print(json.dumps(error_json(exc), sort_keys=True), file=out)
+        else:
+            print(f"hivemesh plan {what}: {exc} [{exc.code}]", file=err)
+        return exit_code(exc)
     if args.json:
         print(json.dumps(shown, sort_keys=True), file=out)
     else:
@@ -292,7 +295,7 @@ def run_on_nodes(
             )
     except HivemeshError as exc:
         print(f"hivemesh plan: {exc} [{exc.code}]", file=err)
-        return 3 if isinstance(exc, DaemonNotRunning) else 1
+        return exit_code(exc)
     finally:
         if live is not None:
             live.stop()

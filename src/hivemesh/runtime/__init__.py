@@ -2,21 +2,18 @@
 
 Modules
 -------
-* :mod:`~hivemesh.runtime.daemon` -- :class:`Daemon`: wiring and lifecycle;
-  :mod:`~hivemesh.runtime.pump` -- its pump (frames in, outbox out, group
-  commit, one timer at the earliest deadline).
+* :mod:`~hivemesh.runtime.daemon` -- :class:`Daemon`: wiring and lifecycle
+  around the sans-IO :class:`~hivemesh.core.peer.Peer`, which decides;
+  :mod:`~hivemesh.runtime.pump` -- its pump (inputs in, effects carried out,
+  group commit, one timer at the Peer's deadline).
 * :mod:`~hivemesh.runtime.connections` -- one secure channel per peer: dial
   with deadlines and backoff, accept, resolve simultaneous dials, bounded
   send queues with backpressure and counted drops.
-* :mod:`~hivemesh.runtime.members` -- SWIM membership wired to channels,
-  replication and ``member.*`` journal events.
 * :mod:`~hivemesh.runtime.messaging` -- direct messages, the durable inbox,
   ping.
 * :mod:`~hivemesh.runtime.blobs` -- content-addressed blobs fetched on demand.
-* :mod:`~hivemesh.runtime.invites`, :mod:`~hivemesh.runtime.trustview` --
-  invite/join over live channels and the swarm-wide web of trust.
-* :mod:`~hivemesh.runtime.endpoints` -- ``node.hello``: where nodes listen,
-  learnt from the journal.
+* :mod:`~hivemesh.runtime.invites` -- invite/join over live channels (the
+  web of trust is the Peer's: :mod:`hivemesh.core.views.trust`).
 * :mod:`~hivemesh.runtime.control`, :mod:`~hivemesh.runtime.client` -- the
   JSON-lines control socket and its blocking client.
 * :mod:`~hivemesh.runtime.status` -- what ``status`` and ``peers`` report.

@@ -2,13 +2,14 @@
 
 Theory of operation
 -------------------
-A :class:`~hivemesh.core.claims.ClaimsView` is registered in the daemon;
-:class:`MeshClaims` appends ``claim.intent`` / ``claim.release`` /
-``claim.done`` events and waits for the view's decision: the earliest live
-claim by ``(hlc, author)`` wins once it is older than the settle window. A
-``member.down`` event (written by SWIM failure detection) releases the dead
-member's claims; a restarted node releases the live claims of its previous
-life. Cheap and leaderless; a rare duplicate is possible and is detected
+The node's :class:`~hivemesh.core.peer.Peer` holds the
+:class:`~hivemesh.core.claims.ClaimsView` and its rules: a ``member.down``
+event (written by SWIM failure detection) releases the dead member's
+claims, and a restarted node releases the live claims of its previous life.
+:class:`MeshClaims` is the daemon's API over it: it appends ``claim.intent``
+/ ``claim.release`` / ``claim.done`` events and waits for the view's
+decision: the earliest live claim by ``(hlc, author)`` wins once it is older
+than the settle window. Cheap and leaderless; a rare duplicate is possible and is detected
 (``claim.done`` by two nodes), which is what leases with fencing tokens
 (:mod:`hivemesh.runtime.leases`) are for when it must not happen.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+from hivemesh.core.claims import DEFAULT_WINDOW_MS as DEFAULT_SETTLE_MS
 from hivemesh.core.claims import ClaimsView
 from hivemesh.core.identity import address_of
 from hivemesh.errors import DeadlineExceeded, InvalidArgument
@@ -26,9 +28,6 @@ if TYPE_CHECKING:
     from hivemesh.runtime.daemon import Daemon
 
 __all__ = ["DEFAULT_SETTLE_MS", "MeshClaims"]
-
-#: Claims settle window default (ms): must exceed the usual propagation delay.
-DEFAULT_SETTLE_MS = 500
 
 
 class MeshClaims:
@@ -40,25 +39,10 @@ class MeshClaims:
     next earliest claim (possibly a new one) wins.
     """
 
-    def __init__(self, daemon: Daemon, settle_ms: int = DEFAULT_SETTLE_MS) -> None:
+    def __init__(self, daemon: Daemon) -> None:
         self.d = daemon
-        self.settle_ms = settle_ms
-        self.view = ClaimsView(window_ms=settle_ms)  # backdating buys at most the window
-
-    def abandon_previous_life(self, now_ms: int) -> int:
-        """Release the live claims this node made before it restarted.
-
-        Called once after rehydration: whatever this process was doing for
-        those claims died with its previous life, so holding them would stall
-        the work until failure detection (which may never fire for a fast
-        restart). Returns how many were released.
-        """
-        stale = self.view.own_live(self.d.identity.public)
-        if stale:
-            self.d.node.append_many(
-                [("claim.release", {"r": r, "seq": seq}) for r, seq in stale], now_ms
-            )
-        return len(stale)
+        self.settle_ms = daemon.peer.config.claim_settle_ms
+        self.view: ClaimsView = daemon.peer.claims  # backdating buys at most the window
 
     def _resource(self, resource: object) -> str:
         if not isinstance(resource, str) or not 0 < len(resource) <= 256:

@@ -7,9 +7,12 @@ it without an event loop::
     c.status()["journal"]["events"]
     c.ctx_set("default", "goal", "ship it")
 
-Errors come back as the daemon raised them: the ``type`` of an error
-response is looked up in :mod:`hivemesh.errors`, so ``except UnknownPeer``
-works across the socket. A daemon that is not running raises
+:meth:`Client.run` takes a typed request of :mod:`hivemesh.commands` and
+returns its typed reply; :meth:`Client.call` is the same by wire name, with
+the plain JSON result. Errors come back as the daemon raised them: the
+stable ``code`` of an error response is looked up with
+:func:`hivemesh.error_codes.error_class` (never the class name), so
+``except UnknownPeer`` works across the socket. A daemon that is not running raises
 :class:`~hivemesh.errors.DaemonNotRunning`. A request the daemon would
 refuse for its form (too large, nested too deep, text that is not UTF-8:
 :mod:`hivemesh.runtime.wirejson`) is refused here first, with the same
@@ -27,11 +30,14 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-from hivemesh import errors
+from hivemesh.error_codes import error_from_wire
 from hivemesh.errors import DaemonNotRunning, DeadlineExceeded, HivemeshError
 from hivemesh.runtime.wirejson import encode
+
+if TYPE_CHECKING:
+    from hivemesh.commands import Command, Reply
 
 __all__ = ["Client"]
 
@@ -39,10 +45,7 @@ _SOCKET_NAME = "ctl.sock"
 
 
 def _raise(err: dict[str, Any]) -> None:
-    cls = getattr(errors, str(err.get("type")), None)
-    if not (isinstance(cls, type) and issubclass(cls, HivemeshError)):
-        cls = HivemeshError
-    raise cls(str(err.get("message", "")))
+    raise error_from_wire(err)
 
 
 def _exchange(
@@ -107,6 +110,12 @@ class Client:
             _raise(resp.get("error") or {})
         return resp.get("result")
 
+    def run(self, request: Command) -> Reply:
+        """Run a typed command and return its typed reply (or raise its error)."""
+        args = request.to_wire()
+        result = self.call(request.op, timeout_s=args.pop("timeout_s", None), **args)
+        return type(request).reply.from_wire(result)
+
     def stream(self, op: str, *, idle_timeout_s: float | None = None, **args: Any) -> Iterator[Any]:
         """Yield the events of a streaming op until the caller stops.
 
@@ -141,17 +150,21 @@ class Client:
         return True
 
     def wait_running(self, timeout_s: float) -> dict[str, Any]:
-        """Poll until the daemon answers; returns its status."""
+        """Poll until the daemon answers and has finished starting (its
+        status no longer says ``rehydrating``); returns its status."""
         deadline = time.monotonic() + timeout_s
         last: Exception | None = None
         while time.monotonic() < deadline:
             try:
                 st: dict[str, Any] = self.call("status", timeout_s=2.0)
-                return st
+                if "rehydrating" not in st:
+                    return st
+                last = None
             except HivemeshError as exc:
                 last = exc
-                time.sleep(0.05)
-        raise DeadlineExceeded(f"daemon at {self.data_dir} not up in {timeout_s}s: {last}")
+            time.sleep(0.05)
+        why = last if last is not None else "still rebuilding its views"
+        raise DeadlineExceeded(f"daemon at {self.data_dir} not up in {timeout_s}s: {why}")
 
     # -- typed shortcuts ---------------------------------------------------------
 

@@ -103,7 +103,7 @@ import logging
 import random
 import time
 from collections import Counter, deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -174,6 +174,14 @@ class _Handover:
         return True
 
 
+#: ``spawn(name, coro)``: start a task (see ``ConnectionManager(spawn=...)``).
+Spawn = Callable[[str, Coroutine[Any, Any, None]], asyncio.Task[None]]
+
+
+def _create_task(name: str, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    return asyncio.get_running_loop().create_task(coro, name=f"hm-{name}")
+
+
 class ConnectionManager(Dialling):
     """Dial, accept and multiplex one channel per peer (see module docs)."""
 
@@ -196,7 +204,11 @@ class ConnectionManager(Dialling):
         linger_s: float = CLOSE_GRACE_S,
         on_refused: RefusedCallback | None = None,
         boot_id: bytes = PROCESS_BOOT_ID,
+        spawn: Spawn | None = None,
     ) -> None:
+        #: starts the readers, diallers and notifier (a daemon passes its
+        #: supervisor's ``watch``: a task that fails is logged and counted)
+        self._spawn: Spawn = spawn or _create_task
         self.identity = identity
         self.address = identity.address
         #: This node's boot id, proven in every handshake (one per node start).
@@ -310,7 +322,7 @@ class ConnectionManager(Dialling):
             last_rx_mono=time.monotonic(),
             boot_id=channel.peer_boot_id,
         )
-        link.task = asyncio.get_running_loop().create_task(self._reader(link))
+        link.task = self._spawn("reader", self._reader(link))
         if self._on_frames_now is not None and self._on_frames is not None:
             channel.consumer = lambda frames: self._consume(link, frames)
         self.counters["channels_opened"] += 1
@@ -444,7 +456,9 @@ class ConnectionManager(Dialling):
         link.last_rx_mono = time.monotonic()
         try:
             done = self._on_frames_now(link.address, frames)
-        except Exception:  # a bug in a handler must not kill the daemon silently
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException:  # a bug (or a loro panic) in a handler: log, count, redial
             log.exception("inline handler for %s failed", short(link.address))
             self.counters["reader_crashed"] += 1
             link.channel.close()  # its reader then drops the link
@@ -475,7 +489,9 @@ class ConnectionManager(Dialling):
             self.counters[f"channel_closed_{code or getattr(exc, 'code', 'os_error')}"] += 1
             if link.channel.peer_close_code is not None and isinstance(reason, REFUSALS):
                 self._refused(link.address, reason)
-        except Exception:  # a bug in a handler must not kill the daemon silently
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException:  # a bug (or a loro panic) in a handler: log, count, redial
             log.exception("reader for %s failed", short(link.address))
             self.counters["reader_crashed"] += 1
         self._retired.discard(link)
@@ -542,7 +558,7 @@ class ConnectionManager(Dialling):
         self.counters["peer_up_reports" if up else "peer_down_reports"] += 1
         self._events.append((address, up))
         if self._notifier is None or self._notifier.done():
-            self._notifier = asyncio.get_running_loop().create_task(self._deliver())
+            self._notifier = self._spawn("on_peer", self._deliver())
 
     async def _deliver(self) -> None:
         """Run queued ``on_peer`` reports, one at a time, in order.

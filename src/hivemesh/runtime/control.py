@@ -7,7 +7,8 @@ Theory of operation
 around ``bind``), so only the node's user can drive it. The protocol is one
 JSON object per line:
 
-request::
+request (``op`` is a command's wire name, ``args`` its fields; see
+:mod:`hivemesh.commands`)::
 
     {"id": 1, "op": "status", "args": {}}
 
@@ -16,6 +17,12 @@ response::
     {"id": 1, "ok": true, "result": ...}
     {"id": 1, "ok": false, "error": {"type": "UnknownPeer", "code": "unknown_peer",
                                       "message": "..."}}
+
+Every request is looked up in :data:`hivemesh.commands.COMMANDS` and
+validated into its typed request before anything runs; the daemon's one
+handler for it (:mod:`hivemesh.runtime.handlers`) answers a typed reply,
+encoded here. Clients map an error by its stable ``code`` (``type`` is
+informative only).
 
 Streaming operations (``ctx.watch``, ``events.watch``) answer
 ``{"id": 1, "ok": true, "result": {"stream": true}}`` and then send
@@ -37,26 +44,24 @@ Limits, so that no local client can wedge the daemon or lock out the CLI:
   crash or a silent hang-up: a line over :data:`MAX_LINE_BYTES`
   (``too_large``; the rest of the line is read and dropped, so the client
   is never cut off mid-write), JSON nested too deep (``too_deep``), text
-  that is not UTF-8 (``bad_encoding``), anything else that is not a request
-  or names no op (``invalid_argument``). The limits are
+  that is not UTF-8 (``bad_encoding``), a command that is not in the table
+  (``unknown_command``), a field of the wrong type, missing, unknown or out
+  of range, and anything else that is not a request (``invalid_argument``). The limits are
   :mod:`hivemesh.runtime.wirejson`'s, which the client checks first.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 import logging
 import os
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hivemesh.core.event import Event
-from hivemesh.core.identity import address_of
+from hivemesh.commands import Command, command_class
 from hivemesh.errors import (
     DeadlineExceeded,
     HivemeshError,
@@ -65,13 +70,14 @@ from hivemesh.errors import (
     LocalProtocolError,
     PeerBusy,
 )
+from hivemesh.runtime.handlers import execute, open_stream
 from hivemesh.runtime.wirejson import MAX_LINE_BYTES, decode
 
 if TYPE_CHECKING:
     from hivemesh.runtime.daemon import Daemon
 
 
-__all__ = ["MAX_LINE_BYTES", "ControlServer", "event_json", "jsonable"]
+__all__ = ["MAX_LINE_BYTES", "ControlServer"]
 
 log = logging.getLogger("hivemesh.runtime.control")
 
@@ -79,221 +85,6 @@ log = logging.getLogger("hivemesh.runtime.control")
 MAX_CLIENTS = 64
 #: Of those, the most that may hold a stream (``ctx.watch``, ``events.watch``).
 MAX_STREAMS = 48
-
-Op = Callable[["Daemon", dict[str, Any]], Awaitable[Any]]
-
-
-def jsonable(obj: Any) -> Any:
-    """``obj`` with bytes as ``{"$bytes": base64}`` so it fits in JSON."""
-    if isinstance(obj, bytes):
-        return {"$bytes": base64.b64encode(obj).decode("ascii")}
-    if isinstance(obj, dict):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    return obj
-
-
-def event_json(ev: Event) -> dict[str, Any]:
-    """An event as plain JSON data."""
-    return {
-        "author": address_of(ev.author),
-        "seq": ev.seq,
-        "hlc": ev.hlc,
-        "kind": ev.kind,
-        "id": ev.id.hex(),
-        "body": jsonable(ev.body),
-    }
-
-
-def _arg(args: dict[str, Any], name: str, kind: type, default: Any = ...) -> Any:
-    if name not in args:
-        if default is ...:
-            raise InvalidArgument(f"missing argument {name!r}")
-        return default
-    value = args[name]
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise InvalidArgument(f"argument {name!r} must be {kind.__name__}")
-    return value
-
-
-async def _status(d: Daemon, args: dict[str, Any]) -> Any:
-    return d.status()
-
-
-async def _peers(d: Daemon, args: dict[str, Any]) -> Any:
-    return d.peers()
-
-
-async def _ctx_get(d: Daemon, args: dict[str, Any]) -> Any:
-    name = _arg(args, "context", str, "default")
-    ctx = d.context(name)
-    key = _arg(args, "key", str, None)
-    if key is None:
-        return jsonable(d.context_view.snapshot().get(name, {}))
-    return {"key": key, "found": key in ctx, "value": jsonable(ctx.get(key))}
-
-
-async def _ctx_set(d: Daemon, args: dict[str, Any]) -> Any:
-    name = _arg(args, "context", str, "default")
-    key = _arg(args, "key", str)
-    if "value" not in args:
-        raise InvalidArgument("missing argument 'value'")
-    ctx = d.context(name)
-    ctx[key] = args["value"]
-    n = await d.commit()
-    return {
-        "context": name,
-        "key": key,
-        "events": n,
-        "seq": d.node.journal.head(d.identity.public).seq,
-    }
-
-
-def _set_handle(d: Daemon, args: dict[str, Any]) -> Any:
-    """The set named in ``args``: the add-wins set, or the grow-only one with ``grow_only``."""
-    ctx = d.context(_arg(args, "context", str, "default"))
-    name = _arg(args, "set", str)
-    return ctx.gset(name) if _arg(args, "grow_only", bool, False) else ctx.orset(name)
-
-
-def _elements(args: dict[str, Any]) -> list[str]:
-    elements: list[str] = _arg(args, "elements", list)
-    if not elements or not all(isinstance(e, str) for e in elements):
-        raise InvalidArgument("elements must be a non-empty list of strings")
-    return elements
-
-
-async def _ctx_add(d: Daemon, args: dict[str, Any]) -> Any:
-    handle = _set_handle(d, args)
-    for element in _elements(args):
-        handle.add(element)
-    return {"members": handle.members(), "events": await d.commit()}
-
-
-async def _ctx_remove(d: Daemon, args: dict[str, Any]) -> Any:
-    if args.get("grow_only"):
-        raise InvalidArgument("a grow-only set has no remove")
-    handle = _set_handle(d, args)
-    for element in _elements(args):
-        handle.discard(element)
-    return {"members": handle.members(), "events": await d.commit()}
-
-
-async def _ctx_members(d: Daemon, args: dict[str, Any]) -> Any:
-    return {"members": _set_handle(d, args).members()}
-
-
-async def _name_claim(d: Daemon, args: dict[str, Any]) -> Any:
-    name = _arg(args, "name", str)
-    owner = await d.claim_name(name)
-    return {"name": name, "owner": owner, "ours": owner == d.address}
-
-
-async def _names(d: Daemon, args: dict[str, Any]) -> Any:
-    return d.names.snapshot()
-
-
-async def _revoke(d: Daemon, args: dict[str, Any]) -> Any:
-    addr = d.check_address(_arg(args, "address", str))
-    await d.revoke(addr)
-    return {"revoked": addr}
-
-
-async def _admit(d: Daemon, args: dict[str, Any]) -> Any:
-    addr = d.check_address(_arg(args, "address", str))
-    d.admit(addr)
-    return {"trusted": addr}
-
-
-async def _trust_list(d: Daemon, args: dict[str, Any]) -> Any:
-    t = d.trust
-    return {
-        "mode": d.config.trust_mode,
-        "trusted": t.trusted(),
-        "revoked": t.revoked(),
-        "swarms": t.swarms(),
-    }
-
-
-async def _invite(d: Daemon, args: dict[str, Any]) -> Any:
-    return d.invite(_arg(args, "ttl_s", int, 3600), _arg(args, "swarm", str, None))
-
-
-async def _join(d: Daemon, args: dict[str, Any]) -> Any:
-    # answers before this request's own deadline (timeout_s + 1 s, else control_timeout_s)
-    default_s = max(1.0, d.config.control_timeout_s - 1.0)
-    timeout_s = _timeout(args) if "timeout_s" in args else default_s
-    return await d.join(_arg(args, "token", str), timeout_s=timeout_s)
-
-
-async def _send(d: Daemon, args: dict[str, Any]) -> Any:
-    to = _arg(args, "to", str)
-    if "data" not in args:
-        raise InvalidArgument("missing argument 'data'")
-    timeout_s = _timeout(args)
-    return await d.send_direct(to, args["data"], timeout_s=timeout_s)
-
-
-async def _inbox(d: Daemon, args: dict[str, Any]) -> Any:
-    limit = _arg(args, "limit", int, 100)
-    if not 0 < limit <= 10_000:
-        raise InvalidArgument("limit must be 1..10000")
-    remove = _arg(args, "remove", bool, False)
-    return jsonable(d.inbox(limit, remove=remove))
-
-
-async def _ping(d: Daemon, args: dict[str, Any]) -> Any:
-    return await d.ping(_arg(args, "address", str), timeout_s=_timeout(args))
-
-
-def _timeout(args: dict[str, Any]) -> float:
-    t = args.get("timeout_s", 10.0)
-    if not isinstance(t, (int, float)) or isinstance(t, bool) or not 0 < t <= 3600:
-        raise InvalidArgument("timeout_s must be a number in (0, 3600]")
-    return float(t)
-
-
-async def _append(d: Daemon, args: dict[str, Any]) -> Any:
-    kind = _arg(args, "kind", str)
-    if kind.startswith(("ctx.", "name.", "node.")):
-        raise InvalidArgument(f"kind {kind!r} is reserved; use the matching command")
-    ev = await d.append(kind, args.get("body"))
-    return event_json(ev)
-
-
-async def _stop(d: Daemon, args: dict[str, Any]) -> Any:
-    asyncio.get_running_loop().call_soon(d.request_stop)
-    return {"stopping": True}
-
-
-OPS: dict[str, Op] = {
-    "append": _append,
-    "ctx.add": _ctx_add,
-    "ctx.get": _ctx_get,
-    "ctx.members": _ctx_members,
-    "ctx.remove": _ctx_remove,
-    "ctx.set": _ctx_set,
-    "inbox": _inbox,
-    "invite": _invite,
-    "join": _join,
-    "name.claim": _name_claim,
-    "names": _names,
-    "peers": _peers,
-    "ping": _ping,
-    "send": _send,
-    "status": _status,
-    "stop": _stop,
-    "trust.admit": _admit,
-    "trust.list": _trust_list,
-    "trust.revoke": _revoke,
-}
-STREAMS = ("ctx.watch", "events.watch")
-
-
-def register_op(name: str, op: Op) -> None:
-    """Add an operation (used by subsystems wired into the daemon)."""
-    OPS[name] = op
 
 
 @dataclass(eq=False, slots=True)
@@ -398,9 +189,12 @@ class ControlServer:
                     await self._bad_request(writer, None, exc)
                     continue
                 rid = req.get("id")
-                args = req.get("args") or {}
-                op = req["op"]
-                if op in STREAMS:
+                try:
+                    cmd = command_class(req["op"]).from_wire(req.get("args"))
+                except InvalidArgument as exc:
+                    await self._bad_request(writer, rid, exc)
+                    continue
+                if cmd.stream:
                     streams = sum(c.streaming for c in self._clients.values())
                     if streams >= MAX_STREAMS:
                         counters["control_refused_busy"] += 1
@@ -408,9 +202,9 @@ class ControlServer:
                         await _write(writer, _error(rid, busy))
                         return
                     conn.streaming = True
-                    await self._stream(rid, op, args, writer)
+                    await self._stream(rid, cmd, writer)
                     return
-                await _write(writer, await self._call(rid, op, args))
+                await _write(writer, await self._call(rid, cmd))
         except (ConnectionError, asyncio.CancelledError):
             pass
         except TimeoutError:  # the client stopped reading its answers
@@ -419,83 +213,43 @@ class ControlServer:
             self._clients.pop(task, None)
             writer.close()
 
-    async def _bad_request(
-        self, writer: asyncio.StreamWriter, rid: Any, exc: HivemeshError
-    ) -> None:
+    def _count_bad(self, exc: HivemeshError) -> None:
         counters = self.daemon.counters
         counters["control_bad_request"] += 1
         counters[f"control_bad_request_{exc.code}"] += 1
+
+    async def _bad_request(
+        self, writer: asyncio.StreamWriter, rid: Any, exc: HivemeshError
+    ) -> None:
+        self._count_bad(exc)
         await _write(writer, _error(rid, exc))
 
-    async def _call(self, rid: Any, op: str, args: Any) -> dict[str, Any]:
-        fn = OPS.get(op)
-        if fn is None or not isinstance(args, dict):
-            self.daemon.counters["control_bad_request"] += 1
-            self.daemon.counters[f"control_bad_request_{InvalidArgument.code}"] += 1
-            return _error(rid, InvalidArgument(f"unknown op {op!r:.80} or bad args"))
-        timeout = self.timeout_s
-        t = args.get("timeout_s")
-        if isinstance(t, (int, float)) and not isinstance(t, bool) and t > 0:
-            timeout = float(t) + 1.0
+    async def _call(self, rid: Any, cmd: Command) -> dict[str, Any]:
         try:
-            async with asyncio.timeout(timeout):  # no extra task per request (wait_for's)
-                result = await fn(self.daemon, args)
-        except TimeoutError:
-            return _error(rid, DeadlineExceeded(f"{op} did not finish in {timeout:.1f}s"))
+            reply = await execute(self.daemon, cmd)  # under the command's deadline
+        except InvalidArgument as exc:  # a value the daemon refused: counted like a bad request
+            self._count_bad(exc)
+            return _error(rid, exc)
         except HivemeshError as exc:
             return _error(rid, exc)
         except Exception as exc:  # a bug: report it, keep serving
-            log.exception("control op %s failed", op)
+            log.exception("control command %s failed", cmd.op)
             self.daemon.counters["control_internal_error"] += 1
             return {
                 "id": rid,
                 "ok": False,
                 "error": {"type": type(exc).__name__, "code": "internal", "message": str(exc)},
             }
-        return {"id": rid, "ok": True, "result": result}
+        return {"id": rid, "ok": True, "result": reply.to_wire()}
 
-    async def _stream(self, rid: Any, op: str, args: Any, writer: asyncio.StreamWriter) -> None:
-        d = self.daemon
-        if not isinstance(args, dict):
-            await _write(writer, _error(rid, InvalidArgument("bad args")))
-            return
-        if op == "ctx.watch":
-            ctx_name = args.get("context", "default")
-            if not isinstance(ctx_name, str):
-                await _write(writer, _error(rid, InvalidArgument("context must be a string")))
-                return
-            sub = d.subscribe(["ctx.update"])
-        else:
-            kinds = args.get("kinds")
-            if kinds is not None and not (
-                isinstance(kinds, list) and all(isinstance(k, str) for k in kinds)
-            ):
-                await _write(writer, _error(rid, InvalidArgument("kinds must be strings")))
-                return
-            sub = d.subscribe(kinds)
+    async def _stream(self, rid: Any, cmd: Command, writer: asyncio.StreamWriter) -> None:
+        events = open_stream(self.daemon, cmd)
         try:
             await _write(writer, {"id": rid, "ok": True, "result": {"stream": True}})
-            if op == "ctx.watch":
-                snap = d.context_view.snapshot().get(ctx_name, {})
-                await _write(
-                    writer, {"id": rid, "event": {"context": ctx_name, "state": jsonable(snap)}}
-                )
-            while True:
-                ev = await sub.queue.get()
-                if op == "ctx.watch":
-                    if not isinstance(ev.body, dict) or ev.body.get("c") != ctx_name:
-                        continue
-                    snap = d.context_view.snapshot().get(ctx_name, {})
-                    msg = {
-                        "context": ctx_name,
-                        "author": address_of(ev.author),
-                        "state": jsonable(snap),
-                    }
-                    await _write(writer, {"id": rid, "event": msg})
-                else:
-                    await _write(writer, {"id": rid, "event": event_json(ev)})
+            async for event in events:
+                await _write(writer, {"id": rid, "event": event})
         finally:
-            d.unsubscribe(sub)
+            await events.aclose()  # type: ignore[attr-defined]
 
 
 def _error(rid: Any, exc: HivemeshError) -> dict[str, Any]:

@@ -2,23 +2,23 @@
 
 Theory of operation
 -------------------
-A :class:`Daemon` owns one node's parts -- identity, SQLite store, the core
-:class:`~hivemesh.core.node.Node` with its views, the connection manager and
-the control socket -- and moves bytes and time between them. It holds no
-protocol logic of its own; that lives in the core (as aioquic's asyncio
-package wraps its sans-IO connection):
+A :class:`Daemon` owns one node's I/O -- identity, SQLite store, the trust
+file, the connection manager and the control socket -- around the sans-IO
+:class:`~hivemesh.core.peer.Peer`, which decides everything (membership,
+claims, settlement, trust, endpoints, blobs, direct messages: see its module
+docs). The daemon moves bytes, time and files between them, as aioquic's
+asyncio package wraps its sans-IO connection:
 
-* **Input.** Frames from the channels go to
-  ``node.receive(peer, frame, now_ms)`` -- from the read callback itself
-  when nothing is waiting, else through the link's reader task; local writes
-  call ``node.append``.
-* **Output.** After every input, :meth:`Daemon.flush` drains
-  ``node.outbox()`` into the per-peer bounded send queues (waiting when one
-  is full: backpressure reaches the readers that caused the traffic) and
-  ``node.events()`` into subscribers' bounded queues.
-* **Time.** One timer task sleeps until the earliest deadline of the core,
-  membership, direct messages, blob fetches and invite probation, then calls
-  each ``handle_timer(now_ms)``. Time is
+* **Input.** Frames from the channels go to ``peer.receive`` -- from the
+  read callback itself when nothing is waiting, else through the link's
+  reader task; links going up or down to ``peer.link_up`` /
+  ``peer.link_down``; an edited ``trust.json`` to ``peer.trust_changed``.
+* **Output.** After every input, :meth:`Daemon.flush` carries out
+  ``peer.effects()``: frames into the per-peer bounded send queues (waiting
+  when one is full: backpressure reaches the readers that caused the
+  traffic), dials, closes, replies, events into subscribers' bounded queues.
+* **Time.** One timer task sleeps until ``peer.next_deadline()`` (or invite
+  probation's), then calls ``peer.handle_timer(now_ms)``. Time is
   wall-clock milliseconds; randomness is a ``random.Random`` seeded from
   :mod:`secrets`.
 
@@ -27,29 +27,56 @@ The pump itself (input, output, timers, group commit) is the
 
 **Start.** Make the data dir private (0700, every file 0600; loose modes
 found there are fixed and logged as a warning), open (or create) the key
-file, the own feed's mark and the store, verify and replay every stored feed
-into the views (rehydration), listen, dial bootstrap endpoints and every
-endpoint learnt from the journal, open the control socket. The appends of a
-new life (release the previous life's claims, a ``node.hello`` if our
-endpoint changed, the configured name) wait until the own feed takes
-writes: at once, unless the store is behind the feed's mark
-(:mod:`hivemesh.runtime.ownfeed`).
+file, the own feed's mark and the store, open the control socket, verify and
+replay every stored feed into the Peer's views in causal order, from the view
+checkpoint when there is a usable one (rehydration,
+:mod:`hivemesh.runtime.rehydration`: ``status`` answers meanwhile, other
+control operations wait until the start is complete), listen, start the Peer
+(its appends of a new life wait until the own feed takes writes), dial
+bootstrap endpoints and every endpoint learnt from the journal.
+
+**Supervision.** Every task runs under the daemon's
+:class:`~hivemesh.runtime.supervise.Supervisor`; a failure is logged with its
+traceback and counted (``task_failed_<name>``; ``status`` lists the loops
+under ``tasks``), then handled per task:
+
+==========================  ================================================
+task                        on failure
+==========================  ================================================
+``timer`` (timers, SWIM,    restarted with backoff (50 ms doubling to 2 s);
+anti-entropy, trust.json    a 6th failure within 60 s ends the node: it
+poll, own-feed watch)       stops and ``hivemesh up`` exits non-zero
+``group_commit``            a store error (I/O, full disk) is counted
+                            (``group_commit_failed``) and retried at the next
+                            commit, writes meanwhile fail with ``StoreError``;
+                            any other exception ends the node at once
+``flush``, ``disconnect``,  logged and counted; the next flush or trust
+``trust_recheck``           change runs them again
+``reader`` (per link),      a frame handler that raises drops that one link
+``dialler``, ``on_peer``    (``reader_crashed``), which is redialled; a bug
+                            while dialling is counted (``dial_crashed``) and
+                            the dialler backs off and dials again
+``telemetry_heartbeat``     restarted like ``timer``
+``telemetry_sender``,       logged and counted (both already retry every
+``telemetry_health``        delivery failure with backoff themselves)
+==========================  ================================================
+
+A ``trust.json`` that no longer parses is not a task failure: it is logged
+and counted once per bad version (``trust_file_invalid``) and the trust last
+read stays in force until the file parses again.
 
 **Stop.** Close the control socket, announce ``left`` to the members, send
-what is queued (briefly), close channels, close the store. Every append was
+what is queued (briefly), close channels, write a view checkpoint, close the
+store. Every append was
 already durable when it returned (in the store's append log until the next
 group commit), so a ``kill -9`` loses nothing that was acknowledged either.
 
-**Parts wired in.** SWIM membership (:mod:`hivemesh.runtime.members`),
-direct messages with a durable inbox, request/reply and ping
-(:mod:`hivemesh.runtime.messaging`), blobs (:mod:`hivemesh.runtime.blobs`),
-trust (``trust.json`` plus the journal's swarm-scoped web of trust:
-``authorize`` at the handshake, for membership and relayed messages,
-``author_trusted`` at the journal gate, ``shares`` for whose feeds a peer
-sees; :mod:`hivemesh.runtime.trustview`, :mod:`hivemesh.runtime.invites`), the
-views (context, names, endpoints, blob index, trust) and any application
-view added with :meth:`Daemon.add_view` (verified replay first). Only one
-daemon runs per data dir (``daemon.lock``).
+**Parts wired in.** The Peer; direct messages' durable inbox, request/reply
+and ping (:mod:`hivemesh.runtime.messaging`), blob puts and waits
+(:mod:`hivemesh.runtime.blobs`), invites (:mod:`hivemesh.runtime.invites`),
+leases (:mod:`hivemesh.runtime.leases`), and any application view added with
+:meth:`Daemon.add_view` (verified replay first). Only one daemon runs per
+data dir (``daemon.lock``).
 """
 
 from __future__ import annotations
@@ -66,35 +93,52 @@ from collections.abc import Iterable
 from typing import Any
 
 from hivemesh.config import Config, bootstrap_targets, parse_endpoint
+from hivemesh.core.direct import DirectConfig
 from hivemesh.core.event import Event
-from hivemesh.core.identity import Identity, address_of, public_key_of, short
+from hivemesh.core.identity import Identity, public_key_of, short
 from hivemesh.core.node import Node, NodeConfig
+from hivemesh.core.peer import Peer, PeerConfig, TrustFile
+from hivemesh.core.peer_commands import Leave, Revoke, Vouch
+from hivemesh.core.pex import MembershipConfig
+from hivemesh.core.trace import Trace
 from hivemesh.core.views.context import ContextView
+from hivemesh.core.views.endpoints import EndpointsView
 from hivemesh.core.views.names import NamesView
-from hivemesh.errors import (
-    ConfigError,
-)
+from hivemesh.core.views.trust import TrustView, TrustWeb
+from hivemesh.errors import ConfigError, HivemeshError
 from hivemesh.runtime.blobs import Blobs
 from hivemesh.runtime.clock import now_ms
 from hivemesh.runtime.connections import ConnectionManager
 from hivemesh.runtime.daemon_api import DaemonAPI
-from hivemesh.runtime.endpoints import KIND_HELLO, EndpointsView, hello_body
 from hivemesh.runtime.hostutil import lock_data_dir, primary_ipv4, raise_open_files_limit
 from hivemesh.runtime.invites import Invites
-from hivemesh.runtime.members import MemberDriver
 from hivemesh.runtime.messaging import Messaging
-from hivemesh.runtime.ownfeed import OwnFeedWatch
 from hivemesh.runtime.pump import Pump
+from hivemesh.runtime.rehydration import Rehydration
 from hivemesh.runtime.status import Subscription
-from hivemesh.runtime.trustview import KIND_TRUST_ADD, KIND_TRUST_REVOKE, TrustView, TrustWeb
+from hivemesh.runtime.supervise import Supervisor, TaskFailed
 from hivemesh.stores.feedmark import FileMarkStore, open_mark
 from hivemesh.transports import ChannelOptions
 from hivemesh.transports.noise import BOOT_ID_BYTES
 from hivemesh.trust import TrustStore
 
-__all__ = ["Daemon", "Subscription", "now_ms"]
+__all__ = ["Daemon", "Subscription", "membership_config", "now_ms"]
 
 log = logging.getLogger("hivemesh.runtime")
+
+
+def membership_config(
+    probe_interval_ms: int, probe_timeout_ms: int, suspicion_mult: int
+) -> MembershipConfig:
+    """Scale memberlist's LAN shape to the configured probe interval."""
+    return MembershipConfig(
+        probe_interval_ms=probe_interval_ms,
+        probe_timeout_ms=probe_timeout_ms,
+        suspicion_mult=suspicion_mult,
+        gossip_interval_ms=max(1, probe_interval_ms // 5),
+        push_pull_interval_ms=probe_interval_ms * 30,
+        join_timeout_ms=probe_interval_ms * 30,
+    )
 
 
 class Daemon(Pump, DaemonAPI):
@@ -106,39 +150,41 @@ class Daemon(Pump, DaemonAPI):
         self.counters: Counter[str] = Counter()
         self.started_ms = 0
         self.rehydrated = 0
+        self.rehydration = Rehydration(self)
         self.listen_port = 0
         self._subs: list[Subscription] = []
-        self._tasks: list[asyncio.Task[Any]] = []
+        #: every task of the node runs under it (:mod:`hivemesh.runtime.supervise`)
+        self.supervisor = Supervisor(self.counters, self._on_fatal)
         self._flush_lock = asyncio.Lock()
         self._unsent: deque[tuple[str, bytes]] = deque()  # output send_fast could not take (pump)
         self._wake = asyncio.Event()
         self._armed_ms = 0
         self._flush_scheduled = False
         self._commit_timer: asyncio.TimerHandle | None = None  # the group commit's
-        self._bg: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()
         self._ready = asyncio.Event()
         self._control: Any = None
         self._started = False
         self.identity: Identity
+        self.peer: Peer
         self.node: Node
         self.context_view: ContextView
         self.names: NamesView
         self.endpoints: EndpointsView
         self.conns: ConnectionManager
         self.trust: TrustStore
-        self.members: MemberDriver
         self.messaging: Messaging
         self.blobs: Blobs
         self.trust_view: TrustView
         self.invites = Invites(self)
-        self.own_feed: OwnFeedWatch
         self._marks: FileMarkStore
         self._mdns: Any = None
         self._lock_fd: int | None = None
         self._trust_generation = 0
-        self._web: tuple[tuple[int, int], TrustWeb] | None = None
-        self._addresses: dict[bytes, str] = {}
+        self._calls: dict[int, asyncio.Future[Any]] = {}  # command rid -> its caller
+        self._lives: dict[str, bytes] = {}  # linked peer -> the boot id given to the Peer
+        #: the Peer's recorded inputs and effects (``trace_peer`` only)
+        self.trace: Trace | None = None
         self.advertised = ""
 
     # -- lifecycle -------------------------------------------------------------
@@ -157,6 +203,7 @@ class Daemon(Pump, DaemonAPI):
             raise
 
     async def _abort_start(self) -> None:
+        await self.supervisor.close()
         with contextlib.suppress(Exception):
             if self._control is not None:
                 await self._control.close()
@@ -197,49 +244,70 @@ class Daemon(Pump, DaemonAPI):
         self.identity = load_or_create_identity(cfg.data_dir)
         self.trust = TrustStore(cfg.data_dir)
         self.trust.min_refresh_s = 1.0  # the timer loop's poll() catches edits
+        self.trust.on_load_error = self._trust_unreadable  # keeps the last good trust
         self._trust_generation = self.trust.generation
         store = self._store = SQLiteStore(cfg.store_path)
         # Received batches and our own (logged) join one commit per commit_delay_ms.
         store.write_behind = store.append_log = cfg.commit_delay_ms > 0
         power = store.durability == "power"
         self._marks = open_mark(cfg.data_dir, self.identity.public, store, fsync=power)
-        rng = random.Random(secrets.randbits(128))
         self.started_ms = now_ms()
-        self.node = Node(
+        seed = secrets.randbits(128)
+        self.trace = Trace(seed) if cfg.trace_peer else None
+        self.peer = Peer(
             self.identity,
             store,
-            rng,
+            random.Random(seed),
             now_ms=self.started_ms,
-            config=NodeConfig(
-                sync_interval_ms=cfg.sync_interval_ms,
-                # Batches straight from their author (our channels authenticate
-                # it) are verified per run at the group commit (core.journal).
-                defer_direct_verify=cfg.commit_delay_ms > 0,
-                settle_delay_ms=None,
+            config=PeerConfig(
+                node=NodeConfig(
+                    sync_interval_ms=cfg.sync_interval_ms,
+                    # Batches straight from their author (our channels authenticate
+                    # it) are verified per run at the group commit (core.journal).
+                    defer_direct_verify=cfg.commit_delay_ms > 0,
+                    settle_delay_ms=None,
+                ),
+                membership=membership_config(
+                    cfg.probe_interval_ms, cfg.probe_timeout_ms, cfg.suspicion_mult
+                ),
+                direct=DirectConfig(
+                    inbox_capacity=min(cfg.inbox_max, 10_000), ack_when_stored=True
+                ),
+                trust_mode=cfg.trust_mode,
+                trust_vouches=cfg.trust_vouches,
+                name=cfg.name,
             ),
-            trusted=self.author_trusted,
-            shares=self.shares if cfg.trust_mode == "invite" else None,
+            trust=self._trust_file(),
             marks=self._marks,
+            trace=self.trace,
         )
-        self.context_view = ContextView(self.identity.public)
-        self.context_view.before_write = self.node.feed_gate.check  # refused while recovering
-        self.names = NamesView()
-        self.endpoints = EndpointsView()
-        self.trust_view = TrustView()
-        for view in (self.context_view, self.names, self.endpoints, self.trust_view):
-            self.node.add_view(view)
+        peer = self.peer
+        self.node = peer.node
+        self.context_view = peer.context
+        self.names = peer.names
+        self.endpoints = peer.endpoints
+        self.trust_view = peer.trust_view
         self.invites.attach(self.node)
         from hivemesh.runtime.leases import attach as attach_leases
 
-        self.leases, self.claims = attach_leases(self)  # quorum voter/proposer, claims view
-        self.blobs = Blobs(self, random.Random(secrets.randbits(128)))
-        self.rehydrated = self.node.rehydrate(self._replay(store))
-        self.own_feed = OwnFeedWatch(
-            self,
-            self._first_writes,
-            log_torn_bytes=store.log_torn_bytes,
-            log_orphaned=store.log_orphaned,
-        )
+        self.leases, self.claims = attach_leases(self)  # quorum voter/proposer, claims
+        self.blobs = Blobs(self)
+        from hivemesh.runtime.control import ControlServer
+
+        self._control = ControlServer(self, cfg.control_path, timeout_s=cfg.control_timeout_s)
+        await self._control.start()  # answers status while the views are rebuilt
+        self.rehydrated = await self.rehydration.run(store)  # into the Peer, in slices
+        if store.log_torn_bytes or store.log_orphaned:  # a damaged append log: never only a counter
+            log.warning(
+                "node %s: the store's append log was damaged (%d bytes torn off, %d "
+                "records set aside); own feed %s at #%d, mark #%s",
+                short(self.address),
+                store.log_torn_bytes,
+                store.log_orphaned,
+                self.node.feed_gate.state.value,
+                self.node.feed_gate.held.seq,
+                self.node.feed_gate.status()["mark"],
+            )
         self.conns = ConnectionManager(
             self.identity,
             authorize=lambda a: self.invites.admit_channel(a, now_ms()),
@@ -255,19 +323,17 @@ class Daemon(Pump, DaemonAPI):
             options=ChannelOptions(send_queue_frames=cfg.send_queue_frames),
             on_refused=self.invites.on_refused,
             boot_id=secrets.token_bytes(BOOT_ID_BYTES),  # one per node start (a life)
+            spawn=self.supervisor.watch,  # readers, diallers: a failure is logged and counted
         )
         host, port = cfg.listen_endpoint()
         self.listen_port = await self.conns.listen(host, port)
         endpoint = self.advertised = self._announce(host)
         t = now_ms()
-        self.members = MemberDriver(self, [endpoint], random.Random(secrets.randbits(128)), t)
         self.messaging = Messaging(
-            self.node,
+            self.peer,
             random.Random(secrets.randbits(128)),
             cfg.data_dir / "inbox.db",
             inbox_max=cfg.inbox_max,
-            relays=self._relays,
-            admit=self.authorize,
         )
         self.messaging.on_output = self._schedule_flush
         self._ready.set()
@@ -281,7 +347,7 @@ class Daemon(Pump, DaemonAPI):
                 on_found=lambda found: self.learn(found.address, list(found.endpoints)),
             )
             await self._mdns.start()
-        self.own_feed.start(t)
+        peer.start([endpoint], t)  # the appends of a new life (errors: no start)
         for address, eps in self.endpoints.known().items():
             self.learn(address, eps)
         for addr, h, p in bootstrap_targets(cfg.bootstrap):
@@ -290,13 +356,10 @@ class Daemon(Pump, DaemonAPI):
 
         self.telemetry = DaemonTelemetry(self)
         await self.telemetry.start()  # -- end telemetry --
-        from hivemesh.runtime.control import ControlServer
-
-        self._control = ControlServer(self, cfg.control_path, timeout_s=cfg.control_timeout_s)
-        await self._control.start()
-        loop = asyncio.get_running_loop()
-        self._tasks.append(loop.create_task(self._timer_loop()))
+        self.supervisor.install(asyncio.get_running_loop())
         self._started = True
+        self.supervisor.spawn("timer", self._timer_loop)
+        self.rehydration.complete()  # control operations waiting for the views go on
         await self.flush()
         # Everything loaded so far (modules, rehydrated views) lives as long as
         # the process: keep the cyclic GC from re-scanning it in every full
@@ -317,33 +380,38 @@ class Daemon(Pump, DaemonAPI):
         """Shut down cleanly: stop serving, close channels, close the store."""
         if not self._started:
             return
+        self.supervisor.closing()
         await self.telemetry.stop()  # -- telemetry: send what is spooled, briefly --
         self._started = False
         self._stopping.set()
         if self._control is not None:
             await self._control.close()
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(BaseException):
-                await t
-        for t in list(self._bg):
-            with contextlib.suppress(BaseException):
-                await t
+        await self.supervisor.stop_loops()
+        await self.supervisor.drain()  # the flushes, disconnects and trust re-checks under way
         self.leases.close()
         if self._commit_timer is not None:
             self._commit_timer.cancel()
         self.commit_nowait()
-        self.members.m.leave(now_ms())
+        self.peer.command(Leave(), now_ms())
         await self.flush()
         if self._mdns is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._mdns.close(), 3.0)
         await self.conns.close()
         self.messaging.close()
-        self.node.settle()  # store what was verified; a bad run is dropped
-        self.node.journal.store.close()
+        try:
+            failed = self.node.settle()  # store what was verified; a bad run is dropped
+            if not failed:  # else the views may hold a run the store refused
+                with contextlib.suppress(HivemeshError):  # no checkpoint then; counted by the store
+                    self.node.journal.store.sync()
+                    self.rehydration.save()
+            self.node.journal.store.close()
+        except Exception:
+            if self.supervisor.failure is None:
+                raise
+            log.exception("closing the store after %s", self.supervisor.failure)
         self._marks.close()
+        await self.supervisor.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # releases the data dir lock
             self._lock_fd = None
@@ -354,14 +422,32 @@ class Daemon(Pump, DaemonAPI):
         self._stopping.set()
 
     async def run_until_stopped(self) -> None:
-        """Wait until :meth:`request_stop`; then :meth:`stop`."""
+        """Wait until :meth:`request_stop`; then :meth:`stop`.
+
+        Raises :class:`~hivemesh.runtime.supervise.TaskFailed` after stopping
+        if a supervised task failed fatally (the process then exits non-zero).
+        """
         await self._stopping.wait()
         await self.stop()
+        if self.supervisor.failure is not None:
+            raise self.supervisor.failure
+
+    def _on_fatal(self, failure: TaskFailed) -> None:
+        """A supervised task failed for good: stop; :meth:`run_until_stopped`
+        then raises ``failure`` (a half-alive node is never left running)."""
+        self.request_stop()
+
+    def _trust_unreadable(self, exc: Exception) -> None:
+        """``trust.json`` no longer parses (a hand edit gone wrong): the trust
+        store keeps what it last read; say so, once per bad version."""
+        self.counters["trust_file_invalid"] += 1
+        log.error("%s; keeping the trust last read until it is fixed", exc)
 
     def _replay(self, store: Any) -> Iterable[Event]:
-        from hivemesh.stores.replay import verify_feeds
+        from hivemesh.stores.replay import verify_causal
 
-        yield from verify_feeds(store)
+        for run in verify_causal(store):  # causal order: loro imports nothing pending
+            yield from run
 
     def _announce(self, host: str) -> str:
         if self.config.advertise:
@@ -370,73 +456,41 @@ class Daemon(Pump, DaemonAPI):
             host = primary_ipv4()
         return f"{host}:{self.listen_port}"
 
-    def _first_writes(self, t: int) -> None:
-        """The appends of a new life, once the own feed takes writes: release
-        the previous life's claims (see :mod:`hivemesh.core.claims`), announce
-        our endpoint if it changed, claim the configured name."""
-        self.claims.abandon_previous_life(t)
-        if self.endpoints.endpoints(self.address) != [self.advertised]:
-            self.node.append(KIND_HELLO, hello_body([self.advertised]), t)
-        name = self.config.name
-        if name and self.names.resolve(name) != self.address:
-            self.node.append(*NamesView.claim(name), t)
-
     # -- trust -------------------------------------------------------------------
 
-    def authorize(self, address: str) -> bool:
-        """May ``address`` connect (and be a member)? Revoked never may.
+    def _trust_file(self) -> TrustFile:
+        """What the Peer needs of ``trust.json`` now."""
+        t = self.trust
+        return TrustFile(frozenset(t.trusted()), frozenset(t.revoked()), tuple(t.swarms()))
 
-        ``open`` mode: anyone not revoked here. ``invite`` mode: the web of
-        trust grown from ``trust.json`` through the journal's vouches
-        (:mod:`hivemesh.runtime.trustview`). Either way, the inviter of a
-        join in progress (:mod:`hivemesh.runtime.invites`).
-        """
-        if address in self.invites.joins or address == self.address:
-            return True  # (our own records, e.g. telemetry to ourselves as collector)
-        if self.trust.is_revoked(address):
+    def sync_trust(self) -> bool:
+        """Give the Peer ``trust.json`` if it changed (edited by hand, or by
+        our own invites and revocations); True if it had. A file that no
+        longer parses is reported by :meth:`_trust_unreadable` and the trust
+        last read stays in force (the generation does not move)."""
+        generation = self.trust.poll()
+        if generation == self._trust_generation:
             return False
-        if self.config.trust_mode == "open" or self.trust.is_trusted(address):
-            return True
-        return address in self.web().admitted
+        self._trust_generation = generation
+        self.peer.trust_changed(self._trust_file(), now_ms())
+        return True
+
+    def authorize(self, address: str) -> bool:
+        """May ``address`` connect (and be a member)? (the Peer decides:
+        :meth:`hivemesh.core.peer.Peer.authorize`)."""
+        return self.peer.authorize(address)
 
     def web(self) -> TrustWeb:
-        """Our swarms' web of trust now (:mod:`hivemesh.runtime.trustview`)."""
-        key = (self.trust.generation, self.trust_view.version)
-        if self._web is None or self._web[0] != key:
-            t = self.trust
-            web = self.trust_view.evaluate(
-                t.trusted(), t.revoked(), self.address, t.swarms(), self.config.trust_vouches
-            )
-            self._web = (key, web)
-        return self._web[1]
-
-    def author_trusted(self, author: bytes) -> bool:
-        """The journal gate: may events authored by ``author`` be stored?"""
-        return self.authorize(self._address_of(author))
-
-    def shares(self, peer: str, author: bytes) -> bool:
-        """May ``peer`` see ``author``'s feed? Its own and ours, and those of
-        the members of a swarm it shares with us (``invite`` mode's core policy)."""
-        a = self._address_of(author)
-        return a == peer or a == self.address or self.web().shares(peer, a)
-
-    def _address_of(self, author: bytes) -> str:
-        address = self._addresses.get(author)
-        if address is None:
-            if len(self._addresses) >= 65_536:  # bounded: a cache, not a registry
-                self._addresses.clear()
-            address = self._addresses[author] = address_of(author)
-        return address
+        """Our swarms' web of trust now (:mod:`hivemesh.core.views.trust`)."""
+        self.sync_trust()
+        return self.peer.web()
 
     async def revoke(self, address: str) -> None:
         """Revoke ``address``: drop its channel, forget it, refuse its new events."""
         public_key_of(address)
         self.trust.revoke(address, now_ms() // 1000)
-        self.node.append(KIND_TRUST_REVOKE, {"address": address}, now_ms())
-        self.conns.forget(address)
-        await self.conns.disconnect(address, "revoked", revoked=True)
-        self.node.remove_peer(address)
-        self.members.m.forget(address, now_ms())
+        self.sync_trust()
+        self.peer.command(Revoke(address), now_ms())
         await self.flush()
 
     def admit(self, address: str) -> None:
@@ -451,47 +505,17 @@ class Daemon(Pump, DaemonAPI):
     def vouch(self, address: str, swarm: str) -> None:
         """Publish that we bring ``address`` into ``swarm`` (its other members
         may admit it; nobody outside that swarm follows it)."""
-        self.node.append(KIND_TRUST_ADD, {"address": address, "swarm": swarm}, now_ms())
+        self.sync_trust()
+        self.peer.command(Vouch(address, swarm), now_ms())
         self._schedule_flush()
 
-    async def _recheck_trust(self) -> None:
-        """After trust changed: drop peers no longer admitted, dial new ones."""
+    async def _promote_probation(self) -> None:
+        """After trust changed: a peer on probation vouched for meanwhile is
+        a peer like any other."""
         for peer in sorted(self.conns.links):
-            if peer in self.invites.probation:
-                if self.authorize(peer):  # vouched for meanwhile: a peer like any other
-                    del self.invites.probation[peer]
-                    await self._on_peer(peer, True)
-                continue
-            if not self.authorize(peer):
-                self.counters["disconnected_revoked"] += 1
-                self.conns.forget(peer)
-                await self.conns.disconnect(peer, "revoked", revoked=True)
-                self.node.remove_peer(peer)
-                self.members.m.forget(peer, now_ms())
-        for address, eps in self.endpoints.known().items():
-            if address not in self.conns.links:
-                self.learn(address, eps)
-
-    def record(self, kind: str, address: str, incarnation: int, t: int) -> None:
-        """Append a membership observation to our feed.
-
-        ``a`` (the member's key) and ``upto`` (the last seq of its feed we
-        hold) let claim and plan views release exactly the claims this
-        observation is causally after (see :mod:`hivemesh.core.claims`).
-        """
-        author = public_key_of(address)
-        body = {
-            "address": address,
-            "incarnation": incarnation,
-            "observed_ms": t,
-            "a": author,
-            "upto": self.node.journal.head(author).seq,
-        }
-        self.node.append_later([(kind, body)], t)  # kept while the feed takes no writes
-
-    def _relays(self, destination: str) -> list[str]:
-        peers = set(self.node.peers)
-        return [a for a in sorted(self.conns.links) if a in peers and a != destination]
+            if peer in self.invites.probation and self.authorize(peer):
+                del self.invites.probation[peer]
+                await self._on_peer(peer, True)
 
     # -- membership and peers (the pump is in hivemesh.runtime.pump) --------------
 
@@ -505,19 +529,20 @@ class Daemon(Pump, DaemonAPI):
                 self.member_up(peer)
         else:
             self.invites.probation.pop(peer, None)
-            self.node.remove_peer(peer)
-            self.learn(peer, self.endpoints.endpoints(peer))
+            self.peer.link_down(peer, self._lives.pop(peer, b""), now_ms())
         await self.flush()
 
     def member_up(self, peer: str) -> None:
-        """A channel to ``peer`` is up and both sides admit each other:
-        replicate with it, and join membership through it if it is new."""
-        eps = self.endpoints.endpoints(peer)
+        """A channel to ``peer`` is up and both sides admit each other: the
+        Peer replicates with it (and joins membership through it if new)."""
+        self.sync_trust()  # an invite redeemed just now admits it
         link = self.conns.links.get(peer)
-        if link is not None and link.endpoint is not None and not eps:
-            eps = [f"{link.endpoint[0]}:{link.endpoint[1]}"]
-        self.members.channel_up(peer, eps, now_ms())
-        self.messaging.direct.link_up(peer, now_ms())  # e.g. the peer restarted
+        boot_id = link.boot_id if link is not None else b""
+        endpoint = None
+        if link is not None and link.endpoint is not None:
+            endpoint = f"{link.endpoint[0]}:{link.endpoint[1]}"
+        self._lives[peer] = boot_id
+        self.peer.link_up(peer, boot_id, now_ms(), endpoint)
 
     def learn(self, address: str, endpoints: list[str]) -> None:
         """Keep dialling ``address`` at ``endpoints`` (if it may connect)."""

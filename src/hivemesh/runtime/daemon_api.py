@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from hivemesh.core.event import Event
-from hivemesh.core.identity import public_key_of
+from hivemesh.core.identity import address_of, public_key_of
 from hivemesh.core.node import Node
 from hivemesh.core.views.context import Context, ContextView
 from hivemesh.core.views.names import NamesView
@@ -26,6 +26,7 @@ from hivemesh.runtime.status import Subscription, peers_of, status_of
 
 if TYPE_CHECKING:
     from hivemesh.runtime.daemon import Daemon
+    from hivemesh.runtime.rehydration import Rehydration
     from hivemesh.runtime.telemetry import DaemonTelemetry
 
 __all__ = ["DaemonAPI"]
@@ -42,6 +43,7 @@ class DaemonAPI:
     messaging: Messaging
     counters: Counter[str]
     telemetry: DaemonTelemetry
+    rehydration: Rehydration
     _subs: list[Subscription]
 
     @property
@@ -168,11 +170,19 @@ class DaemonAPI:
             self.unsubscribe(sub)
 
     def status(self) -> dict[str, Any]:
-        """Everything ``hivemesh status`` shows (see :mod:`hivemesh.runtime.status`)."""
-        return {
-            **status_of(self._daemon()),
-            "telemetry": self.telemetry.status(),
-        }  # -- telemetry --
+        """Everything ``hivemesh status`` shows (see :mod:`hivemesh.runtime.status`),
+        with every feed's head under ``journal.heads``: ``{address: {"seq",
+        "hash"}}``, the hash of the feed's last event (hex) -- equal on two
+        nodes exactly when they hold the same history of that feed."""
+        st = status_of(self._daemon())
+        heads = self.node.journal.heads
+        st["journal"]["heads"] = {
+            address_of(a): {"seq": h.seq, "hash": h.hash.hex()} for a, h in sorted(heads.items())
+        }
+        if not self.rehydration.is_complete:  # starting: the parts below do not exist yet
+            return st
+        st["telemetry"] = self.telemetry.status()  # -- telemetry --
+        return st
 
     def peers(self) -> list[dict[str, Any]]:
         """Known members with their channel figures."""

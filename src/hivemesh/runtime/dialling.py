@@ -27,7 +27,7 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,6 +86,7 @@ class Dialling:
     _handovers: dict[str, Any]
     _changed: dict[str, asyncio.Event]
     _on_refused: Callable[[str, HivemeshError], None] | None
+    _spawn: Callable[[str, Coroutine[Any, Any, None]], asyncio.Task[None]]
 
     def _adopt(self, channel: Any, *, dialer: str, endpoint: tuple[str, int] | None) -> None:
         raise NotImplementedError  # pragma: no cover - the manager's
@@ -105,7 +106,7 @@ class Dialling:
         elif address is not None and target.address != address:
             target.address = address
         if target.task is None or target.task.done():
-            target.task = asyncio.get_running_loop().create_task(self._dialler(target))
+            target.task = self._spawn("dialler", self._dialler(target))
 
     def forget(self, address: str) -> None:
         """Stop redialling every endpoint of ``address``."""
@@ -186,6 +187,13 @@ class Dialling:
                     limit *= REFUSED_BACKOFF_MULT
                 await asyncio.sleep(self._jittered(delay))
                 delay = min(delay * 2, limit)
+                continue
+            except Exception as exc:  # a bug on the dial path: log, count, back off, dial again
+                log.exception("dialling %s:%d failed", target.host, target.port)
+                self.counters["dial_crashed"] += 1
+                target.last_error = f"{type(exc).__name__}: {exc}"
+                await asyncio.sleep(self._jittered(delay))
+                delay = min(delay * 2, self._reconnect_max_s)
                 continue
             target.last_error = target.refused = None
             peer = channel.peer_address

@@ -253,6 +253,7 @@ class Invites:
             now_ms + timeout_ms,
             future,
         )
+        d.peer.expect_inviter(inviter)  # it may connect while the join runs
         d.counters["joins_started"] += 1
         if inviter in d.conns.links:
             self.send_proof(inviter)
@@ -322,6 +323,7 @@ class Invites:
             return
         d = self.daemon
         self.awaiting.discard(inviter)
+        d.peer.forget_inviter(inviter)  # before asking whether it may still connect
         d.counters[f"join_failed_{error.code}"] += 1
         log.warning("join through %s failed: %s [%s]", short(inviter), error, error.code)
         if not d.authorize(inviter):  # nothing else lets us talk to it: stop dialling
@@ -332,6 +334,7 @@ class Invites:
     def _finish(
         self, pending: PendingJoin, result: dict[str, Any] | None, error: HivemeshError | None
     ) -> None:
+        self.daemon.peer.forget_inviter(pending.inviter)
         self.results.append(
             {
                 "inviter": pending.inviter,

@@ -89,10 +89,9 @@ from hivemesh.errors import (
     DecodeError,
     HivemeshError,
     InvalidAddress,
-    LeaseContended,
 )
-from hivemesh.leases._api import LeaseInfo
-from hivemesh.leases._client import LeaseClient
+from hivemesh.leases import LeaseClient, LeaseInfo
+from hivemesh.leases.errors import LeaseContended
 from hivemesh.runtime.claims import MeshClaims
 from hivemesh.runtime.voterlog import VoterLog
 from hivemesh.stores.private import write_private
@@ -231,7 +230,7 @@ class MeshLeases:
         else:
             up = [
                 m.address
-                for m in self.d.members.m.members()
+                for m in self.d.peer.membership.members()
                 if m.state in (MemberState.UP, MemberState.SUSPECT)
             ]
             voters = sorted({self.d.address, *up})
@@ -424,7 +423,9 @@ class MeshLeases:
         """Self, then voters with an open channel that membership sees up."""
         links = self.d.conns.links
         live = [
-            v for v in voters if v in links and self.d.members.state(v) in (MemberState.UP, None)
+            v
+            for v in voters
+            if v in links and self.d.peer.member_state(v) in (MemberState.UP, None)
         ]
         return [self.d.address, *live]
 
@@ -535,9 +536,5 @@ def attach(daemon: Daemon) -> tuple[MeshLeases, MeshClaims]:
     and *before* rehydration, so the views get the stored events in that one
     replay (membership and channels are only used later, lazily)."""
     leases = MeshLeases(daemon)
-    claims = MeshClaims(daemon)
-    daemon.node.add_view(claims.view)
-    from hivemesh.runtime import leases_ops
-
-    leases_ops.register()
+    claims = MeshClaims(daemon)  # over the Peer's claims view
     return leases, claims

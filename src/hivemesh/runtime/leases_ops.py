@@ -1,130 +1,110 @@
-"""Control-socket operations for leases and claims (``lease.*``, ``claim.*``).
+"""The daemon's handlers of the lease and claim commands (``lease.*``, ``claim.*``).
 
-Arguments are validated here (typed errors, counted by the control server);
-the work is done by :mod:`hivemesh.runtime.leases`. Every lease op takes
-``timeout_s`` (default 2 s), the deadline of the quorum round trips.
+The requests arrive typed and checked (:mod:`hivemesh.commands.coordination`);
+resource, holder and TTL are checked here by the lease layer's own rules.
+The work is done by :mod:`hivemesh.runtime.leases` (quorum) and
+:mod:`hivemesh.runtime.claims` (journal claims). :mod:`hivemesh.runtime.handlers`
+lists these handlers in the daemon's table.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from hivemesh.errors import InvalidArgument
-from hivemesh.leases._api import validate_holder, validate_resource, validate_ttl_ms
-from hivemesh.runtime.control import register_op
+from hivemesh import commands as c
+from hivemesh.commands import Record
+from hivemesh.leases import validate_holder, validate_resource, validate_ttl_ms
 
 if TYPE_CHECKING:
     from hivemesh.runtime.daemon import Daemon
 
-__all__ = ["register"]
-
-
-def _timeout(args: dict[str, Any]) -> float:
-    t = args.get("timeout_s", 2.0)
-    if isinstance(t, bool) or not isinstance(t, int | float) or not 0 < t <= 3600:
-        raise InvalidArgument("timeout_s must be a number in (0, 3600]")
-    return float(t)
-
-
-def _token(args: dict[str, Any]) -> int:
-    t = args.get("token")
-    if isinstance(t, bool) or not isinstance(t, int) or t < 1:
-        raise InvalidArgument("token must be a positive int")
-    return t
+__all__ = [
+    "acquire",
+    "claim",
+    "claim_done",
+    "claim_release",
+    "claim_show",
+    "claim_wait",
+    "release",
+    "renew",
+    "show",
+    "voters",
+]
 
 
 def _backend(d: Daemon) -> Any:
     return d.leases.client().backend
 
 
-async def _acquire(d: Daemon, args: dict[str, Any]) -> Any:
-    r, h = validate_resource(args.get("resource")), validate_holder(args.get("holder"))
-    ttl = validate_ttl_ms(args.get("ttl_ms", 5000))
-    token = await _backend(d).acquire(r, h, ttl, timeout_s=_timeout(args))
-    return {"token": token}
+async def acquire(d: Daemon, req: c.LeaseAcquire) -> c.LeaseAcquireReply:
+    """``lease.acquire``: one majority round for a new fencing token."""
+    r, h = validate_resource(req.resource), validate_holder(req.holder)
+    ttl = validate_ttl_ms(req.ttl_ms)
+    token = await _backend(d).acquire(r, h, ttl, timeout_s=req.timeout_s)
+    return c.LeaseAcquireReply(token=token)
 
 
-async def _renew(d: Daemon, args: dict[str, Any]) -> Any:
-    r, h = validate_resource(args.get("resource")), validate_holder(args.get("holder"))
-    ttl = validate_ttl_ms(args.get("ttl_ms", 5000))
-    ok = await _backend(d).renew(r, h, _token(args), ttl, timeout_s=_timeout(args))
-    return {"ok": ok}
+async def renew(d: Daemon, req: c.LeaseRenew) -> c.LeaseOkReply:
+    """``lease.renew``: a majority renew of the holder's token."""
+    r, h = validate_resource(req.resource), validate_holder(req.holder)
+    ttl = validate_ttl_ms(req.ttl_ms)
+    ok = await _backend(d).renew(r, h, req.token, ttl, timeout_s=req.timeout_s)
+    return c.LeaseOkReply(ok=bool(ok))
 
 
-async def _release(d: Daemon, args: dict[str, Any]) -> Any:
-    r, h = validate_resource(args.get("resource")), validate_holder(args.get("holder"))
-    ok = await _backend(d).release(r, h, _token(args), timeout_s=_timeout(args))
-    return {"ok": ok}
+async def release(d: Daemon, req: c.LeaseRelease) -> c.LeaseOkReply:
+    """``lease.release``: a majority release of the holder's token."""
+    r, h = validate_resource(req.resource), validate_holder(req.holder)
+    ok = await _backend(d).release(r, h, req.token, timeout_s=req.timeout_s)
+    return c.LeaseOkReply(ok=bool(ok))
 
 
-async def _show(d: Daemon, args: dict[str, Any]) -> Any:
-    info = await _backend(d).show(validate_resource(args.get("resource")), timeout_s=_timeout(args))
+async def show(d: Daemon, req: c.LeaseShow) -> c.LeaseShowReply:
+    """``lease.show``: a majority read of the current holder."""
+    info = await _backend(d).show(validate_resource(req.resource), timeout_s=req.timeout_s)
     if info is None:
-        return {"held": False}
-    return {
-        "held": True,
-        "holder": info.holder,
-        "fencing_token": info.fencing_token,
-        "remaining_ms": info.remaining_ms,
-    }
+        return c.LeaseShowReply(held=False)
+    return c.LeaseShowReply(
+        held=True,
+        holder=info.holder,
+        fencing_token=info.fencing_token,
+        remaining_ms=info.remaining_ms,
+    )
 
 
-async def _voters(d: Daemon, args: dict[str, Any]) -> Any:
-    voters = d.leases.voters()
-    return {"voters": voters, "majority": len(voters) // 2 + 1, **d.leases.statistics()}
+async def voters(d: Daemon, req: c.LeaseVoters) -> Record:
+    """``lease.voters``: the voters, the majority and the proposer's figures."""
+    vs = d.leases.voters()
+    return Record({"voters": vs, "majority": len(vs) // 2 + 1, **d.leases.statistics()})
 
 
-def _resource(args: dict[str, Any]) -> str:
-    r = args.get("resource")
-    if not isinstance(r, str):
-        raise InvalidArgument("missing argument 'resource' (a string)")
-    return r
+async def claim(d: Daemon, req: c.Claim) -> c.ClaimReply:
+    """``claim``: register this node's claim."""
+    seq = await d.claims.claim(req.resource)
+    return c.ClaimReply(resource=req.resource, seq=seq, winner=d.claims.winner(req.resource))
 
 
-async def _claim(d: Daemon, args: dict[str, Any]) -> Any:
-    r = _resource(args)
-    seq = await d.claims.claim(r)
-    return {"resource": r, "seq": seq, "winner": d.claims.winner(r)}
+async def claim_wait(d: Daemon, req: c.ClaimWait) -> c.ClaimWaitReply:
+    """``claim.wait``: the winner once decided."""
+    winner = await d.claims.wait_decided(req.resource, timeout_s=req.timeout_s)
+    return c.ClaimWaitReply(resource=req.resource, winner=winner, ours=winner == d.address)
 
 
-async def _claim_wait(d: Daemon, args: dict[str, Any]) -> Any:
-    r = _resource(args)
-    winner = await d.claims.wait_decided(r, timeout_s=_timeout(args))
-    return {"resource": r, "winner": winner, "ours": winner == d.address}
+async def claim_release(d: Daemon, req: c.ClaimRelease) -> c.ClaimReleaseReply:
+    """``claim.release``: release this node's live claims on the resource."""
+    return c.ClaimReleaseReply(released=await d.claims.release(req.resource))
 
 
-async def _claim_release(d: Daemon, args: dict[str, Any]) -> Any:
-    return {"released": await d.claims.release(_resource(args))}
+async def claim_done(d: Daemon, req: c.ClaimDone) -> c.ClaimDoneReply:
+    """``claim.done``: report the work finished."""
+    await d.claims.done(req.resource)
+    return c.ClaimDoneReply(done=True)
 
 
-async def _claim_done(d: Daemon, args: dict[str, Any]) -> Any:
-    await d.claims.done(_resource(args))
-    return {"done": True}
-
-
-async def _claim_show(d: Daemon, args: dict[str, Any]) -> Any:
+async def claim_show(d: Daemon, req: c.ClaimShow) -> Record:
+    """``claim.show``: one resource's claim state, or all of them."""
     snap = d.claims.snapshot()
-    r = args.get("resource")
-    if isinstance(r, str):
-        return {"resource": r, **snap["resources"].get(r, {"winner": None, "live": 0})}
-    return snap
-
-
-_OPS = {
-    "claim": _claim,
-    "claim.done": _claim_done,
-    "claim.release": _claim_release,
-    "claim.show": _claim_show,
-    "claim.wait": _claim_wait,
-    "lease.acquire": _acquire,
-    "lease.release": _release,
-    "lease.renew": _renew,
-    "lease.show": _show,
-    "lease.voters": _voters,
-}
-
-
-def register() -> None:
-    """Add the lease and claim ops to the control server (idempotent)."""
-    for name, op in _OPS.items():
-        register_op(name, op)
+    if req.resource is not None:
+        r = req.resource
+        return Record({"resource": r, **snap["resources"].get(r, {"winner": None, "live": 0})})
+    return Record(snap)

@@ -3,10 +3,12 @@
 Theory of operation
 -------------------
 The protocol is :class:`hivemesh.core.direct.Direct` (sans-IO: retries,
-acks, dedup, one-hop relay). This module adds what needs I/O:
+acks, dedup, one-hop relay), owned and timed by the node's
+:class:`~hivemesh.core.peer.Peer`. This module adds what needs I/O:
 
 * **Futures for senders.** :meth:`Messaging.send` returns an asyncio future
-  resolved from ``Direct.results()`` (acked or failed at its deadline).
+  resolved from the Peer's ``MessageOutcome`` effects (acked or failed at
+  its deadline; :meth:`Messaging.outcome`).
 * **A durable inbox.** After every input, messages the core accepted are
   moved into ``inbox.db`` (SQLite, WAL, ``synchronous=NORMAL``: a commit
   survives ``kill -9``), so the inbox survives restarts. The core withholds
@@ -52,9 +54,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hivemesh.core.codec import pack, unpack
-from hivemesh.core.direct import Direct, DirectAcked, DirectConfig, InboxMessage
+from hivemesh.core.direct import InboxMessage
+from hivemesh.core.effects import MessageOutcome
 from hivemesh.core.frames import FrameType, encode_frame
-from hivemesh.core.node import Node
+from hivemesh.core.peer import Peer
 from hivemesh.errors import (
     DeadlineExceeded,
     DecodeError,
@@ -166,21 +169,11 @@ class Inbox:
 class Messaging:
     """Direct messages and pings of one daemon (see module docs)."""
 
-    def __init__(
-        self,
-        node: Node,
-        rng: random.Random,
-        inbox_path: Path,
-        *,
-        inbox_max: int,
-        relays: Callable[[str], list[str]],
-        admit: Callable[[str], bool] | None = None,
-    ) -> None:
-        self.node = node
+    def __init__(self, peer: Peer, rng: random.Random, inbox_path: Path, *, inbox_max: int) -> None:
+        node = self.node = peer.node
         self.rng = rng
         self.inbox_max = inbox_max
-        config = DirectConfig(inbox_capacity=min(inbox_max, 10_000), ack_when_stored=True)
-        self.direct = Direct(node, rng, config, relays=relays, admit=admit)
+        self.direct = peer.direct  # its config: DirectConfig(ack_when_stored=True)
         self.inbox = Inbox(inbox_path)
         self.counters: Counter[str] = Counter()
         self._waiters: dict[str, asyncio.Future[dict[str, Any]]] = {}
@@ -328,25 +321,27 @@ class Messaging:
 
     # -- pump hooks ------------------------------------------------------------------
 
+    def outcome(self, res: MessageOutcome) -> None:
+        """A message was acknowledged or failed: resolve its sender's future."""
+        fut = self._waiters.pop(res.msg_id, None)
+        if fut is None and not res.acked:
+            self.counters["reply_failed"] += 1  # replies are the only untracked sends
+        if fut is None or fut.done():
+            return
+        if res.acked:
+            fut.set_result(
+                {"msg_id": res.msg_id, "to": res.to, "acked": True, "attempts": res.attempts}
+            )
+        else:
+            fut.set_exception(
+                DeadlineExceeded(
+                    f"message {res.msg_id} to {res.to[:12]} not acknowledged"
+                    f" ({res.reason}, {res.attempts} attempts)"
+                )
+            )
+
     def after_input(self) -> None:
-        """Resolve finished sends; move accepted messages into the durable inbox."""
-        for res in self.direct.results():
-            fut = self._waiters.pop(res.msg_id, None)
-            if fut is None and not isinstance(res, DirectAcked):
-                self.counters["reply_failed"] += 1  # replies are the only untracked sends
-            if fut is None or fut.done():
-                continue
-            if isinstance(res, DirectAcked):
-                fut.set_result(
-                    {"msg_id": res.msg_id, "to": res.to, "acked": True, "attempts": res.attempts}
-                )
-            else:
-                fut.set_exception(
-                    DeadlineExceeded(
-                        f"message {res.msg_id} to {res.to[:12]} not acknowledged"
-                        f" ({res.reason}, {res.attempts} attempts)"
-                    )
-                )
+        """Move messages the core accepted into the durable inbox (or to handlers)."""
         if not self.direct.inbox() or len(self._handling) >= MAX_HANDLERS:
             return
         room = self.inbox_max - self.inbox.count()
@@ -361,14 +356,6 @@ class Messaging:
                 self.direct.release(keep)
                 later |= {id(m) for m in keep}
             self.direct.stored([m for m in taken if id(m) not in later])
-
-    def next_deadline(self) -> int | None:
-        """The core's next retransmission or expiry."""
-        return self.direct.next_deadline()
-
-    def handle_timer(self, now_ms: int) -> None:
-        """Retransmit and expire messages."""
-        self.direct.handle_timer(now_ms)
 
     def close(self) -> None:
         """Fail pending sends and close the inbox."""
@@ -429,7 +416,7 @@ async def ping(d: Daemon, target: str, *, timeout_s: float) -> dict[str, Any]:
     """Ping a connected peer of ``d`` (see Daemon.ping)."""
     address = d.resolve(target)
     if address not in d.conns.links:
-        st = d.members.state(address)
+        st = d.peer.member_state(address)
         state = "unknown" if st is None else st.value
         raise UnknownPeer(f"no channel to {address[:12]} (state: {state})")
     t0 = time.perf_counter()

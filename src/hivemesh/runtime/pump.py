@@ -2,15 +2,17 @@
 
 A mixin of :class:`~hivemesh.runtime.daemon.Daemon` (the wiring, start and
 stop live there; the attributes declared below are set there). The pump
-moves bytes and time between the channels and the sans-IO core:
+moves bytes and time between the channels and the sans-IO
+:class:`~hivemesh.core.peer.Peer`, and carries out its effects:
 
 * **Input.** Frames reach :meth:`Pump._on_frames_now` straight from a
   channel's read callback while that link's reader is idle and nothing
   waits in the pump (no task woken per read); otherwise the link's reader
   task hands them to :meth:`Pump._on_frames`, in order behind what is
   queued (see :mod:`hivemesh.runtime.connections`).
-* **Output.** After every input :meth:`Pump.flush` drains ``node.outbox()``
-  into the peers' send queues and ``node.events()`` to subscribers. The
+* **Output.** After every input :meth:`Pump.flush` carries out
+  ``peer.effects()``: frames into the peers' send queues, events to
+  subscribers, dials, closes, replies to waiting callers. The
   inline path never waits: a frame the connection manager cannot take at
   once (a full send queue, no link yet, a handover) goes to ``_unsent``,
   and a flush task sends it (and everything after it, in order) through
@@ -19,9 +21,10 @@ moves bytes and time between the channels and the sans-IO core:
   unsent.
 * **Group commit.** Batches received from peers, our own logged appends and
   attested runs' signature checks are committed together at most
-  ``commit_delay_ms`` after the first of them (:meth:`Pump._group_commit`).
-* **Time.** One timer task sleeps until the earliest deadline of the core,
-  membership, direct messages, blob fetches and invite probation.
+  ``commit_delay_ms`` after the first of them (:meth:`Pump._group_commit`:
+  ``peer.settle``, whose ``Fsync`` effect syncs the store).
+* **Time.** One timer task sleeps until the earliest of the Peer's deadline
+  and invite probation's; it also polls ``trust.json`` for edits.
 """
 
 from __future__ import annotations
@@ -32,21 +35,30 @@ from collections import Counter, deque
 from typing import Any
 
 from hivemesh.config import Config
-from hivemesh.core.event import Event
+from hivemesh.core.effects import (
+    Close,
+    Count,
+    Deliver,
+    Dial,
+    Effect,
+    Fsync,
+    Log,
+    MessageOutcome,
+    Reply,
+    Send,
+)
 from hivemesh.core.frames import FrameType
-from hivemesh.core.identity import Identity, address_of, short
+from hivemesh.core.identity import Identity
 from hivemesh.core.node import Node
-from hivemesh.errors import HivemeshError
-from hivemesh.runtime.blobs import Blobs
+from hivemesh.core.peer import Peer
+from hivemesh.core.views.trust import TrustView
+from hivemesh.errors import HivemeshError, UnknownPeer
 from hivemesh.runtime.clock import now_ms
 from hivemesh.runtime.connections import ConnectionManager
-from hivemesh.runtime.endpoints import KIND_HELLO, EndpointsView
 from hivemesh.runtime.invites import Invites
-from hivemesh.runtime.members import MemberDriver
 from hivemesh.runtime.messaging import Messaging
-from hivemesh.runtime.ownfeed import OwnFeedWatch
 from hivemesh.runtime.status import Subscription
-from hivemesh.runtime.trustview import TrustView
+from hivemesh.runtime.supervise import Supervisor
 from hivemesh.trust import TrustStore
 
 __all__ = ["Pump"]
@@ -56,6 +68,7 @@ _EVENTS_TYPE_BYTE = bytes([FrameType.EVENTS])
 _RT_JOIN_TYPE_BYTE = bytes([FrameType.RT_JOIN])
 
 log = logging.getLogger("hivemesh.runtime")
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
 
 
 class Pump:
@@ -63,18 +76,16 @@ class Pump:
 
     config: Config
     identity: Identity
+    peer: Peer
     node: Node
     conns: ConnectionManager
-    members: MemberDriver
     messaging: Messaging
-    blobs: Blobs
     invites: Invites
-    endpoints: EndpointsView
     trust: TrustStore
     counters: Counter[str]
     _store: Any
     _subs: list[Subscription]
-    _bg: set[asyncio.Task[None]]
+    supervisor: Supervisor
     _ready: asyncio.Event
     _wake: asyncio.Event
     _flush_lock: asyncio.Lock
@@ -83,13 +94,15 @@ class Pump:
     _started: bool
     _flush_scheduled: bool
     _commit_timer: asyncio.TimerHandle | None
-    _trust_generation: int
-    own_feed: OwnFeedWatch
+    _calls: dict[int, asyncio.Future[Any]]
 
     async def _on_peer(self, peer: str, up: bool) -> None:  # pragma: no cover - the Daemon's
         raise NotImplementedError
 
-    async def _recheck_trust(self) -> None:  # pragma: no cover - the Daemon's
+    async def _promote_probation(self) -> None:  # pragma: no cover - the Daemon's
+        raise NotImplementedError
+
+    def sync_trust(self) -> bool:  # pragma: no cover - the Daemon's
         raise NotImplementedError
 
     def learn(self, address: str, endpoints: list[str]) -> None:  # pragma: no cover
@@ -102,14 +115,14 @@ class Pump:
             if self.invites.on_probation_frame(peer, frame, t):
                 await self._on_peer(peer, True)
             return
-        self.node.receive(peer, frame, t)
+        self.peer.receive(peer, frame, t)
         await self.flush()
 
     async def _on_frames(self, peer: str, frames: list[bytes]) -> None:
         """A batch of frames read from ``peer`` at once: handle them all, then
         flush once (outputs wait at most one batch, 64 frames)."""
         await self._ready.wait()
-        receive = self.node.receive
+        receive = self.peer.receive
         only_events = True
         for frame in frames:
             if peer in self.invites.probation:
@@ -133,22 +146,15 @@ class Pump:
         return True
 
     def _receive_all(self, peer: str, frames: list[bytes]) -> bool:
-        """Hand ``frames`` to the core; True if all were EVENTS frames."""
-        receive = self.node.receive
-        only_events = True
-        for frame in frames:
-            only_events = only_events and frame[2:3] == _EVENTS_TYPE_BYTE
-            receive(peer, frame, now_ms())
+        """Hand ``frames`` to the Peer; True if all were EVENTS frames."""
+        only_events = all(frame[2:3] == _EVENTS_TYPE_BYTE for frame in frames)
+        self.peer.receive_many(peer, frames, now_ms())
         return only_events
 
     def disconnect_later(self, peer: str, reason: str, error: HivemeshError | None = None) -> None:
         """Close the channel to ``peer`` from synchronous code (the peer's CLOSE
         carries ``error``'s code)."""
-        task = asyncio.get_running_loop().create_task(
-            self.conns.disconnect(peer, reason, error=error)
-        )
-        self._bg.add(task)
-        task.add_done_callback(self._bg.discard)
+        self.supervisor.spawn_once("disconnect", self.conns.disconnect(peer, reason, error=error))
 
     async def flush(self, *, deadlines: bool = True) -> None:
         """Drain the core's outbox and events (see module docs).
@@ -176,35 +182,86 @@ class Pump:
         self._after_flush(deadlines or sent)
 
     def _drain(self) -> bool:
-        """Move the core's output to the send queues (or, once one is full,
-        to ``_unsent``) and its events to subscribers; True if it sent."""
+        """Carry out the Peer's effects: frames to the send queues (or, once
+        one is full, to ``_unsent``), events to subscribers, the rest by
+        kind (:meth:`_execute`); True if it sent."""
         sent = False
-        node = self.node
         unsent = self._unsent
         send_fast = self.conns.send_fast
         awaiting = self.invites.awaiting  # inviters not admitting us yet: RT_JOIN only
+        peer_fx = self.peer.effects
         while True:
-            t = now_ms()
-            self.members.after_input(t)
             self.messaging.after_input()
-            self.blobs.after_input()
-            out = node.outbox()
-            events = node.events()
-            if not out and not events:
+            fx = peer_fx()
+            if not fx:
                 break
-            sent = sent or bool(out)
-            for peer, frame in out:
-                if awaiting and peer in awaiting and frame[2:3] != _RT_JOIN_TYPE_BYTE:
-                    self.counters["dropped_before_admission"] += 1
-                    continue
-                if unsent or not send_fast(peer, frame):
-                    unsent.append((peer, frame))
-            for ev in events:
-                self._dispatch(ev)
-            if not node.has_output:  # handling them queued nothing new
-                break
+            for e in fx:
+                if type(e) is Send:
+                    sent = True
+                    peer, frame = e.peer, e.frame
+                    if awaiting and peer in awaiting and frame[2:3] != _RT_JOIN_TYPE_BYTE:
+                        self.counters["dropped_before_admission"] += 1
+                        continue
+                    if unsent or not send_fast(peer, frame):
+                        unsent.append((peer, frame))
+                else:
+                    self._execute(e)
         self._group_commit()
         return sent
+
+    def _execute(self, e: Effect) -> None:
+        """Carry out one effect other than :class:`Send`."""
+        if isinstance(e, Deliver):
+            ev = e.event
+            if ev.kind in TrustView.kinds and ev.author != self.identity.public:
+                self.supervisor.spawn_once("trust_recheck", self._promote_probation())
+            for sub in self._subs:
+                sub.offer(ev)
+        elif isinstance(e, Count):
+            self.counters[e.name] += e.n
+        elif isinstance(e, Dial):
+            self.learn(e.address, list(e.endpoints))
+        elif isinstance(e, Close):
+            if e.forget:
+                self.conns.forget(e.peer)
+            if e.if_silent_ms is not None:
+                self.conns.drop_if_silent(e.peer, e.if_silent_ms / 1000)
+            elif e.code == UnknownPeer.code:
+                self.supervisor.spawn_once(
+                    "disconnect", self.conns.disconnect(e.peer, e.reason, revoked=True)
+                )
+            else:
+                self.disconnect_later(e.peer, e.reason)
+        elif isinstance(e, Reply):
+            fut = self._calls.pop(e.rid, None)
+            if fut is not None and not fut.done():
+                if e.error is not None:
+                    fut.set_exception(e.error)
+                else:
+                    fut.set_result(e.value)
+        elif isinstance(e, MessageOutcome):
+            self.messaging.outcome(e)
+        elif isinstance(e, Log):
+            log.log(_LEVELS.get(e.level, logging.WARNING), "%s", e.message)
+        elif isinstance(e, Fsync):
+            # the group commit's write: a store error is counted and retried,
+            # anything else (a bug) ends the node (runtime.daemon's task table)
+            self.supervisor.guard("group_commit", self._fsync, fatal=True)()
+
+    def _fsync(self) -> None:
+        try:
+            self._store.sync()
+        except HivemeshError:  # disk full, I/O error: retried at the next commit
+            self.counters["group_commit_failed"] += 1
+            log.exception("group commit failed")
+
+    def call(self, cmd: Any) -> asyncio.Future[Any]:
+        """Run a Peer command now; the future resolves with its reply (the
+        next flush carries it out)."""
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._calls[self.peer.command(cmd, now_ms())] = fut
+        self._schedule_flush()
+        return fut
 
     def _after_flush(self, deadlines: bool) -> None:
         if self._started and deadlines and self._next_deadline() < self._armed_ms:
@@ -216,7 +273,9 @@ class Pump:
         frames; see the store's module docs)."""
         if (self._store.pending or self.node.journal.unsettled) and self._commit_timer is None:
             self._commit_timer = asyncio.get_running_loop().call_later(
-                self.config.commit_delay_ms / 1000, self._commit_group
+                self.config.commit_delay_ms / 1000,
+                # a store error is counted and retried; anything else ends the node
+                self.supervisor.guard("group_commit", self._commit_group, fatal=True),
             )
 
     def _commit_group(self) -> None:
@@ -224,37 +283,19 @@ class Pump:
         if not self._started:
             return  # stop() closes the store, which commits
         try:
-            for peer in self.node.settle():  # verify attested runs, then store them
-                log.warning("%s sent an invalid head signature: disconnecting", short(peer))
-                self.disconnect_later(peer, "invalid head signature")
-            self._store.sync()
+            self.peer.settle(now_ms())  # verify attested runs, store them; then Fsync
         except HivemeshError:  # disk full, I/O error: retried at the next commit
             self.counters["group_commit_failed"] += 1
             log.exception("group commit failed")
-
-    def _dispatch(self, ev: Event) -> None:
-        if ev.kind in TrustView.kinds and ev.author != self.identity.public:
-            task = asyncio.get_running_loop().create_task(self._recheck_trust())
-            self._bg.add(task)
-            task.add_done_callback(self._bg.discard)
-        if ev.kind == KIND_HELLO and ev.author != self.identity.public:
-            addr = address_of(ev.author)
-            self.learn(addr, self.endpoints.endpoints(addr))
-        for sub in self._subs:
-            sub.offer(ev)
+        self._schedule_flush()  # carries out the Fsync (and any Close) in order
 
     async def _timer_loop(self) -> None:
         while self._started:
             t = now_ms()
-            self.node.handle_timer(t)
-            self.members.m.handle_timer(t)
-            self.messaging.handle_timer(t)
+            self.peer.handle_timer(t)
             self.invites.expire(t)
-            if self.trust.poll() != self._trust_generation:  # trust.json edited
-                self._trust_generation = self.trust.generation
-                await self._recheck_trust()
-            self.blobs.handle_timer(t)
-            self.own_feed.check()  # the own feed recovered, or fell behind
+            if self.sync_trust():  # trust.json edited
+                await self._promote_probation()
             await self.flush()
             self._wake.clear()
             self._armed_ms = min(self._next_deadline(), now_ms() + 1000)
@@ -266,15 +307,9 @@ class Pump:
                 pass
 
     def _next_deadline(self) -> int:
-        d = min(self.node.next_deadline(), self.members.m.next_deadline())
-        for extra in (
-            self.messaging.next_deadline(),
-            self.invites.next_deadline(),
-            self.blobs.next_deadline(),
-        ):
-            if extra is not None:
-                d = min(d, extra)
-        return d
+        d = self.peer.next_deadline()
+        extra = self.invites.next_deadline()
+        return d if extra is None else min(d, extra)
 
     def _schedule_flush(self) -> None:
         """Flush soon from a synchronous caller (coalesced into one task)."""
@@ -286,6 +321,4 @@ class Pump:
             self._flush_scheduled = False
             await self.flush()
 
-        task = asyncio.get_running_loop().create_task(run())
-        self._bg.add(task)
-        task.add_done_callback(self._bg.discard)
+        self.supervisor.spawn_once("flush", run())

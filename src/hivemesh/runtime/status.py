@@ -50,8 +50,19 @@ class Subscription:
 
 
 def status_of(d: Daemon) -> dict[str, Any]:
-    """Everything ``hivemesh status`` shows."""
+    """Everything ``hivemesh status`` shows. While the daemon starts (its
+    views being rebuilt) only what exists yet, with ``rehydrating: {done,
+    total}`` (:mod:`hivemesh.runtime.rehydration`)."""
     j = d.node.journal
+    if not d.rehydration.is_complete:
+        return {
+            "address": d.address,
+            "data_dir": str(d.config.data_dir),
+            "uptime_s": round((_now_ms() - d.started_ms) / 1000, 3),
+            "rehydrating": d.rehydration.progress(),
+            "journal": {"events": j.total_events, "feeds": len(j.heads)},
+            "counters": dict(sorted(d.counters.items())),
+        }
     counters: Counter[str] = Counter()
     counters.update(d.node.counters)
     counters.update(d.node.deferrals.counters)
@@ -60,13 +71,20 @@ def status_of(d: Daemon) -> dict[str, Any]:
     counters["claim_takeovers_refused"] = len(d.claims.view.takeovers())
     counters.update(d.conns.counters)
     counters.update(d.counters)
-    counters.update({f"membership_{k}": v for k, v in d.members.m.counters.items()})
+    counters.update({f"membership_{k}": v for k, v in d.peer.membership.counters.items()})
     counters.update({f"direct_{k}": v for k, v in d.messaging.direct.counters.items()})
     counters.update({f"direct_{k}": v for k, v in d.messaging.counters.items()})
     if d._mdns is not None:
         counters.update({f"mdns_{k}": v for k, v in d._mdns.counters.items()})
     counters["subscriber_dropped"] += sum(s.dropped for s in d._subs)
-    for view in (d.context_view, d.names, d.endpoints, d.blobs.index, d.trust_view):
+    for view in (
+        d.context_view,
+        d.names,
+        d.endpoints,
+        d.blobs.index,
+        d.trust_view,
+        d.peer.registers,
+    ):
         for code, n in view.rejected.items():
             counters[f"view_rejected_{code}"] += n
     transport = d.conns.transport_counters.snapshot()
@@ -84,6 +102,8 @@ def status_of(d: Daemon) -> dict[str, Any]:
             "feeds": len(j.heads),
             "own_seq": j.head(d.identity.public).seq,
             "rehydrated": d.rehydrated,
+            # the last start's replay: time, view checkpoint, loro imports (tail)
+            "rehydration": d.rehydration.snapshot(),
             # our batches a crash left in the store's append log, committed at start
             "log_recovered": d._store.log_recovered,
             "log_torn_bytes": d._store.log_torn_bytes,
@@ -98,14 +118,18 @@ def status_of(d: Daemon) -> dict[str, Any]:
         "name_takeovers": takeovers,
         "peers_connected": len(d.conns.links),
         "trust": {"mode": d.config.trust_mode, **d.invites.status(_now_ms())},
-        "members": d.members.snapshot(),
-        "detection_bound_ms": d.members.detection_bound_ms(),
+        "members": d.peer.members_snapshot(),
+        "detection_bound_ms": d.peer.detection_bound_ms(),
         "inbox": d.messaging.inbox.count(),
+        # max-registers (``reg.max`` events: fencing tokens), key -> value
+        "registers": d.peer.registers.snapshot(),
         "blobs": {
             "known": len(d.blobs.index.snapshot()["blobs"]),
             "fetching": len(d.blobs.fetcher.active()),
         },
         "counters": dict(sorted(counters.items())),
+        # the supervised loops: running, failures, restarts (runtime.supervise)
+        "tasks": d.supervisor.statistics(),
         "transport": transport,
         "dropped_total": sum(dropped.values()),
     }
@@ -114,7 +138,7 @@ def status_of(d: Daemon) -> dict[str, Any]:
 def peers_of(d: Daemon) -> list[dict[str, Any]]:
     """Known members with their channel figures."""
     chans = d.conns.statistics()
-    members = d.members.snapshot()
+    members = d.peer.members_snapshot()
     out = []
     for addr in sorted(set(members) | set(chans)):
         m = members.get(addr)

@@ -28,7 +28,7 @@ Theory of operation
   *stored* it (its ack), so "delivered" means stored. The collector maps
   flat shapes onto the schema (:mod:`hivemesh.telemetry.flat`); what it
   cannot map or refuses comes back as
-  :class:`~hivemesh.errors.TelemetryRefused` with the reason.
+  :class:`~hivemesh.telemetry.errors.TelemetryRefused` with the reason.
 * **Heartbeat.** Every ``telemetry_heartbeat_s`` the node records the gauge
   :data:`HEARTBEAT` (value: its spool backlog). At the collector this is the
   node's "last heard" time and its backlog, which the health monitor uses.
@@ -74,16 +74,16 @@ from hivemesh.errors import (
     InvalidArgument,
     LocalProtocolError,
     NoHandler,
-    SpoolFull,
-    TelemetryRefused,
 )
-from hivemesh.runtime.control import register_op
+from hivemesh.extras import missing
+from hivemesh.telemetry.errors import TelemetryRefused
 from hivemesh.telemetry.health import NodeStatus, Thresholds
 from hivemesh.telemetry.node import COLLECTOR_NAME, CollectorNode, NodeTelemetry
 from hivemesh.telemetry.recorder import Metrics
-from hivemesh.telemetry.schema import KINDS, MAX_BATCH_RECORDS
+from hivemesh.telemetry.schema import MAX_BATCH_RECORDS
 
 if TYPE_CHECKING:
+    from hivemesh.commands import MetricsQuery
     from hivemesh.runtime.daemon import Daemon
 
 __all__ = ["BATCH_MAX_BYTES", "HEARTBEAT", "MESSAGE_KIND", "DaemonTelemetry", "usage_hook"]
@@ -98,7 +98,15 @@ HEARTBEAT = "hivemesh.telemetry.spool_backlog"
 BATCH_MAX_BYTES = 192 * 1024
 
 _STATES = {"up": "alive", "suspect": "suspect", "down": "dead"}
-_WHAT = ("alerts", "gaps", "query", "senders", "stats", "top")
+
+
+def _collector_node(*args: Any, **kwargs: Any) -> CollectorNode:
+    """A :class:`CollectorNode`, or a :class:`ConfigError` naming the extra
+    (``collector``: DuckDB and Arrow) when it is not installed."""
+    try:
+        return CollectorNode(*args, **kwargs)
+    except ModuleNotFoundError as exc:
+        raise missing(exc, "the metrics collector (--collector)") from None
 
 
 def _now_ms() -> int:
@@ -148,7 +156,7 @@ class DaemonTelemetry:
         self.collector: CollectorNode | None = None
         if cfg.collector:
             hb_ms = int(cfg.telemetry_heartbeat_s * 1000)
-            self.collector = CollectorNode(
+            self.collector = _collector_node(
                 cfg.data_dir,
                 trusted=self.trusted,
                 sinks=cfg.sinks(),
@@ -158,9 +166,6 @@ class DaemonTelemetry:
             )
         self._hb_task: asyncio.Task[None] | None = None
         self._stopped = False
-        register_op("metrics", _op_metrics)
-        register_op("metrics.record", _op_record)
-        register_op("metrics.send", _op_send)
 
     @property
     def metrics(self) -> Metrics:
@@ -172,7 +177,7 @@ class DaemonTelemetry:
         if self.collector is not None:
             self.d.messaging.on_message(MESSAGE_KIND, self._on_request)
             self.d.messaging.on_plain(MESSAGE_KIND, self._on_plain)
-            await self.collector.start()
+            await self.collector.start(self.d.supervisor.watch)
             if self.d.names.resolve(COLLECTOR_NAME) != self.d.address:
                 await self.d.claim_name(COLLECTOR_NAME)
         if self.d.config.telemetry:
@@ -183,8 +188,8 @@ class DaemonTelemetry:
         control op ``metrics.send``); False if already sending."""
         if self._hb_task is not None or self._stopped:
             return False
-        await self.node.start()
-        self._hb_task = asyncio.get_running_loop().create_task(self._heartbeat())
+        await self.node.start(self.d.supervisor.watch)
+        self._hb_task = self.d.supervisor.spawn("telemetry_heartbeat", self._heartbeat)
         return True
 
     async def stop(self) -> None:
@@ -316,7 +321,7 @@ class DaemonTelemetry:
         assert self.collector is not None
         reports = {r.sender: r for r in self.collector.collector.senders()}
         out = []
-        for address, m in sorted(self.d.members.snapshot().items()):
+        for address, m in sorted(self.d.peer.members_snapshot().items()):
             state = _STATES.get(m["state"])
             if state is None or address == self.d.address:
                 continue
@@ -365,74 +370,24 @@ class DaemonTelemetry:
             }
         return out
 
-    async def query(self, what: str, args: Mapping[str, Any]) -> Any:
-        """Answer one ``metrics`` control operation (see module docs)."""
+    async def query(self, req: MetricsQuery) -> Any:
+        """Answer one ``metrics`` command (see module docs)."""
         if self.collector is None:
             raise InvalidArgument("this node does not run the collector (hivemesh up --collector)")
         c = self.collector.collector
+        what = req.what
         if what == "stats":
             return self.status()["collector"]
         if what in ("gaps", "senders"):
             reports = [dataclasses.asdict(r) for r in c.senders()]
             return [r for r in reports if r["gaps"]] if what == "gaps" else reports
         if what == "alerts":
-            active = not bool(args.get("all", False))
+            active = not req.all
             return await c.call_store(lambda s: s.alerts(active_only=active))
         if what == "query":
-            sql = args.get("sql")
-            if not isinstance(sql, str):
-                raise InvalidArgument("query needs sql")
+            sql = req.sql or ""
             names, rows = await c.call_store(lambda s: s.query(sql))
         else:
-            by, since, limit = args.get("by", "agent"), args.get("since_ms"), args.get("limit", 20)
+            by, since, limit = req.by, req.since_ms, req.limit
             names, rows = await c.call_store(lambda s: s.top(by, since, _now_ms(), limit))
         return {"columns": names, "rows": [[_plain(v) for v in r] for r in rows]}
-
-
-async def _op_metrics(d: Daemon, args: dict[str, Any]) -> Any:
-    what = args.get("what")
-    if what not in _WHAT:
-        raise InvalidArgument(f"what must be one of {list(_WHAT)}")
-    return await d.telemetry.query(what, args)
-
-
-async def _op_send(d: Daemon, args: dict[str, Any]) -> Any:
-    return {"started": await d.telemetry.start_sending()}
-
-
-async def _op_record(d: Daemon, args: dict[str, Any]) -> Any:
-    name, value = args.get("name"), args.get("value", 1.0)
-    kind, count = args.get("kind", "gauge"), args.get("count", 1)
-    attrs = args.get("attrs") or {}
-    unit, agent, wait_s = args.get("unit", ""), args.get("agent"), args.get("wait_s")
-    if not isinstance(name, str) or kind not in KINDS or not isinstance(attrs, dict):
-        raise InvalidArgument("metrics.record needs name, a known kind, attrs as a map")
-    if type(count) is not int or not 0 < count <= 10_000:
-        raise InvalidArgument("count must be 1..10000")
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        raise InvalidArgument("value must be a number")
-    if not isinstance(unit, str) or not (agent is None or isinstance(agent, str)):
-        raise InvalidArgument("unit and agent must be text")
-    if wait_s is not None and (
-        not isinstance(wait_s, (int, float)) or isinstance(wait_s, bool) or not 0 < wait_s <= 3600
-    ):
-        raise InvalidArgument("wait_s must be a number in (0, 3600]")
-    m = d.telemetry.metrics
-    seqs = []
-    for i in range(count):
-        seq = m.record(
-            name,
-            float(value),
-            kind=kind,
-            unit=unit,
-            agent=agent,
-            attrs={**attrs, "i": i} if count > 1 else attrs,
-        )
-        if seq is None:
-            raise SpoolFull("the telemetry spool is full: the record was dropped (counted)")
-        seqs.append(seq)
-    out = {"recorded": count, "first_seq": seqs[0], "last_seq": seqs[-1], "stored": None}
-    if wait_s is not None:
-        await d.telemetry.wait_stored(seqs[-1], float(wait_s))
-        out["stored"] = True
-    return out

@@ -50,6 +50,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from hivemesh.core.causal import causal_merge
 from hivemesh.core.claims import ClaimsView
 from hivemesh.core.event import Event, decode_event, encode_event
 from hivemesh.core.feed import head_message
@@ -95,10 +96,11 @@ _FOR_NODE = {_DELIVER: 1, _TIMER: 0, _APPEND: None, _TRY: None, _CHECK: 0}
 
 
 def replay_store(store: MemoryStore) -> Iterator[Event]:
-    """Stored events in per-author order (the store was verified on ingest)."""
-    for _author, raws, _sigs in store.scan():
-        for raw in raws:
-            yield decode_event(raw)
+    """Stored events in causal order, as the daemon replays (the store was
+    verified on ingest; :mod:`hivemesh.core.causal`)."""
+    feeds = (iter([[decode_event(raw) for raw in raws]]) for _a, raws, _s in store.scan())
+    for run in causal_merge(feeds):
+        yield from run
 
 
 @dataclass
@@ -222,6 +224,10 @@ class Cluster:
             self.now + sn.skew_ms,
         )
         sn.adapter = adapter
+        for view in sn.views:  # loro imports a replay left waiting (none in causal order)
+            if isinstance(view, ContextView):
+                self.stats["replay_imports"] += view.imports
+                self.stats["replay_imports_pending"] += view.imports_pending
         sn.timer_at = None
         sn.commit_pending = False
         if not adapter.writable:

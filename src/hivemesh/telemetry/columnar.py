@@ -43,11 +43,9 @@ import math
 import sys
 from array import array
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal, cast
+from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
 
 import msgspec
-import pyarrow as pa  # type: ignore[import-untyped]
-import pyarrow.compute as pc  # type: ignore[import-untyped]
 
 from hivemesh.errors import DecodeError, HivemeshError
 from hivemesh.telemetry.fastdecode import _NO_ATTRS, _FRecord, _FTypedRecord
@@ -72,17 +70,15 @@ from hivemesh.telemetry.schema import (
     _good_names,
 )
 
+if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped]
+
 __all__ = ["ColumnarBatch", "decode_columnar", "encode_columnar", "rebuild_records"]
 
 _LITTLE = sys.byteorder == "little"
 _U64_MAX = 2**64 - 1
 _I64_MAX = 2**63 - 1
-_UNSIGNED = {
-    1: ("B", pa.uint8()),
-    2: ("H", pa.uint16()),
-    4: ("I", pa.uint32()),
-    8: ("Q", pa.uint64()),
-}
+_UNSIGNED = {1: "B", 2: "H", 4: "I", 8: "Q"}  # width -> array typecode (Arrow: uint<8*width>)
 _CODE_TYPES = {1: "B", 2: "H", 4: "I"}
 
 _Str = Annotated[str, msgspec.Meta(max_length=MAX_STR_CHARS)]
@@ -153,7 +149,7 @@ def _int_col(col: list[int | None], *, run: bool = False) -> _IntCol:
     raws = [0 if v is None else v + 1 for v in col]  # raw 0: null
     top = max(raws)
     width = 1 if top < 1 << 8 else 2 if top < 1 << 16 else 4 if top < 1 << 32 else 8
-    return _IntCol(0, width, _pack(_UNSIGNED[width][0], raws), True)  # type: ignore[arg-type]
+    return _IntCol(0, width, _pack(_UNSIGNED[width], raws), True)  # type: ignore[arg-type]
 
 
 def _attrs_key(m: dict[str, Any] | None) -> Any:
@@ -297,13 +293,27 @@ class ColumnarBatch:
         return list(self._seqs.to_pylist())
 
 
+def _arrow() -> tuple[Any, Any]:
+    """``pyarrow`` and ``pyarrow.compute``, imported on the first decode: a node
+    that only encodes (sends telemetry) never loads Arrow."""
+    import pyarrow as pa
+    import pyarrow.compute as pc  # type: ignore[import-untyped]
+
+    return pa, pc
+
+
+def _unsigned(pa: Any, width: int) -> Any:
+    return getattr(pa, f"uint{8 * width}")()
+
+
 def _int_array(col: _IntCol, n: int, what: str) -> pa.Array:
+    pa, pc = _arrow()
     if col.width == 0:
         if col.nullable or col.base + n > _I64_MAX:
             raise DecodeError(f"{what}: a bad run")
         run = array("q", range(col.base, col.base + n))
         return pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(run)])
-    atype = _UNSIGNED[col.width][1]
+    atype = _unsigned(pa, col.width)
     if len(col.data) != n * col.width:
         raise DecodeError(f"{what}: {len(col.data)} bytes for {n} values of width {col.width}")
     raw = pa.Array.from_buffers(atype, n, [None, pa.py_buffer(col.data)])
@@ -318,12 +328,13 @@ def _int_array(col: _IntCol, n: int, what: str) -> pa.Array:
 
 
 def _codes(raw: Any) -> pa.Array:
+    pa, pc = _arrow()
     c, n, ndims = raw.dim, raw.n, len(raw.dims)
     if len(c.data) != n * c.width:
         raise DecodeError(f"dim: {len(c.data)} code bytes for {n} records")
     if ndims > max(n, 1):
         raise DecodeError("dims: more combinations than records")
-    idx = pa.Array.from_buffers(_UNSIGNED[c.width][1], n, [None, pa.py_buffer(c.data)])
+    idx = pa.Array.from_buffers(_unsigned(pa, c.width), n, [None, pa.py_buffer(c.data)])
     if n and pc.max(idx).as_py() >= ndims:
         raise DecodeError("dim: a code past the dims table")
     return idx
@@ -355,6 +366,7 @@ def decode_columnar(data: bytes, sender: str, now_ms: int) -> ColumnarBatch | No
     """
     from hivemesh.telemetry.store import _SCHEMA
 
+    pa, pc = _arrow()
     try:
         raw = _DECODER.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError):
@@ -411,6 +423,7 @@ def decode_columnar(data: bytes, sender: str, now_ms: int) -> ColumnarBatch | No
 
 def rebuild_records(cb: ColumnarBatch) -> list[dict[str, Any]]:
     """The records a v2 batch stands for, as maps (for record-by-record validation)."""
+    pa, _ = _arrow()
     raw = cb.raw
     n = cb.n
     dims = raw.dims

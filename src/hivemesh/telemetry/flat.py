@@ -50,7 +50,8 @@ import datetime
 import math
 from typing import Any
 
-from hivemesh.errors import DecodeError, FrameTooLarge, InvalidRecord
+from hivemesh.errors import DecodeError, FrameTooLarge
+from hivemesh.telemetry.errors import InvalidRecord
 from hivemesh.telemetry.schema import (
     ATTR_ERROR_TYPE,
     ATTR_INPUT_TOKENS,

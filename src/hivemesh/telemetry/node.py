@@ -23,20 +23,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hivemesh.telemetry.alerting import HealthService, WebhookNotifier
-from hivemesh.telemetry.collector import Collector
 from hivemesh.telemetry.health import HealthMonitor, NodeStatus, Thresholds
 from hivemesh.telemetry.recorder import Metrics
 from hivemesh.telemetry.sender import Deliver, Sender
-from hivemesh.telemetry.sinks import sinks_from_config
 from hivemesh.telemetry.spool import Spool
-from hivemesh.telemetry.store import MetricsStore
+
+if TYPE_CHECKING:  # the collector's side (DuckDB, Arrow, sinks) loads with a CollectorNode
+    from hivemesh.telemetry.alerting import HealthService, WebhookNotifier
 
 __all__ = ["COLLECTOR_NAME", "SPOOL_FILE", "STORE_FILE", "CollectorNode", "NodeTelemetry"]
+
+#: ``spawn(name, coro)``: how a long-lived task is started (default: a plain task).
+Spawn = Callable[[str, Coroutine[Any, Any, None]], asyncio.Task[None]]
+
+
+def _create_task(name: str, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    return asyncio.get_running_loop().create_task(coro, name=f"hm-{name}")
+
 
 #: The node name records are sent to.
 COLLECTOR_NAME = "metrics-collector"
@@ -72,11 +79,12 @@ class NodeTelemetry:
             # Records may come from worker threads (tools run there); the sender lives on the loop.
             loop.call_soon_threadsafe(self.sender.notify)
 
-    async def start(self) -> None:
-        """Start the sender loop on the running event loop."""
+    async def start(self, spawn: Spawn | None = None) -> None:
+        """Start the sender loop on the running event loop (through ``spawn``,
+        e.g. a daemon's supervisor, if given)."""
         self._loop = asyncio.get_running_loop()
         self._stop.clear()
-        self._task = asyncio.create_task(self.sender.run(self._stop))
+        self._task = (spawn or _create_task)("telemetry_sender", self.sender.run(self._stop))
 
     async def stop(self, flush_timeout_s: float = 2.0) -> None:
         """Try to send what is waiting (up to ``flush_timeout_s``), then stop; the rest stays
@@ -106,6 +114,12 @@ class CollectorNode:
         health_interval_s: float = 10.0,
     ) -> None:
         Path(data_dir).mkdir(parents=True, exist_ok=True)
+        # Imported here: a node that only sends telemetry never loads DuckDB or Arrow.
+        from hivemesh.telemetry.alerting import HealthService
+        from hivemesh.telemetry.collector import Collector
+        from hivemesh.telemetry.sinks import sinks_from_config
+        from hivemesh.telemetry.store import MetricsStore
+
         self.store = MetricsStore(str(Path(data_dir) / STORE_FILE))
         self.collector = Collector(self.store)
         self.sinks = sinks_from_config(sinks or {}, self.collector)
@@ -126,11 +140,12 @@ class CollectorNode:
         see :mod:`.flat`); the returned dict is the reply."""
         return await self.collector.ingest(sender_address, payload, self._trusted(sender_address))
 
-    async def start(self) -> None:
-        """Start the health-monitor role, if configured."""
+    async def start(self, spawn: Spawn | None = None) -> None:
+        """Start the health-monitor role, if configured (through ``spawn``,
+        e.g. a daemon's supervisor, if given)."""
         if self.health is not None:
             self._stop.clear()
-            self._task = asyncio.create_task(self.health.run(self._stop))
+            self._task = (spawn or _create_task)("telemetry_health", self.health.run(self._stop))
 
     async def stop(self) -> None:
         """Stop health checks, flush staged batches, close sinks and the store."""

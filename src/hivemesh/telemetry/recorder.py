@@ -27,7 +27,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from hivemesh.errors import HivemeshError, InvalidArgument, SpoolFull
+from hivemesh.errors import HivemeshError, InvalidArgument
+from hivemesh.telemetry.errors import SpoolFull
 from hivemesh.telemetry.schema import (
     ATTR_ERROR_TYPE,
     ATTR_INPUT_TOKENS,

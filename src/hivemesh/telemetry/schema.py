@@ -27,7 +27,7 @@ sink converts.
 
 Validation is strict and total: an unknown field, a wrong type, a non-finite
 number, an over-long string or too many attributes raises a
-:class:`~hivemesh.errors.InvalidRecord` (or :class:`~hivemesh.errors.UnknownField`,
+:class:`~hivemesh.telemetry.errors.InvalidRecord` (or its ``UnknownField``,
 :class:`~hivemesh.errors.FrameTooLarge`) naming the problem; the collector
 counts it by ``code`` and drops only that record (or the whole batch when the
 envelope itself is bad). Nothing here does I/O.
@@ -42,7 +42,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from hivemesh.core.codec import unpack
-from hivemesh.errors import DecodeError, FrameTooLarge, InvalidRecord, UnknownField
+from hivemesh.errors import DecodeError, FrameTooLarge
+from hivemesh.telemetry.errors import InvalidRecord, UnknownField
 
 __all__ = [
     "ATTR_ERROR_TYPE",

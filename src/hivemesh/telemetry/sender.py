@@ -44,7 +44,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hivemesh.errors import DeadlineExceeded, HivemeshError, InvalidArgument, TelemetryRefused
+from hivemesh.errors import DeadlineExceeded, HivemeshError, InvalidArgument
+from hivemesh.telemetry.errors import TelemetryRefused
 from hivemesh.telemetry.spool import Spool
 
 __all__ = ["Deliver", "Sender", "SenderStats"]

@@ -23,7 +23,7 @@ continues the numbering and the collector sees, and reports, the hole.
 
 Bounded: at ``max_records`` waiting records a new record is dropped, its seq
 still consumed (so the loss shows up at the collector as a gap), the drop
-counted, and :class:`~hivemesh.errors.SpoolFull` raised. The backlog is
+counted, and :class:`~hivemesh.telemetry.errors.SpoolFull` raised. The backlog is
 visible through :meth:`Spool.statistics` and in every batch (``backlog``).
 """
 
@@ -40,8 +40,9 @@ from typing import Any
 
 import msgpack
 
-from hivemesh.errors import InvalidArgument, SpoolFull, StoreCorrupt, StoreError
+from hivemesh.errors import InvalidArgument, StoreCorrupt, StoreError
 from hivemesh.stores.private import create_private
+from hivemesh.telemetry.errors import SpoolFull
 from hivemesh.telemetry.schema import BATCH_TYPE, MAX_BATCH_BYTES, MAX_BATCH_RECORDS
 
 __all__ = ["Spool", "SpoolBatch", "SpoolStats"]

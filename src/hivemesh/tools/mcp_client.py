@@ -10,16 +10,16 @@ step has a deadline, the spec's ``timeout_s`` unless a call gives its own:
 starting the server and the handshake (always the spec's), listing tools,
 each call (from when the session is up). Failures are typed:
 
-* :class:`~hivemesh.errors.ToolUnavailable` -- the server would not start,
+* :class:`~hivemesh.tools.errors.ToolUnavailable` -- the server would not start,
   is unreachable, or died. The connection is dropped and the next call
   starts a new one (after a back-off that doubles from 1 s up to 30 s while
   starts keep failing), so a crashed server costs calls, never the caller;
-* :class:`~hivemesh.errors.ToolTimeout` -- a deadline passed (the session
+* :class:`~hivemesh.tools.errors.ToolTimeout` -- a deadline passed (the session
   stays: a slow tool is not a dead server);
-* :class:`~hivemesh.errors.ToolFailed` -- the tool answered with an error
+* :class:`~hivemesh.tools.errors.ToolFailed` -- the tool answered with an error
   result; ``reason`` holds the server's error code when its text starts
   with one (``captcha_required: ...``, as :mod:`hivemesh.webtools` sends);
-* :class:`~hivemesh.errors.UnknownTool` -- no such tool (or not allowed).
+* :class:`~hivemesh.tools.errors.UnknownTool` -- no such tool (or not allowed).
 
 An :class:`MCPToolSet` puts several servers behind one name space, each tool
 as ``<server>.<tool>`` (server names cannot contain a dot, so the split is
@@ -44,14 +44,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from hivemesh.errors import (
-    HivemeshError,
-    ToolError,
-    ToolFailed,
-    ToolTimeout,
-    ToolUnavailable,
-    UnknownTool,
-)
+from hivemesh.errors import HivemeshError
+from hivemesh.tools.errors import ToolError, ToolFailed, ToolTimeout, ToolUnavailable, UnknownTool
 from hivemesh.tools.spec import MCPServerSpec
 
 __all__ = ["MCPConnection", "MCPToolSet", "ToolResult"]

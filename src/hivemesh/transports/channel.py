@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -69,6 +70,8 @@ from hivemesh.errors import (
 from hivemesh.transports._queue import FrameQueue
 from hivemesh.transports.session import FrameSession
 from hivemesh.transports.stats import ChannelStatistics, TransportCounters
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["CLOSE_GRACE_S", "Authorize", "ChannelOptions", "SecureChannel", "peer_close_error"]
 
@@ -482,6 +485,11 @@ class SecureChannel:
             )
         except (ConnectionError, OSError) as exc:
             self._end(ConnectionClosed(f"write failed: {exc}"), notify=None, count=True)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # a bug: end the channel, never leave it open and mute
+            _log.exception("the write loop to %s failed", self.peer_address[:12])
+            self._end(ConnectionClosed(f"write loop failed: {exc!r}"), notify=None, count=True)
         finally:
             self._writer_busy = False
             self._writer_idle.set()

@@ -424,6 +424,14 @@ class Listener:
         task = asyncio.create_task(self._handle(reader, writer))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._handled)
+
+    def _handled(self, task: asyncio.Task[None]) -> None:
+        """A connection's handler ended: a bug in it is logged and counted at
+        once (the listener goes on accepting; the socket was closed)."""
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            self.counters.incr("errors.accept_handler")
+            _log.error("handling an inbound connection failed", exc_info=exc)
 
     def close(self) -> None:
         """Stop listening and close every channel and pending handshake."""

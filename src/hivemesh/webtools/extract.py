@@ -6,7 +6,7 @@ Pages are parsed with lxml's HTML parser (libxml2): it is fast, well kept,
 and repairs what real pages send (missing end tags, unquoted attributes,
 stray closers) the way browsers roughly do, so one tree serves every
 extractor here. Input over :data:`MAX_HTML_BYTES` or with nothing to parse
-raises :class:`~hivemesh.errors.ExtractError`; nothing else escapes.
+raises :class:`~hivemesh.webtools.errors.ExtractError`; nothing else escapes.
 
 :func:`extract_prices` runs four strategies and keeps the one that finds the
 most products (ties go to the more explicit one, in this order):
@@ -44,7 +44,7 @@ from urllib.parse import urljoin
 import lxml.etree
 import lxml.html
 
-from hivemesh.errors import ExtractError
+from hivemesh.webtools.errors import ExtractError
 from hivemesh.webtools.money import Money, find_prices, parse_price
 
 __all__ = [

@@ -12,13 +12,13 @@ Every fetch has a deadline (``timeout_s``, the whole request including the
 body) and a size cap (``max_bytes``, read as a stream and cut off). Failures
 are typed, never raw ``httpx`` errors:
 
-* :class:`~hivemesh.errors.FetchTimeout` -- the deadline passed;
-* :class:`~hivemesh.errors.FetchError` -- connection refused or reset, a body
+* :class:`~hivemesh.webtools.errors.FetchTimeout` -- the deadline passed;
+* :class:`~hivemesh.webtools.errors.FetchError` -- connection refused or reset, a body
   cut short, an HTTP error status (``status`` set), too large, bad URL or an
   unknown route;
-* :class:`~hivemesh.errors.CaptchaRequired` -- the answer is a challenge page
+* :class:`~hivemesh.webtools.errors.CaptchaRequired` -- the answer is a challenge page
   (whatever its status);
-* :class:`~hivemesh.errors.AccessCodeRequired` -- the page asks for an access
+* :class:`~hivemesh.webtools.errors.AccessCodeRequired` -- the page asks for an access
   code (only a human can help).
 
 Only ``http``/``https`` URLs are fetched; ``allowed_hosts`` (when given)
@@ -35,13 +35,13 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from hivemesh.errors import (
+from hivemesh.errors import InvalidArgument
+from hivemesh.webtools.errors import (
     AccessCodeRequired,
     CaptchaRequired,
     ExtractError,
     FetchError,
     FetchTimeout,
-    InvalidArgument,
 )
 from hivemesh.webtools.extract import detect_block, parse_html
 

@@ -44,8 +44,9 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 from hivemesh.core.views.blobs import blob_digest
-from hivemesh.errors import ExtractError, HivemeshError, InvalidArgument
+from hivemesh.errors import HivemeshError, InvalidArgument
 from hivemesh.webtools import extract as ex
+from hivemesh.webtools.errors import ExtractError
 from hivemesh.webtools.fetch import Fetcher
 
 __all__ = ["build_server", "serve_http", "serve_stdio"]
@@ -159,18 +160,25 @@ def build_server(fetcher: Fetcher, *, name: str = "hivemesh-web") -> tuple[MCPSe
     @app.tool()
     @typed
     async def extract_prices(
-        url: str = "", html: str = "", route: str = "", strategy: str = "auto", timeout_s: float = 0
+        url: str = "",
+        html: str = "",
+        route: str = "",
+        strategy: str = "auto",
+        timeout_s: float = 0,
+        base_url: str = "",
     ) -> dict[str, Any]:
         """Products and prices of a page (name, sku, price as decimal text, ISO currency).
 
         strategy: auto (the one finding most products), jsonld, microdata,
-        table or blocks. Also returns next_page, the URL of the next page.
+        table or blocks. Also returns next_page, the URL of the next page
+        (for html, resolved against base_url, the page's own URL).
         """
         doc, final = await load(url, html, route, timeout_s)
         result = ex.extract_prices(doc, strategy=strategy)
         if not result["products"]:
             raise ExtractError(f"no prices found with strategy {strategy}")
-        result["next_page"] = ex.next_page_url(doc, final) if final else None
+        base = final or base_url
+        result["next_page"] = ex.next_page_url(doc, base) if base else None
         return result
 
     @app.tool()

@@ -68,6 +68,16 @@ operation as if they did not exist, reusing their ids. So a local write is
 refused with :class:`~hivemesh.errors.ContextCatchingUp` until every own
 operation the view has taken is applied.
 
+**Checkpoints.** :meth:`ContextView.checkpoint` returns the view's state as
+plain data (a full loro snapshot of every doc, with its history, and the
+per-author operation counters); :meth:`ContextView.restore` loads it into an
+empty view together with the journal version it covers, after which
+:meth:`ContextView.replay` skips every event at or below that version
+(counted in :attr:`ContextView.replay_skipped`): a restart imports only the
+tail. Whether a checkpoint belongs to the journal is the caller's check
+(:mod:`hivemesh.stores.viewcheckpoint`). A view holding operations that
+wait for dependencies gives no checkpoint (a snapshot leaves them out).
+
 **Engine failure.** If loro panics on a doc anyway, that doc is unusable (its
 mutex is poisoned): the context is set aside in :attr:`ContextView.broken`,
 counted as ``context_broken``, and raises
@@ -245,6 +255,15 @@ class ContextView(ViewBase):
         #: Contexts whose doc loro panicked in: set aside, never called again
         #: (a panicked doc's mutex is poisoned). Restart rebuilds them.
         self.broken: set[str] = set()
+        #: loro imports made, and how many of them left operations pending
+        #: (waiting for causal dependencies; each such import makes loro
+        #: re-examine its pending queue on later imports). A replay in causal
+        #: order leaves none pending when the history is complete.
+        self.imports = 0
+        self.imports_pending = 0
+        #: Stored events :meth:`replay` skipped: a restored checkpoint covered them.
+        self.replay_skipped = 0
+        self._covered: dict[bytes, int] = {}  # author -> seq a restored checkpoint covers
 
     def _doc(self, name: str) -> LoroDoc:
         doc = self._docs.get(name)
@@ -416,7 +435,11 @@ class ContextView(ViewBase):
 
     def replay(self, event: Event) -> None:
         """Import a stored event at rehydration (it was vetted when ingested,
-        or it is our own); malformed bodies still go through :meth:`apply`."""
+        or it is our own); malformed bodies still go through :meth:`apply`.
+        Events a restored checkpoint covers are skipped."""
+        if self._covered and event.seq <= self._covered.get(event.author, 0):
+            self.replay_skipped += 1
+            return
         body = event.body
         if event.kind != KIND_UPDATE or type(body) is not dict or len(body) != 2:
             self.apply(event)
@@ -470,6 +493,9 @@ class ContextView(ViewBase):
         except _EnginePanic:
             self._break(name)
             raise
+        self.imports += 1
+        if status.pending is not None:
+            self.imports_pending += 1
         if end is None:  # trusted replay: read the range from the import status
             span = status.success.get(peer)
             if span is None and status.pending is not None:
@@ -486,6 +512,72 @@ class ContextView(ViewBase):
         if own:
             doc.commit()  # our own write coming back: already in the doc (or being rebuilt)
         return doc.import_(blob)
+
+    # -- checkpoints --------------------------------------------------------------
+
+    def checkpoint(self) -> dict[str, Any] | None:
+        """The view's state as plain data (see the module docs), or ``None``
+        while some doc holds operations that wait for their dependencies or
+        local writes not yet exported to the journal, or a context is broken
+        (a snapshot would lose the first and keep the second, which the
+        journal does not hold)."""
+        if self.broken:
+            return None
+        for (name, peer), end in self._next.items():
+            last = self._docs[name].oplog_vv.get_last(peer)
+            if end and (last is None or last < end - 1):
+                return None
+        if self._peer is not None:
+            for name, doc in self._docs.items():
+                doc.commit()
+                last = doc.oplog_vv.get_last(self._peer)
+                if last is not None and last >= self._exported.get(name, 0):
+                    return None
+        docs = {}
+        for name in sorted(self._docs):
+            doc = self._docs[name]
+            doc.commit()
+            docs[name] = doc.export(ExportMode.Snapshot())
+        return {
+            "docs": docs,
+            "next": [[name, peer, end] for (name, peer), end in sorted(self._next.items())],
+            "exported": dict(sorted(self._exported.items())),
+            "applied": self.applied,
+            "rejected": dict(sorted(self.rejected.items())),
+        }
+
+    def restore(self, state: Any, covered: dict[bytes, int]) -> None:
+        """Load :meth:`checkpoint`'s ``state`` into this empty view; stored
+        events of each author up to ``covered[author]`` are in it, and
+        :meth:`replay` skips them. Raises :class:`~hivemesh.errors.DecodeError`
+        (leaving the view empty) when the state is malformed."""
+        if self._docs or self.applied:
+            raise InvalidArgument("restore needs an empty context view")
+        try:
+            docs: dict[str, LoroDoc] = {}
+            for name, snap in state["docs"].items():
+                if type(name) is not str or not CONTEXT_PATTERN.match(name):
+                    raise DecodeError(f"bad context name {name!r:.80}")
+                doc = LoroDoc()  # type: ignore[no-untyped-call]
+                if self._peer is not None:
+                    doc.peer_id = self._peer
+                _loro_call(doc.import_, snap)
+                doc.detach()
+                docs[name] = doc
+            nxt = {(str(n), int(p)): int(e) for n, p, e in state["next"]}
+            exported = {str(n): int(e) for n, e in state["exported"].items()}
+            applied = int(state["applied"])
+            rejected = {str(c): int(n) for c, n in state["rejected"].items()}
+        except DecodeError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise DecodeError(f"malformed context checkpoint: {exc}") from None
+        if any(name not in docs for name, _ in nxt) or any(n not in docs for n in exported):
+            raise DecodeError("context checkpoint names a context it does not hold")
+        self._docs, self._next, self._exported = docs, nxt, exported
+        self.applied = applied
+        self.rejected.update(rejected)
+        self._covered = dict(covered)
 
     # -- inspection -------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hivemesh.errors import ConfigError
+from hivemesh.extras import missing
 
 __all__ = ["SINK_OPTIONS", "check_sink_config", "sinks_from_config"]
 
@@ -91,4 +92,6 @@ def sinks_from_config(cfg: Mapping[str, Any], collector: Any = None) -> list[Any
             out.append(OtlpSink.http(c["endpoint"], interval_s=float(c.get("interval_s", 10))))
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"bad telemetry sink config: {exc}") from exc
+    except ModuleNotFoundError as exc:  # an extra (collector, otlp) is not installed
+        raise missing(exc, "a telemetry sink") from None
     return out

@@ -14,7 +14,7 @@ table does not exist yet and could not be created) is retried with
 exponential backoff (``backoff_s`` doubling up to ``max_backoff_s``) for as
 long as it takes: later tables wait behind it in the bounded queue, and
 only when that queue is full are new tables dropped (``dropped_tables``).
-A permanent refusal (:class:`~hivemesh.errors.SinkRefused`: the system
+A permanent refusal (:class:`~hivemesh.telemetry.errors.SinkRefused`: the system
 rejects the body itself, e.g. 400) is retried ``max_attempts`` times, then
 counted in ``failed_tables``. :meth:`PushSink.close` waits up to its
 timeout for the queue to empty; what is still queued then is counted as
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
-from hivemesh.errors import SinkRefused, SinkUnavailable
+from hivemesh.telemetry.errors import SinkRefused, SinkUnavailable
 
 __all__ = ["PushSink", "SinkStats", "check_status", "http_post"]
 

@@ -34,7 +34,7 @@ import zlib
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
-from hivemesh.errors import SinkUnavailable
+from hivemesh.telemetry.errors import SinkUnavailable
 from hivemesh.telemetry.sinks._worker import PushSink, check_status, http_post
 
 __all__ = ["InfluxDbSink", "to_line_protocol"]

@@ -24,7 +24,8 @@ import signal
 import sys
 from typing import Any
 
-from hivemesh.errors import HivemeshError, LLMNotConfigured
+from hivemesh.errors import HivemeshError
+from hivemesh.llm.errors import LLMNotConfigured
 from hivemesh.runtime.cliutil import add_common, data_dir_of, emit_error
 
 __all__ = ["register"]

@@ -9,6 +9,7 @@ from typing import Any
 
 from hivemesh.errors import HivemeshError
 from hivemesh.faces.cli.commands.metrics import _emit, _live, _open
+from hivemesh.runtime.cliutil import add_common
 
 __all__ = ["register"]
 
@@ -18,8 +19,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("alerts", help="list firing (or all) fleet-health alerts")
     p.add_argument("--all", action="store_true", help="include resolved alerts")
     p.add_argument("--store", default=None, help="collector DuckDB file")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.add_argument("--data-dir", default=None, help="ask the running collector node of this dir")
+    add_common(p)  # --data-dir: ask the running collector node of this dir
     p.set_defaults(func=_alerts)
 
 

@@ -4,7 +4,8 @@ A claim is intent registered in the journal: the earliest ``(hlc, author)``
 live claim wins once older than the settle window; a claim of a member that
 failure detection marks down is released. ``take`` registers (and, with
 ``--wait-s``, waits for the decision); exit code 0 when this node won,
-5 when another node did::
+5 when another node did (the exit codes of every command:
+:mod:`hivemesh.runtime.cliutil`)::
 
     hivemesh claim take report-42 --wait-s 3 && run-the-work && hivemesh claim done report-42
 """
@@ -12,17 +13,26 @@ failure detection marks down is released. ``take`` registers (and, with
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hivemesh.runtime.client import Client
-from hivemesh.runtime.cliutil import add_common, run_with_client
+from hivemesh.commands import (
+    Claim,
+    ClaimDone,
+    ClaimRelease,
+    ClaimShow,
+    ClaimWait,
+    ClaimWaitReply,
+)
+from hivemesh.runtime.cliutil import EXIT_LOST, add_common, run_with_client
 
-EXIT_LOST = 5
+if TYPE_CHECKING:
+    from hivemesh.runtime.client import Client
 
 
 def register(sub: Any) -> None:
     """Add the ``claim`` subcommand."""
     p = sub.add_parser("claim", help="optimistic claims on work (journal, settle window)")
+    add_common(p)
     csub = p.add_subparsers(dest="claim_cmd", metavar="ACTION", required=True)
     for name, help_ in (
         ("take", "register a claim on RESOURCE"),
@@ -45,13 +55,14 @@ def _act(client: Client, args: argparse.Namespace) -> tuple[int, Any]:
     if cmd in ("take", "wait"):
         out: dict[str, Any] = {}
         if cmd == "take":
-            out = client.call("claim", resource=r)
+            out = client.run(Claim(resource=r)).to_wire()
         if args.wait_s > 0:
-            out = client.call("claim.wait", timeout_s=args.wait_s, resource=r)
-            return (0 if out["ours"] else EXIT_LOST), out
+            won = client.run(ClaimWait(resource=r, timeout_s=args.wait_s))
+            assert isinstance(won, ClaimWaitReply)
+            return (0 if won.ours else EXIT_LOST), won.to_wire()
         return 0, out
-    op = {"release": "claim.release", "done": "claim.done", "show": "claim.show"}[cmd]
-    return 0, client.call(op, resource=r)
+    request = {"release": ClaimRelease, "done": ClaimDone, "show": ClaimShow}[cmd](resource=r)
+    return 0, client.run(request).to_wire()
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -13,14 +13,16 @@ import argparse
 import json
 from typing import Any
 
+from hivemesh.commands import CtxAdd, CtxGet, CtxMembers, CtxRemove, CtxSet
 from hivemesh.errors import HivemeshError, InputTooDeep, InvalidArgument, InvalidEncoding
-from hivemesh.runtime.cliutil import add_common, data_dir_of, emit_error, run_with_client
+from hivemesh.runtime.cliutil import add_common, data_dir_of, emit_error, run_command
 from hivemesh.runtime.wirejson import decode
 
 
 def register(sub: Any) -> None:
     """Add the ``ctx`` subcommand."""
     p = sub.add_parser("ctx", help="read, write and watch shared context")
+    add_common(p)
     csub = p.add_subparsers(dest="ctx_cmd", metavar="ACTION", required=True)
     g = csub.add_parser("get", help="print a context or one key")
     g.add_argument("key", nargs="?")
@@ -68,37 +70,32 @@ def _members_text(r: dict[str, Any]) -> str:
 
 
 def _add(args: argparse.Namespace) -> int:
-    return run_with_client(
-        args,
-        lambda c: c.ctx_add(args.context, args.set, args.elements, grow_only=args.grow_only),
-        _members_text,
+    request = CtxAdd(
+        set=args.set, elements=tuple(args.elements), context=args.context, grow_only=args.grow_only
     )
+    return run_command(args, request, _members_text)
 
 
 def _remove(args: argparse.Namespace) -> int:
-    return run_with_client(
-        args, lambda c: c.ctx_remove(args.context, args.set, args.elements), _members_text
-    )
+    request = CtxRemove(set=args.set, elements=tuple(args.elements), context=args.context)
+    return run_command(args, request, _members_text)
 
 
 def _members(args: argparse.Namespace) -> int:
-    return run_with_client(
-        args,
-        lambda c: {"members": c.ctx_members(args.context, args.set, grow_only=args.grow_only)},
-        _members_text,
-    )
+    request = CtxMembers(set=args.set, context=args.context, grow_only=args.grow_only)
+    return run_command(args, request, _members_text)
 
 
 def _get(args: argparse.Namespace) -> int:
     if args.key is None:
-        return run_with_client(
+        return run_command(
             args,
-            lambda c: c.ctx_get(args.context),
+            CtxGet(context=args.context),
             lambda r: json.dumps(r, indent=2, sort_keys=True),
         )
-    return run_with_client(
+    return run_command(
         args,
-        lambda c: c.ctx_get(args.context, args.key),
+        CtxGet(context=args.context, key=args.key),
         lambda r: json.dumps(r["value"]) if r["found"] else f"{r['key']}: not set",
     )
 
@@ -110,9 +107,9 @@ def _set(args: argparse.Namespace) -> int:
         return emit_error(args, exc)
     except InvalidArgument:
         value = args.value  # not JSON: plain text (checked when it is sent)
-    return run_with_client(
+    return run_command(
         args,
-        lambda c: c.ctx_set(args.context, args.key, value),
+        CtxSet(key=args.key, value=value, context=args.context),
         lambda r: f"set {r['context']}/{r['key']} (own seq {r['seq']})",
     )
 

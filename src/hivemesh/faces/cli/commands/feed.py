@@ -14,13 +14,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from hivemesh.commands import FeedAcceptLoss, FeedStatus
 from hivemesh.errors import InvalidArgument
-from hivemesh.runtime.cliutil import add_common, emit_error, run_with_client
+from hivemesh.runtime.cliutil import add_common, emit_error, run_command
 
 
 def register(sub: Any) -> None:
     """Add the ``feed`` subcommand."""
     p = sub.add_parser("feed", help="the node's own feed: status, accept a loss")
+    add_common(p)
     fsub = p.add_subparsers(dest="feed_cmd", metavar="ACTION", required=True)
     s = fsub.add_parser("status", help="whether the node writes its feed, and why not")
     add_common(s)
@@ -53,7 +55,7 @@ def _status_text(st: dict[str, Any]) -> str:
 
 
 def _status(args: argparse.Namespace) -> int:
-    return run_with_client(args, lambda c: c.call("feed.status"), _status_text)
+    return run_command(args, FeedStatus(), _status_text)
 
 
 def _accept_loss(args: argparse.Namespace) -> int:
@@ -61,9 +63,9 @@ def _accept_loss(args: argparse.Namespace) -> int:
         return emit_error(
             args, InvalidArgument("accept-loss gives up part of this node's feed: add --yes")
         )
-    return run_with_client(
+    return run_command(
         args,
-        lambda c: c.call("feed.accept_loss", confirm=True),
+        FeedAcceptLoss(confirm=True),
         lambda r: (
             f"accepted the loss of own feed #{r['lost_from']}..#{r['lost_upto']}; "
             f"writing on from #{r['held'] + 1}"

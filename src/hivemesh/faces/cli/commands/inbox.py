@@ -1,4 +1,9 @@
-"""``hivemesh inbox``: direct messages this node received (oldest first)."""
+"""``hivemesh inbox``: direct messages this node received (oldest first), and the
+questions agents escalated to the operator (answer with ``hivemesh answer ID TEXT``).
+
+``--json`` prints the messages as before; ``--questions`` prints only the
+open questions (``--json``: a list of ``{id, audit, shop, question, ...}``).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,8 @@ import json
 import time
 from typing import Any
 
-from hivemesh.runtime.cliutil import add_common, run_with_client
+from hivemesh.commands import AuditInbox, Inbox
+from hivemesh.runtime.cliutil import add_common, run_command, run_with_client
 
 
 def register(sub: Any) -> None:
@@ -15,6 +21,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("inbox", help="list received direct messages")
     p.add_argument("--limit", type=int, default=100)
     p.add_argument("--take", action="store_true", help="remove the listed messages")
+    p.add_argument("--questions", action="store_true", help="only the escalated questions")
     add_common(p)
     p.set_defaults(func=_run)
 
@@ -30,5 +37,28 @@ def _text(msgs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _questions_text(qs: list[dict[str, Any]]) -> str:
+    if not qs:
+        return "no open questions"
+    lines = [f"{len(qs)} open question(s) -- answer with: hivemesh answer ID TEXT"]
+    lines += [f"  {q['id']}  [{q['shop']}] {q['question']}" for q in qs]
+    return "\n".join(lines)
+
+
 def _run(args: argparse.Namespace) -> int:
-    return run_with_client(args, lambda c: c.inbox(limit=args.limit, remove=args.take), _text)
+    if args.questions:
+        return run_with_client(
+            args, lambda c: c.run(AuditInbox()).to_wire()["questions"], _questions_text
+        )
+    if args.json:
+        return run_command(args, Inbox(limit=args.limit, remove=args.take), _text)
+
+    def both(c: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        qs = c.run(AuditInbox()).to_wire()["questions"]
+        return qs, c.run(Inbox(limit=args.limit, remove=args.take)).to_wire()
+
+    def text(got: tuple[list[dict[str, Any]], list[dict[str, Any]]]) -> str:
+        qs, msgs = got
+        return (_questions_text(qs) + "\n" if qs else "") + _text(msgs)
+
+    return run_with_client(args, both, text)

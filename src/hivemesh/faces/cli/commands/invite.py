@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from hivemesh.runtime.cliutil import add_common, run_with_client
+from hivemesh.commands import Invite
+from hivemesh.runtime.cliutil import add_common, run_command
 
 
 def register(sub: Any) -> None:
@@ -20,10 +21,8 @@ def register(sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    return run_with_client(
+    return run_command(
         args,
-        lambda c: c.call(
-            "invite", ttl_s=args.ttl_s, **({"swarm": args.swarm} if args.swarm else {})
-        ),
+        Invite(ttl_s=args.ttl_s, swarm=args.swarm or None),
         lambda r: f"{r['token']}\n\non the new node: hivemesh join {r['token'][:16]}…",
     )

@@ -7,8 +7,9 @@ introduces the rest of the swarm -- or refuses it, and says why. Surrounding
 whitespace (a copy-paste artifact) is ignored; the token itself must be in
 its one canonical form.
 
-Exit codes name the outcome (``--json`` prints ``{"error": {type, code,
-message}}`` on failure, as every command does):
+Exit codes name the outcome, as for every command
+(:mod:`hivemesh.runtime.cliutil`; ``--json`` prints ``{"error": {type, code,
+message, exit}}`` on failure, as every command does):
 
 ==  ==========================================================================
 0   joined
@@ -29,23 +30,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from hivemesh.errors import HivemeshError
-from hivemesh.runtime.cliutil import add_common, data_dir_of, emit, emit_error
-
-#: Exit code per error code (module docs); any other failure exits 1.
-EXIT_CODES: dict[str, int] = {
-    "invite_error": 10,
-    "invite_malformed": 10,
-    "invite_noncanonical": 10,
-    "invite_bad_signature": 10,
-    "invite_expired": 11,
-    "invite_used": 12,
-    "invite_unknown": 13,
-    "invite_revoked": 14,
-    "unknown_peer": 14,
-    "identity_mismatch": 15,
-    "deadline_exceeded": 16,
-}
+from hivemesh.commands import Join
+from hivemesh.runtime.cliutil import add_common, run_command
 
 
 def register(sub: Any) -> None:
@@ -65,19 +51,11 @@ def register(sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from hivemesh.runtime.client import Client
-
-    client = Client(data_dir_of(args), timeout_s=args.timeout_s)
-    try:
-        result = client.call("join", timeout_s=args.timeout_s, token=args.token.strip())
-    except HivemeshError as exc:
-        code = emit_error(args, exc)
-        return EXIT_CODES.get(exc.code, code)
-    emit(
+    return run_command(
         args,
-        result,
+        Join(token=args.token.strip(), timeout_s=args.timeout_s),
         lambda r: (
             f"joined through {r['inviter']} at {', '.join(r['endpoints'])} in {r['seconds']:.1f} s"
         ),
+        timeout_s=args.timeout_s,
     )
-    return 0

@@ -11,8 +11,11 @@ printed holder and token::
     hivemesh lease acquire deploy-prod --ttl-ms 60000 --holder ci-42
     hivemesh lease release deploy-prod --holder ci-42 --token 17
 
-Output is one JSON object per command. Exit codes: 0 ok, 2 bad input,
-3 held by someone else / not held, 4 backend unavailable.
+Output is one JSON object per command; ``--data-dir`` and ``--json`` go
+before or after the action, and an error has the one shape and exit code of
+every command (:mod:`hivemesh.runtime.cliutil`): 2 bad input, 3 no daemon
+running (``mesh://``), 5 held by someone else / not held, 6 no quorum or
+backend unavailable.
 """
 
 from __future__ import annotations
@@ -21,23 +24,18 @@ import argparse
 import asyncio
 import json
 import os
+import socket
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from hivemesh.errors import (
-    BackendUnavailable,
-    HivemeshError,
-    InvalidArgument,
-    LeaseLost,
-    LeaseUnavailable,
-)
+from hivemesh.errors import DaemonNotRunning, HivemeshError
 from hivemesh.leases import Lease, LeaseClient, VoterServer, open_backend
 from hivemesh.leases._quorum import parse_voters
+from hivemesh.runtime.cliutil import add_common, data_dir_of, emit, emit_error
 
 DEFAULT_URL = "mesh://"
-_EXIT = {InvalidArgument: 2, LeaseUnavailable: 3, LeaseLost: 3, BackendUnavailable: 4}
 
 
 def register(sub: Any) -> None:
@@ -48,7 +46,7 @@ def register(sub: Any) -> None:
         default=os.environ.get("HIVEMESH_LEASE_URL", DEFAULT_URL),
         help="backend URL (default $HIVEMESH_LEASE_URL or %(default)s: the local swarm)",
     )
-    p.add_argument("--data-dir", default=None, help="node data dir for mesh:// (the default)")
+    add_common(p)
     p.add_argument("--timeout-s", type=float, default=2.0, help="deadline of each backend call")
     lsub = p.add_subparsers(dest="lease_cmd", metavar="ACTION", required=True)
 
@@ -57,16 +55,19 @@ def register(sub: Any) -> None:
     a.add_argument("--ttl-ms", type=int, default=5000)
     a.add_argument("--holder", default=None, help="holder id (default: unique per process)")
     a.add_argument("--wait-s", type=float, default=0.0, help="wait for the holder (0: try once)")
+    add_common(a)
     a.set_defaults(func=_run)
 
     r = lsub.add_parser("release", help="release RESOURCE held by --holder with --token")
     r.add_argument("resource")
     r.add_argument("--holder", required=True)
     r.add_argument("--token", type=int, required=True)
+    add_common(r)
     r.set_defaults(func=_run)
 
     s = lsub.add_parser("show", help="show the current lease on RESOURCE")
     s.add_argument("resource")
+    add_common(s)
     s.set_defaults(func=_run)
 
     v = lsub.add_parser("voter", help="run one quorum:// voter on UDP until interrupted")
@@ -81,7 +82,24 @@ def _url(args: argparse.Namespace) -> str:
     return str(args.backend)
 
 
+def _check_daemon(args: argparse.Namespace) -> None:
+    """For ``mesh://``: :class:`DaemonNotRunning` if no daemon answers on the
+    data dir's socket (else the backend would report it as no quorum)."""
+    if args.backend != DEFAULT_URL:
+        return
+    path = data_dir_of(args) / "ctl.sock"
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(2.0)
+    try:
+        s.connect(str(path))
+    except OSError as exc:
+        raise DaemonNotRunning(f"no daemon answering at {path}: {exc}") from None
+    finally:
+        s.close()
+
+
 async def _act(args: argparse.Namespace) -> dict[str, Any]:
+    _check_daemon(args)
     client = LeaseClient(
         open_backend(_url(args)), getattr(args, "holder", None), call_timeout_s=args.timeout_s
     )
@@ -142,8 +160,6 @@ def _run(args: argparse.Namespace) -> int:
     try:
         out = asyncio.run(_act(args))
     except HivemeshError as e:
-        code = next((c for t, c in _EXIT.items() if isinstance(e, t)), 1)
-        print(json.dumps({"error": e.code, "message": str(e)}), file=sys.stderr)
-        return code
-    print(json.dumps(out, sort_keys=True))
+        return emit_error(args, e)
+    emit(args, out)
     return 0

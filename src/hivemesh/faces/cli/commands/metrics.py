@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from hivemesh.errors import HivemeshError, InvalidArgument
+from hivemesh.runtime.cliutil import add_common
 from hivemesh.telemetry.schema import (
     ATTR_ERROR_TYPE,
     ATTR_INPUT_TOKENS,
@@ -93,8 +94,7 @@ def register(sub: Any) -> None:
     """Add the ``metrics`` subcommand."""
     p = sub.add_parser("metrics", help="record a metric; query the telemetry collector store")
     p.add_argument("--store", default=None, help="DuckDB file (default: %(default)s)")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.add_argument("--data-dir", default=None, help="ask the running collector node of this dir")
+    add_common(p)  # --data-dir: ask (or record on) the running node of this dir
     msub = p.add_subparsers(dest="metrics_cmd", metavar="QUERY", required=True)
     t = msub.add_parser("top", help="records, failures, tokens, p50/p99 per agent, model or tool")
     t.add_argument("--by", choices=("agent", "model", "tool", "sender", "name"), default="agent")
@@ -113,8 +113,7 @@ def register(sub: Any) -> None:
     s.set_defaults(func=_senders)
     for sp in (t, f, q, g, s):
         sp.add_argument("--store", default=argparse.SUPPRESS)
-        sp.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
-        sp.add_argument("--data-dir", default=argparse.SUPPRESS)
+        add_common(sp)
     _register_record(msub)
 
 
@@ -159,8 +158,7 @@ def _register_record(msub: Any) -> None:
     r.add_argument("--count", type=int, default=1, help="record it N times (load tests)")
     r.add_argument("--wait", action="store_true", help="return once the collector stored it")
     r.add_argument("--timeout-s", type=float, default=10.0, help="with --wait (default 10)")
-    r.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
-    r.add_argument("--data-dir", default=argparse.SUPPRESS, help="the node to record on")
+    add_common(r)
     r.set_defaults(func=_record)  # fmt: skip
 
 
@@ -197,13 +195,15 @@ def record_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _record(args: argparse.Namespace) -> int:
+    from hivemesh.commands import MetricsRecord
     from hivemesh.runtime.client import Client
     from hivemesh.runtime.cliutil import data_dir_of, emit, emit_error
 
     try:
         call = record_args(args)
         timeout_s = args.timeout_s + 5.0 if args.wait else 10.0
-        got = Client(data_dir_of(args), timeout_s=timeout_s).call("metrics.record", **call)
+        request = MetricsRecord.from_wire(call)  # checked here as the daemon would
+        got = Client(data_dir_of(args), timeout_s=timeout_s).run(request).to_wire()
     except HivemeshError as exc:
         return emit_error(args, exc)
 
@@ -220,9 +220,10 @@ def _live(args: argparse.Namespace, what: str, **kw: Any) -> Any:
     """Ask the running collector of ``--data-dir`` (None without ``--data-dir``)."""
     if not getattr(args, "data_dir", None):
         return None
+    from hivemesh.commands import MetricsQuery
     from hivemesh.runtime.client import Client
 
-    return Client(args.data_dir, timeout_s=30.0).call("metrics", what=what, **kw)
+    return Client(args.data_dir, timeout_s=30.0).run(MetricsQuery(what=what, **kw)).to_wire()
 
 
 def _reports_live(args: argparse.Namespace) -> list[Any] | None:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from hivemesh.runtime.cliutil import add_common, run_with_client
+from hivemesh.commands import NameClaim, Names
+from hivemesh.runtime.cliutil import add_common, run_command
 
 
 def register(sub: Any) -> None:
     """Add the ``name`` subcommand."""
     p = sub.add_parser("name", help="claim or list human names")
+    add_common(p)
     nsub = p.add_subparsers(dest="name_cmd", metavar="ACTION", required=True)
     c = nsub.add_parser("claim", help="claim NAME for this node")
     c.add_argument("name")
@@ -27,12 +29,12 @@ def _claim(args: argparse.Namespace) -> int:
             return f"claimed {r['name']}"
         return f"{r['name']} is held by {r['owner']} (an earlier claim wins)"
 
-    return run_with_client(args, lambda c: c.claim_name(args.name), text)
+    return run_command(args, NameClaim(name=args.name), text)
 
 
 def _list(args: argparse.Namespace) -> int:
-    return run_with_client(
+    return run_command(
         args,
-        lambda c: c.call("names"),
+        Names(),
         lambda r: "\n".join(f"{n:<24} {a}" for n, a in sorted(r.items())) or "no names",
     )

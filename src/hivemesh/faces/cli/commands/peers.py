@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from hivemesh.runtime.cliutil import add_common, run_with_client
+from hivemesh.commands import Peers
+from hivemesh.runtime.cliutil import add_common, run_command
 
 
 def register(sub: Any) -> None:
@@ -29,4 +30,4 @@ def _text(peers: list[dict[str, Any]]) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    return run_with_client(args, lambda c: c.peers(), _text)
+    return run_command(args, Peers(), _text)

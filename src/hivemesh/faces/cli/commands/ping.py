@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from hivemesh.runtime.cliutil import add_common, run_with_client
+from hivemesh.commands import Ping
+from hivemesh.runtime.cliutil import add_common, run_command
 
 
 def register(sub: Any) -> None:
@@ -18,8 +19,8 @@ def register(sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    return run_with_client(
+    return run_command(
         args,
-        lambda c: c.ping(args.address, timeout_s=args.timeout_s),
+        Ping(address=args.address, timeout_s=args.timeout_s),
         lambda r: f"pong from {r['address'][:16]}: {r['rtt_ms']:.1f} ms",
     )

@@ -17,8 +17,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from hivemesh.commands import Send
 from hivemesh.errors import InvalidArgument
-from hivemesh.runtime.cliutil import add_common, emit_error, run_with_client
+from hivemesh.runtime.cliutil import add_common, emit_error, run_command
 from hivemesh.runtime.wirejson import decode
 
 
@@ -37,7 +38,7 @@ def _run(args: argparse.Namespace) -> int:
         data = decode(args.data, what="--data")
     except InvalidArgument as exc:  # not JSON, too deep, not UTF-8: typed either way
         return emit_error(args, exc)
-    return run_with_client(args, lambda c: c.send(args.to, data, timeout_s=args.timeout_s), _text)
+    return run_command(args, Send(to=args.to, data=data, timeout_s=args.timeout_s), _text)
 
 
 def _text(r: dict[str, Any]) -> str:

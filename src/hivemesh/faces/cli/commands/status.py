@@ -5,12 +5,18 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from hivemesh.runtime.cliutil import add_common, run_with_client
+from hivemesh.commands import Status
+from hivemesh.runtime.cliutil import add_common, run_command
 
 
 def register(sub: Any) -> None:
     """Add the ``status`` subcommand."""
     p = sub.add_parser("status", help="show the local node's state and counters")
+    p.add_argument(
+        "--heads",
+        action="store_true",
+        help="list every feed's head: seq and hash of its last event",
+    )
     add_common(p)
     p.set_defaults(func=_run)
 
@@ -52,6 +58,12 @@ def _text(st: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _heads_text(st: dict[str, Any]) -> str:
+    heads = st["journal"].get("heads", {})
+    rows = [f"{addr}  #{h['seq']:<8} {h['hash']}" for addr, h in sorted(heads.items())]
+    return "\n".join(rows) or "no feeds"
+
+
 def _own_feed(own: dict[str, Any] | None) -> str:
     if not own:
         return "own feed  (not reported)"
@@ -61,4 +73,4 @@ def _own_feed(own: dict[str, Any] | None) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    return run_with_client(args, lambda c: c.status(), _text)
+    return run_command(args, Status(), _text if not args.heads else _heads_text)

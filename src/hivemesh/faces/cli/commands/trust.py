@@ -14,14 +14,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from hivemesh.commands import TrustAdmit, TrustList, TrustRevoke
 from hivemesh.core.identity import public_key_of
 from hivemesh.errors import DaemonNotRunning, HivemeshError, InvalidAddress, InvalidArgument
-from hivemesh.runtime.cliutil import add_common, data_dir_of, emit, emit_error, run_with_client
+from hivemesh.runtime.cliutil import add_common, data_dir_of, emit, emit_error, run_command
 
 
 def register(sub: Any) -> None:
     """Add the ``trust`` subcommand."""
     p = sub.add_parser("trust", help="list, add or revoke trusted addresses")
+    add_common(p)
     tsub = p.add_subparsers(dest="trust_cmd", metavar="ACTION", required=True)
     ls = tsub.add_parser("list", help="trust mode, trusted and revoked addresses")
     add_common(ls)
@@ -44,7 +46,7 @@ def _list(args: argparse.Namespace) -> int:
         lines += [f"revoked {a}" for a in r["revoked"]]
         return "\n".join(lines)
 
-    return run_with_client(args, lambda c: c.call("trust.list"), text)
+    return run_command(args, TrustList(), text)
 
 
 def _change(args: argparse.Namespace, op: str, key: str, offline: Callable[[Any], None]) -> int:
@@ -55,7 +57,8 @@ def _change(args: argparse.Namespace, op: str, key: str, offline: Callable[[Any]
     except InvalidAddress as exc:
         return emit_error(args, InvalidArgument(str(exc)))
     try:
-        result = Client(data_dir_of(args)).call(op, address=args.address)
+        request = TrustRevoke(args.address) if op == "trust.revoke" else TrustAdmit(args.address)
+        result = Client(data_dir_of(args)).run(request).to_wire()
     except DaemonNotRunning:
         result = None
     except HivemeshError as exc:

@@ -42,6 +42,7 @@ could evict the swarm). The view is pure: no I/O, no clock.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -49,7 +50,6 @@ from dataclasses import dataclass, field
 from hivemesh.core.event import Event
 from hivemesh.core.identity import address_of, public_key_of
 from hivemesh.errors import InvalidAddress
-from hivemesh.trust import is_swarm_id
 
 __all__ = [
     "KIND_TRUST_ADD",
@@ -57,12 +57,19 @@ __all__ = [
     "VOUCH_POLICIES",
     "TrustView",
     "TrustWeb",
+    "is_swarm_id",
 ]
 
 KIND_TRUST_ADD = "trust.add"
 KIND_TRUST_REVOKE = "trust.revoke"
 #: How far a node follows vouches (module docs), with the hops each allows.
 VOUCH_POLICIES: dict[str, int | None] = {"web": None, "direct": 2, "none": 0}
+_SWARM_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def is_swarm_id(value: object) -> bool:
+    """True for a swarm id: 16 random bytes as 32 lower-case hex digits."""
+    return isinstance(value, str) and _SWARM_ID.fullmatch(value) is not None
 
 
 @dataclass(frozen=True, slots=True)

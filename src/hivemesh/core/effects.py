@@ -1,0 +1,148 @@
+"""What a :class:`~hivemesh.core.peer.Peer` asks its driver to do.
+
+Theory of operation
+-------------------
+The Peer decides; a driver (the asyncio daemon, the simulator, a test with a
+list for a network) carries the decisions out. Every decision is one small
+frozen record, drained in order with :meth:`Peer.effects`:
+
+* :class:`Send`     -- put ``frame`` on the link to ``peer`` (dropped by the
+  driver when there is no link: replication and SWIM repair it);
+* :class:`Dial`     -- keep a link to ``address`` at ``endpoints`` (dial with
+  backoff until it is up; a driver that already dials it adds the endpoints);
+* :class:`Close`    -- close the link to ``peer``; with ``if_silent_ms`` only
+  when it carried nothing for that long (a half-open link behind a SWIM
+  "down"); with ``forget`` also stop dialling it (revoked, or untrusted);
+* :class:`Fsync`    -- make the store's writes durable (the group commit):
+  the driver calls :meth:`Peer.store_committed` when it is done;
+* :class:`Deliver`  -- an event newly applied to the journal, for subscribers;
+* :class:`Reply`    -- the answer to a :meth:`Peer.command` (``rid`` is what
+  ``command`` returned): ``value`` or a typed ``error``;
+* :class:`MessageOutcome` -- a direct message was acknowledged, or failed;
+* :class:`Log`      -- a line for the operator (``level`` as in :mod:`logging`);
+* :class:`Count`    -- add ``n`` to the driver's counter ``name``.
+
+Effects are plain data: equal decisions compare equal, which is what the
+trace-equivalence check (:mod:`hivemesh.core.trace`) relies on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hivemesh.core.event import Event
+from hivemesh.errors import HivemeshError
+
+__all__ = [
+    "Close",
+    "Count",
+    "Deliver",
+    "Dial",
+    "Effect",
+    "Fsync",
+    "Log",
+    "MessageOutcome",
+    "Reply",
+    "Send",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Send ``frame`` to ``peer`` over its link."""
+
+    peer: str
+    frame: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Dial:
+    """Keep a link to ``address``, dialling ``endpoints`` (``host:port``)."""
+
+    address: str
+    endpoints: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    """Close the link to ``peer`` (module docs for the two options).
+
+    ``code`` is the stable error code the peer's CLOSE frame carries (None:
+    a plain close).
+    """
+
+    peer: str
+    reason: str
+    code: str | None = None
+    if_silent_ms: int | None = None
+    forget: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Fsync:
+    """Commit the store (then call :meth:`Peer.store_committed`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Deliver:
+    """A newly applied journal event, for subscribers."""
+
+    event: Event
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """The answer to command ``rid``: ``value``, or ``error`` if it failed."""
+
+    rid: int
+    value: Any = None
+    error: HivemeshError | None = None
+
+    def __eq__(self, other: object) -> bool:
+        # errors compare by class, code and text (exceptions compare by identity)
+        if not isinstance(other, Reply):
+            return NotImplemented
+        return (self.rid, self.value, _error_key(self.error)) == (
+            other.rid,
+            other.value,
+            _error_key(other.error),
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.rid, _error_key(self.error)))
+
+
+@dataclass(frozen=True, slots=True)
+class MessageOutcome:
+    """Direct message ``msg_id`` to ``to`` was acknowledged (``acked``) or
+    failed (``reason``), after ``attempts`` transmissions."""
+
+    msg_id: str
+    to: str
+    acked: bool
+    attempts: int
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Log:
+    """A line for the operator's log (``level``: ``debug``, ``info``, ``warning``)."""
+
+    level: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Count:
+    """Add ``n`` to the counter ``name``."""
+
+    name: str
+    n: int = 1
+
+
+def _error_key(error: HivemeshError | None) -> tuple[str, str, str] | None:
+    return None if error is None else (type(error).__name__, error.code, str(error))
+
+
+Effect = Send | Dial | Close | Fsync | Deliver | Reply | MessageOutcome | Log | Count

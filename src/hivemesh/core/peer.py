@@ -1,0 +1,813 @@
+"""One node, one machine: the sans-IO :class:`Peer`.
+
+Theory of operation
+-------------------
+A :class:`Peer` owns everything a node decides: the journal node
+(:class:`~hivemesh.core.node.Node`: feeds, replication, the own feed's gate),
+SWIM membership, direct messages, blob fetching, claims, names, endpoints,
+trust (``trust.json`` content plus the journal's web of vouches) and
+settlement of attested batches. A driver moves bytes, time and files and
+decides nothing: the asyncio daemon (:mod:`hivemesh.runtime.daemon`), the
+simulator, or a test with a list for a network. Like aioquic's
+``QuicConnection``, it is a plain object:
+
+**Construction.** ``Peer(identity, store, rng, now_ms=..., config=PeerConfig(...),
+trust=TrustFile(...), marks=...)``. ``store`` is the node's
+:class:`~hivemesh.core.store.FeedStore`, ``rng`` a ``random.Random`` (seeded
+from :mod:`secrets` by the daemon, from the seed by the simulator), ``marks``
+the own feed's durable mark. Each part draws its own random stream from
+``rng`` (``rng.getrandbits(128)``, in this order: node, membership, direct
+messages, blob fetcher). Then
+:meth:`Peer.rehydrate` with the stored events, then :meth:`Peer.start`
+with the endpoints the node listens on (this runs the appends of the new
+life: see below).
+
+**Inputs** (each takes ``now``: the driver's clock in ms; the daemon's is
+wall-clock time, since HLC stamps are physical time):
+
+* :meth:`receive` -- a frame from the link to ``peer``;
+* :meth:`link_up` / :meth:`link_down` -- a link to ``peer`` (with its boot
+  id) is up and both sides admit each other, or it is gone;
+* :meth:`command` -- a typed command (:mod:`hivemesh.core.peer_commands`);
+  returns a request id that the :class:`~hivemesh.core.effects.Reply` carries;
+* :meth:`settle` -- the group commit is due: verify attested runs, then ask
+  for :class:`~hivemesh.core.effects.Fsync`;
+* :meth:`trust_changed` -- ``trust.json`` changed (its parsed content);
+* :meth:`handle_timer` -- time passed (call at :meth:`next_deadline`);
+* :meth:`expect_inviter` / :meth:`forget_inviter` -- a join through that
+  inviter started or ended (it may connect meanwhile).
+
+**Outputs.** :meth:`effects` drains the typed effects of
+:mod:`hivemesh.core.effects` in order; :meth:`next_deadline` is the one time
+to call :meth:`handle_timer` next.
+
+**Rules it owns** (each was a runtime mixin's):
+
+* *Membership* (SWIM, :mod:`hivemesh.core.membership`). ``up``: keep a link
+  to the member (:class:`Dial`), replicate with it when its link is up, and
+  append ``member.up`` when it comes back from ``down``. ``down``/``left``:
+  stop replicating, append ``member.down``/``member.left`` with ``a`` (its
+  key) and ``upto`` (the last seq of its feed we hold), so that claims and
+  plans release exactly what this observation is causally after
+  (:mod:`hivemesh.core.claims`); on ``down`` close its link if it carried
+  nothing for a whole suspicion period (half-open). A link that comes up
+  for an unknown address joins membership through it.
+* *A new life.* Once the own feed takes writes (at :meth:`start`, or when
+  it is recovered from peers): release the live claims of the previous life,
+  announce the endpoint if it changed (``node.hello``), claim the configured
+  name. Every change of the feed gate's state is logged.
+* *Settlement.* Attested batches are verified at the group commit; a peer
+  whose head signature fails is disconnected.
+* *Trust.* ``authorize(address)``: ``open`` mode admits anyone not revoked;
+  ``invite`` mode the addresses of ``trust.json`` and the swarms' web of
+  vouches (:mod:`hivemesh.core.views.trust`); a pending join's inviter
+  always. When trust changes (the file, or a vouch or revocation in the
+  journal), linked peers no longer admitted are closed and forgotten, and
+  newly admitted known ones are dialled.
+* *Endpoints.* A ``node.hello`` from another node dials it.
+* *Views.* context, names, endpoints, trust, claims, the blob index and
+  max-registers (``reg.max``, for fencing tokens) are the Peer's; a driver
+  may add application views to :attr:`node` before :meth:`rehydrate`.
+* *Blobs.* Frames of the blob range are served from the store or fed to the
+  fetcher; a completed fetch is stored and answers its commands.
+* *Direct messages.* The protocol is :class:`~hivemesh.core.direct.Direct`;
+  :class:`SendDirect` answers at its ack, every outcome is also an
+  :class:`MessageOutcome` effect for drivers that track sends themselves.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from random import Random
+from typing import Any
+
+from hivemesh.core.claims import DEFAULT_WINDOW_MS, ClaimsView
+from hivemesh.core.direct import Direct, DirectAcked, DirectConfig
+from hivemesh.core.effects import (
+    Close,
+    Count,
+    Deliver,
+    Dial,
+    Effect,
+    Fsync,
+    Log,
+    MessageOutcome,
+    Reply,
+    Send,
+)
+from hivemesh.core.event import Event
+from hivemesh.core.frames import encode_frame
+from hivemesh.core.hlc import hlc_ms
+from hivemesh.core.identity import Identity, address_of, public_key_of
+from hivemesh.core.membership import Membership
+from hivemesh.core.node import Node, NodeConfig
+from hivemesh.core.ownfeed import FeedState, MarkStore
+from hivemesh.core.peer_commands import (
+    AcceptFeedLoss,
+    Append,
+    Claim,
+    ClaimDone,
+    FetchBlob,
+    Leave,
+    ReleaseClaim,
+    Revoke,
+    SendDirect,
+    Vouch,
+    WaitDecided,
+)
+from hivemesh.core.pex import MembershipConfig, MemberState
+from hivemesh.core.store import FeedStore
+from hivemesh.core.trace import Trace
+from hivemesh.core.views.blobs import BLOB_TAGS, TAG_GET, TAG_WANT, BlobFetcher, BlobIndex, serve
+from hivemesh.core.views.context import ContextView
+from hivemesh.core.views.endpoints import KIND_HELLO, EndpointsView, hello_body
+from hivemesh.core.views.names import NamesView
+from hivemesh.core.views.registers import MaxRegisterView
+from hivemesh.core.views.trust import KIND_TRUST_ADD, KIND_TRUST_REVOKE, TrustView, TrustWeb
+from hivemesh.errors import DeadlineExceeded, HivemeshError, InvalidArgument, UnknownPeer
+
+__all__ = ["Peer", "PeerConfig", "TrustFile"]
+
+#: Addresses cached from public keys (a cache, not a registry: cleared when full).
+_MAX_ADDRESSES = 65_536
+_TRUST_KINDS = frozenset({KIND_TRUST_ADD, KIND_TRUST_REVOKE})
+
+
+@dataclass(frozen=True, slots=True)
+class TrustFile:
+    """What the Peer's trust decisions need from ``trust.json`` (parsed by the driver)."""
+
+    #: addresses this node admitted itself
+    trusted: frozenset[str] = frozenset()
+    #: addresses this node revoked
+    revoked: frozenset[str] = frozenset()
+    #: the swarms this node belongs to (its home swarm first)
+    swarms: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PeerConfig:
+    """How one Peer behaves. Units are in the names."""
+
+    node: NodeConfig = field(default_factory=NodeConfig)
+    membership: MembershipConfig = field(default_factory=MembershipConfig)
+    direct: DirectConfig = field(default_factory=DirectConfig)
+    #: ``open``: anyone not revoked; ``invite``: trust.json and the web of trust
+    trust_mode: str = "open"
+    #: how far vouches are followed (:data:`~hivemesh.core.views.trust.VOUCH_POLICIES`)
+    trust_vouches: str = "web"
+    #: claims settle window (swarm-wide; must exceed the usual propagation delay)
+    claim_settle_ms: int = DEFAULT_WINDOW_MS
+    #: the name this node claims when it starts (None: none)
+    name: str | None = None
+
+
+@dataclass(slots=True)
+class _Wait:
+    """A command answered later: at its input, or with an error at ``deadline_ms``."""
+
+    rid: int
+    deadline_ms: int
+    what: str
+    resource: str = ""
+    digest: bytes = b""
+
+
+class Peer:
+    """One node's whole protocol (see module docs)."""
+
+    def __init__(
+        self,
+        identity: Identity,
+        store: FeedStore,
+        rng: Random,
+        *,
+        now_ms: int,
+        config: PeerConfig | None = None,
+        trust: TrustFile | None = None,
+        marks: MarkStore | None = None,
+        trace: Trace | None = None,
+    ) -> None:
+        """``trace``: record every input and effect for a replay
+        (:mod:`hivemesh.core.trace`; tests and debugging)."""
+        self.config = cfg = config or PeerConfig()
+        self._trace = trace
+        if trace is not None:
+            saved = None if marks is None else (marks.load(),)
+            trace.begin(now_ms, cfg, trust or TrustFile(), saved)
+        self.identity = identity
+        self.address = identity.address
+        self.store = store
+        self.counters: Counter[str] = Counter()
+        self._fx: list[Effect] = []
+        self._trust = trust or TrustFile()
+        self._inviters: set[str] = set()
+        self._web: tuple[tuple[TrustFile, int], TrustWeb] | None = None
+        self._addresses: dict[bytes, str] = {}
+        self._links: dict[str, bytes] = {}  # address -> the boot id of its life
+        self._advertised: tuple[str, ...] = ()
+        self._new_life_pending = True
+        self._now = now_ms  # the last input's time
+        self._rid = 0
+        self._waits: dict[int, _Wait] = {}
+        self._sends: dict[str, int] = {}  # direct msg_id -> rid
+        invite = cfg.trust_mode == "invite"
+        self.node = Node(
+            identity,
+            store,
+            Random(rng.getrandbits(128)),
+            now_ms=now_ms,
+            config=cfg.node,
+            trusted=self.author_trusted,
+            shares=self.shares if invite else None,
+            marks=marks,
+        )
+        node = self.node
+        self.context = ContextView(identity.public)
+        self.context.before_write = node.feed_gate.check  # refused while recovering
+        self.names = NamesView()
+        self.endpoints = EndpointsView()
+        self.trust_view = TrustView()
+        self.claims = ClaimsView(window_ms=cfg.claim_settle_ms)
+        self.blob_index = BlobIndex()
+        self.registers = MaxRegisterView()
+        for view in (
+            self.context,
+            self.names,
+            self.endpoints,
+            self.trust_view,
+            self.claims,
+            self.blob_index,
+            self.registers,
+        ):
+            node.add_view(view)
+        self.membership = Membership(
+            self.address,
+            (),
+            Random(rng.getrandbits(128)),
+            cfg.membership,
+            now_ms,
+            node.send,
+            admit=self.authorize,
+        )
+        self.membership.attach(node)
+        self.direct = Direct(
+            node,
+            Random(rng.getrandbits(128)),
+            cfg.direct,
+            relays=self._relays,
+            admit=self.authorize,
+        )
+        self.fetcher = BlobFetcher(Random(rng.getrandbits(128)))
+        for tag in BLOB_TAGS:
+            node.register_handler(tag, self._blob_handler(tag))
+        self._feed_state = node.feed_gate.state
+        self._trust_version = self.trust_view.version
+
+    # -- start -------------------------------------------------------------------
+
+    def rehydrate(self, events: Iterable[Event], now_ms: int) -> int:
+        """Replay stored (verified) events into the views; returns how many."""
+        if self._trace is not None:
+            events = list(events)
+            self._trace.record("rehydrate", events, now_ms)
+        n = self.node.rehydrate(events, now_ms)
+        self._trust_version = self.trust_view.version
+        return n
+
+    def start(self, endpoints: Iterable[str], now_ms: int) -> None:
+        """The node listens at ``endpoints``: membership announces them, and
+        the appends of a new life run now if the own feed takes writes
+        (their errors propagate: the node does not start)."""
+        self._advertised = tuple(endpoints)
+        if self._trace is not None:
+            self._trace.record("start", self._advertised, now_ms)
+        self.membership.endpoints = self._advertised
+        if self.node.feed_gate.state is not FeedState.WRITABLE:
+            self._log("warning", f"node {self.address[:12]} refuses writes: {self._reason()}")
+        else:
+            self._new_life(now_ms)
+        self._after(now_ms)
+
+    # -- inputs ------------------------------------------------------------------
+
+    def receive(self, peer: str, frame: bytes, now_ms: int) -> None:
+        """A frame from the link to ``peer``."""
+        if self._trace is not None:
+            self._trace.record("receive", peer, frame, now_ms)
+        self.node.receive(peer, frame, now_ms)
+        self._after(now_ms)
+
+    def receive_many(self, peer: str, frames: Iterable[bytes], now_ms: int) -> None:
+        """Frames read from ``peer`` at once (the same as :meth:`receive` each)."""
+        if self._trace is not None:
+            frames = list(frames)
+            self._trace.record("receive_many", peer, frames, now_ms)
+        receive = self.node.receive
+        for frame in frames:
+            receive(peer, frame, now_ms)
+        self._after(now_ms)
+
+    def link_up(self, peer: str, boot_id: bytes, now_ms: int, endpoint: str | None = None) -> None:
+        """A link to ``peer`` (of life ``boot_id``; ``endpoint``: where we
+        reached it, if we dialled) is up and both sides admit each other:
+        replicate with it, join membership through it if it is new, and
+        resend direct messages waiting for it."""
+        if self._trace is not None:
+            self._trace.record("link_up", peer, boot_id, now_ms, endpoint)
+        self._links[peer] = boot_id
+        eps = self.endpoints.endpoints(peer)
+        if not eps and endpoint is not None:
+            eps = [endpoint]
+        m = self.membership
+        if m.member(peer) is None:
+            m.join(peer, eps, now_ms)
+        rec = m.member(peer)
+        if rec is None or rec.state not in (MemberState.DOWN, MemberState.LEFT):
+            self.node.add_peer(peer)
+            self.node.sync_with(peer)
+        self.direct.link_up(peer, now_ms)
+        self._after(now_ms)
+
+    def link_down(self, peer: str, boot_id: bytes, now_ms: int) -> None:
+        """The link to ``peer`` is gone: stop replicating, keep dialling it."""
+        if self._trace is not None:
+            self._trace.record("link_down", peer, boot_id, now_ms)
+        if self._links.get(peer) == boot_id:
+            del self._links[peer]
+        self.node.remove_peer(peer)
+        self._dial(peer, self.endpoints.endpoints(peer))
+        self._after(now_ms)
+
+    def expect_inviter(self, inviter: str) -> None:
+        """A join through ``inviter`` started: it may connect until it ends."""
+        if self._trace is not None:
+            self._trace.record("expect_inviter", inviter)
+        self._inviters.add(inviter)
+
+    def forget_inviter(self, inviter: str) -> None:
+        """The join through ``inviter`` ended."""
+        if self._trace is not None:
+            self._trace.record("forget_inviter", inviter)
+        self._inviters.discard(inviter)
+
+    def trust_changed(self, trust: TrustFile, now_ms: int) -> None:
+        """``trust.json`` changed: act on who is admitted now."""
+        if self._trace is not None:
+            self._trace.record("trust_changed", trust, now_ms)
+        if trust != self._trust:
+            self._trust = trust
+            self._recheck_trust(now_ms)
+        self._after(now_ms)
+
+    def settle(self, now_ms: int) -> None:
+        """The group commit is due: store attested runs whose signature
+        holds (a peer that sent a bad one is closed), then :class:`Fsync`."""
+        if self._trace is not None:
+            self._trace.record("settle", now_ms)
+        for peer in self.node.settle():
+            self._log("warning", f"{peer[:12]} sent an invalid head signature: disconnecting")
+            self._fx.append(Close(peer, "invalid head signature"))
+        self._fx.append(Fsync())
+        self._after(now_ms)
+
+    def handle_timer(self, now_ms: int) -> None:
+        """Time passed: retransmit, probe, expire, settle due waits."""
+        if self._trace is not None:
+            self._trace.record("handle_timer", now_ms)
+        self.node.handle_timer(now_ms)
+        self.membership.handle_timer(now_ms)
+        self.direct.handle_timer(now_ms)
+        self.fetcher.handle_timer(now_ms)
+        self._after(now_ms)
+
+    def command(self, cmd: Any, now_ms: int) -> int:
+        """Run a typed command; returns the id its :class:`Reply` carries.
+
+        An unknown command type, or one whose arguments are wrong, is
+        answered with a typed error (never raised)."""
+        if self._trace is not None:
+            self._trace.record("command", cmd, now_ms)
+        self._rid += 1
+        rid = self._rid
+        handler = _COMMANDS.get(type(cmd))
+        try:
+            if handler is None:
+                raise InvalidArgument(f"unknown command {type(cmd).__name__}")
+            handler(self, rid, cmd, now_ms)
+        except HivemeshError as exc:
+            self._fx.append(Reply(rid, error=exc))
+        self._after(now_ms)
+        return rid
+
+    # -- outputs -----------------------------------------------------------------
+
+    def effects(self) -> list[Effect]:
+        """What to do, in order (drains).
+
+        Output that parts still driven from outside queued on :attr:`node`
+        directly since the last input (the daemon's messaging, invites and
+        lease frames) is collected here too, at the last input's time."""
+        if self.node.has_output:
+            self._after(self._now)
+        out, self._fx = self._fx, []
+        if self._trace is not None:
+            self._trace.drained(out)
+        return out
+
+    def next_deadline(self) -> int:
+        """When to call :meth:`handle_timer` next (ms, the inputs' clock)."""
+        d = min(self.node.next_deadline(), self.membership.next_deadline())
+        for extra in (self.direct.next_deadline(), self.fetcher.next_deadline()):
+            if extra is not None and extra < d:
+                d = extra
+        for w in self._waits.values():
+            d = min(d, self._wait_due(w))
+        return d
+
+    # -- queries -----------------------------------------------------------------
+
+    @property
+    def links(self) -> dict[str, bytes]:
+        """Linked peers -> their boot id (a copy)."""
+        return dict(self._links)
+
+    def authorize(self, address: str) -> bool:
+        """May ``address`` connect (and be a member)? Revoked never may
+        (module docs)."""
+        if address in self._inviters or address == self.address:
+            return True
+        if address in self._trust.revoked:
+            return False
+        if self.config.trust_mode == "open" or address in self._trust.trusted:
+            return True
+        return address in self.web().admitted
+
+    def web(self) -> TrustWeb:
+        """Our swarms' web of trust now (:mod:`hivemesh.core.views.trust`)."""
+        key = (self._trust, self.trust_view.version)
+        if self._web is None or self._web[0] != key:
+            t = self._trust
+            web = self.trust_view.evaluate(
+                t.trusted, t.revoked, self.address, t.swarms, self.config.trust_vouches
+            )
+            self._web = (key, web)
+        return self._web[1]
+
+    def author_trusted(self, author: bytes) -> bool:
+        """The journal gate: may events authored by ``author`` be stored?"""
+        return self.authorize(self._address_of(author))
+
+    def shares(self, peer: str, author: bytes) -> bool:
+        """May ``peer`` see ``author``'s feed? Its own and ours, and those of
+        the members of a swarm it shares with us (``invite`` mode)."""
+        a = self._address_of(author)
+        return a == peer or a == self.address or self.web().shares(peer, a)
+
+    def member_state(self, address: str) -> MemberState | None:
+        """SWIM's view of ``address`` (None if unknown)."""
+        rec = self.membership.member(address)
+        return None if rec is None else rec.state
+
+    def members_snapshot(self) -> dict[str, dict[str, Any]]:
+        """``address -> {state, incarnation, since_ms, endpoints}``."""
+        return {
+            m.address: {
+                "state": m.state.value,
+                "incarnation": m.incarnation,
+                "since_ms": m.since_ms,
+                "endpoints": list(m.endpoints),
+            }
+            for m in self.membership.members()
+        }
+
+    def detection_bound_ms(self) -> int:
+        """Worst case from a crash until every live member marks it down."""
+        live = sum(
+            1 for m in self.membership.members() if m.state in (MemberState.UP, MemberState.SUSPECT)
+        )
+        return self.config.membership.detection_bound_ms(live + 1)
+
+    # -- the rules ---------------------------------------------------------------
+
+    def _after(self, now_ms: int) -> None:
+        """After every input: act on what changed, then move the node's
+        output and events into effects (until handling them queued nothing)."""
+        self._now = now_ms
+        node = self.node
+        fx = self._fx
+        while True:
+            self._on_member_changes(now_ms)
+            self._on_feed_state(now_ms)
+            self._on_fetcher()
+            self._on_direct_results()
+            if self.trust_view.version != self._trust_version:
+                self._trust_version = self.trust_view.version
+                self._recheck_trust(now_ms)
+            out = node.outbox()
+            events = node.events()
+            if not out and not events:
+                break
+            for peer, frame in out:
+                fx.append(Send(peer, frame))
+            me = self.identity.public
+            for ev in events:
+                if ev.kind == KIND_HELLO and ev.author != me:
+                    addr = self._address_of(ev.author)
+                    self._dial(addr, self.endpoints.endpoints(addr))
+                fx.append(Deliver(ev))
+            if not node.has_output:
+                break
+        if self._waits:
+            self._check_waits(now_ms)
+
+    def _on_member_changes(self, now_ms: int) -> None:
+        cfg = self.config.membership
+        for ch in self.membership.changes():
+            self._log(
+                "info",
+                f"member {ch.address[:12]} "
+                f"{ch.previous.value if ch.previous else 'new'} -> {ch.state.value}"
+                f" (incarnation {ch.incarnation})",
+            )
+            if ch.state is MemberState.UP:
+                self._dial(ch.address, list(ch.endpoints))
+                if ch.address in self._links:
+                    self.node.add_peer(ch.address)
+                if ch.previous is MemberState.DOWN:
+                    self._record("member.up", ch.address, ch.incarnation, now_ms)
+            elif ch.state in (MemberState.DOWN, MemberState.LEFT):
+                self.node.remove_peer(ch.address)
+                if ch.state is MemberState.DOWN and ch.address in self._links:
+                    quiet = cfg.suspicion_mult * cfg.probe_interval_ms
+                    self._fx.append(Close(ch.address, "half-open", if_silent_ms=quiet))
+                self._record(f"member.{ch.state.value}", ch.address, ch.incarnation, now_ms)
+            self._count(f"member_{ch.state.value}")
+
+    def _record(self, kind: str, address: str, incarnation: int, now_ms: int) -> None:
+        """Append a membership observation (kept while the feed takes no writes)."""
+        author = public_key_of(address)
+        body = {
+            "address": address,
+            "incarnation": incarnation,
+            "observed_ms": now_ms,
+            "a": author,
+            "upto": self.node.journal.head(author).seq,
+        }
+        self.node.append_later([(kind, body)], now_ms)
+
+    def _on_feed_state(self, now_ms: int) -> None:
+        """Log a change of the own feed's gate; run the new life's appends
+        once it takes writes (a failure is logged and counted)."""
+        gate = self.node.feed_gate
+        state = gate.state
+        if state is self._feed_state:
+            return
+        self._feed_state = state
+        if state is not FeedState.WRITABLE:
+            self._log("warning", f"node {self.address[:12]} refuses writes: {self._reason()}")
+            return
+        self._log("warning", f"node {self.address[:12]}: own feed recovered up to #{gate.held.seq}")
+        self._count("own_feed_recovered")
+        if self._new_life_pending and self._advertised:
+            try:
+                self._new_life(now_ms)
+            except HivemeshError as exc:
+                self._count("first_writes_failed")
+                self._log("warning", f"appends of the node's new life failed: {exc}")
+
+    def _reason(self) -> str:
+        return str(self.node.feed_gate.reason())
+
+    def _new_life(self, now_ms: int) -> None:
+        """Release the previous life's claims, announce a changed endpoint,
+        claim the configured name (module docs)."""
+        self._new_life_pending = False
+        stale = self.claims.own_live(self.identity.public)
+        if stale:
+            self.node.append_many(
+                [("claim.release", {"r": r, "seq": seq}) for r, seq in stale], now_ms
+            )
+            self._count("claims_abandoned", len(stale))
+        if self.endpoints.endpoints(self.address) != list(self._advertised):
+            self.node.append(KIND_HELLO, hello_body(list(self._advertised)), now_ms)
+        name = self.config.name
+        if name and self.names.resolve(name) != self.address:
+            self.node.append(*NamesView.claim(name), now_ms)
+
+    def _recheck_trust(self, now_ms: int) -> None:
+        """Trust changed: close links no longer admitted, dial new ones."""
+        for peer in sorted(self._links):
+            if not self.authorize(peer):
+                self._count("disconnected_revoked")
+                self._cut_off(peer, now_ms)
+        for address, eps in self.endpoints.known().items():
+            if address not in self._links:
+                self._dial(address, eps)
+
+    def _cut_off(self, peer: str, now_ms: int) -> None:
+        self._fx.append(Close(peer, "revoked", code=UnknownPeer.code, forget=True))
+        self._links.pop(peer, None)
+        self.node.remove_peer(peer)
+        self.membership.forget(peer, now_ms)
+
+    def _dial(self, address: str, endpoints: list[str]) -> None:
+        if address != self.address and endpoints and self.authorize(address):
+            self._fx.append(Dial(address, tuple(endpoints)))
+
+    def _relays(self, destination: str) -> list[str]:
+        peers = set(self.node.peers)
+        return [a for a in sorted(self._links) if a in peers and a != destination]
+
+    def _address_of(self, author: bytes) -> str:
+        address = self._addresses.get(author)
+        if address is None:
+            if len(self._addresses) >= _MAX_ADDRESSES:
+                self._addresses.clear()
+            address = self._addresses[author] = address_of(author)
+        return address
+
+    def _log(self, level: str, message: str) -> None:
+        self._fx.append(Log(level, message))
+
+    def _count(self, name: str, n: int = 1) -> None:
+        self.counters[name] += n
+        self._fx.append(Count(name, n))
+
+    # -- blobs and direct messages -------------------------------------------------
+
+    def _blob_handler(self, tag: int) -> Callable[[str, list[Any], int], None]:
+        def handler(peer: str, fields: list[Any], now_ms: int) -> None:
+            frame = [tag, *fields]
+            if tag in (TAG_WANT, TAG_GET):
+                reply = serve(frame, self.store.get_blob)
+                if reply is not None:
+                    self.node.send(peer, encode_frame(reply[0], *reply[1:]))
+            else:
+                self.fetcher.receive(peer, frame, now_ms)
+
+        return handler
+
+    def _on_fetcher(self) -> None:
+        fetcher = self.fetcher
+        for peer, frame in fetcher.outbox():
+            encoded = encode_frame(frame[0], *frame[1:])
+            for p in [peer] if peer is not None else self.node.peers:
+                self.node.send(p, encoded)
+        for digest, data in fetcher.completed():
+            self.store.put_blob(digest, data)
+            for w in self._take_waits("blob", digest=digest):
+                self._fx.append(Reply(w.rid, data))
+        for digest in fetcher.failed():
+            self._count("blob_fetch_failed")
+            for w in self._take_waits("blob", digest=digest):
+                err = DeadlineExceeded(f"no holder served blob {digest.hex()[:12]}")
+                self._fx.append(Reply(w.rid, error=err))
+
+    def _on_direct_results(self) -> None:
+        for res in self.direct.results():
+            acked = isinstance(res, DirectAcked)
+            reason = None if isinstance(res, DirectAcked) else res.reason
+            self._fx.append(MessageOutcome(res.msg_id, res.to, acked, res.attempts, reason))
+            rid = self._sends.pop(res.msg_id, None)
+            if rid is None:
+                continue
+            if acked:
+                value = {"msg_id": res.msg_id, "to": res.to, "acked": True}
+                self._fx.append(Reply(rid, {**value, "attempts": res.attempts}))
+            else:
+                err = DeadlineExceeded(
+                    f"message {res.msg_id} to {res.to[:12]} not acknowledged"
+                    f" ({reason}, {res.attempts} attempts)"
+                )
+                self._fx.append(Reply(rid, error=err))
+
+    # -- commands answered later ----------------------------------------------------
+
+    def _take_waits(self, what: str, *, digest: bytes = b"") -> list[_Wait]:
+        done = [w for w in self._waits.values() if w.what == what and w.digest == digest]
+        for w in done:
+            del self._waits[w.rid]
+        return done
+
+    def _wait_due(self, w: _Wait) -> int:
+        if w.what != "claim":
+            return w.deadline_ms
+        winner = self.claims.winner(w.resource)
+        if winner is None:
+            return w.deadline_ms
+        settles = hlc_ms(self.claims.order_hlc(winner)) + self.config.claim_settle_ms
+        return min(w.deadline_ms, settles)
+
+    def _check_waits(self, now_ms: int) -> None:
+        for rid in sorted(self._waits):
+            w = self._waits[rid]
+            if w.what == "claim":
+                got = self.claims.decided(w.resource, now_ms, self.config.claim_settle_ms)
+                if got is not None:
+                    del self._waits[rid]
+                    self._fx.append(Reply(rid, self._address_of(got)))
+                    continue
+            if w.deadline_ms <= now_ms:
+                del self._waits[rid]
+                if w.what == "blob":
+                    if not any(o.digest == w.digest for o in self._waits.values()):
+                        self.fetcher.cancel(w.digest)
+                    err = DeadlineExceeded(f"blob {w.digest.hex()[:12]} not fetched in time")
+                else:
+                    err = DeadlineExceeded(f"claim on {w.resource!r} not decided in time")
+                self._fx.append(Reply(rid, error=err))
+
+    # -- command handlers (the table is _COMMANDS below) ----------------------------
+
+    def _do_append(self, rid: int, cmd: Append, now_ms: int) -> None:
+        self._fx.append(Reply(rid, self.node.append(cmd.kind, cmd.body, now_ms)))
+
+    def _do_claim(self, rid: int, cmd: Claim, now_ms: int) -> None:
+        r = _resource(cmd.resource)
+        for res, seq in self.claims.own_live(self.identity.public):
+            if res == r:
+                self._fx.append(Reply(rid, seq))
+                return
+        self._fx.append(Reply(rid, self.node.append("claim.intent", {"r": r}, now_ms).seq))
+
+    def _do_release_claim(self, rid: int, cmd: ReleaseClaim, now_ms: int) -> None:
+        r = _resource(cmd.resource)
+        own = [(res, seq) for res, seq in self.claims.own_live(self.identity.public) if res == r]
+        if own:
+            self.node.append_many([("claim.release", {"r": r, "seq": s}) for _, s in own], now_ms)
+        self._fx.append(Reply(rid, len(own)))
+
+    def _do_claim_done(self, rid: int, cmd: ClaimDone, now_ms: int) -> None:
+        r = _resource(cmd.resource)
+        self._fx.append(Reply(rid, self.node.append("claim.done", {"r": r}, now_ms)))
+
+    def _do_wait_decided(self, rid: int, cmd: WaitDecided, now_ms: int) -> None:
+        r = _resource(cmd.resource)
+        self._waits[rid] = _Wait(rid, now_ms + max(0, cmd.timeout_ms), "claim", resource=r)
+
+    def _do_fetch_blob(self, rid: int, cmd: FetchBlob, now_ms: int) -> None:
+        local = self.store.get_blob(cmd.digest)
+        if local is not None:
+            self._fx.append(Reply(rid, local))
+            return
+        if not self.fetcher.want(cmd.digest, now_ms, self.blob_index.holders(cmd.digest)):
+            raise DeadlineExceeded("too many blob fetches in flight; retry later")
+        self._waits[rid] = _Wait(rid, now_ms + max(0, cmd.timeout_ms), "blob", digest=cmd.digest)
+
+    def _do_send_direct(self, rid: int, cmd: SendDirect, now_ms: int) -> None:
+        msg_id = self.direct.send(cmd.to, cmd.data, now_ms, deadline_ms=cmd.timeout_ms)
+        self._sends[msg_id] = rid
+
+    def _do_revoke(self, rid: int, cmd: Revoke, now_ms: int) -> None:
+        public_key_of(cmd.address)
+        self.node.append(KIND_TRUST_REVOKE, {"address": cmd.address}, now_ms)
+        if cmd.address in self._links or cmd.address in self.node.peers:
+            self._count("disconnected_revoked")
+        self._cut_off(cmd.address, now_ms)
+        self._fx.append(Reply(rid, True))
+
+    def _do_vouch(self, rid: int, cmd: Vouch, now_ms: int) -> None:
+        public_key_of(cmd.address)
+        self.node.append(KIND_TRUST_ADD, {"address": cmd.address, "swarm": cmd.swarm}, now_ms)
+        self._fx.append(Reply(rid, True))
+
+    def _do_accept_feed_loss(self, rid: int, cmd: AcceptFeedLoss, now_ms: int) -> None:
+        reason = self._reason()
+        lost = self.node.accept_feed_loss(now_ms)
+        self._log(
+            "warning",
+            f"node {self.address[:12]}: OPERATOR ACCEPTED THE LOSS of own feed"
+            f" #{lost['lost_from']}..#{lost['lost_upto']} and writes on from"
+            f" #{lost['held'] + 1} (was: {reason}); a peer that still holds those"
+            " events will see a fork",
+        )
+        self._fx.append(Reply(rid, lost))
+
+    def _do_leave(self, rid: int, cmd: Leave, now_ms: int) -> None:
+        self.membership.leave(now_ms)
+        self._fx.append(Reply(rid, True))
+
+
+def _resource(resource: object) -> str:
+    if not isinstance(resource, str) or not 0 < len(resource) <= 256:
+        raise InvalidArgument(f"claim resource must be 1-256 chars, got {resource!r:.80}")
+    return resource
+
+
+#: command type -> its handler (the Peer's one command table)
+_COMMANDS: dict[type, Callable[[Peer, int, Any, int], None]] = {
+    Append: Peer._do_append,
+    Claim: Peer._do_claim,
+    ReleaseClaim: Peer._do_release_claim,
+    ClaimDone: Peer._do_claim_done,
+    WaitDecided: Peer._do_wait_decided,
+    FetchBlob: Peer._do_fetch_blob,
+    SendDirect: Peer._do_send_direct,
+    Revoke: Peer._do_revoke,
+    Vouch: Peer._do_vouch,
+    Leave: Peer._do_leave,
+    AcceptFeedLoss: Peer._do_accept_feed_loss,
+}

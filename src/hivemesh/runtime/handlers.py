@@ -1,0 +1,363 @@
+"""The daemon's one handler per command of :data:`hivemesh.commands.COMMANDS`.
+
+:func:`execute` runs a typed request against a daemon and returns its typed
+reply; the control socket (:mod:`hivemesh.runtime.control`) and
+:class:`hivemesh.Node` both call it, so a command behaves the same through
+every face. :data:`HANDLERS` is built explicitly below; a test checks that
+it covers the table exactly. Streaming commands (``ctx.watch``,
+``events.watch``) have a handler in :data:`STREAMS` that yields events.
+
+Handlers of applications live with them and are named here: lease and
+claim ops in :mod:`hivemesh.runtime.leases_ops`, telemetry through the
+daemon's :class:`~hivemesh.runtime.telemetry.DaemonTelemetry`, and the
+planner's in :mod:`hivemesh.roles.meshops`, imported on a node's first plan
+command (a node that never plans never loads the planner).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from hivemesh import commands as c
+from hivemesh.commands import Command, Record, Reply, jsonable
+from hivemesh.core.event import Event
+from hivemesh.core.identity import address_of
+from hivemesh.core.peer_commands import AcceptFeedLoss
+from hivemesh.errors import DeadlineExceeded, LocalProtocolError, UnknownCommand
+from hivemesh.runtime import leases_ops
+from hivemesh.telemetry.errors import SpoolFull
+
+if TYPE_CHECKING:
+    from hivemesh.runtime.daemon import Daemon
+
+__all__ = ["HANDLERS", "STREAMS", "event_json", "execute", "open_stream"]
+
+log = logging.getLogger("hivemesh.runtime.handlers")
+
+Handler = Callable[["Daemon", Any], Awaitable[Reply]]
+StreamHandler = Callable[["Daemon", Any], AsyncIterator[dict[str, Any]]]
+
+
+def event_json(ev: Event) -> dict[str, Any]:
+    """An event as plain JSON data."""
+    return {
+        "author": address_of(ev.author),
+        "seq": ev.seq,
+        "hlc": ev.hlc,
+        "kind": ev.kind,
+        "id": ev.id.hex(),
+        "body": jsonable(ev.body),
+    }
+
+
+# -- the node ------------------------------------------------------------------------
+
+
+async def _status(d: Daemon, req: c.Status) -> Record:
+    return Record(d.status())
+
+
+async def _peers(d: Daemon, req: c.Peers) -> Record:
+    return Record(d.peers())
+
+
+async def _stop(d: Daemon, req: c.Stop) -> c.StopReply:
+    asyncio.get_running_loop().call_soon(d.request_stop)
+    return c.StopReply(stopping=True)
+
+
+async def _feed_status(d: Daemon, req: c.FeedStatus) -> Record:
+    return Record({**d.node.feed_gate.status(), "deferred": d.node.deferred})
+
+
+async def _feed_accept_loss(d: Daemon, req: c.FeedAcceptLoss) -> Record:
+    lost = await d.call(AcceptFeedLoss())  # the Peer logs it as a warning
+    return Record({**lost, "own_feed": d.node.feed_gate.status()})
+
+
+async def _append(d: Daemon, req: c.Append) -> c.EventReply:
+    return c.EventReply(**event_json(await d.append(req.kind, req.body)))
+
+
+# -- context -------------------------------------------------------------------------
+
+
+async def _ctx_get(d: Daemon, req: c.CtxGet) -> Record:
+    ctx = d.context(req.context)
+    if req.key is None:
+        return Record(d.context_view.snapshot().get(req.context, {}))
+    return Record({"key": req.key, "found": req.key in ctx, "value": ctx.get(req.key)})
+
+
+async def _ctx_set(d: Daemon, req: c.CtxSet) -> c.CtxSetReply:
+    d.context(req.context)[req.key] = req.value
+    n = await d.commit()
+    seq = d.node.journal.head(d.identity.public).seq
+    return c.CtxSetReply(context=req.context, key=req.key, events=n, seq=seq)
+
+
+def _set_handle(d: Daemon, context: str, name: str, grow_only: bool) -> Any:
+    ctx = d.context(context)
+    return ctx.gset(name) if grow_only else ctx.orset(name)
+
+
+async def _ctx_add(d: Daemon, req: c.CtxAdd) -> c.SetChangeReply:
+    handle = _set_handle(d, req.context, req.set, req.grow_only)
+    for element in req.elements:
+        handle.add(element)
+    return c.SetChangeReply(members=handle.members(), events=await d.commit())
+
+
+async def _ctx_remove(d: Daemon, req: c.CtxRemove) -> c.SetChangeReply:
+    handle = _set_handle(d, req.context, req.set, False)
+    for element in req.elements:
+        handle.discard(element)
+    return c.SetChangeReply(members=handle.members(), events=await d.commit())
+
+
+async def _ctx_members(d: Daemon, req: c.CtxMembers) -> c.MembersReply:
+    return c.MembersReply(_set_handle(d, req.context, req.set, req.grow_only).members())
+
+
+# -- names and trust -----------------------------------------------------------------
+
+
+async def _name_claim(d: Daemon, req: c.NameClaim) -> c.NameClaimReply:
+    owner = await d.claim_name(req.name)
+    return c.NameClaimReply(name=req.name, owner=owner, ours=owner == d.address)
+
+
+async def _names(d: Daemon, req: c.Names) -> Record:
+    return Record(d.names.snapshot())
+
+
+async def _revoke(d: Daemon, req: c.TrustRevoke) -> c.TrustRevokeReply:
+    addr = d.check_address(req.address)
+    await d.revoke(addr)
+    return c.TrustRevokeReply(revoked=addr)
+
+
+async def _admit(d: Daemon, req: c.TrustAdmit) -> c.TrustAdmitReply:
+    addr = d.check_address(req.address)
+    d.admit(addr)
+    return c.TrustAdmitReply(trusted=addr)
+
+
+async def _trust_list(d: Daemon, req: c.TrustList) -> c.TrustListReply:
+    t = d.trust
+    return c.TrustListReply(
+        mode=d.config.trust_mode, trusted=t.trusted(), revoked=t.revoked(), swarms=t.swarms()
+    )
+
+
+async def _invite(d: Daemon, req: c.Invite) -> c.InviteReply:
+    return c.InviteReply(**d.invite(req.ttl_s, req.swarm))
+
+
+async def _join(d: Daemon, req: c.Join) -> c.JoinReply:
+    # answers before this request's own deadline (timeout_s + 1 s, else control_timeout_s)
+    timeout_s = req.timeout_s or max(1.0, d.config.control_timeout_s - 1.0)
+    return c.JoinReply(**await d.join(req.token, timeout_s=timeout_s))
+
+
+# -- direct messages -----------------------------------------------------------------
+
+
+async def _send(d: Daemon, req: c.Send) -> Record:
+    return Record(await d.send_direct(req.to, req.data, timeout_s=req.timeout_s))
+
+
+async def _inbox(d: Daemon, req: c.Inbox) -> Record:
+    return Record(d.inbox(req.limit, remove=req.remove))
+
+
+async def _ping(d: Daemon, req: c.Ping) -> c.PingReply:
+    return c.PingReply(**await d.ping(req.address, timeout_s=req.timeout_s))
+
+
+# -- telemetry -----------------------------------------------------------------------
+
+
+async def _metrics_query(d: Daemon, req: c.MetricsQuery) -> Record:
+    return Record(await d.telemetry.query(req))
+
+
+async def _metrics_send(d: Daemon, req: c.MetricsSend) -> c.MetricsSendReply:
+    return c.MetricsSendReply(started=await d.telemetry.start_sending())
+
+
+async def _metrics_record(d: Daemon, req: c.MetricsRecord) -> c.MetricsRecordReply:
+    m = d.telemetry.metrics
+    seqs = []
+    for i in range(req.count):
+        seq = m.record(
+            req.name,
+            req.value,
+            kind=req.kind,
+            unit=req.unit,
+            agent=req.agent,
+            attrs={**req.attrs, "i": i} if req.count > 1 else req.attrs,
+        )
+        if seq is None:
+            raise SpoolFull("the telemetry spool is full: the record was dropped (counted)")
+        seqs.append(seq)
+    stored = None
+    if req.wait_s is not None:
+        await d.telemetry.wait_stored(seqs[-1], req.wait_s)
+        stored = True
+    return c.MetricsRecordReply(
+        recorded=req.count, first_seq=seqs[0], last_seq=seqs[-1], stored=stored
+    )
+
+
+# -- the planner (an application: its handlers live with it) -----------------------------
+
+
+def _planner(name: str) -> Handler:
+    async def handle(d: Daemon, req: Command) -> Reply:
+        meshops = importlib.import_module("hivemesh.roles.meshops")
+        result: Reply = await getattr(meshops, name)(d, req)
+        return result
+
+    handle.__name__ = name
+    return handle
+
+
+# -- the audit (hivemesh.audit.ops, imported on a node's first audit command) --------
+
+
+async def _audit_inbox(d: Daemon, req: c.AuditInbox) -> Record:
+    ops = importlib.import_module("hivemesh.audit.ops")
+    return Record({"questions": ops.questions(ops.audit_view(d), include_answered=req.all)})
+
+
+async def _audit_answer(d: Daemon, req: c.AuditAnswer) -> Record:
+    ops = importlib.import_module("hivemesh.audit.ops")
+    return Record(await ops.answer(d, req.id, req.text))
+
+
+async def _audit_status(d: Daemon, req: c.AuditStatus) -> Record:
+    ops = importlib.import_module("hivemesh.audit.ops")
+    return Record(ops.status(ops.audit_view(d)))
+
+
+async def _audit_export(d: Daemon, req: c.AuditExport) -> Record:
+    ops = importlib.import_module("hivemesh.audit.ops")
+    return Record(ops.export(ops.audit_view(d), req.audit))
+
+
+# -- streams -------------------------------------------------------------------------
+
+
+async def _ctx_watch(d: Daemon, req: c.CtxWatch) -> AsyncIterator[dict[str, Any]]:
+    await d.rehydration.wait()  # the views are complete
+    sub = d.subscribe(["ctx.update"])
+    try:
+        snap = d.context_view.snapshot().get(req.context, {})
+        yield {"context": req.context, "state": jsonable(snap)}
+        while True:
+            ev = await sub.queue.get()
+            if not isinstance(ev.body, dict) or ev.body.get("c") != req.context:
+                continue
+            snap = d.context_view.snapshot().get(req.context, {})
+            yield {"context": req.context, "author": address_of(ev.author), "state": jsonable(snap)}
+    finally:
+        d.unsubscribe(sub)
+
+
+async def _events_watch(d: Daemon, req: c.EventsWatch) -> AsyncIterator[dict[str, Any]]:
+    await d.rehydration.wait()  # the views are complete
+    sub = d.subscribe(req.kinds)
+    try:
+        while True:
+            yield event_json(await sub.queue.get())
+    finally:
+        d.unsubscribe(sub)
+
+
+#: The handler of every request-reply command.
+HANDLERS: Mapping[type[Command], Handler] = {
+    c.Append: _append,
+    c.AuditAnswer: _audit_answer,
+    c.AuditExport: _audit_export,
+    c.AuditInbox: _audit_inbox,
+    c.AuditStatus: _audit_status,
+    c.Claim: leases_ops.claim,
+    c.ClaimDone: leases_ops.claim_done,
+    c.ClaimRelease: leases_ops.claim_release,
+    c.ClaimShow: leases_ops.claim_show,
+    c.ClaimWait: leases_ops.claim_wait,
+    c.CtxAdd: _ctx_add,
+    c.CtxGet: _ctx_get,
+    c.CtxMembers: _ctx_members,
+    c.CtxRemove: _ctx_remove,
+    c.CtxSet: _ctx_set,
+    c.FeedAcceptLoss: _feed_accept_loss,
+    c.FeedStatus: _feed_status,
+    c.Inbox: _inbox,
+    c.Invite: _invite,
+    c.Join: _join,
+    c.LeaseAcquire: leases_ops.acquire,
+    c.LeaseRelease: leases_ops.release,
+    c.LeaseRenew: leases_ops.renew,
+    c.LeaseShow: leases_ops.show,
+    c.LeaseVoters: leases_ops.voters,
+    c.MetricsQuery: _metrics_query,
+    c.MetricsRecord: _metrics_record,
+    c.MetricsSend: _metrics_send,
+    c.NameClaim: _name_claim,
+    c.Names: _names,
+    c.Peers: _peers,
+    c.Ping: _ping,
+    c.PlanCancel: _planner("handle_cancel"),
+    c.PlanGoal: _planner("handle_goal"),
+    c.PlanShow: _planner("handle_show"),
+    c.Send: _send,
+    c.Status: _status,
+    c.Stop: _stop,
+    c.TrustAdmit: _admit,
+    c.TrustList: _trust_list,
+    c.TrustRevoke: _revoke,
+}
+
+#: The handler of every streaming command.
+STREAMS: Mapping[type[Command], StreamHandler] = {
+    c.CtxWatch: _ctx_watch,
+    c.EventsWatch: _events_watch,
+}
+
+
+async def execute(d: Daemon, req: Command) -> Reply:
+    """Run ``req`` on ``d`` and return its typed reply (errors propagate typed).
+
+    Every command runs under a deadline: its own ``timeout_s`` (or
+    ``wait_s``) plus a second, else the daemon's ``control_timeout_s``;
+    past it, :class:`~hivemesh.errors.DeadlineExceeded`.
+    """
+    handler = HANDLERS.get(type(req))
+    if handler is None:
+        raise UnknownCommand(f"{req.op!r} is not a request-reply command")
+    own = req.deadline_s()
+    timeout = d.config.control_timeout_s if own is None else own + 1.0
+    try:
+        async with asyncio.timeout(timeout):  # no extra task per request (wait_for's)
+            if req.op != "status":  # the rest needs complete views (runtime.rehydration)
+                await d.rehydration.wait()
+            reply = await handler(d, req)
+    except TimeoutError:
+        raise DeadlineExceeded(f"{req.op} did not finish in {timeout:.1f}s") from None
+    if not isinstance(reply, type(req).reply):  # a bug: the handler broke the contract
+        raise LocalProtocolError(f"{req.op}: handler answered {type(reply).__name__}")
+    return reply
+
+
+def open_stream(d: Daemon, req: Command) -> AsyncIterator[dict[str, Any]]:
+    """The events of a streaming command ``req`` (closed by the caller)."""
+    handler = STREAMS.get(type(req))
+    if handler is None:
+        raise UnknownCommand(f"{req.op!r} is not a streaming command")
+    return handler(d, req)

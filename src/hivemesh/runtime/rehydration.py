@@ -1,0 +1,194 @@
+"""The daemon's start-up replay: checkpoint, causal replay in slices, progress.
+
+Theory of operation
+-------------------
+:meth:`Rehydration.run` rebuilds the views of a starting daemon:
+
+1. **Checkpoint.** The view checkpoint beside the store
+   (:mod:`hivemesh.stores.viewcheckpoint`) is loaded and checked against the
+   store; if it is usable the context view starts from it and skips the
+   events it covers. One that is unusable is logged as a warning with its
+   reason, counted (``view_checkpoint_ignored`` and
+   ``view_checkpoint_ignored_<reason>``) and left aside: everything is
+   replayed.
+2. **Replay.** Every stored event is verified and applied in causal order
+   (:func:`~hivemesh.stores.replay.verify_causal`), in slices of at most
+   :data:`SLICE_EVENTS` events or :data:`SLICE_S` seconds, with a return to
+   the event loop between slices: the control socket is already open and
+   answers meanwhile. :attr:`Rehydration.done` / :attr:`Rehydration.total`
+   say how far it is (``status`` shows ``rehydrating: {done, total}``).
+   Control operations other than ``status`` wait, within their own
+   deadline, until the daemon finished starting (:meth:`Rehydration.wait`;
+   the daemon calls :meth:`Rehydration.complete` once links, membership and
+   messaging exist too).
+3. **New checkpoint.** When the context view imported more than
+   :data:`~hivemesh.stores.viewcheckpoint.TAIL_EVENTS` events, a checkpoint
+   is written at once, so the next start skips them.
+
+The daemon also writes one at a clean stop (:meth:`Rehydration.save`).
+Nothing here touches the network: links are opened only after the views are
+complete, so no remote batch is vetted against half-built views.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterator
+from itertools import islice
+from typing import TYPE_CHECKING, Any
+
+from hivemesh.errors import HivemeshError, ViewCheckpointInvalid
+from hivemesh.runtime.clock import now_ms
+from hivemesh.stores import viewcheckpoint
+
+if TYPE_CHECKING:
+    from hivemesh.runtime.daemon import Daemon
+
+__all__ = ["SLICE_EVENTS", "SLICE_S", "Rehydration"]
+
+log = logging.getLogger("hivemesh.runtime")
+
+#: Events applied between two returns to the event loop, at most.
+SLICE_EVENTS = 512
+#: Time spent applying events between two returns to the event loop, about.
+SLICE_S = 0.02
+
+#: Checkpoint reasons, as counter suffixes (``view_checkpoint_ignored_<reason>``).
+_REASONS = (
+    ("checksum", "checksum"),
+    ("magic", "format"),
+    ("format", "format"),
+    ("malformed", "format"),
+    ("another node", "node"),
+    ("journal", "journal"),
+    ("empty feed", "journal"),
+    ("store", "store"),
+)
+
+
+def _reason(exc: ViewCheckpointInvalid) -> str:
+    text = str(exc)
+    return next((r for key, r in _REASONS if key in text), "other")
+
+
+class Rehydration:
+    """Progress and outcome of one daemon's rehydration."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.d = daemon
+        #: Events applied so far, and stored events in all.
+        self.done = 0
+        self.total = 0
+        #: ``"none"``, ``"loaded"`` or ``"ignored: <why>"``.
+        self.checkpoint = "none"
+        self.seconds = 0.0
+        self._running = False
+        self._complete = asyncio.Event()
+
+    @property
+    def running(self) -> bool:
+        """True while the replay runs (the views are incomplete)."""
+        return self._running
+
+    @property
+    def is_complete(self) -> bool:
+        """True once the daemon finished starting (:meth:`complete`)."""
+        return self._complete.is_set()
+
+    def complete(self) -> None:
+        """The daemon finished starting: operations waiting in :meth:`wait` go on."""
+        self._complete.set()
+
+    def progress(self) -> dict[str, int]:
+        """``{"done": n, "total": m}`` for ``status``."""
+        return {"done": self.done, "total": self.total}
+
+    def snapshot(self) -> dict[str, Any]:
+        """What ``status`` shows about the last rehydration."""
+        ctx = self.d.context_view
+        return {
+            "events": self.done,
+            "seconds": round(self.seconds, 3),
+            "checkpoint": self.checkpoint,
+            "ctx_imports": ctx.imports,
+            "ctx_imports_pending": ctx.imports_pending,
+            "ctx_skipped": ctx.replay_skipped,
+        }
+
+    async def wait(self) -> None:
+        """Return once the daemon finished starting, its views complete (at
+        once if it has). Control operations other than ``status`` call it."""
+        if not self._complete.is_set():
+            await self._complete.wait()
+
+    async def run(self, store: Any) -> int:
+        """Rebuild the views (see the module docs); returns events replayed."""
+        d = self.d
+        self._running = True
+        t0 = time.perf_counter()
+        try:
+            self.total = d.node.journal.total_events
+            self._restore(store)
+            n = 0
+            events: Iterator[Any] = iter(d._replay(store))
+            while True:
+                deadline = time.perf_counter() + SLICE_S
+                while time.perf_counter() < deadline:
+                    chunk = list(islice(events, SLICE_EVENTS))
+                    if not chunk:
+                        break
+                    n += d.peer.rehydrate(chunk, now_ms())
+                    self.done = n
+                else:
+                    await asyncio.sleep(0)  # the control socket answers meanwhile
+                    continue
+                break
+            self.seconds = time.perf_counter() - t0
+            if d.context_view.imports > viewcheckpoint.TAIL_EVENTS:
+                self.save()
+            return n
+        finally:
+            self._running = False
+
+    def _restore(self, store: Any) -> None:
+        d = self.d
+        path = viewcheckpoint.checkpoint_path(d.config.store_path)
+        try:
+            ckpt = viewcheckpoint.load(path, d.identity.public, store)
+            if ckpt is None:
+                return
+            d.context_view.restore(ckpt.views.get("ctx"), ckpt.covered)
+        except (ViewCheckpointInvalid, HivemeshError) as exc:
+            if not isinstance(exc, ViewCheckpointInvalid):
+                exc = ViewCheckpointInvalid(f"malformed context state: {exc}")
+            reason = _reason(exc)
+            self.checkpoint = f"ignored: {exc}"
+            d.counters["view_checkpoint_ignored"] += 1
+            d.counters[f"view_checkpoint_ignored_{reason}"] += 1
+            log.warning("view checkpoint %s not used (%s): replaying the whole journal", path, exc)
+            return
+        self.checkpoint = "loaded"
+        d.counters["view_checkpoint_loaded"] += 1
+
+    def save(self) -> bool:
+        """Write a checkpoint of the views as they stand, covering the
+        journal's heads; False (counted) when the views cannot give one or
+        the write fails. The caller makes sure the views hold exactly the
+        stored events (after a replay, or at a clean stop once settled)."""
+        d = self.d
+        state = d.context_view.checkpoint()
+        if state is None:
+            d.counters["view_checkpoint_skipped"] += 1
+            return False
+        heads = {a: (h.seq, h.hash) for a, h in d.node.journal.heads.items() if h.seq}
+        path = viewcheckpoint.checkpoint_path(d.config.store_path)
+        try:
+            viewcheckpoint.save(path, d.identity.public, heads, {"ctx": state})
+        except OSError as exc:
+            d.counters["view_checkpoint_write_failed"] += 1
+            log.warning("view checkpoint %s not written: %s", path, exc)
+            return False
+        d.counters["view_checkpoint_saved"] += 1
+        return True
