@@ -29,9 +29,12 @@ supply itself:
   it, :meth:`observe_down` is the failure detector's output, written by the
   simulator a fixed delay after a crash.
 
-When the sans-IO ``Peer`` (``hivemesh.core.peer``) lands, it owns those
-rules, and this class becomes a thin translation; the rest of the simulator
-is unchanged:
+The sans-IO :class:`~hivemesh.core.peer.Peer` now owns those rules in the
+daemon. Switching this class to it is the next step: it becomes a thin
+translation, and the rest of the simulator is unchanged. Trust comes with
+it: the Peer in ``invite`` mode shares a feed only between members of one
+swarm, so the simulated cluster founds one (a founder trusted by all, its
+``trust.add`` vouches in the journal) -- the trust workload. The mapping:
 
 ==========================  ==============================================
 adapter                     Peer
