@@ -80,6 +80,7 @@ WORKLOADS: dict[str, str] = {
     "clock": "hivemesh.sim.adversary:ClockAdversaryCluster",
     "leases": "hivemesh.leases.simlease:LeaseCluster",
     "membership": "hivemesh.sim.swim:MembershipCluster",
+    "peer": "hivemesh.sim.peer_adapter:PeerCluster",
 }
 
 
@@ -190,6 +191,10 @@ def default_options(nodes: int, workload: str = "journal") -> SimOptions:
     then the split prepare of a killed holder (:mod:`hivemesh.leases.simlease`);
     only ``nodes`` is read from these options.
 
+    ``workload="peer"``: the journal workload with every node the daemon's
+    sans-IO Peer, in one swarm founded by invite vouches, its SWIM finding
+    crashes (:mod:`hivemesh.sim.peer_adapter`).
+
     ``workload="membership"``: SWIM alone, under crashes, restarts,
     partitions, broken links and stalled loops (:mod:`hivemesh.sim.swim`);
     only ``nodes`` is read from these options.
@@ -253,6 +258,8 @@ CI_MIX: dict[str, tuple[float, dict[int, float], float]] = {
     "clock": (0.08, {5: 80, 6: 12, 8: 8}, 2.3),
     # odd voter counts are where a dead voter can split a prepare
     "leases": (0.14, {5: 40, 6: 10, 7: 20, 9: 10, 11: 6, 15: 6, 25: 4, 50: 4}, 0.25),
+    # the journal workload with every node the daemon's Peer
+    "peer": (0.06, {5: 70, 6: 10, 7: 10, 10: 7, 20: 3}, 2.5),
     "membership": (
         0.12,
         {5: 50, 6: 10, 7: 10, 8: 10, 10: 10, 15: 5, 20: 3.5, 30: 1, 50: 0.5},
