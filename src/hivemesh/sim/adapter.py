@@ -30,11 +30,9 @@ supply itself:
   simulator a fixed delay after a crash.
 
 The sans-IO :class:`~hivemesh.core.peer.Peer` now owns those rules in the
-daemon. Switching this class to it is the next step: it becomes a thin
-translation, and the rest of the simulator is unchanged. Trust comes with
-it: the Peer in ``invite`` mode shares a feed only between members of one
-swarm, so the simulated cluster founds one (a founder trusted by all, its
-``trust.add`` vouches in the journal) -- the trust workload. The mapping:
+daemon, and :class:`hivemesh.sim.peer_adapter.PeerAdapter` drives it behind
+the same :class:`Adapter` interface (``hivemesh sim --workload peer``); the
+other workloads still run this class, until they move too. The mapping:
 
 ==========================  ==============================================
 adapter                     Peer
