@@ -75,7 +75,7 @@ ClusterFactory = Callable[[str, SimOptions], SeedRun]
 #: first use: the simulator itself imports only the core).
 WORKLOADS: dict[str, str] = {
     "journal": "hivemesh.sim.cluster:Cluster",
-    "claims": "hivemesh.sim.cluster:Cluster",
+    "claims": "hivemesh.sim.peer_adapter:PeerCluster",  # on the daemon's Peer
     "plan": "hivemesh.roles.simplan:PlanCluster",
     "clock": "hivemesh.sim.adversary:ClockAdversaryCluster",
     "leases": "hivemesh.leases.simlease:LeaseCluster",
@@ -167,8 +167,10 @@ def default_options(nodes: int, workload: str = "journal") -> SimOptions:
 
     ``workload="claims"``: nodes compete for 40 tasks with optimistic claims
     under 10% loss and 100 ms jitter, with crashes (issue goal: <= 1%
-    duplicate executions). Failures are detected by the nodes' own SWIM
-    (memberlist's LAN timing, the daemon's default), as for ``plan``.
+    duplicate executions). Every node is the daemon's Peer
+    (:mod:`hivemesh.sim.peer_adapter`), whose SWIM (memberlist's LAN timing,
+    the daemon's default) finds crashes; ``plan`` runs SWIM in the core-node
+    adapter.
 
     ``workload="plan"``: every node runs a decomposer, scorer and executor on
     one goal (6 leaves) under the standard fault mix; every replica must end
