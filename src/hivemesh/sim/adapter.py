@@ -29,9 +29,10 @@ supply itself:
   it, :meth:`observe_down` is the failure detector's output, written by the
   simulator a fixed delay after a crash.
 
-When the sans-IO ``Peer`` (``hivemesh.core.peer``) lands, it owns those
-rules, and this class becomes a thin translation; the rest of the simulator
-is unchanged:
+The sans-IO :class:`~hivemesh.core.peer.Peer` now owns those rules in the
+daemon, and :class:`hivemesh.sim.peer_adapter.PeerAdapter` drives it behind
+the same :class:`Adapter` interface (``hivemesh sim --workload peer``); the
+other workloads still run this class, until they move too. The mapping:
 
 ==========================  ==============================================
 adapter                     Peer
@@ -55,7 +56,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 from hivemesh.core.claims import ClaimsView
 from hivemesh.core.event import Event
@@ -67,7 +68,53 @@ from hivemesh.core.store import FeedStore
 from hivemesh.core.views import ContextView, View, standard_views
 from hivemesh.sim.views import EventSetDigest
 
-__all__ = ["NodeAdapter"]
+__all__ = ["Adapter", "NodeAdapter"]
+
+
+class Adapter(Protocol):
+    """What the simulated cluster needs of a node's wiring (this module's
+    :class:`NodeAdapter`, or :class:`hivemesh.sim.peer_adapter.PeerAdapter`)."""
+
+    node: Node
+    digest: EventSetDigest
+    claims: ClaimsView
+    views: list[View]
+
+    def start(self, stored: Iterable[Event], peers: Iterable[str], now_ms: int) -> None:
+        """Boot: replay the store, then replicate with ``peers``."""
+
+    def link_up(self, peer: str, now_ms: int) -> None:
+        """A link to ``peer`` came up (it restarted and dialled us)."""
+
+    def receive(self, peer: str, frame: bytes, now_ms: int) -> None:
+        """A frame from ``peer``."""
+
+    def handle_timer(self, now_ms: int) -> None:
+        """Time passed."""
+
+    def append(self, items: list[tuple[str, Any]], now_ms: int) -> list[Event]:
+        """The application appends ``items``; the events, acknowledged."""
+        ...
+
+    def observe_down(self, victim: bytes, now_ms: int) -> list[Event]:
+        """A fixed-delay failure observation (without SWIM)."""
+        ...
+
+    def accept_feed_loss(self, now_ms: int) -> None:
+        """The operator accepts the own feed's lost tail."""
+
+    def sends(self, now_ms: int) -> list[tuple[str, bytes]]:
+        """After an input: frames to send."""
+        ...
+
+    def next_deadline(self) -> int:
+        """When :meth:`handle_timer` is due."""
+        ...
+
+    @property
+    def writable(self) -> bool:
+        """The own feed takes writes."""
+        ...
 
 
 class NodeAdapter:
@@ -128,6 +175,10 @@ class NodeAdapter:
             if self.members is not None:
                 self.members.join(peer, [], now_ms)
             self.node.add_peer(peer)
+
+    def link_up(self, peer: str, now_ms: int) -> None:
+        """A link to ``peer`` came up: nothing to do (the core node replicates
+        with every configured peer, and SWIM learns of a restart by itself)."""
 
     def receive(self, peer: str, frame: bytes, now_ms: int) -> None:
         """A frame from ``peer``."""

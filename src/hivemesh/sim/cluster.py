@@ -61,7 +61,7 @@ from hivemesh.core.ownfeed import FeedState, Mark, MemoryMarkStore
 from hivemesh.core.store import MemoryStore
 from hivemesh.core.views import ContextView, MaxRegisterView, NamesView, View
 from hivemesh.errors import FeedNotWritable
-from hivemesh.sim.adapter import NodeAdapter
+from hivemesh.sim.adapter import Adapter, NodeAdapter
 from hivemesh.sim.disk import DiskStore
 from hivemesh.sim.options import SimOptions
 from hivemesh.sim.views import EventSetDigest
@@ -112,7 +112,7 @@ class SimNode:
     store: DiskStore
     skew_ms: int
     #: This life's wiring (None while the node is down).
-    adapter: NodeAdapter | None = None
+    adapter: Adapter | None = None
     digest: EventSetDigest = field(default_factory=EventSetDigest)
     claims: ClaimsView = field(default_factory=ClaimsView)
     views: list[View] = field(default_factory=list)
@@ -203,9 +203,9 @@ class Cluster:
             defer_direct_verify=True,  # the simulated network names the true sender
         )
 
-    def _boot(self, sn: SimNode) -> None:
-        sn.incarnation += 1
-        adapter = NodeAdapter(
+    def _new_adapter(self, sn: SimNode) -> Adapter:
+        """This life's wiring of ``sn`` (a workload may drive another machine)."""
+        return NodeAdapter(
             sn.identity,
             sn.store,
             random.Random(f"{self.seed}/node/{sn.index}/{sn.incarnation}"),
@@ -217,23 +217,31 @@ class Cluster:
             swim=self.opts.swim,
             swim_rng=random.Random(f"{self.seed}/swim/{sn.index}/{sn.incarnation}"),
         )
+
+    def _boot(self, sn: SimNode) -> None:
+        sn.incarnation += 1
+        adapter = self._new_adapter(sn)
         sn.digest, sn.claims, sn.views = adapter.digest, adapter.claims, adapter.views
         adapter.start(
             replay_store(sn.store),
             [other.identity.address for other in self.nodes],
             self.now + sn.skew_ms,
         )
+        sn.adapter = adapter
         for view in sn.views:  # loro imports a replay left waiting (none in causal order)
             if isinstance(view, ContextView):
                 self.stats["replay_imports"] += view.imports
                 self.stats["replay_imports_pending"] += view.imports_pending
-        sn.adapter = adapter
         sn.timer_at = None
         sn.commit_pending = False
         if not adapter.writable:
             self.stats["boots_recovering"] += 1
             self._note("recovering", sn.index, adapter.node.feed_gate.held.seq)
         self._flush(sn)
+        for other in self.nodes:  # it dialled every configured peer: their links come up
+            if other is not sn and other.adapter is not None:
+                other.adapter.link_up(sn.identity.address, self.now + other.skew_ms)
+                self._flush(other)
 
     def _flush(self, sn: SimNode) -> None:
         adapter = sn.adapter
