@@ -5,6 +5,9 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
 from hivemesh.audit import events as ev
 from hivemesh.audit.rules import STRATEGIES, History, Limits, decide
 from hivemesh.audit.view import AuditView
@@ -192,3 +195,47 @@ def test_escalations_park_a_shop_until_answered_and_the_earliest_answer_wins() -
     assert view.answers[qid].body["text"] == "1234-5678"
     assert not view.parked(audit, "shop-02") and view.open_escalations() == []
     assert view.history(audit, "shop-02", 1).shop_attempts == 0  # the count starts afresh
+
+
+_JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8) | st.binary(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@example(kind=ev.START, body={"audit": "a2", "shops": ["not-a-dict"]})
+@example(kind="witness", body={"c": ["ab", 3]})
+@given(
+    kind=st.sampled_from(sorted(AuditView.kinds)),
+    body=_JSONISH
+    | st.fixed_dictionaries(
+        {"audit": st.just("a1")},
+        optional={
+            "shop": _JSONISH,
+            "page": _JSONISH,
+            "token": _JSONISH,
+            "tool": _JSONISH,
+            "shops": _JSONISH,
+            "n": _JSONISH,
+            "id": _JSONISH,
+            "text": _JSONISH,
+            "c": _JSONISH,
+            "outcome": _JSONISH,
+            "products": _JSONISH,
+            "market": _JSONISH,
+        },
+    ),
+)
+def test_garbage_bodies_never_raise(kind: str, body: Any) -> None:
+    f = Feeds()
+    view = AuditView()
+    for e in _start(f):
+        view.apply(e)
+    view.apply(f.ev(EX2, kind, body))  # counted or folded, never raised
+    audit = view.latest()
+    assert audit is not None
+    view.workable(audit), view.open_escalations(), view.replay(audit, "shop-01", "x")

@@ -167,7 +167,7 @@ class AuditView:
                 self._held_count += 1
                 return
             self._fold(audit, step)
-        except (ValueError, TypeError, KeyError):
+        except (ValueError, TypeError, KeyError, AttributeError):
             self.counters[f"bad.{event.kind}"] += 1
 
     def _witness(self, author: str, body: Any) -> None:
@@ -209,7 +209,7 @@ class AuditView:
         for h in held:
             try:
                 self._fold(self.audits[aid], h)
-            except (ValueError, TypeError, KeyError):
+            except (ValueError, TypeError, KeyError, AttributeError):
                 self.counters[f"bad.{h.kind}"] += 1
 
     def _fold(self, audit: Audit, step: Step) -> None:

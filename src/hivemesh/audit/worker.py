@@ -149,6 +149,7 @@ class AuditExecutor:
         self._running: dict[str, asyncio.Task[None]] = {}
         self._cool: dict[str, float] = {}
         self._http = httpx.AsyncClient(trust_env=False, timeout=httpx.Timeout(10.0))
+        self._notes_lock = asyncio.Lock()
 
     @property
     def view(self) -> Any:
@@ -536,8 +537,9 @@ class AuditExecutor:
         t0 = time.monotonic()
         error = ""
         with self.node.metrics.track_tool(name) as extra:
-            try:
-                res = await self.tools.call(name, args, timeout_s=self.opts.tool_timeout_s)
+            try:  # one note at a time: a notes store may read-modify-write a file
+                async with self._notes_lock:
+                    res = await self.tools.call(name, args, timeout_s=self.opts.tool_timeout_s)
                 error = (res.reason or "tool_failed") if res.is_error else ""
             except HivemeshError as exc:
                 error = exc.code

@@ -21,8 +21,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from hivemesh.commands import AuditExport, AuditStatus
 from hivemesh.errors import HivemeshError
-from hivemesh.runtime.cliutil import add_common, data_dir_of, emit_error, run_with_client
+from hivemesh.runtime.cliutil import (
+    add_common,
+    data_dir_of,
+    emit_error,
+    run_command,
+    run_with_client,
+)
 
 __all__ = ["register"]
 
@@ -52,7 +59,7 @@ def register(sub: Any) -> None:
     n.set_defaults(func=_node)
     s = asub.add_parser("status", help="the latest audit's progress")
     add_common(s)
-    s.set_defaults(func=lambda a: run_with_client(a, lambda c: c.call("audit.status"), _status))
+    s.set_defaults(func=lambda a: run_command(a, AuditStatus(), _status))
     r = asub.add_parser("report", help="write the audit report from a node's journal")
     add_common(r)
     r.add_argument("--out", required=True, help="directory for report.md/.csv/.json")
@@ -126,7 +133,7 @@ def _report(args: argparse.Namespace) -> int:
     from hivemesh.audit.report import build_report, write_report
 
     def op(client: Any) -> Any:
-        doc = client.call("audit.export", timeout_s=30.0)
+        doc = client.run(AuditExport()).to_wire()
         truth = None
         if args.ground_truth:
             truth = json.loads(Path(args.ground_truth).read_text(encoding="utf-8"))
