@@ -33,8 +33,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx
-
 from hivemesh.bench import BenchResult, Metric
 from hivemesh.errors import HivemeshError
 from hivemesh.webtools.errors import CaptchaRequired, ExtractError, FetchError
@@ -62,6 +60,8 @@ def _code(url: str, code: str) -> str:
 
 async def plain_audit(ready: dict[str, Any], concurrency: int) -> dict[str, Any]:
     """The baseline scraper over the fixture of ``ready`` (see the module docs)."""
+    import httpx  # here: `hivemesh bench` imports every bench module to list it
+
     from hivemesh.webtools import extract as ex
     from hivemesh.webtools.fetch import Fetcher
 
@@ -131,6 +131,8 @@ def _duplicates(stats: dict[str, Any], truth: dict[str, Any]) -> int:
 
 def _baseline(root: Path, seed: int, slow_ms: int, concurrency: int) -> dict[str, Any]:
     import os
+
+    import httpx
 
     from hivemesh.audit.demo import start_fixture
 
