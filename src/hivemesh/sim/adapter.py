@@ -17,17 +17,9 @@ supply itself:
 * **a new life** -- once its own feed takes writes, a restarted node
   releases the live claims of its previous life (they are all in its feed
   then);
-* **failure detection** -- with a ``swim`` configuration the node runs
-  real SWIM (:class:`~hivemesh.core.membership.Membership`, its frames
-  through the node like the daemon's) and acts on its changes as
-  ``hivemesh.runtime.members`` does: ``up`` replicates with the member (and
-  appends ``member.up`` when it comes back from ``down``), ``down``/``left``
-  stops replicating and appends ``member.down``/``member.left`` with ``a``
-  (its key) and ``upto`` (the last seq of its feed held here). Every link is
-  up in the simulated network, so at boot the node joins through every
-  configured peer, as the daemon does on each link that comes up. Without
-  it, :meth:`observe_down` is the failure detector's output, written by the
-  simulator a fixed delay after a crash.
+* **failure observations** -- :meth:`observe_down` appends ``member.down``
+  for a member the simulator reports down a fixed delay after its crash (the
+  Peer runs real SWIM instead).
 
 The sans-IO :class:`~hivemesh.core.peer.Peer` now owns those rules in the
 daemon, and :class:`hivemesh.sim.peer_adapter.PeerAdapter` drives it behind
@@ -60,8 +52,7 @@ from typing import Any, Protocol
 
 from hivemesh.core.claims import ClaimsView
 from hivemesh.core.event import Event
-from hivemesh.core.identity import Identity, public_key_of
-from hivemesh.core.membership import Membership, MembershipConfig, MemberState
+from hivemesh.core.identity import Identity
 from hivemesh.core.node import Node, NodeConfig
 from hivemesh.core.ownfeed import MarkStore
 from hivemesh.core.store import FeedStore
@@ -131,8 +122,6 @@ class NodeAdapter:
         trusted: Callable[[bytes], bool],
         marks: MarkStore,
         claim_settle_ms: int,
-        swim: MembershipConfig | None = None,
-        swim_rng: random.Random | None = None,
     ) -> None:
         self.identity = identity
         #: The core node (read by checkers and workloads; driven only here).
@@ -150,35 +139,18 @@ class NodeAdapter:
             if isinstance(view, ContextView):
                 view.before_write = self.node.feed_gate.check
         self._previous_life = True
-        #: SWIM, when this node detects failures itself.
-        self.members: Membership | None = None
-        if swim is not None:
-            self.members = Membership(
-                identity.address,
-                [],
-                swim_rng or random.Random(identity.address),
-                swim,
-                now_ms,
-                self.node.send,
-            )
-            self.members.attach(self.node)
 
     # -- inputs -------------------------------------------------------------------
 
     def start(self, stored: Iterable[Event], peers: Iterable[str], now_ms: int) -> None:
-        """Boot: replay the store, then replicate with ``peers`` (and join
-        membership through each)."""
+        """Boot: replay the store, then replicate with ``peers``."""
         self.node.rehydrate(stored)
         for peer in peers:
-            if peer == self.identity.address:
-                continue
-            if self.members is not None:
-                self.members.join(peer, [], now_ms)
             self.node.add_peer(peer)
 
     def link_up(self, peer: str, now_ms: int) -> None:
         """A link to ``peer`` came up: nothing to do (the core node replicates
-        with every configured peer, and SWIM learns of a restart by itself)."""
+        with every configured peer)."""
 
     def receive(self, peer: str, frame: bytes, now_ms: int) -> None:
         """A frame from ``peer``."""
@@ -187,8 +159,6 @@ class NodeAdapter:
     def handle_timer(self, now_ms: int) -> None:
         """Time passed (called at :meth:`next_deadline`)."""
         self.node.handle_timer(now_ms)
-        if self.members is not None and self.members.next_deadline() <= now_ms:
-            self.members.handle_timer(now_ms)
 
     def append(self, items: list[tuple[str, Any]], now_ms: int) -> list[Event]:
         """The application appends ``items`` (raises FeedNotWritable while
@@ -216,8 +186,6 @@ class NodeAdapter:
     def sends(self, now_ms: int) -> list[tuple[str, bytes]]:
         """After an input: run the rules it made due, then the frames to send."""
         node = self.node
-        if self.members is not None:
-            self._member_changes(now_ms)
         if self._previous_life and node.feed_gate.writable:
             self._previous_life = False
             stale = self.claims.own_live(self.identity.public)
@@ -230,33 +198,7 @@ class NodeAdapter:
 
     def next_deadline(self) -> int:
         """When :meth:`handle_timer` is due (on the node's clock)."""
-        due = self.node.next_deadline()
-        if self.members is not None:
-            due = min(due, self.members.next_deadline())
-        return due
-
-    def _member_changes(self, now_ms: int) -> None:
-        """Act on SWIM's changes as the daemon does (module docs)."""
-        assert self.members is not None
-        for ch in self.members.changes():
-            if ch.state is MemberState.UP:
-                self.node.add_peer(ch.address)
-                if ch.previous is MemberState.DOWN:
-                    self._record("member.up", ch.address, ch.incarnation, now_ms)
-            elif ch.state in (MemberState.DOWN, MemberState.LEFT):
-                self.node.remove_peer(ch.address)
-                self._record(f"member.{ch.state.value}", ch.address, ch.incarnation, now_ms)
-
-    def _record(self, kind: str, address: str, incarnation: int, now_ms: int) -> None:
-        author = public_key_of(address)
-        body = {
-            "address": address,
-            "incarnation": incarnation,
-            "observed_ms": now_ms,
-            "a": author,
-            "upto": self.node.journal.head(author).seq,
-        }
-        self.node.append_later([(kind, body)], now_ms)  # kept while the feed takes no writes
+        return self.node.next_deadline()
 
     @property
     def writable(self) -> bool:

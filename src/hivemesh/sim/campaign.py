@@ -169,8 +169,7 @@ def default_options(nodes: int, workload: str = "journal") -> SimOptions:
     under 10% loss and 100 ms jitter, with crashes (issue goal: <= 1%
     duplicate executions). Every node is the daemon's Peer
     (:mod:`hivemesh.sim.peer_adapter`), whose SWIM (memberlist's LAN timing,
-    the daemon's default) finds crashes; ``plan`` runs SWIM in the core-node
-    adapter.
+    the daemon's default) finds crashes; so is every ``plan`` node.
 
     ``workload="plan"``: every node runs a decomposer, scorer and executor on
     one goal (6 leaves) under the standard fault mix; every replica must end

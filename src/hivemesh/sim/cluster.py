@@ -148,6 +148,10 @@ class SimResult:
 class Cluster:
     """Drive ``opts.nodes`` core nodes through one seeded fault schedule."""
 
+    #: The nodes find crashes themselves (a Peer's SWIM); otherwise a live
+    #: node reports one ``failure_detect_ms`` after it.
+    detects_failures = False
+
     def __init__(self, seed: str, opts: SimOptions) -> None:
         self.seed = seed
         self.opts = opts
@@ -214,8 +218,6 @@ class Cluster:
             trusted=self.members.__contains__,
             marks=sn.marks,
             claim_settle_ms=self.opts.claim_settle_ms,
-            swim=self.opts.swim,
-            swim_rng=random.Random(f"{self.seed}/swim/{sn.index}/{sn.incarnation}"),
         )
 
     def _boot(self, sn: SimNode) -> None:
@@ -603,7 +605,7 @@ class Cluster:
         sn.store.sync()  # what the crash did not lose reached the disk
         self.stats["crashes"] += 1
         self._note("crash", sn.index)
-        if self.opts.swim is None:  # else the nodes' own SWIM finds out
+        if not self.detects_failures:  # else the nodes' own SWIM finds out
             self._at(self.now + self.opts.failure_detect_ms, _DOWN, sn.index)
 
     def _cut_off(self, sn: SimNode) -> None:

@@ -150,6 +150,8 @@ class PeerAdapter:
 class PeerCluster(Cluster):
     """The journal workload with every node a Peer (module docs)."""
 
+    detects_failures = True
+
     def __init__(self, seed: str, opts: SimOptions) -> None:
         if opts.swim is None:
             opts = replace(opts, swim=MembershipConfig.lan())
