@@ -191,5 +191,6 @@ def test_public_surface() -> None:
         "load_or_create_identity",
         "rehydrate",
         "verify_batches",
+        "verify_causal",
         "verify_feeds",
     ]
