@@ -15,7 +15,7 @@ bash scripts/services.sh
 # its workload (journal with partitions, loss, crashes, forgeries, restores from
 # backup, damaged logs, lost fsyncs, torn writes, clock steps and paused
 # processes; claims; the planner; a clock adversary; quorum leases voted by the
-# nodes; SWIM membership) and its node
+# nodes; SWIM membership; the journal on the daemon's Peer) and its node
 # count (5 to 50) from the seed (hivemesh.sim.campaign.ci_scenario).
 "$PY" -m hivemesh sim --campaign ci --seeds 1..10000
 "$PY" -m pytest -q -p no:cacheprovider "$@"

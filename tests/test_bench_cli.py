@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -29,3 +30,29 @@ def test_bench_cli_reports_status_beside_a_bare_interpreter() -> None:
     assert wall["goal"] == "<= 100 ms" and isinstance(wall["goal_met"], bool)
     assert cpu["ours"] > 0 and cpu["baseline"] > 0
     assert doc["details"]["runs"] == 2 and doc["details"]["hivemesh_import_ms"] > 0
+
+
+def test_status_loads_no_daemon_planner_or_simulator_code(tmp_path: Path) -> None:
+    """The quick-CLI budget: `hivemesh status` imports the client and the one
+    command it runs, nothing of the daemon, core, planner, LLMs or simulator."""
+    code = (
+        "import sys\n"
+        "from hivemesh.faces.cli import main\n"
+        f"rc = main(['status', '--data-dir', {str(tmp_path)!r}])\n"
+        "print(sorted(sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": SRC},
+    )
+    assert out.returncode == 0, out.stderr
+    loaded = set(ast.literal_eval(out.stdout.strip().splitlines()[-1]))
+    heavy = ("asyncio", "hivemesh.core", "hivemesh.roles", "hivemesh.llm", "hivemesh.sim",
+             "hivemesh.runtime.daemon", "hivemesh.leases", "hivemesh.telemetry")  # fmt: skip
+    assert not {m for m in loaded if m.startswith(heavy)}, sorted(loaded)
+    assert {"hivemesh.commands.node", "hivemesh.runtime.client"} <= loaded
+    # one command's module, not the whole table
+    assert not {"hivemesh.commands.table", "hivemesh.commands.trust"} & loaded

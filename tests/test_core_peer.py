@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from hivemesh.core.direct import DirectConfig
 from hivemesh.core.effects import (
     Close,
     Count,
@@ -17,8 +18,10 @@ from hivemesh.core.effects import (
     Dial,
     Effect,
     Fsync,
+    Handle,
     Log,
     MessageOutcome,
+    Persist,
     Reply,
     Send,
 )
@@ -33,16 +36,19 @@ from hivemesh.core.peer_commands import (
     Append,
     Claim,
     FetchBlob,
+    Ping,
     ReleaseClaim,
+    Request,
     Revoke,
     SendDirect,
+    Serve,
     WaitDecided,
 )
 from hivemesh.core.pex import MembershipConfig, MemberState
 from hivemesh.core.store import MemoryStore
 from hivemesh.core.trace import Step, Trace, replay
 from hivemesh.core.views.blobs import BlobIndex, blob_digest
-from hivemesh.errors import DeadlineExceeded, InvalidArgument, UnknownPeer
+from hivemesh.errors import DeadlineExceeded, InvalidArgument, NoHandler, UnknownPeer
 
 IDS = [Identity.from_seed(bytes([65 + i]) * 32) for i in range(4)]
 FAST = MembershipConfig(
@@ -64,6 +70,8 @@ class Host:
     marks: MemoryMarkStore = field(default_factory=lambda: MemoryMarkStore(Mark()))
     peer: Peer | None = None
     effects: list[Effect] = field(default_factory=list)
+    inbox: list[Any] = field(default_factory=list)
+    handles: list[Handle] = field(default_factory=list)
 
 
 class Net:
@@ -75,6 +83,7 @@ class Net:
         self.config = config or PeerConfig(membership=FAST)
         self.hosts = [Host(IDS[i]) for i in range(n)]
         self.links: set[frozenset[str]] = set()
+        self.inbox_ok = True
         self.trust = kw.get("trust", {})
         traces: dict[int, Trace] = kw.get("traces", {})
         for i in range(n):
@@ -102,6 +111,7 @@ class Net:
         )
         peer.rehydrate(_replay(h.store), self.now)
         peer.start([f"10.0.0.{i}:7000"], self.now)
+        peer.inbox_room(1000, self.now)
         h.peer = peer
         return peer
 
@@ -167,6 +177,11 @@ class Net:
                 self.disconnect(i, e.peer)
         elif isinstance(e, Fsync):
             self.hosts[i].store.sync()
+        elif isinstance(e, Persist):
+            self.hosts[i].inbox.extend(e.messages)
+            self.p(i).persisted(e.batch, self.inbox_ok, self.now)
+        elif isinstance(e, Handle):
+            self.hosts[i].handles.append(e)
 
     def run(self, ms: int) -> None:
         """Advance time by ``ms``, firing every Peer's timer when due."""
@@ -221,7 +236,8 @@ def test_three_peers_meet_through_links_and_replicate() -> None:
         assert net.p(i).node.journal.head(IDS[0].public).seq >= 1
         assert net.p(i).member_state(net.addr(0)) is MemberState.UP
         assert any(
-            isinstance(e, Deliver) and e.event.kind == "app.note" for e in net.hosts[i].effects
+            isinstance(e, Deliver) and any(ev.kind == "app.note" for ev in e.events)
+            for e in net.hosts[i].effects
         )
 
 
@@ -343,7 +359,8 @@ def test_a_revoke_command_publishes_and_cuts_the_peer_off() -> None:
     rid = net.command(0, Revoke(net.addr(1)))
     assert net.reply(0, rid) == Reply(rid, True)
     assert any(
-        isinstance(e, Deliver) and e.event.kind == "trust.revoke" for e in net.hosts[0].effects
+        isinstance(e, Deliver) and any(ev.kind == "trust.revoke" for ev in e.events)
+        for e in net.hosts[0].effects
     )
     assert net.addr(1) not in net.p(0).node.peers
 
@@ -371,12 +388,73 @@ def test_direct_messages_answer_at_their_ack() -> None:
     net = Net(2)
     net.mesh()
     rid = net.command(0, SendDirect(net.addr(1), {"hi": 1}, timeout_ms=2000))
-    net.p(1).direct.stored(net.p(1).direct.drain_inbox())  # the driver stored it
-    net.p(1).handle_timer(net.now)
     net.run(100)
     got = net.reply(0, rid)
     assert got is not None and got.value is not None and got.value["acked"] is True
     assert any(isinstance(e, MessageOutcome) and e.acked for e in net.hosts[0].effects)
+    assert [m.data for m in net.hosts[1].inbox] == [{"hi": 1}]  # persisted by the driver
+
+
+def test_requests_are_handled_by_the_driver_and_answered() -> None:
+    cfg = PeerConfig(membership=FAST, direct=DirectConfig(ack_when_stored=True))
+    net = Net(2, config=cfg)
+    net.mesh()
+    net.command(1, Serve("add"))
+    rid = net.command(0, Request(net.addr(1), "add", [2, 3], timeout_ms=2000))
+    net.run(50)
+    (h,) = net.hosts[1].handles
+    assert (h.kind, h.data, h.plain) == ("add", [2, 3], False)
+    net.p(1).handled(h.key, 5, None, net.now)
+    net.run(50)
+    assert net.reply(0, rid) == Reply(rid, 5)
+    # a kind nobody serves is refused at once, typed
+    rid = net.command(0, Request(net.addr(1), "mul", 1, timeout_ms=2000))
+    net.run(50)
+    got = net.reply(0, rid)
+    assert got is not None and isinstance(got.error, NoHandler)
+    # no reply in time
+    net.command(1, Serve("slow"))
+    rid = net.command(0, Request(net.addr(1), "slow", 1, timeout_ms=300))
+    net.run(400)
+    got = net.reply(0, rid)
+    assert got is not None and isinstance(got.error, DeadlineExceeded)
+
+
+def test_a_plain_message_is_acked_only_after_its_handler_and_an_unstored_one_is_retried() -> None:
+    cfg = PeerConfig(membership=FAST, direct=DirectConfig(ack_when_stored=True))
+    net = Net(2, config=cfg)
+    net.mesh()
+    net.command(1, Serve("metrics", plain=True))
+    rid = net.command(0, SendDirect(net.addr(1), {"type": "metrics", "n": 1}, timeout_ms=5000))
+    net.run(50)
+    (h,) = net.hosts[1].handles
+    assert h.plain and net.reply(0, rid) is None  # not acked while the handler runs
+    net.p(1).handled(h.key, None, None, net.now)
+    net.run(50)
+    got = net.reply(0, rid)
+    assert got is not None and got.error is None
+    # the durable inbox fails once: released unacked, the retransmission is stored
+    net.inbox_ok = False
+    rid = net.command(0, SendDirect(net.addr(1), {"note": 1}, timeout_ms=5000))
+    net.run(20)
+    net.inbox_ok = True
+    net.run(2000)
+    got = net.reply(0, rid)
+    assert got is not None and got.error is None
+    assert net.p(1).mailbox.counters["inbox_store_failed"] >= 1
+
+
+def test_ping_answers_at_the_pong_and_times_out_without_one() -> None:
+    net = Net(2)
+    net.mesh()
+    rid = net.command(0, Ping(net.addr(1), timeout_ms=500))
+    net.run(10)
+    assert net.reply(0, rid) == Reply(rid, None)
+    net.crash(1)
+    rid = net.command(0, Ping(net.addr(1), timeout_ms=500))
+    net.run(600)
+    got = net.reply(0, rid)
+    assert got is not None and isinstance(got.error, DeadlineExceeded)
 
 
 def test_the_same_inputs_give_the_same_effects() -> None:

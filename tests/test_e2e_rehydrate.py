@@ -8,6 +8,7 @@ replicated from peers; the node then starts on it as ``hivemesh up``.
 
 from __future__ import annotations
 
+import argparse
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from hivemesh.bench import rehydrate as bench_rehydrate
 from hivemesh.bench._shared_history import CONTEXT, SharedBatch, shared_history
 from hivemesh.commands import jsonable
 from hivemesh.core.views import ContextView
@@ -142,3 +144,19 @@ def test_control_socket_answers_while_rehydrating(tmp_path: Path) -> None:
             proc.kill()
             proc.wait()
         swarm.close()
+
+
+def test_bench_shared_document_runs_small() -> None:
+    """``bench rehydrate``'s shared-document workload, small: real daemon
+    restarts, the second one from the checkpoint the first one wrote."""
+    args = argparse.Namespace(events=500, authors=2, repeat=1, seed=3, shared_updates=3000)
+    result = bench_rehydrate.run(args)
+    shared = [m for m in result.metrics if m.name.startswith("shared doc")]
+    assert len(shared) == 5 and all(m.ours > 0 and m.baseline for m in shared)
+    d = result.details
+    assert d["shared_updates"] == 3000
+    assert d["shared_restart_cold"]["checkpoint"] == "none"
+    assert d["shared_restart_cold"]["ctx_imports"] == 3000
+    assert d["shared_restart_checkpoint"]["checkpoint"] == "loaded"
+    assert d["shared_restart_checkpoint"]["ctx_imports"] == 0
+    assert d["shared_restart_checkpoint"]["ctx_skipped"] == 3000

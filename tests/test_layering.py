@@ -11,7 +11,8 @@ relative imports resolved. The rules:
   core, the error taxonomy, the commands and themselves;
 * ``hivemesh.runtime`` imports no private module (``_name``) and no private
   name of an application (leases, telemetry, roles, llm, audit, tools,
-  webtools): applications plug in through their documented public surface.
+  webtools): applications plug in through their documented public surface;
+  and nothing of the faces, the benchmarks or the simulator, which sit on it.
 
 The same checker runs on a small synthetic tree with one planted violation
 of each rule, so a checker that stopped finding them would fail here too.
@@ -36,6 +37,8 @@ ONLY = {
 APPS = {"leases", "telemetry", "roles", "llm", "audit", "tools", "webtools"}
 #: Layers that must not reach into an application's private parts.
 NO_PRIVATE = {"runtime"}
+#: Layer -> hivemesh packages it must not import at all (they sit above it).
+NEVER = {"runtime": {"faces", "bench", "sim"}}
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,8 @@ def violations(root: pathlib.Path) -> list[str]:
             shown = imp.module + (f" ({imp.name})" if imp.name else "")
             if layer in ONLY and top and top not in ONLY[layer]:
                 bad.append(f"{where}: {layer} imports hivemesh.{top}: {shown}")
+            if top in NEVER.get(layer, ()):
+                bad.append(f"{where}: {layer} imports hivemesh.{top}: {shown}")
             if layer in NO_PRIVATE and top in APPS:
                 private = [p for p in target[2:] if p.startswith("_")]
                 if imp.name and imp.name.startswith("_"):
@@ -137,6 +142,7 @@ def test_the_checker_finds_planted_violations(tmp_path: pathlib.Path) -> None:
     _write(tmp_path, "hivemesh/runtime/mod.py", "from hivemesh.leases._api import LeaseInfo\n")
     _write(tmp_path, "hivemesh/runtime/name.py", "from hivemesh.telemetry.node import _hidden\n")
     _write(tmp_path, "hivemesh/runtime/sub.py", "from hivemesh.leases import _api\n")
+    _write(tmp_path, "hivemesh/runtime/up.py", "from hivemesh.faces.cli import main\n")
     found = violations(tmp_path)
     assert [line.split(":")[0] for line in found] == [
         "hivemesh/core/pkg.py",
@@ -145,6 +151,7 @@ def test_the_checker_finds_planted_violations(tmp_path: pathlib.Path) -> None:
         "hivemesh/runtime/mod.py",
         "hivemesh/runtime/name.py",
         "hivemesh/runtime/sub.py",
+        "hivemesh/runtime/up.py",
         "hivemesh/stores/up.py",
     ], found
     assert "core imports hivemesh.runtime" in found[2]

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from hivemesh.core import lease_voter
 from hivemesh.core.lease_quorum import Acquire, Outcome, Proposer, Release, Renew, Show, Voter
 from hivemesh.errors import BackendUnavailable, DecodeError, InvalidArgument
+from hivemesh.leases.simlease import LeaseOptions as SimOptions
+from hivemesh.leases.simlease import run_sim
 from hivemesh.sim.lease_history import check_history
-from hivemesh.sim.leases import LeaseOptions as SimOptions
-from hivemesh.sim.leases import run_sim
 
 VOTERS = ["v0", "v1", "v2", "v3", "v4"]
 

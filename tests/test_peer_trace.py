@@ -53,6 +53,15 @@ def test_a_daemons_recorded_inputs_replay_to_the_same_effects(tmp_path: Path) ->
                     lambda: peer.node.journal.head(b.daemon.identity.public).seq >= 2,
                     "b's write reaches a",
                 )
+
+                async def add(sender: str, body: Any) -> Any:
+                    return sum(body)
+
+                a.on_message("add", add)
+                assert await b.request(a.address, "add", [2, 3], timeout_s=10) == 5
+                await b.send(a.address, {"note": "hi"}, timeout_s=10)
+                assert [m["data"] for m in a.inbox()] == [{"note": "hi"}]
+                await b.daemon.ping(a.address, timeout_s=10)
                 c_address = c.address
                 await c.close()  # a sees the link go and c leave
                 await _until(
@@ -70,10 +79,12 @@ def test_a_daemons_recorded_inputs_replay_to_the_same_effects(tmp_path: Path) ->
         assert trace is not None
         kinds = {s.method for s in trace.steps}
         assert {"start", "link_up", "link_down", "receive_many", "settle", "handle_timer"} <= kinds
+        assert {"command", "persisted", "handled", "inbox_room"} <= kinds
         drained = [e for s in trace.steps for e in s.effects]
         assert any(isinstance(e, Send) for e in drained)
         assert any(isinstance(e, Dial) for e in drained)
-        assert any(isinstance(e, Deliver) and e.event.kind == "ctx.update" for e in drained)
+        delivered = [ev for e in drained if isinstance(e, Deliver) for ev in e.events]
+        assert any(ev.kind == "ctx.update" for ev in delivered)
         assert not any(isinstance(e, Close) and e.code for e in drained)
         assert replay(trace, identity, MemoryStore()) == []
 

@@ -67,7 +67,6 @@ def _pump() -> tuple[Pump, _Conns]:
     p.peer, conns = _Peer(), _Conns()  # type: ignore[assignment]
     p.node = p.peer.node  # type: ignore[assignment]
     p.conns = conns  # type: ignore[assignment]
-    p.messaging = SimpleNamespace(after_input=lambda: None)  # type: ignore[assignment]
     p.invites = SimpleNamespace(  # type: ignore[assignment]
         probation={}, awaiting=set(), next_deadline=lambda: None
     )

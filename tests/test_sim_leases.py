@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from hivemesh.core.lease_quorum import Proposer
+from hivemesh.leases.simlease import LeaseCluster, LeaseOptions, run_sim
 from hivemesh.sim.campaign import ci_scenario, default_options, run_seed, workload_factory
-from hivemesh.sim.leases import LeaseCluster, LeaseOptions, run_sim
 
 LEASES = workload_factory("leases")
 

@@ -137,7 +137,7 @@ def test_store_created_by_hivemesh_is_plain_sqlite(tmp_path: Path) -> None:
 
 
 def test_bench_rehydrate_runs_small() -> None:
-    args = argparse.Namespace(events=3000, authors=3, repeat=1, seed=5)
+    args = argparse.Namespace(events=3000, authors=3, repeat=1, seed=5, shared_updates=0)
     result = bench_rehydrate.run(args)
     assert [m.name for m in result.metrics] == [
         "rehydrate: verify + views (CPU)",
@@ -191,5 +191,6 @@ def test_public_surface() -> None:
         "load_or_create_identity",
         "rehydrate",
         "verify_batches",
+        "verify_causal",
         "verify_feeds",
     ]

@@ -87,6 +87,34 @@ def test_a_loop_that_keeps_failing_ends_the_daemon() -> None:
     run(scenario())
 
 
+def test_a_loop_that_hangs_is_reported_once_per_stall(caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario() -> None:
+        sup, counters, fatal = _supervisor()
+        go = asyncio.Event()
+        beats: list[int] = []
+
+        async def loop() -> None:
+            while True:
+                sup.beat("tick")
+                beats.append(1)
+                if len(beats) == 3:
+                    await go.wait()  # hangs until the test lets it go
+                await asyncio.sleep(0.001)
+
+        sup.spawn("tick", loop, Policy(restart=True, stall_s=0.1))
+        await eventually(lambda: counters["task_stalled_tick"] == 1, "the stall reported")
+        assert sup.statistics()["tick"]["stalled"] and sup.statistics()["tick"]["running"]
+        await asyncio.sleep(0.3)
+        assert counters["task_stalled_tick"] == 1  # once per stall, not once per check
+        go.set()
+        await eventually(lambda: not sup.statistics()["tick"]["stalled"], "progress again")
+        assert fatal == [] and counters["task_failed_tick"] == 0  # reported, not cancelled
+        await sup.close()
+
+    run(scenario())
+    assert "the tick task made no progress for" in caplog.text and "in loop" in caplog.text
+
+
 def test_a_fatal_loop_ends_the_daemon_at_its_first_failure() -> None:
     async def scenario() -> None:
         sup, counters, fatal = _supervisor()
@@ -165,16 +193,16 @@ def test_what_reaches_the_event_loop_is_counted_and_the_handler_given_back() -> 
 def _fail_timer_step(node: hivemesh.Node, times: int) -> list[int]:
     """Make the daemon's timer step raise the next ``times`` times."""
     daemon = node.daemon
-    handle_timer = daemon.blobs.handle_timer
+    expire = daemon.invites.expire  # called once every timer round
     calls: list[int] = []
 
     def faulty(now_ms: int) -> None:
         calls.append(now_ms)
         if len(calls) <= times:
             raise _Boom(f"timer step {len(calls)}")
-        handle_timer(now_ms)
+        expire(now_ms)
 
-    daemon.blobs.handle_timer = faulty  # type: ignore[method-assign]
+    daemon.invites.expire = faulty  # type: ignore[method-assign]
     return calls
 
 
@@ -185,7 +213,10 @@ def test_the_timer_loop_of_a_node_is_restarted_after_a_failure(tmp_path: Path) -
             node.daemon._wake.set()
             await eventually(lambda: len(calls) >= 3, "the timer runs again", 10)
             status = node.status()
-            assert status["tasks"]["timer"] == {
+            timer = status["tasks"]["timer"]
+            assert timer["beat_s_ago"] < 5 and not timer.pop("stalled")
+            del timer["beat_s_ago"]
+            assert timer == {
                 "running": True,
                 "failures": 1,
                 "restarts": 1,

@@ -21,6 +21,7 @@ node's data dir), so the nodes run the shipped code paths.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,6 +47,19 @@ def _counters(node: NodeProc) -> dict[str, int]:
     return counters
 
 
+def _probes(node: NodeProc) -> int:
+    """SWIM probes ``node`` sent: only its timer task sends them."""
+    return _counters(node).get("membership_probes", 0)
+
+
+def _replace(path: Path, text: str) -> None:
+    """Write ``path`` as an editor saving it does (rename over it), so the node
+    never reads it half written (that would be a second bad version)."""
+    tmp = path.with_name(path.name + ".edit")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def _log(node: NodeProc) -> str:
     return (node.data_dir / "daemon.log").read_text(errors="replace")
 
@@ -64,17 +78,13 @@ def test_a_malformed_trust_file_keeps_the_last_trust_and_the_timers(swarm: Local
     good = trust_file.read_text()
     assert b.address in json.loads(good)["trusted"]
 
-    trust_file.write_text(good[: len(good) // 2] + "\n<<< a hand edit gone wrong")
+    _replace(trust_file, good[: len(good) // 2] + "\n<<< a hand edit gone wrong")
     wait_until(lambda: _counters(a).get("trust_file_invalid") == 1, 10, what="the bad edit seen")
     assert "trust.json: unreadable trust store" in _log(a)
-    probes = _counters(a).get("membership_probes", 0)
+    probes = _probes(a)
     b.client.ctx_set("default", "after-bad-edit", 1)
     wait_until(lambda: _has(a, "after-bad-edit", 1), 10, what="b's write reaches a")
-    wait_until(
-        lambda: _counters(a).get("membership_probes", 0) >= probes + 5,
-        10,
-        what="a's SWIM timers run",
-    )
+    wait_until(lambda: _probes(a) >= probes + 5, 10, what="a's SWIM timers run")
     status = a.client.status()
     assert status["tasks"]["timer"]["running"] and status["tasks"]["timer"]["failures"] == 0
     assert not any(k.startswith("task_failed") for k in status["counters"])
@@ -82,7 +92,7 @@ def test_a_malformed_trust_file_keeps_the_last_trust_and_the_timers(swarm: Local
     assert b.address in a.client.call("trust.list")["trusted"]
     assert _counters(a).get("trust_file_invalid") == 1  # once per bad version, not per query
 
-    trust_file.write_text(good)  # fixed: read again, nothing more to report
+    _replace(trust_file, good)  # fixed: read again, nothing more to report
     a.client.ctx_set("default", "after-fix", 2)
     wait_until(lambda: _has(b, "after-fix", 2), 10, what="a's write reaches b")
     assert _counters(a).get("trust_file_invalid") == 1
@@ -101,10 +111,8 @@ def test_a_store_with_io_errors_refuses_writes_and_recovers(swarm: LocalSwarm) -
     b.client.ctx_set("default", "from-b", 2)  # a takes it in, and cannot commit it
     wait_until(lambda: _counters(a).get("group_commit_failed", 0) >= 2, 10, what="commits fail")
     assert "group commit failed" in _log(a)
-    probes = _counters(a).get("membership_probes", 0)
-    wait_until(
-        lambda: _counters(a).get("membership_probes", 0) >= probes + 5, 10, what="timers run"
-    )
+    probes = _probes(a)
+    wait_until(lambda: _probes(a) >= probes + 5, 10, what="timers run")
     assert a.client.status()["tasks"]["timer"]["failures"] == 0
 
     (a.data_dir / "fault.store").unlink()  # the disk heals: no restart needed

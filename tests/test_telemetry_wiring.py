@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import hivemesh
+from hivemesh.commands import MetricsQuery
 from hivemesh.runtime.telemetry import HEARTBEAT, usage_hook
 
 
@@ -39,7 +40,8 @@ def test_collector_node_stores_its_own_records_and_llm_usage(tmp_path: Path) -> 
             )
 
             async def rows() -> Any:
-                got = await node.daemon.telemetry.query("query", {"sql": sql})
+                # (the query takes the typed metrics command now, not a dict of args)
+                got = await node.daemon.telemetry.query(MetricsQuery(what="query", sql=sql))
                 return got["rows"] if len(got["rows"]) == 3 else None
 
             got = await _until(rows)

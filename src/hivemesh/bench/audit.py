@@ -60,7 +60,7 @@ def _code(url: str, code: str) -> str:
 
 async def plain_audit(ready: dict[str, Any], concurrency: int) -> dict[str, Any]:
     """The baseline scraper over the fixture of ``ready`` (see the module docs)."""
-    import httpx
+    import httpx  # here: `hivemesh bench` imports every bench module to list it
 
     from hivemesh.webtools import extract as ex
     from hivemesh.webtools.fetch import Fetcher

@@ -379,14 +379,14 @@ def _restart(data_dir: Path) -> dict[str, Any]:
             try:
                 st = client.call("status", timeout_s=5.0)
             except HivemeshError:
-                time.sleep(0.002)
+                time.sleep(0.005)  # not listening yet
                 continue
             now = time.perf_counter() - t0
             first = first or now
             if "rehydrating" not in st:
                 up = now
                 break
-            time.sleep(0.002)
+            time.sleep(0.05)  # answered: poll gently, the replay needs the CPU
         if not up:
             raise RuntimeError(f"hivemesh up on {data_dir} did not start")
         reh = st["journal"]["rehydration"]

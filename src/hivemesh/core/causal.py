@@ -64,13 +64,17 @@ def causal_merge(streams: Iterable[Iterator[list[Event]]]) -> Iterator[list[Even
         n = len(batch)
         if heap:
             lh, la, _ = heap[0]
-            j = p + 1  # batch[p] is the smallest of all: it goes now
-            if author < la:
-                while j < n and batch[j].hlc <= lh:
-                    j += 1
+            last = batch[-1].hlc
+            if last < lh or (last == lh and author < la):
+                j = n  # the common case: the whole rest goes before the next author
             else:
-                while j < n and batch[j].hlc < lh:
-                    j += 1
+                j = p + 1  # batch[p] is the smallest of all: it goes now
+                if author < la:
+                    while j < n and batch[j].hlc <= lh:
+                        j += 1
+                else:
+                    while j < n and batch[j].hlc < lh:
+                        j += 1
         else:
             j = n
         yield batch if p == 0 and j == n else batch[p:j]

@@ -13,12 +13,16 @@ frozen record, drained in order with :meth:`Peer.effects`:
 * :class:`Close`    -- close the link to ``peer``; with ``if_silent_ms`` only
   when it carried nothing for that long (a half-open link behind a SWIM
   "down"); with ``forget`` also stop dialling it (revoked, or untrusted);
-* :class:`Fsync`    -- make the store's writes durable (the group commit):
-  the driver calls :meth:`Peer.store_committed` when it is done;
-* :class:`Deliver`  -- an event newly applied to the journal, for subscribers;
+* :class:`Fsync`    -- make the store's writes durable (the group commit);
+* :class:`Deliver`  -- events newly applied to the journal, in order, for
+  subscribers (one effect per batch: no per-event cost);
 * :class:`Reply`    -- the answer to a :meth:`Peer.command` (``rid`` is what
   ``command`` returned): ``value`` or a typed ``error``;
 * :class:`MessageOutcome` -- a direct message was acknowledged, or failed;
+* :class:`Persist`  -- store received direct messages in the durable inbox,
+  then call :meth:`Peer.persisted`;
+* :class:`Handle`   -- run the driver's handler for a request or plain
+  message, then call :meth:`Peer.handled`;
 * :class:`Log`      -- a line for the operator (``level`` as in :mod:`logging`);
 * :class:`Count`    -- add ``n`` to the driver's counter ``name``.
 
@@ -31,6 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from hivemesh.core.direct import InboxMessage
 from hivemesh.core.event import Event
 from hivemesh.errors import HivemeshError
 
@@ -41,8 +46,10 @@ __all__ = [
     "Dial",
     "Effect",
     "Fsync",
+    "Handle",
     "Log",
     "MessageOutcome",
+    "Persist",
     "Reply",
     "Send",
 ]
@@ -81,14 +88,14 @@ class Close:
 
 @dataclass(frozen=True, slots=True)
 class Fsync:
-    """Commit the store (then call :meth:`Peer.store_committed`)."""
+    """Commit the store: make every write so far durable (the group commit)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Deliver:
-    """A newly applied journal event, for subscribers."""
+    """Events newly applied to the journal (own and received), in order."""
 
-    event: Event
+    events: tuple[Event, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +133,29 @@ class MessageOutcome:
 
 
 @dataclass(frozen=True, slots=True)
+class Persist:
+    """Store ``messages`` in the durable inbox (one commit), then report
+    ``batch`` with :meth:`Peer.persisted`."""
+
+    batch: int
+    messages: tuple[InboxMessage, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Handle:
+    """Run the handler for ``kind`` on a message from ``sender``, then report
+    ``key`` with :meth:`Peer.handled` (``plain``: a ``{"type": kind}``
+    message, whose ``data`` is the whole message; else a request's body)."""
+
+    key: int
+    sender: str
+    msg_id: str
+    kind: str
+    data: Any
+    plain: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Log:
     """A line for the operator's log (``level``: ``debug``, ``info``, ``warning``)."""
 
@@ -145,4 +175,6 @@ def _error_key(error: HivemeshError | None) -> tuple[str, str, str] | None:
     return None if error is None else (type(error).__name__, error.code, str(error))
 
 
-Effect = Send | Dial | Close | Fsync | Deliver | Reply | MessageOutcome | Log | Count
+Effect = (
+    Send | Dial | Close | Fsync | Deliver | Reply | MessageOutcome | Persist | Handle | Log | Count
+)

@@ -36,6 +36,8 @@ wall-clock time, since HLC stamps are physical time):
 * :meth:`handle_timer` -- time passed (call at :meth:`next_deadline`);
 * :meth:`expect_inviter` / :meth:`forget_inviter` -- a join through that
   inviter started or ended (it may connect meanwhile).
+* :meth:`inbox_room`, :meth:`persisted`, :meth:`handled` -- the driver's
+  durable inbox and message handlers (see *Direct messages* below).
 
 **Outputs.** :meth:`effects` drains the typed effects of
 :mod:`hivemesh.core.effects` in order; :meth:`next_deadline` is the one time
@@ -71,8 +73,13 @@ to call :meth:`handle_timer` next.
 * *Blobs.* Frames of the blob range are served from the store or fed to the
   fetcher; a completed fetch is stored and answers its commands.
 * *Direct messages.* The protocol is :class:`~hivemesh.core.direct.Direct`;
-  :class:`SendDirect` answers at its ack, every outcome is also an
-  :class:`MessageOutcome` effect for drivers that track sends themselves.
+  what happens to a received message (reply, request for a served kind,
+  plain message, the durable inbox) is :mod:`hivemesh.core.mailbox`'s:
+  :class:`Persist` and :class:`Handle` effects, answered by the inputs
+  :meth:`persisted` and :meth:`handled`; :meth:`inbox_room` says how much
+  the driver's durable inbox takes. ``SendDirect`` answers at its ack,
+  ``Request`` at its reply, ``Ping`` at its pong; every outcome of a send is
+  also a :class:`MessageOutcome` effect.
 """
 
 from __future__ import annotations
@@ -98,9 +105,10 @@ from hivemesh.core.effects import (
     Send,
 )
 from hivemesh.core.event import Event
-from hivemesh.core.frames import encode_frame
+from hivemesh.core.frames import FrameType, encode_frame
 from hivemesh.core.hlc import hlc_ms
 from hivemesh.core.identity import Identity, address_of, public_key_of
+from hivemesh.core.mailbox import Mailbox
 from hivemesh.core.membership import Membership
 from hivemesh.core.node import Node, NodeConfig
 from hivemesh.core.ownfeed import FeedState, MarkStore
@@ -111,9 +119,12 @@ from hivemesh.core.peer_commands import (
     ClaimDone,
     FetchBlob,
     Leave,
+    Ping,
     ReleaseClaim,
+    Request,
     Revoke,
     SendDirect,
+    Serve,
     Vouch,
     WaitDecided,
 )
@@ -126,7 +137,13 @@ from hivemesh.core.views.endpoints import KIND_HELLO, EndpointsView, hello_body
 from hivemesh.core.views.names import NamesView
 from hivemesh.core.views.registers import MaxRegisterView
 from hivemesh.core.views.trust import KIND_TRUST_ADD, KIND_TRUST_REVOKE, TrustView, TrustWeb
-from hivemesh.errors import DeadlineExceeded, HivemeshError, InvalidArgument, UnknownPeer
+from hivemesh.errors import (
+    DeadlineExceeded,
+    DecodeError,
+    HivemeshError,
+    InvalidArgument,
+    UnknownPeer,
+)
 
 __all__ = ["Peer", "PeerConfig", "TrustFile"]
 
@@ -173,6 +190,7 @@ class _Wait:
     what: str
     resource: str = ""
     digest: bytes = b""
+    nonce: int = 0
 
 
 class Peer:
@@ -263,6 +281,10 @@ class Peer:
         self.fetcher = BlobFetcher(Random(rng.getrandbits(128)))
         for tag in BLOB_TAGS:
             node.register_handler(tag, self._blob_handler(tag))
+        self.mailbox = Mailbox(self.direct, self.address)
+        self._rng = Random(rng.getrandbits(128))  # ping nonces
+        node.register_handler(FrameType.RT_PING, self._on_ping)
+        node.register_handler(FrameType.RT_PONG, self._on_pong)
         self._feed_state = node.feed_gate.state
         self._trust_version = self.trust_view.version
 
@@ -381,6 +403,30 @@ class Peer:
         self.membership.handle_timer(now_ms)
         self.direct.handle_timer(now_ms)
         self.fetcher.handle_timer(now_ms)
+        self._fx += self.mailbox.expire(now_ms)
+        self._after(now_ms)
+
+    def inbox_room(self, n: int, now_ms: int) -> None:
+        """The durable inbox has room for ``n`` more messages (at start, and
+        whenever the driver removed some)."""
+        if self._trace is not None:
+            self._trace.record("inbox_room", n, now_ms)
+        self.mailbox.room = n
+        self._after(now_ms)
+
+    def persisted(self, batch: int, ok: bool, now_ms: int) -> None:
+        """The driver stored :class:`Persist` ``batch`` (``ok``) or failed to."""
+        if self._trace is not None:
+            self._trace.record("persisted", batch, ok, now_ms)
+        self.mailbox.persisted(batch, ok)
+        self._after(now_ms)
+
+    def handled(self, key: int, reply: Any, error: str | None, now_ms: int) -> None:
+        """The driver's handler for :class:`Handle` ``key`` returned ``reply``
+        (or failed with ``error``, a short text for the requester)."""
+        if self._trace is not None:
+            self._trace.record("handled", key, reply, error, now_ms)
+        self.mailbox.handled(key, reply, error, now_ms)
         self._after(now_ms)
 
     def command(self, cmd: Any, now_ms: int) -> int:
@@ -420,7 +466,11 @@ class Peer:
     def next_deadline(self) -> int:
         """When to call :meth:`handle_timer` next (ms, the inputs' clock)."""
         d = min(self.node.next_deadline(), self.membership.next_deadline())
-        for extra in (self.direct.next_deadline(), self.fetcher.next_deadline()):
+        for extra in (
+            self.direct.next_deadline(),
+            self.fetcher.next_deadline(),
+            self.mailbox.next_deadline(),
+        ):
             if extra is not None and extra < d:
                 d = extra
         for w in self._waits.values():
@@ -503,6 +553,7 @@ class Peer:
             self._on_feed_state(now_ms)
             self._on_fetcher()
             self._on_direct_results()
+            fx += self.mailbox.route(now_ms)
             if self.trust_view.version != self._trust_version:
                 self._trust_version = self.trust_view.version
                 self._recheck_trust(now_ms)
@@ -512,12 +563,13 @@ class Peer:
                 break
             for peer, frame in out:
                 fx.append(Send(peer, frame))
-            me = self.identity.public
-            for ev in events:
-                if ev.kind == KIND_HELLO and ev.author != me:
-                    addr = self._address_of(ev.author)
-                    self._dial(addr, self.endpoints.endpoints(addr))
-                fx.append(Deliver(ev))
+            if events:
+                me = self.identity.public
+                for ev in events:
+                    if ev.kind == KIND_HELLO and ev.author != me:
+                        addr = self._address_of(ev.author)
+                        self._dial(addr, self.endpoints.endpoints(addr))
+                fx.append(Deliver(tuple(events)))
             if not node.has_output:
                 break
         if self._waits:
@@ -673,6 +725,11 @@ class Peer:
             self._fx.append(MessageOutcome(res.msg_id, res.to, acked, res.attempts, reason))
             rid = self._sends.pop(res.msg_id, None)
             if rid is None:
+                if not acked:
+                    got = self.mailbox.unacked(res.msg_id)
+                    if not got:  # replies are the only untracked sends
+                        self.mailbox.counters["reply_failed"] += 1
+                    self._fx += got
                 continue
             if acked:
                 value = {"msg_id": res.msg_id, "to": res.to, "acked": True}
@@ -716,6 +773,8 @@ class Peer:
                     if not any(o.digest == w.digest for o in self._waits.values()):
                         self.fetcher.cancel(w.digest)
                     err = DeadlineExceeded(f"blob {w.digest.hex()[:12]} not fetched in time")
+                elif w.what == "ping":
+                    err = DeadlineExceeded("no pong in time")
                 else:
                     err = DeadlineExceeded(f"claim on {w.resource!r} not decided in time")
                 self._fx.append(Reply(rid, error=err))
@@ -786,6 +845,34 @@ class Peer:
         )
         self._fx.append(Reply(rid, lost))
 
+    def _do_request(self, rid: int, cmd: Request, now_ms: int) -> None:
+        self.mailbox.request(rid, cmd.to, cmd.kind, cmd.body, max(1, cmd.timeout_ms), now_ms)
+
+    def _do_serve(self, rid: int, cmd: Serve, now_ms: int) -> None:
+        self.mailbox.serve(cmd.kind, plain=cmd.plain)
+        self._fx.append(Reply(rid, True))
+
+    def _do_ping(self, rid: int, cmd: Ping, now_ms: int) -> None:
+        nonce = self._rng.getrandbits(62)
+        self.node.send(cmd.to, encode_frame(FrameType.RT_PING, nonce))
+        self._waits[rid] = _Wait(rid, now_ms + max(1, cmd.timeout_ms), "ping", nonce=nonce)
+
+    def _on_ping(self, peer: str, fields: list[Any], now_ms: int) -> None:
+        if len(fields) != 1 or type(fields[0]) is not int:
+            raise DecodeError("RT_PING takes one int nonce")
+        self.node.send(peer, encode_frame(FrameType.RT_PONG, fields[0]))
+
+    def _on_pong(self, peer: str, fields: list[Any], now_ms: int) -> None:
+        if len(fields) != 1 or type(fields[0]) is not int:
+            raise DecodeError("RT_PONG takes one int nonce")
+        for rid in sorted(self._waits):
+            w = self._waits[rid]
+            if w.what == "ping" and w.nonce == fields[0]:
+                del self._waits[rid]
+                self._fx.append(Reply(rid, None))
+                return
+        self.mailbox.counters["stale_pong"] += 1
+
     def _do_leave(self, rid: int, cmd: Leave, now_ms: int) -> None:
         self.membership.leave(now_ms)
         self._fx.append(Reply(rid, True))
@@ -810,4 +897,7 @@ _COMMANDS: dict[type, Callable[[Peer, int, Any, int], None]] = {
     Vouch: Peer._do_vouch,
     Leave: Peer._do_leave,
     AcceptFeedLoss: Peer._do_accept_feed_loss,
+    Request: Peer._do_request,
+    Serve: Peer._do_serve,
+    Ping: Peer._do_ping,
 }

@@ -24,9 +24,12 @@ __all__ = [
     "ClaimDone",
     "FetchBlob",
     "Leave",
+    "Ping",
     "ReleaseClaim",
+    "Request",
     "Revoke",
     "SendDirect",
+    "Serve",
     "Vouch",
     "WaitDecided",
 ]
@@ -115,3 +118,31 @@ class Leave:
 class AcceptFeedLoss:
     """The operator gives up the part of the own feed no peer can supply
     (``hivemesh feed accept-loss``); replies with what was lost."""
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """Send a request of ``kind`` to ``to``; replies with the handler's
+    answer (NoHandler, RemoteProtocolError or DeadlineExceeded otherwise)."""
+
+    to: str
+    kind: str
+    body: Any
+    timeout_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Serve:
+    """The driver handles requests (``plain``: plain ``{"type": kind}``
+    messages) of ``kind``: they become ``Handle`` effects."""
+
+    kind: str
+    plain: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Ping:
+    """Ping linked peer ``to``; replies (None) when its pong arrives."""
+
+    to: str
+    timeout_ms: int

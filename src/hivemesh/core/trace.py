@@ -50,6 +50,9 @@ INPUTS = frozenset(
         "settle",
         "handle_timer",
         "command",
+        "inbox_room",
+        "persisted",
+        "handled",
         "effects",
     }
 )

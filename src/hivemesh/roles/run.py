@@ -37,7 +37,7 @@ from hivemesh.roles.observer import render_rich, render_text
 from hivemesh.roles.scorer import Scorer
 from hivemesh.roles.swarm import LocalSwarm
 from hivemesh.runtime.client import Client
-from hivemesh.runtime.cliutil import add_common, data_dir_of, error_json, exit_code
+from hivemesh.runtime.cliutil import add_common, data_dir_of, error_json, exit_code, wants_json
 
 __all__ = [
     "UsageTotals",
@@ -195,7 +195,7 @@ def main(
         return run_on_nodes(args, goal, swarm, cfg, out=out, err=err)
     usage = UsageTotals()
     llm = provider_from_config(cfg, on_usage=usage)
-    live = _LiveDisplay(out) if not args.json else None
+    live = _LiveDisplay(out) if not wants_json(args) else None
     try:
         view, gid, ok = asyncio.run(
             _run_and_close(
@@ -214,7 +214,7 @@ def main(
         if live is not None:
             live.stop()
     tree = view.tree(gid) or {}
-    if args.json:
+    if wants_json(args):
         print(json.dumps({"goal": gid, "tree": tree}, sort_keys=True), file=out)
     else:
         if live is None or not live.rich:
@@ -244,16 +244,16 @@ def show_or_cancel(
         if what == "cancel":
             request = PlanCancel(goal=gid, reason="cancelled from the CLI")
             res = client.run(request).to_wire()
-            print(json.dumps(res) if args.json else f"cancelled {gid}", file=out)
+            print(json.dumps(res) if wants_json(args) else f"cancelled {gid}", file=out)
             return 0
         shown = client.run(PlanShow(goal=gid)).to_wire()
     except HivemeshError as exc:
-        if args.json:  # the one error shape and exit code of every command
+        if wants_json(args):  # the one error shape and exit code of every command
             print(json.dumps(error_json(exc), sort_keys=True), file=out)
         else:
             print(f"hivemesh plan {what}: {exc} [{exc.code}]", file=err)
         return exit_code(exc)
-    if args.json:
+    if wants_json(args):
         print(json.dumps(shown, sort_keys=True), file=out)
     else:
         print(render_text(shown["tree"]), file=out)
@@ -283,7 +283,7 @@ def run_on_nodes(
         "max_depth": args.max_depth,
         "settle_ms": 200 if args.settle_ms is None else args.settle_ms,
     }
-    live = _LiveDisplay(out) if not args.json else None
+    live = _LiveDisplay(out) if not wants_json(args) else None
     try:
         mesh = str(data_dir_of(args)) if args.mesh else None
         with started_swarm(swarm, llm_env(cfg), mesh=mesh) as (_procs, client):
@@ -301,7 +301,7 @@ def run_on_nodes(
             live.stop()
     tree = shown.get("tree") or {}
     answer = shown.get("answer")
-    if args.json:
+    if wants_json(args):
         doc = {"goal": gid, "tree": tree, "answer": answer, "digest": shown.get("digest")}
         print(json.dumps(doc, sort_keys=True), file=out)
     else:

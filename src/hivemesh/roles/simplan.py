@@ -2,7 +2,8 @@
 
 Theory of operation
 -------------------
-:class:`PlanCluster` is a :class:`~hivemesh.sim.cluster.Cluster` whose every
+:class:`PlanCluster` is a :class:`~hivemesh.sim.peer_adapter.PeerCluster`
+(every node the daemon's Peer) whose every
 node also runs a decomposer, a scorer and an executor over its own
 :class:`~hivemesh.core.plan.PlanView` (rebuilt from its store on each boot,
 so a crash loses the roles' memory and in-flight work, never the journal).
@@ -13,7 +14,7 @@ meanwhile). Roles are polled every ``poll_ms``. Node 0 creates one goal at
 time 0 (2 subgoals of 3 atomic leaves each).
 
 Meanwhile the simulator loses, duplicates and delays frames, partitions the
-network, skews clocks, forges frames and crashes nodes (failure detection
+network, skews clocks, forges frames and crashes nodes (the Peers' SWIM
 writes ``member.down``, which releases a crashed executor's claims). The run
 counts as converged only when every replica also holds the root's answer.
 
@@ -44,8 +45,9 @@ from hivemesh.roles.decomposer import Decomposer
 from hivemesh.roles.demo import DemoPlanner
 from hivemesh.roles.executor import Executor
 from hivemesh.roles.scorer import Scorer
-from hivemesh.sim.cluster import Cluster, SimNode, SimResult, replay_store
+from hivemesh.sim.cluster import SimNode, SimResult, replay_store
 from hivemesh.sim.options import SimOptions
+from hivemesh.sim.peer_adapter import PeerCluster
 
 __all__ = ["PlanCluster", "plan_problems"]
 
@@ -83,7 +85,7 @@ def plan_problems(snapshots: list[dict[str, Any]], expected_leaves: int) -> list
     return problems
 
 
-class PlanCluster(Cluster):
+class PlanCluster(PeerCluster):
     """The simulator with planner roles on every node (see module docs)."""
 
     def __init__(

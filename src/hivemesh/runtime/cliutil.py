@@ -73,6 +73,7 @@ __all__ = [
     "exit_code",
     "run_command",
     "run_with_client",
+    "wants_json",
 ]
 
 EXIT_FAILED = 1

@@ -45,7 +45,9 @@ task                        on failure
 ==========================  ================================================
 ``timer`` (timers, SWIM,    restarted with backoff (50 ms doubling to 2 s);
 anti-entropy, trust.json    a 6th failure within 60 s ends the node: it
-poll, own-feed watch)       stops and ``hivemesh up`` exits non-zero
+poll, own-feed watch)       stops and ``hivemesh up`` exits non-zero; a
+                            round that takes over 30 s is reported as a
+                            stall (``task_stalled_timer``)
 ``group_commit``            a store error (I/O, full disk) is counted
                             (``group_commit_failed``) and retried at the next
                             commit, writes meanwhile fail with ``StoreError``;
@@ -116,7 +118,7 @@ from hivemesh.runtime.messaging import Messaging
 from hivemesh.runtime.pump import Pump
 from hivemesh.runtime.rehydration import Rehydration
 from hivemesh.runtime.status import Subscription
-from hivemesh.runtime.supervise import Supervisor, TaskFailed
+from hivemesh.runtime.supervise import RESTART_WATCHED, Supervisor, TaskFailed
 from hivemesh.stores.feedmark import FileMarkStore, open_mark
 from hivemesh.transports import ChannelOptions
 from hivemesh.transports.noise import BOOT_ID_BYTES
@@ -329,13 +331,7 @@ class Daemon(Pump, DaemonAPI):
         self.listen_port = await self.conns.listen(host, port)
         endpoint = self.advertised = self._announce(host)
         t = now_ms()
-        self.messaging = Messaging(
-            self.peer,
-            random.Random(secrets.randbits(128)),
-            cfg.data_dir / "inbox.db",
-            inbox_max=cfg.inbox_max,
-        )
-        self.messaging.on_output = self._schedule_flush
+        self.messaging = Messaging(self, cfg.data_dir / "inbox.db", inbox_max=cfg.inbox_max)
         self._ready.set()
         if cfg.mdns:
             from hivemesh.discovery.mdns import LanDiscovery
@@ -358,7 +354,7 @@ class Daemon(Pump, DaemonAPI):
         await self.telemetry.start()  # -- end telemetry --
         self.supervisor.install(asyncio.get_running_loop())
         self._started = True
-        self.supervisor.spawn("timer", self._timer_loop)
+        self.supervisor.spawn("timer", self._timer_loop, RESTART_WATCHED)  # beats each round
         self.rehydration.complete()  # control operations waiting for the views go on
         await self.flush()
         # Everything loaded so far (modules, rehydrated views) lives as long as
@@ -444,10 +440,9 @@ class Daemon(Pump, DaemonAPI):
         log.error("%s; keeping the trust last read until it is fixed", exc)
 
     def _replay(self, store: Any) -> Iterable[Event]:
-        from hivemesh.stores.replay import verify_causal
+        from hivemesh.runtime.rehydration import replay_events
 
-        for run in verify_causal(store):  # causal order: loro imports nothing pending
-            yield from run
+        return replay_events(store)  # causal order: loro imports nothing pending
 
     def _announce(self, host: str) -> str:
         if self.config.advertise:

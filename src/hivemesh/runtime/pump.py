@@ -42,8 +42,9 @@ from hivemesh.core.effects import (
     Dial,
     Effect,
     Fsync,
+    Handle,
     Log,
-    MessageOutcome,
+    Persist,
     Reply,
     Send,
 )
@@ -191,7 +192,6 @@ class Pump:
         awaiting = self.invites.awaiting  # inviters not admitting us yet: RT_JOIN only
         peer_fx = self.peer.effects
         while True:
-            self.messaging.after_input()
             fx = peer_fx()
             if not fx:
                 break
@@ -212,11 +212,12 @@ class Pump:
     def _execute(self, e: Effect) -> None:
         """Carry out one effect other than :class:`Send`."""
         if isinstance(e, Deliver):
-            ev = e.event
-            if ev.kind in TrustView.kinds and ev.author != self.identity.public:
-                self.supervisor.spawn_once("trust_recheck", self._promote_probation())
-            for sub in self._subs:
-                sub.offer(ev)
+            me, subs, trust_kinds = self.identity.public, self._subs, TrustView.kinds
+            for ev in e.events:
+                if ev.kind in trust_kinds and ev.author != me:
+                    self.supervisor.spawn_once("trust_recheck", self._promote_probation())
+                for sub in subs:
+                    sub.offer(ev)
         elif isinstance(e, Count):
             self.counters[e.name] += e.n
         elif isinstance(e, Dial):
@@ -239,8 +240,10 @@ class Pump:
                     fut.set_exception(e.error)
                 else:
                     fut.set_result(e.value)
-        elif isinstance(e, MessageOutcome):
-            self.messaging.outcome(e)
+        elif isinstance(e, Persist):
+            self.messaging.persist(e)
+        elif isinstance(e, Handle):
+            self.messaging.handle(e)
         elif isinstance(e, Log):
             log.log(_LEVELS.get(e.level, logging.WARNING), "%s", e.message)
         elif isinstance(e, Fsync):
@@ -287,10 +290,14 @@ class Pump:
         except HivemeshError:  # disk full, I/O error: retried at the next commit
             self.counters["group_commit_failed"] += 1
             log.exception("group commit failed")
-        self._schedule_flush()  # carries out the Fsync (and any Close) in order
+        if self._flush_lock.locked():  # a flush waits for room: the Fsync goes after it
+            self._schedule_flush()
+        else:
+            self._flush_now(deadlines=False)  # the Fsync (and any Close) now
 
     async def _timer_loop(self) -> None:
         while self._started:
+            self.supervisor.beat("timer")  # a round that hangs is reported (runtime.supervise)
             t = now_ms()
             self.peer.handle_timer(t)
             self.invites.expire(t)

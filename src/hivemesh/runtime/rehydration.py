@@ -39,14 +39,16 @@ from collections.abc import Iterator
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
+from hivemesh.core.event import Event
 from hivemesh.errors import HivemeshError, ViewCheckpointInvalid
 from hivemesh.runtime.clock import now_ms
 from hivemesh.stores import viewcheckpoint
+from hivemesh.stores.replay import verify_causal
 
 if TYPE_CHECKING:
     from hivemesh.runtime.daemon import Daemon
 
-__all__ = ["SLICE_EVENTS", "SLICE_S", "Rehydration"]
+__all__ = ["SLICE_EVENTS", "SLICE_S", "Rehydration", "replay_events"]
 
 log = logging.getLogger("hivemesh.runtime")
 
@@ -66,6 +68,13 @@ _REASONS = (
     ("empty feed", "journal"),
     ("store", "store"),
 )
+
+
+def replay_events(store: Any) -> Iterator[Event]:
+    """Every stored event, verified, in causal order (flattened
+    :func:`~hivemesh.stores.replay.verify_causal`)."""
+    for run in verify_causal(store):
+        yield from run
 
 
 def _reason(exc: ViewCheckpointInvalid) -> str:
@@ -132,7 +141,7 @@ class Rehydration:
             self.total = d.node.journal.total_events
             self._restore(store)
             n = 0
-            events: Iterator[Any] = iter(d._replay(store))
+            events = replay_events(store)
             while True:
                 deadline = time.perf_counter() + SLICE_S
                 while time.perf_counter() < deadline:

@@ -72,8 +72,8 @@ def status_of(d: Daemon) -> dict[str, Any]:
     counters.update(d.conns.counters)
     counters.update(d.counters)
     counters.update({f"membership_{k}": v for k, v in d.peer.membership.counters.items()})
-    counters.update({f"direct_{k}": v for k, v in d.messaging.direct.counters.items()})
-    counters.update({f"direct_{k}": v for k, v in d.messaging.counters.items()})
+    counters.update({f"direct_{k}": v for k, v in d.peer.direct.counters.items()})
+    counters.update({f"direct_{k}": v for k, v in d.peer.mailbox.counters.items()})
     if d._mdns is not None:
         counters.update({f"mdns_{k}": v for k, v in d._mdns.counters.items()})
     counters["subscriber_dropped"] += sum(s.dropped for s in d._subs)

@@ -26,6 +26,15 @@ timeout have stopped. So every task a daemon starts runs under one
   Event-loop callbacks (a timer handle) run through :meth:`Supervisor.guard`,
   with the same choice.
 
+A loop can also hang (awaiting something that never comes) instead of
+failing. A task spawned with :attr:`Policy.stall_s` calls
+:meth:`Supervisor.beat` as it goes round; a watchdog reports a silence longer
+than that once (logged with where the task waits, counted as
+``task_stalled_<name>``, ``stalled`` in :meth:`Supervisor.statistics`)
+until it beats again. It does not cancel the task: a stall may be
+backpressure that ends by itself, and cancelling mid-send would lose what
+it holds.
+
 What escapes all of that (a callback nobody guarded, a task nobody awaited)
 reaches the event loop's exception handler, which :meth:`Supervisor.install`
 replaces: logged as before, and counted as ``loop_exception``.
@@ -47,7 +56,7 @@ from typing import Any
 
 from hivemesh.errors import HivemeshError
 
-__all__ = ["FATAL", "RESTART", "Policy", "Supervisor", "TaskFailed"]
+__all__ = ["FATAL", "RESTART", "RESTART_WATCHED", "Policy", "Supervisor", "TaskFailed"]
 
 log = logging.getLogger("hivemesh.runtime")
 
@@ -72,10 +81,15 @@ class Policy:
     window_s: float = 60.0
     backoff_min_s: float = 0.05
     backoff_max_s: float = 2.0
+    #: if set, the task calls :meth:`Supervisor.beat` at least this often
+    #: (seconds); a longer silence is reported as a stall (module docs)
+    stall_s: float | None = None
 
 
 #: Restart with backoff; fatal after more than 5 failures in 60 s.
 RESTART = Policy(restart=True)
+#: :data:`RESTART`, and a stall is reported after 30 s without a beat.
+RESTART_WATCHED = Policy(restart=True, stall_s=30.0)
 #: The first failure ends the daemon.
 FATAL = Policy(restart=False)
 
@@ -86,6 +100,21 @@ class _TaskStats:
     restarts: int = 0
     running: bool = False
     last_error: str = ""
+    last_beat: float | None = None
+    stalled: bool = False
+
+
+def _awaiting(task: asyncio.Task[None]) -> str:
+    """Where ``task`` waits: its chain of awaits, outermost first, one line each."""
+    lines: list[str] = []
+    obj: Any = task.get_coro()
+    while obj is not None and len(lines) < 32:
+        frame = getattr(obj, "cr_frame", None) or getattr(obj, "gi_frame", None)
+        if frame is None:
+            break
+        lines.append(f"\n  {frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}")
+        obj = getattr(obj, "cr_await", None) or getattr(obj, "gi_yieldfrom", None)
+    return "".join(lines)
 
 
 class Supervisor:
@@ -128,7 +157,20 @@ class Supervisor:
         task = self._track(self._keep(name, factory, policy), name)
         self._loops.add(task)
         task.add_done_callback(self._loops.discard)
+        if policy.stall_s is not None:
+            watchdog = self._track(self._watch(name, task, policy.stall_s), f"{name}_watchdog")
+            self._loops.add(watchdog)
+            watchdog.add_done_callback(self._loops.discard)
         return task
+
+    def beat(self, name: str) -> None:
+        """Task ``name`` is making progress (see :attr:`Policy.stall_s`)."""
+        stats = self._stats.get(name)
+        if stats is not None:
+            stats.last_beat = self._clock()
+            if stats.stalled:
+                stats.stalled = False
+                log.warning("the %s task is making progress again", name)
 
     def spawn_once(
         self, name: str, coro: Coroutine[Any, Any, None], *, fatal: bool = False
@@ -212,13 +254,17 @@ class Supervisor:
     # -- what it saw -----------------------------------------------------------------
 
     def statistics(self) -> dict[str, dict[str, Any]]:
-        """Each long-lived task: running, failures, restarts, last error."""
+        """Each long-lived task: running, failures, restarts, last error, and
+        (for a task that beats) whether it is stalled."""
+        now = self._clock()
         return {
             name: {
                 "running": s.running,
                 "failures": s.failures,
                 "restarts": s.restarts,
                 "last_error": s.last_error,
+                "stalled": s.stalled,
+                "beat_s_ago": None if s.last_beat is None else round(now - s.last_beat, 3),
             }
             for name, s in sorted(self._stats.items())
         }
@@ -231,6 +277,22 @@ class Supervisor:
         task.add_done_callback(self._tasks.discard)
         return task
 
+    async def _watch(self, name: str, task: asyncio.Task[None], stall_s: float) -> None:
+        """Report ``task`` once per stall: no :meth:`beat` for ``stall_s``."""
+        stats = self._stats[name]
+        while not task.done():
+            await asyncio.sleep(stall_s / 4)
+            last = stats.last_beat
+            if stats.running and not stats.stalled and last is not None:
+                quiet_s = self._clock() - last
+                if quiet_s > stall_s:
+                    stats.stalled = True
+                    self.counters[f"task_stalled_{name}"] += 1
+                    where = _awaiting(task)
+                    log.error(
+                        "the %s task made no progress for %.1f s, at:%s", name, quiet_s, where
+                    )
+
     async def _keep(
         self, name: str, factory: Callable[[], Coroutine[Any, Any, None]], policy: Policy
     ) -> None:
@@ -238,6 +300,7 @@ class Supervisor:
         recent: deque[float] = deque()
         while True:
             stats.running = True
+            stats.last_beat = self._clock()
             try:
                 await factory()
                 if self._closing:

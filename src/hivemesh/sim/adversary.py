@@ -151,15 +151,11 @@ class ClockAdversaryCluster(Cluster):
             writer.clock = honest_clock
         self._flush(sn)
 
-    def append(self, index: int, items: list[tuple[str, Any]]) -> None:
-        """As the simulator's, but nobody acknowledges the adversary's events
-        (they may wait behind one of its far-future ones for ever)."""
-        sn = self.nodes[index]
-        if sn is not self.adversary or sn.node is None:
-            super().append(index, items)
-            return
-        sn.node.append_many(items, self.now + sn.skew_ms)
-        self._flush(sn)
+    def _acknowledge(self, sn: SimNode, events: list[Event]) -> None:
+        """As the simulator's, but nobody holds replicas to the adversary's
+        events (they may wait behind one of its far-future ones for ever)."""
+        if sn is not self.adversary:
+            super()._acknowledge(sn, events)
 
     def _workload_append(self, sn: SimNode) -> None:
         if sn is self.adversary:

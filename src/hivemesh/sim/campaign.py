@@ -24,6 +24,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from hivemesh.core.membership import MembershipConfig
 from hivemesh.sim.cluster import Cluster, SimResult
 from hivemesh.sim.memo import verification_memo
 from hivemesh.sim.options import FaultOptions, NetworkOptions, SimOptions
@@ -74,11 +75,12 @@ ClusterFactory = Callable[[str, SimOptions], SeedRun]
 #: first use: the simulator itself imports only the core).
 WORKLOADS: dict[str, str] = {
     "journal": "hivemesh.sim.cluster:Cluster",
-    "claims": "hivemesh.sim.cluster:Cluster",
+    "claims": "hivemesh.sim.peer_adapter:PeerCluster",  # on the daemon's Peer
     "plan": "hivemesh.roles.simplan:PlanCluster",
     "clock": "hivemesh.sim.adversary:ClockAdversaryCluster",
-    "leases": "hivemesh.sim.leases:LeaseCluster",
+    "leases": "hivemesh.leases.simlease:LeaseCluster",
     "membership": "hivemesh.sim.swim:MembershipCluster",
+    "peer": "hivemesh.sim.peer_adapter:PeerCluster",
 }
 
 
@@ -165,7 +167,9 @@ def default_options(nodes: int, workload: str = "journal") -> SimOptions:
 
     ``workload="claims"``: nodes compete for 40 tasks with optimistic claims
     under 10% loss and 100 ms jitter, with crashes (issue goal: <= 1%
-    duplicate executions).
+    duplicate executions). Every node is the daemon's Peer
+    (:mod:`hivemesh.sim.peer_adapter`), whose SWIM (memberlist's LAN timing,
+    the daemon's default) finds crashes; so is every ``plan`` node.
 
     ``workload="plan"``: every node runs a decomposer, scorer and executor on
     one goal (6 leaves) under the standard fault mix; every replica must end
@@ -185,15 +189,21 @@ def default_options(nodes: int, workload: str = "journal") -> SimOptions:
 
     ``workload="leases"``: every node a lease voter, up to four of them
     acquiring, with the protocol variant and crash rate picked by the seed,
-    then the split prepare of a killed holder (:mod:`hivemesh.sim.leases`);
+    then the split prepare of a killed holder (:mod:`hivemesh.leases.simlease`);
     only ``nodes`` is read from these options.
+
+    ``workload="peer"``: the journal workload with every node the daemon's
+    sans-IO Peer, in one swarm founded by invite vouches, its SWIM finding
+    crashes (:mod:`hivemesh.sim.peer_adapter`).
 
     ``workload="membership"``: SWIM alone, under crashes, restarts,
     partitions, broken links and stalled loops (:mod:`hivemesh.sim.swim`);
     only ``nodes`` is read from these options.
     """
     if workload == "plan":  # run with factory=hivemesh.roles.simplan.PlanCluster
-        return SimOptions(nodes=nodes, appends=0, active_ms=12_000, heal_ms=40_000)
+        return SimOptions(
+            nodes=nodes, appends=0, active_ms=12_000, heal_ms=40_000, swim=MembershipConfig.lan()
+        )
     if workload == "clock":  # run with factory=hivemesh.sim.adversary.ClockAdversaryCluster
         return SimOptions(nodes=nodes, active_ms=100_000, heal_ms=40_000, sync_interval_ms=1_000)
     if workload == "claims":
@@ -208,6 +218,7 @@ def default_options(nodes: int, workload: str = "journal") -> SimOptions:
                 packet_replay_probability=0.02,
             ),
             faults=FaultOptions(partition_probability=0.1, crash_probability=0.3, forgeries=0),
+            swim=MembershipConfig.lan(),
         )
     faults = FaultOptions(
         restore_probability=0.1,
@@ -243,14 +254,16 @@ CI_MIX: dict[str, tuple[float, dict[int, float], float]] = {
         {5: 70, 6: 8, 7: 6, 8: 5, 10: 6, 15: 2.5, 20: 1.5, 30: 0.6, 50: 0.4},
         1.0,
     ),
-    "claims": (0.12, {5: 75, 6: 10, 8: 8, 10: 5, 20: 2}, 2.5),
-    "plan": (0.04, {5: 1}, 6.5),
+    "claims": (0.10, {5: 76, 6: 10, 8: 8, 10: 5, 20: 1}, 3.5),
+    "plan": (0.03, {5: 1}, 8.0),
     "clock": (0.08, {5: 80, 6: 12, 8: 8}, 2.3),
     # odd voter counts are where a dead voter can split a prepare
     "leases": (0.14, {5: 40, 6: 10, 7: 20, 9: 10, 11: 6, 15: 6, 25: 4, 50: 4}, 0.25),
+    # the journal workload with every node the daemon's Peer
+    "peer": (0.06, {5: 70, 6: 10, 7: 10, 10: 7, 20: 3}, 2.5),
     "membership": (
         0.12,
-        {5: 50, 6: 10, 7: 10, 8: 10, 10: 10, 15: 5, 20: 3.5, 30: 1, 50: 0.5},
+        {5: 52, 6: 10, 7: 10, 8: 10, 10: 10, 15: 5, 20: 2, 30: 0.5, 50: 0.5},
         0.5,
     ),
 }

@@ -26,6 +26,15 @@ while cut off), an *operator* accepts the loss ``operator_delay_ms`` into the
 heal phase, as ``hivemesh feed accept-loss`` would; those events are then
 given up on the record and excluded from the durability check.
 
+Every node is driven through its :class:`~hivemesh.sim.adapter.NodeAdapter`
+(frames, timers, appends, failure observations, the operator's decisions in;
+frames to send and the next deadline out): the one place where the
+simulator wires a node, so that the sans-IO ``Peer`` can take its place.
+Stores are a simulated disk with a write cache (:mod:`hivemesh.sim.disk`),
+synced by a group commit ``commit_delay_ms`` after replicated batches
+arrive; a crash may lose the cache. Clocks may step and processes pause
+(:class:`~hivemesh.sim.options.FaultOptions`).
+
 The checkers (:mod:`hivemesh.sim.checkers`) then look for violations. A
 digest of the whole trace (every delivery, drop, crash) is returned so two
 runs of a seed can be compared byte for byte.
@@ -50,8 +59,9 @@ from hivemesh.core.identity import Identity
 from hivemesh.core.node import Node, NodeConfig
 from hivemesh.core.ownfeed import FeedState, Mark, MemoryMarkStore
 from hivemesh.core.store import MemoryStore
-from hivemesh.core.views import ContextView, MaxRegisterView, NamesView, View, standard_views
+from hivemesh.core.views import ContextView, MaxRegisterView, NamesView, View
 from hivemesh.errors import FeedNotWritable
+from hivemesh.sim.adapter import Adapter, NodeAdapter
 from hivemesh.sim.disk import DiskStore
 from hivemesh.sim.options import SimOptions
 from hivemesh.sim.views import EventSetDigest
@@ -101,7 +111,8 @@ class SimNode:
     identity: Identity
     store: DiskStore
     skew_ms: int
-    node: Node | None = None
+    #: This life's wiring (None while the node is down).
+    adapter: Adapter | None = None
     digest: EventSetDigest = field(default_factory=EventSetDigest)
     claims: ClaimsView = field(default_factory=ClaimsView)
     views: list[View] = field(default_factory=list)
@@ -115,10 +126,13 @@ class SimNode:
     paused_until: int = 0
     #: A group commit is scheduled.
     commit_pending: bool = False
-    #: The previous life's claims wait until the feed takes writes.
-    abandon_pending: bool = False
     #: Counters of earlier incarnations (the checkers look at every life).
     past_counters: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def node(self) -> Node | None:
+        """This life's core node, for inspection (None while down)."""
+        return self.adapter.node if self.adapter is not None else None
 
 
 @dataclass
@@ -133,6 +147,10 @@ class SimResult:
 
 class Cluster:
     """Drive ``opts.nodes`` core nodes through one seeded fault schedule."""
+
+    #: The nodes find crashes themselves (a Peer's SWIM); otherwise a live
+    #: node reports one ``failure_detect_ms`` after it.
+    detects_failures = False
 
     def __init__(self, seed: str, opts: SimOptions) -> None:
         self.seed = seed
@@ -189,68 +207,54 @@ class Cluster:
             defer_direct_verify=True,  # the simulated network names the true sender
         )
 
-    def _boot(self, sn: SimNode) -> None:
-        sn.incarnation += 1
-        rng = random.Random(f"{self.seed}/node/{sn.index}/{sn.incarnation}")
-        node = Node(
+    def _new_adapter(self, sn: SimNode) -> Adapter:
+        """This life's wiring of ``sn`` (a workload may drive another machine)."""
+        return NodeAdapter(
             sn.identity,
             sn.store,
-            rng,
-            now_ms=self.now + sn.skew_ms,
+            random.Random(f"{self.seed}/node/{sn.index}/{sn.incarnation}"),
+            self.now + sn.skew_ms,
             config=self._config(),
             trusted=self.members.__contains__,
             marks=sn.marks,
+            claim_settle_ms=self.opts.claim_settle_ms,
         )
-        sn.digest = EventSetDigest()
-        sn.claims = ClaimsView(self.opts.claim_settle_ms)
-        node.add_view(sn.digest)
-        node.add_view(sn.claims)
-        sn.views = standard_views(sn.identity.public)
-        for view in sn.views:
-            node.add_view(view)
-            if isinstance(view, ContextView):
-                view.before_write = node.feed_gate.check
-        node.rehydrate(replay_store(sn.store))
+
+    def _boot(self, sn: SimNode) -> None:
+        sn.incarnation += 1
+        adapter = self._new_adapter(sn)
+        sn.digest, sn.claims, sn.views = adapter.digest, adapter.claims, adapter.views
+        adapter.start(
+            replay_store(sn.store),
+            [other.identity.address for other in self.nodes],
+            self.now + sn.skew_ms,
+        )
+        sn.adapter = adapter
         for view in sn.views:  # loro imports a replay left waiting (none in causal order)
             if isinstance(view, ContextView):
                 self.stats["replay_imports"] += view.imports
                 self.stats["replay_imports_pending"] += view.imports_pending
-        sn.node = node
         sn.timer_at = None
         sn.commit_pending = False
-        sn.abandon_pending = True
-        if not node.feed_gate.writable:
+        if not adapter.writable:
             self.stats["boots_recovering"] += 1
-            self._note("recovering", sn.index, node.feed_gate.held.seq)
-        for other in self.nodes:
-            node.add_peer(other.identity.address)
+            self._note("recovering", sn.index, adapter.node.feed_gate.held.seq)
         self._flush(sn)
-
-    def _abandon(self, sn: SimNode) -> None:
-        """A restarted worker abandons the claims of its previous life, once
-        its feed takes writes (its own claims are all in it then)."""
-        assert sn.node is not None
-        sn.abandon_pending = False
-        stale = sn.claims.own_live(sn.identity.public)
-        if stale:
-            sn.node.append_many(
-                [("claim.release", {"r": r, "seq": seq}) for r, seq in stale],
-                self.now + sn.skew_ms,
-            )
+        for other in self.nodes:  # it dialled every configured peer: their links come up
+            if other is not sn and other.adapter is not None:
+                other.adapter.link_up(sn.identity.address, self.now + other.skew_ms)
+                self._flush(other)
 
     def _flush(self, sn: SimNode) -> None:
-        node = sn.node
-        if node is None:
+        adapter = sn.adapter
+        if adapter is None:
             return
-        if sn.abandon_pending and node.feed_gate.writable:
-            self._abandon(sn)
-        node.events()
-        for peer, frame in node.outbox():
+        for peer, frame in adapter.sends(self.now + sn.skew_ms):
             self._send(sn, self.by_addr[peer], frame)
         if sn.store.cached and not sn.commit_pending:
             sn.commit_pending = True
             self._at(self.now + self.opts.commit_delay_ms, _COMMIT, (sn.index, sn.incarnation))
-        deadline = node.next_deadline() - sn.skew_ms
+        deadline = adapter.next_deadline() - sn.skew_ms
         if sn.timer_at is None or deadline < sn.timer_at:
             sn.timer_at = max(deadline, self.now)
             self._at(sn.timer_at, _TIMER, (sn.index, sn.incarnation))
@@ -392,10 +396,15 @@ class Cluster:
     def append(self, index: int, items: list[tuple[str, Any]]) -> None:
         """Append events on node ``index`` now (benchmarks and tests)."""
         sn = self.nodes[index]
-        if sn.node is None:
+        if sn.adapter is None:
             raise ValueError(f"node {index} is down")
-        self.acknowledged.extend(sn.node.append_many(items, self.now + sn.skew_ms))
+        self._acknowledge(sn, sn.adapter.append(items, self.now + sn.skew_ms))
         self._flush(sn)
+
+    def _acknowledge(self, sn: SimNode, events: list[Event]) -> None:
+        """``sn`` told its application that ``events`` are appended: the
+        durability check holds every replica to them."""
+        self.acknowledged.extend(events)
 
     def set_partition(self, groups: dict[str, int] | None) -> None:
         """Impose a partition (address -> group) or heal (None)."""
@@ -433,7 +442,8 @@ class Cluster:
                 self.stats["frames_to_crashed"] += 1
                 return
             self._note("d", src, dst, hashlib.blake2b(frame, digest_size=8).hexdigest())
-            sn.node.receive(self.nodes[src].identity.address, frame, self.now + sn.skew_ms)
+            assert sn.adapter is not None
+            sn.adapter.receive(self.nodes[src].identity.address, frame, self.now + sn.skew_ms)
             self._flush(sn)
         elif kind == _TIMER:
             index, incarnation = data
@@ -441,7 +451,8 @@ class Cluster:
             if sn.node is None or sn.incarnation != incarnation or sn.timer_at != self.now:
                 return
             sn.timer_at = None
-            sn.node.handle_timer(self.now + sn.skew_ms)
+            assert sn.adapter is not None
+            sn.adapter.handle_timer(self.now + sn.skew_ms)
             self._flush(sn)
         elif kind == _APPEND:
             sn = self.nodes[data]
@@ -519,11 +530,12 @@ class Cluster:
         if not items:
             return
         try:
-            events = sn.node.append_many(items, now)
+            assert sn.adapter is not None
+            events = sn.adapter.append(items, now)
         except FeedNotWritable:
             self.stats["appends_refused"] += 1
             return
-        self.acknowledged.extend(events)
+        self._acknowledge(sn, events)
         self._note("a", sn.index, events[-1].seq)
         self._flush(sn)
 
@@ -532,18 +544,13 @@ class Cluster:
     def _claims_step(self, kind: int, data: Any) -> None:
         o = self.opts
         if kind == _DOWN:  # a live observer reports the failure (the SWIM detector's job)
-            live = [n for n in self.nodes if n.node is not None and n.index != data]
+            live = [n for n in self.nodes if n.adapter is not None and n.index != data]
             if live:
                 who = live[self.work_rng.randrange(len(live))]
+                assert who.adapter is not None
                 victim = self.nodes[data].identity.public
-                assert who.node is not None
-                upto = who.node.journal.head(victim).seq
-                down = [("member.down", {"a": victim, "upto": upto})]
-                if who.node.feed_gate.writable:
-                    self.append(who.index, down)
-                else:  # an observation: kept until the feed takes writes
-                    who.node.append_later(down, self.now + who.skew_ms)
-                    self._flush(who)
+                self._acknowledge(who, who.adapter.observe_down(victim, self.now + who.skew_ms))
+                self._flush(who)
             return
         if kind == _TRY:
             index = data
@@ -586,7 +593,7 @@ class Cluster:
         if sn.node is None:
             return
         sn.past_counters.update(sn.node.counters)
-        sn.node = None
+        sn.adapter = None
         sn.timer_at = None
         sn.commit_pending = False
         sn.paused_until = 0
@@ -598,7 +605,8 @@ class Cluster:
         sn.store.sync()  # what the crash did not lose reached the disk
         self.stats["crashes"] += 1
         self._note("crash", sn.index)
-        self._at(self.now + self.opts.failure_detect_ms, _DOWN, sn.index)
+        if not self.detects_failures:  # else the nodes' own SWIM finds out
+            self._at(self.now + self.opts.failure_detect_ms, _DOWN, sn.index)
 
     def _cut_off(self, sn: SimNode) -> None:
         addrs = sorted(self.by_addr)
@@ -699,7 +707,8 @@ class Cluster:
             best = max(n.node.journal.head(me).seq for n in self.nodes if n.node is not None)
             if best > held:
                 continue  # someone holds it: the node must recover it itself
-            node.accept_feed_loss(self.now + sn.skew_ms)
+            assert sn.adapter is not None
+            sn.adapter.accept_feed_loss(self.now + sn.skew_ms)
             lost = {ev.id for ev in self.acknowledged if ev.author == me and ev.seq > held}
             self.given_up |= lost
             self.stats["operator_accepted_loss"] += 1
@@ -747,7 +756,8 @@ class Cluster:
             frame = original[:pos] + bytes([original[pos] ^ 0x5A]) + original[pos + 1 :]
         self.stats["forgeries"] += 1
         before = sum(target.node.counters.values())
-        target.node.receive("hmadversary", frame, self.now + target.skew_ms)
+        assert target.adapter is not None
+        target.adapter.receive("hmadversary", frame, self.now + target.skew_ms)
         if sum(target.node.counters.values()) == before:
             self.stats["forgeries_unnoticed"] += 1
         self._flush(target)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from hivemesh.core.membership import MembershipConfig
+
 __all__ = ["FaultOptions", "NetworkOptions", "SimOptions"]
 
 
@@ -57,7 +59,8 @@ class SimOptions:
 
     With ``claim_tasks`` > 0 the nodes also compete for that many tasks with
     optimistic claims (:mod:`hivemesh.core.claims`); a crash is reported as
-    ``member.down`` by a live node after ``failure_detect_ms``.
+    ``member.down`` by a live node after ``failure_detect_ms``, or, where
+    the nodes are Peers, by their own SWIM (timing: ``swim``).
     """
 
     nodes: int = 5
@@ -72,5 +75,8 @@ class SimOptions:
     #: The group commit: replicated batches are synced this long after they
     #: arrive (the daemon's ``commit_delay_ms``).
     commit_delay_ms: int = 100
+    #: The SWIM timing of workloads whose nodes are Peers
+    #: (:mod:`hivemesh.sim.peer_adapter`; None: memberlist's LAN defaults).
+    swim: MembershipConfig | None = None
     network: NetworkOptions = field(default_factory=NetworkOptions)
     faults: FaultOptions = field(default_factory=FaultOptions)

@@ -65,8 +65,10 @@ __all__ = [
 
 _MAX_HLC = (1 << 63) - 1
 _MAX_CONTAINER = 65_536
-#: Rows held in SQLite fetch chunks across all feeds of a causal replay.
-_CAUSAL_ROWS = 65_536
+#: Rows held in SQLite fetch chunks across all feeds of a causal replay (at
+#: least 128 per feed). Small on purpose: reading feeds interleaved with larger
+#: chunks measured slower (the working set leaves the CPU caches).
+_CAUSAL_ROWS = 4_096
 
 #: One author's stored feed: ``(author, chunks of (seq, raw) rows, [(seq, sig)])``.
 FeedRows = tuple[bytes, Iterable[list[tuple[int, bytes]]], list[tuple[int, bytes]]]
@@ -161,7 +163,7 @@ def _sources(
     (every feed read at once) that many rows shared among the feeds."""
     if isinstance(store, SQLiteStore):
         summary = store.feed_summary()
-        chunk = None if rows is None else max(64, rows // max(1, len(summary)))
+        chunk = None if rows is None else max(128, rows // max(1, len(summary)))
         heads: dict[bytes, StoredHead] = {a: (s, h) for a, (s, h, _) in summary.items()}
         counts: dict[bytes, int] | None = {a: n for a, (_, _, n) in summary.items()}
         where = f"{store.path}: "

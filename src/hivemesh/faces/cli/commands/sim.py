@@ -83,6 +83,18 @@ def _print(summary: dict[str, Any]) -> None:
             f"clock adversary: {t['backdated_claims']} backdated name claims, "
             f"{t.get('backdated_claims_checked', 0)} on names held for longer than the bound"
         )
+    if "lease_ops" in t:
+        print(
+            f"leases: {t['lease_ops']:,} operations ({t.get('lease_ok', 0):,} ok, "
+            f"{t.get('lease_unknown', 0):,} unknown), {t.get('lease_split_prepares', 0)} "
+            "split prepares after a holder's node died"
+        )
+    if "swim_frames" in t:
+        print(
+            f"membership: {t['swim_frames']:,} SWIM frames, {t.get('stalls', 0)} stalled loops, "
+            f"{t.get('broken_links', 0)} broken links, {t.get('false_down', 0)} DOWNs of live "
+            "members under faults"
+        )
     if summary["claim_duplicate_rate"] is not None:
         print(
             f"claims: {t.get('claim_executions', 0)} executions, "

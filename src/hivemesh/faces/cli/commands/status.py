@@ -23,6 +23,12 @@ def register(sub: Any) -> None:
 
 def _text(st: dict[str, Any]) -> str:
     j = st["journal"]
+    if "rehydrating" in st:  # starting: only the replay's progress exists yet
+        r = st["rehydrating"]
+        return (
+            f"node      {st['address']}\n"
+            f"starting  rebuilding views: {r['done']} of {r['total']} stored events replayed"
+        )
     lines = [
         f"node      {st['address']}" + (f"  ({', '.join(st['names'])})" if st["names"] else ""),
         f"listen    {st['listen']}   uptime {st['uptime_s']:.0f}s",

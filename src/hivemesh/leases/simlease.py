@@ -38,6 +38,9 @@ failure first seen on real processes (``kill -9`` of a lease holder's node):
 
 Steps 3 and 4 are checked (``split prepare ...`` violations), and the
 operations join the history.
+
+It lives with the leases (the simulator imports only the core): the
+campaign names :class:`LeaseCluster` as the ``leases`` workload's factory.
 """
 
 from __future__ import annotations
