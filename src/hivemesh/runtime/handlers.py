@@ -28,7 +28,7 @@ from hivemesh.core.event import Event
 from hivemesh.core.identity import address_of
 from hivemesh.core.peer_commands import AcceptFeedLoss
 from hivemesh.errors import DeadlineExceeded, LocalProtocolError, UnknownCommand
-from hivemesh.runtime import leases_ops
+from hivemesh.runtime import leases_ops, majority
 from hivemesh.telemetry.errors import SpoolFull
 
 if TYPE_CHECKING:
@@ -319,6 +319,7 @@ HANDLERS: Mapping[type[Command], Handler] = {
     c.Send: _send,
     c.Status: _status,
     c.Stop: _stop,
+    c.SyncMajority: majority.sync_majority,
     c.TrustAdmit: _admit,
     c.TrustList: _trust_list,
     c.TrustRevoke: _revoke,
