@@ -61,6 +61,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import random
 import secrets
 import time
 from collections import OrderedDict
@@ -97,12 +98,14 @@ from hivemesh.faces.langgraph.chain import (
 )
 from hivemesh.faces.langgraph.errors import CheckpointConflict
 from hivemesh.leases import DRIFT_MS, DRIFT_RATIO
+from hivemesh.leases.errors import LeaseContended
 from hivemesh.node import Node
 
 __all__ = ["MeshCheckpointSaver"]
 
 T = TypeVar("T")
 _CACHE = 256  # decoded payloads kept (LRU)
+_RACE_S = 1.0  # how long to retry an acquire that lost a race with no holder
 
 
 @dataclass(slots=True)
@@ -174,24 +177,36 @@ class MeshCheckpointSaver(BaseCheckpointSaver[str]):
         return CheckpointConflict(message)
 
     async def _acquire(self, thread: str) -> _Held:
+        """Take the thread's lease. Held by another writer: wait up to
+        ``lease_wait_s``, then :class:`CheckpointConflict`. Lost a race with
+        nobody holding it (two acquirers at once can both fail): retry with
+        jitter for up to a second more."""
         resource = lease_resource(thread)
-        deadline = time.monotonic() + self.lease_wait_s
+        start = time.monotonic()
+        backoff = 0.02
         while True:
             invoked = time.monotonic()
-            reply = await self.node.call(
-                LeaseAcquire(resource=resource, holder=self.holder, ttl_ms=self.lease_ttl_ms)
-            )
-            if reply.token is not None:  # type: ignore[attr-defined]
-                return _Held(reply.token, self._expiry(invoked))  # type: ignore[attr-defined]
-            if time.monotonic() >= deadline:
-                shown = await self.node.call(LeaseShow(resource=resource))
-                who = shown.holder if isinstance(shown, LeaseShowReply) and shown.held else None
+            token: int | None = None
+            try:
+                reply = await self.node.call(
+                    LeaseAcquire(resource=resource, holder=self.holder, ttl_ms=self.lease_ttl_ms)
+                )
+                token = reply.token  # type: ignore[attr-defined]
+            except LeaseContended:
+                token = None
+            if token is not None:
+                return _Held(token, self._expiry(invoked))
+            shown = await self.node.call(LeaseShow(resource=resource))
+            who = shown.holder if isinstance(shown, LeaseShowReply) and shown.held else None
+            waited = time.monotonic() - start
+            if waited >= self.lease_wait_s and (who is not None or waited >= _RACE_S):
                 raise self._conflict(
                     "held",
                     f"thread {thread!r} is being written by another writer ({who or 'unknown'}); "
                     "a second writer would fork its checkpoint chain",
                 )
-            await asyncio.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+            await asyncio.sleep(backoff * (0.5 + random.random()))
+            backoff = min(backoff * 2, 0.25)
 
     def _expiry(self, invoked: float) -> float:
         return invoked + (self.lease_ttl_ms * (1.0 - DRIFT_RATIO) - DRIFT_MS) / 1000.0
@@ -232,6 +247,17 @@ class MeshCheckpointSaver(BaseCheckpointSaver[str]):
                 "was confirmed: a newer writer has the thread",
             )
         self._held[thread] = _Held(token, self._expiry(invoked))
+
+    def _check_head(self, thread: str, ns: str, parent: str | None) -> None:
+        """Refuse a checkpoint that does not extend a head another writer wrote
+        (step 2 of the module docs; this node has caught up with a majority)."""
+        head = self.view.latest(thread, ns)
+        if head is not None and head.holder != self.holder and head.checkpoint_id != parent:
+            raise self._conflict(
+                "stale",
+                f"thread {thread!r} moved on: its head {head.checkpoint_id} was written by "
+                f"another writer, and this checkpoint extends {parent or 'nothing'}",
+            )
 
     def _lock(self, thread: str) -> asyncio.Lock:
         return self._locks.setdefault(thread, asyncio.Lock())
@@ -397,13 +423,7 @@ class MeshCheckpointSaver(BaseCheckpointSaver[str]):
         thread, ns, parent = _conf(config)
         async with self._lock(thread):
             token, _fresh = await self._fence(thread)
-            head = self.view.latest(thread, ns)
-            if head is not None and head.holder != self.holder and head.checkpoint_id != parent:
-                raise self._conflict(
-                    "stale",
-                    f"thread {thread!r} moved on: its head {head.checkpoint_id} was written by "
-                    f"another writer, and this checkpoint extends {parent or 'nothing'}",
-                )
+            self._check_head(thread, ns, parent)
             c: dict[str, Any] = dict(checkpoint)
             values: dict[str, Any] = c.pop("channel_values", None) or {}
             blobs = []
