@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import operator
+import os
 import random
+import re
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -21,6 +25,7 @@ from langgraph.checkpoint.conformance.test_utils import (
 )
 from langgraph.graph import END, START, StateGraph
 
+import hivemesh
 from aiotest import run
 from hivemesh import Node
 from hivemesh.core.event import Event
@@ -129,3 +134,24 @@ def assert_order_free(events: list[Event]) -> None:
         for ev in shuffled + shuffled[: len(shuffled) // 3]:  # with duplicates too
             view.apply(ev)
         assert summary(view) == summary(base)
+
+
+def test_the_readme_langgraph_snippet_runs_as_written(tmp_path: Path) -> None:
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    tail = text[text.index("### LangGraph") :]
+    match = re.search(r"```python\n(.*?)```", tail, re.S)
+    assert match is not None
+    (tmp_path / "graph.py").write_text(match.group(1))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HIVEMESH_")}
+    env["PYTHONPATH"] = str(Path(hivemesh.__file__).resolve().parent.parent)
+    out = subprocess.run(
+        [sys.executable, "graph.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "'log': ['planned', 'acted']" in out.stdout, out.stdout
