@@ -13,8 +13,8 @@ node, waits for ``PEERS`` other members, fixes the lease voter set, prints
 Every outcome is one JSON line on stdout. The graph: ``STEPS`` nodes in a
 line, each sleeps ``STEP_S`` and appends its name (and this worker's
 address) to the state. ``--naive`` uses a saver with the fencing taken out
-(no lease, no head check, no confirmation): the shared-database checkpointer
-whose writers both succeed.
+(:func:`hivemesh.bench.langgraph.unfenced_saver_class`: no lease, no head
+check, no renewal): the shared-database checkpointer whose writers both succeed.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from typing import Annotated, Any, TypedDict
 from langgraph.graph import END, START, StateGraph
 
 from hivemesh import Node
+from hivemesh.bench.langgraph import unfenced_saver_class
 from hivemesh.commands import LeaseVoters, SyncMajority
 from hivemesh.errors import HivemeshError
 from hivemesh.faces.langgraph import MeshCheckpointSaver
@@ -40,19 +41,6 @@ STEP_S = 0.4
 class State(TypedDict):
     steps: Annotated[list[str], operator.add]
     by: Annotated[list[str], operator.add]
-
-
-class NaiveSaver(MeshCheckpointSaver):
-    """The same storage without the rule: every writer succeeds."""
-
-    async def _fence(self, thread: str) -> tuple[int, bool]:
-        return 0, False
-
-    def _check_head(self, thread: str, ns: str, parent: str | None) -> None:
-        return None
-
-    async def _confirm(self, thread: str, token: int, seq: int) -> None:
-        await self.node.call(SyncMajority(own_seq=seq, timeout_s=self.sync_timeout_s))
 
 
 def emit(doc: dict[str, Any]) -> None:
@@ -89,7 +77,7 @@ async def main() -> None:
         await node.wait_peers(args.peers, timeout_s=30)
         # the swarm is formed: fix the voter set now (every worker sees all members)
         voters = (await node.call(LeaseVoters())).to_wire()["voters"]
-        cls = NaiveSaver if args.naive else MeshCheckpointSaver
+        cls = unfenced_saver_class() if args.naive else MeshCheckpointSaver
         saver = cls(node, lease_ttl_ms=3000, lease_wait_s=10.0)
         graph = build(node.address).compile(checkpointer=saver)
         emit({"ev": "ready", "address": node.address, "voters": voters, "holder": saver.holder})
