@@ -47,8 +47,12 @@ replica.
 
 Limits: at most one writer per thread at a time (by design); writes pay a
 quorum round trip and a replication wait (milliseconds on a LAN); a write
-that failed in step 4 may still be in the tree (visible to ``list`` and by
-id) but never becomes the head; the extended capabilities (``copy_thread``,
+that failed in step 4 has an unknown outcome, like a timeout: it may still
+be in the tree (visible to ``list`` and by id), below anything the newer
+writer writes, or be the state the newer writer continues from if it saw
+it -- never a second branch that both writers were told succeeded; a
+majority of the lease voters must be up to write (and to read the head
+without holding the thread); the extended capabilities (``copy_thread``,
 ``prune``, ``delete_for_runs``) are not claimed.
 
 Sync methods (``put``, ``get_tuple``, ...) run the async ones on the node's

@@ -20,10 +20,12 @@ class CheckpointConflict(CoordinationError):
 
     Raised when another writer holds the thread's lease, when the thread's
     head moved on (written by another writer) since the state this write
-    extends, or when the lease was lost before the write was confirmed (the
-    write may then sit in the journal, below the newer writer's head, never
-    as the head). Re-read the thread (``get_tuple``) and retry from its head,
-    or give up: nothing was silently overwritten.
+    extends, or when the lease was lost before the write was confirmed. In
+    that last case the outcome is unknown, as after a timeout: the write may
+    be in the journal, where anything the newer writer writes ranks above it;
+    if the newer writer has seen it, it continues from it. Either way the
+    chain does not fork. Re-read the thread (``get_tuple``) and retry from
+    its head, or give up: nothing was silently overwritten.
     """
 
     code = "checkpoint_conflict"
