@@ -31,7 +31,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from hivemesh.commands.sync import SyncMajority, SyncMajorityReply
-from hivemesh.errors import BackendUnavailable, DeadlineExceeded, HivemeshError
+from hivemesh.errors import BackendUnavailable, DeadlineExceeded, HivemeshError, InvalidArgument
 
 if TYPE_CHECKING:
     from hivemesh.runtime.daemon import Daemon
@@ -95,6 +95,9 @@ async def sync_majority(d: Daemon, req: SyncMajority) -> SyncMajorityReply:
     """Run the barriers of ``req`` on ``d`` (see module docs)."""
     loop = asyncio.get_running_loop()
     until = loop.time() + req.timeout_s
+    own = d.node.journal.head(d.identity.public).seq
+    if req.own_seq is not None and req.own_seq > own:
+        raise InvalidArgument(f"sync.majority: own_seq {req.own_seq} is past our feed ({own})")
     voters = d.leases.voters()
     majority = len(voters) // 2 + 1
     me = d.identity.public.hex()
