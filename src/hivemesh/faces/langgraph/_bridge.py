@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from hivemesh.errors import LocalProtocolError
 
-__all__ = ["run_on_loop"]
+__all__ = ["node_loop", "run_on_loop"]
 
 T = TypeVar("T")
 
@@ -33,3 +33,13 @@ def run_on_loop(
             "a sync LangGraph method was called on the node's event loop: use the async one"
         )
     return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout=timeout_s)
+
+
+def node_loop(what: str) -> asyncio.AbstractEventLoop:
+    """The running loop (the node's): adapters are created inside it."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        raise LocalProtocolError(
+            f"create the {what} inside the node's event loop (in `async with Node(...)`)"
+        ) from None

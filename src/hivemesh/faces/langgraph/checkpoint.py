@@ -89,7 +89,7 @@ from hivemesh.commands import LeaseAcquire, LeaseRelease, LeaseRenew, LeaseShow,
 from hivemesh.commands.coordination import LeaseShowReply
 from hivemesh.core.codec import pack
 from hivemesh.errors import DeadlineExceeded, HivemeshError, InputTooLarge, LocalProtocolError
-from hivemesh.faces.langgraph._bridge import run_on_loop
+from hivemesh.faces.langgraph._bridge import node_loop, run_on_loop
 from hivemesh.faces.langgraph.chain import (
     KIND_CHECKPOINT,
     KIND_DELETE,
@@ -167,7 +167,7 @@ class MeshCheckpointSaver(BaseCheckpointSaver[str]):
         self.lease_ttl_ms = lease_ttl_ms
         self.lease_wait_s = lease_wait_s
         self.sync_timeout_s = sync_timeout_s
-        self._loop = asyncio.get_running_loop()
+        self._loop = node_loop("MeshCheckpointSaver")
         self._held: dict[str, _Held] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._cache: OrderedDict[tuple[bytes, int], dict[str, Any]] = OrderedDict()

@@ -171,7 +171,7 @@ class MeshStore(BaseStore):
         node.add_view(self.view)
         self.confirm = confirm
         self.sync_timeout_s = sync_timeout_s
-        self._loop = asyncio.get_running_loop()
+        self._loop = node_loop("MeshStore")
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """Run ``ops`` in order (a get sees an earlier put of the same batch)."""
