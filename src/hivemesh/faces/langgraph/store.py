@@ -28,7 +28,6 @@ state that must not fork.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -51,7 +50,8 @@ from hivemesh.commands import SyncMajority
 from hivemesh.core.codec import MAX_BODY_BYTES, pack
 from hivemesh.core.event import Event
 from hivemesh.core.hlc import hlc_ms
-from hivemesh.errors import InputTooLarge, InvalidArgument, LocalProtocolError
+from hivemesh.errors import InputTooLarge, InvalidArgument
+from hivemesh.faces.langgraph._bridge import node_loop, run_on_loop
 from hivemesh.node import Node
 
 __all__ = ["KIND_ITEM", "MAX_ITEM_BYTES", "ItemsView", "MeshStore"]
@@ -248,15 +248,4 @@ class MeshStore(BaseStore):
         return self._run(self.abatch(list(ops)))
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is self._loop:
-            coro.close()
-            raise LocalProtocolError(
-                "sync store methods called on the node's event loop: use the async ones"
-            )
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(
-            timeout=self.sync_timeout_s + 10
-        )
+        return run_on_loop(self._loop, coro, self.sync_timeout_s + 10)
