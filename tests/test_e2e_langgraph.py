@@ -7,6 +7,8 @@ on loopback; the lease voters are the three nodes.
 * A graph runs in worker A; A is killed with SIGKILL in the middle of a
   step; worker B, on its own node, resumes the thread from the last
   checkpoint and finishes it.
+* A writer frozen (SIGSTOP) past its lease wakes up after another took the
+  thread over and finished: its late write is refused (`checkpoint_conflict`).
 * Two workers start the same thread at the same moment: with the mesh
   checkpointer exactly one finishes and the other gets
   ``checkpoint_conflict``, and the chain has no fork. The same race with the
@@ -160,8 +162,34 @@ def test_killed_writer_resumed_on_another_node(swarm: LocalSwarm, workers: list[
     print(f"resumed and finished on the other node in {resumed_s:.1f}s")
 
 
+def test_paused_writer_wakes_up_to_a_conflict(swarm: LocalSwarm, workers: list[Worker]) -> None:
+    """The case fencing tokens exist for: a writer paused past its lease."""
+    a, b = start_pair(swarm, workers)
+    a.send("run job-p")
+    for step in ("s1", "s2", "s3"):
+        assert a.next("running")["step"] == step
+    os.killpg(a.proc.pid, signal.SIGSTOP)  # A (and its node) freeze inside s3
+    try:
+        b.send("resume job-p")  # waits for A's lease to expire, then takes over
+        assert b.next("running", timeout_s=30)["step"] == "s3"
+        done = b.next("done", timeout_s=30)
+        assert done["ev"] == "done" and done["state"]["steps"] == STEPS, done
+    finally:
+        os.killpg(a.proc.pid, signal.SIGCONT)
+    late = a.next("done", timeout_s=60)  # A finishes s3 and tries to store it
+    assert late["ev"] == "error" and late["code"] == "checkpoint_conflict", late
+    report = (b.send("report job-p"), b.next("report"))[1]
+    assert report["forks"] == []
+    head = report["checkpoints"][0]
+    assert head[2] == holder(b)  # the head is the new writer's, whatever A did
+
+
 def a_addr(w: Worker) -> str:
     return str(next(d for d in w.lines if d["ev"] == "ready")["address"])
+
+
+def holder(w: Worker) -> str:
+    return str(next(d for d in w.lines if d["ev"] == "ready")["holder"])
 
 
 def race(swarm: LocalSwarm, workers: list[Worker], naive: bool) -> list[str]:
