@@ -62,6 +62,7 @@ def test_conflicts_large_state_and_the_sync_face() -> None:
             async with Node(Path(tmp) / "n", telemetry=False) as node:
                 one = MeshCheckpointSaver(node, lease_ttl_ms=2000)
                 two = MeshCheckpointSaver(node, lease_ttl_ms=2000)
+                assert one.view is two.view  # one view per node, however many savers
                 c1 = await put(one, "t", None)
                 c2 = await put(one, "t", c1)
                 # another writer while the first holds the thread: refused at once

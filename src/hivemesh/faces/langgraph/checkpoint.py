@@ -90,6 +90,7 @@ from hivemesh.commands.coordination import LeaseShowReply
 from hivemesh.core.codec import pack
 from hivemesh.errors import DeadlineExceeded, HivemeshError, InputTooLarge, LocalProtocolError
 from hivemesh.faces.langgraph._bridge import node_loop, run_on_loop
+from hivemesh.faces.langgraph._views import shared_view
 from hivemesh.faces.langgraph.chain import (
     KIND_CHECKPOINT,
     KIND_DELETE,
@@ -160,8 +161,7 @@ class MeshCheckpointSaver(BaseCheckpointSaver[str]):
     ) -> None:
         super().__init__(serde=serde)
         self.node = node
-        self.view = ChainView()
-        node.add_view(self.view)
+        self.view = shared_view(node, ChainView)  # one per node, whatever the savers
         #: this saver's writer id (one per saver instance)
         self.holder = f"{node.address}/{secrets.token_hex(6)}"
         self.lease_ttl_ms = lease_ttl_ms
