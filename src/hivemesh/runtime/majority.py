@@ -17,7 +17,8 @@ same set, so any two majorities of it intersect):
   feed up to ``own_seq``;
 * *pull*: a majority answered with its version vector, and this node then
   holds every feed at least as far as the largest answer (missing events
-  arrive by push or anti-entropy; we wait for them).
+  arrive by push or anti-entropy; we wait for them), except feeds of
+  authors this node does not trust (it would never accept them).
 
 A write confirmed by the first barrier is therefore in the views of any
 node after the second. Every request and the whole barrier have deadlines;
@@ -131,6 +132,9 @@ async def sync_majority(d: Daemon, req: SyncMajority) -> SyncMajorityReply:
         )
     if req.pull:
         target.pop(me, None)  # our own feed is ours
+        trusted = d.node.journal.trusted  # feeds we refuse never arrive: not waited for
+        if trusted is not None:
+            target = {a: s for a, s in target.items() if trusted(bytes.fromhex(a))}
         while not all(_holds(d, a, s) for a, s in target.items()):
             if loop.time() >= until:
                 missing = sum(not _holds(d, a, s) for a, s in target.items())
