@@ -77,6 +77,10 @@ def test_conflicts_large_state_and_the_sync_face() -> None:
                 assert two.view.latest("t", "").checkpoint_id == c3  # type: ignore[union-attr]
                 assert two.view.forks("t") == []
                 assert one.conflicts == {} and two.conflicts == {"held": 1, "stale": 1}
+                await two.adelete_thread("t")  # gone on every replica; the thread starts anew
+                assert two.view.latest("t", "") is None and list(two.view.threads()) == []
+                c4 = await put(two, "t", None)
+                assert two.view.latest("t", "").checkpoint_id == c4  # type: ignore[union-attr]
                 await two.aclose()
 
                 # a real graph through the sync face (LangGraph's sync invoke runs on a
