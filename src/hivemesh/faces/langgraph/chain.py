@@ -175,7 +175,9 @@ class ChainView:
                 self._parts.pop((rec.author, seq), None)
             return
         table = thread.checkpoints if ev.kind == KIND_CHECKPOINT else thread.writes
-        table.setdefault((rec.ns, rec.checkpoint_id), []).append(rec)
+        held = table.setdefault((rec.ns, rec.checkpoint_id), [])
+        if all(r.position != rec.position for r in held):  # an event applied twice: once
+            held.append(rec)
 
     @staticmethod
     def _valid(kind: str, body: dict[str, Any]) -> bool:
