@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import hivemesh
-from hivemesh.core.effects import Close, Deliver, Dial, Send
+from hivemesh.core.effects import Close, Deliver, Dial, LeaseLog, Send
+from hivemesh.core.frames import decode_frame
 from hivemesh.core.store import MemoryStore
 from hivemesh.core.trace import replay
 
@@ -62,6 +63,12 @@ def test_a_daemons_recorded_inputs_replay_to_the_same_effects(tmp_path: Path) ->
                 await b.send(a.address, {"note": "hi"}, timeout_s=10)
                 assert [m["data"] for m in a.inbox()] == [{"note": "hi"}]
                 await b.daemon.ping(a.address, timeout_s=10)
+                # leases: a proposes (its own vote is synced to its voter log
+                # first), b proposes and a votes
+                async with a.leases.hold("printer", ttl_ms=2000) as held:
+                    assert held.lease.fencing_token >= 1
+                lease = await b.leases.try_acquire("printer", ttl_ms=2000)
+                await b.leases.release(lease)
                 c_address = c.address
                 await c.close()  # a sees the link go and c leave
                 await _until(
@@ -79,13 +86,16 @@ def test_a_daemons_recorded_inputs_replay_to_the_same_effects(tmp_path: Path) ->
         assert trace is not None
         kinds = {s.method for s in trace.steps}
         assert {"start", "link_up", "link_down", "receive_many", "settle", "handle_timer"} <= kinds
-        assert {"command", "persisted", "handled", "inbox_room"} <= kinds
+        assert {"command", "persisted", "handled", "inbox_room", "lease_synced"} <= kinds
         drained = [e for s in trace.steps for e in s.effects]
         assert any(isinstance(e, Send) for e in drained)
         assert any(isinstance(e, Dial) for e in drained)
         delivered = [ev for e in drained if isinstance(e, Deliver) for ev in e.events]
         assert any(ev.kind == "ctx.update" for ev in delivered)
         assert not any(isinstance(e, Close) and e.code for e in drained)
+        assert any(isinstance(e, LeaseLog) for e in drained)
+        lease_frames = [e for e in drained if isinstance(e, Send) and e.frame[2] == 40]
+        assert {decode_frame(e.frame)[1][0] for e in lease_frames} == {0, 1}  # asked, answered
         assert replay(trace, identity, MemoryStore()) == []
 
     asyncio.run(asyncio.wait_for(main(), 90))

@@ -23,6 +23,12 @@ frozen record, drained in order with :meth:`Peer.effects`:
   then call :meth:`Peer.persisted`;
 * :class:`Handle`   -- run the driver's handler for a request or plain
   message, then call :meth:`Peer.handled`;
+* :class:`LeaseLog` -- write one change of the lease voter's durable state
+  to the voter log (``resource``'s token bound, the longest TTL);
+* :class:`LeaseSync` -- sync the voter log, then call
+  :meth:`Peer.lease_synced` with ``upto`` (replies wait for it);
+* :class:`SaveVoters` -- save the lease voter set the node fixed
+  (``lease_voters.json``), for its next lives;
 * :class:`Log`      -- a line for the operator (``level`` as in :mod:`logging`);
 * :class:`Count`    -- add ``n`` to the driver's counter ``name``.
 
@@ -47,10 +53,13 @@ __all__ = [
     "Effect",
     "Fsync",
     "Handle",
+    "LeaseLog",
+    "LeaseSync",
     "Log",
     "MessageOutcome",
     "Persist",
     "Reply",
+    "SaveVoters",
     "Send",
 ]
 
@@ -156,6 +165,32 @@ class Handle:
 
 
 @dataclass(frozen=True, slots=True)
+class LeaseLog:
+    """Write ``(resource, bound, max_ttl_ms)`` to the lease voter's log (not
+    yet synced: :class:`LeaseSync` follows before any reply depends on it)."""
+
+    resource: str
+    bound: int
+    max_ttl_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseSync:
+    """Sync the lease voter's log, then report with
+    ``Peer.lease_synced(upto, error, now)`` (``upto``: the writes asked for
+    so far; a failed write or sync is reported with its ``error``)."""
+
+    upto: int
+
+
+@dataclass(frozen=True, slots=True)
+class SaveVoters:
+    """Save the lease voter set this node fixed (read again at its next start)."""
+
+    voters: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Log:
     """A line for the operator's log (``level``: ``debug``, ``info``, ``warning``)."""
 
@@ -176,5 +211,18 @@ def _error_key(error: HivemeshError | None) -> tuple[str, str, str] | None:
 
 
 Effect = (
-    Send | Dial | Close | Fsync | Deliver | Reply | MessageOutcome | Persist | Handle | Log | Count
+    Send
+    | Dial
+    | Close
+    | Fsync
+    | Deliver
+    | Reply
+    | MessageOutcome
+    | Persist
+    | Handle
+    | LeaseLog
+    | LeaseSync
+    | SaveVoters
+    | Log
+    | Count
 )

@@ -90,6 +90,7 @@ from dataclasses import dataclass, field
 from random import Random
 from typing import Any
 
+from hivemesh.commands import coordination as lease_cmds
 from hivemesh.core.claims import DEFAULT_WINDOW_MS, ClaimsView
 from hivemesh.core.direct import Direct, DirectAcked, DirectConfig
 from hivemesh.core.effects import (
@@ -108,6 +109,8 @@ from hivemesh.core.event import Event
 from hivemesh.core.frames import FrameType, encode_frame
 from hivemesh.core.hlc import hlc_ms
 from hivemesh.core.identity import Identity, address_of, public_key_of
+from hivemesh.core.lease_quorum import Acquire, Op, Release, Renew, Show
+from hivemesh.core.lease_swarm import KIND_VOTERS, LeaseSetup, SwarmLeases
 from hivemesh.core.mailbox import Mailbox
 from hivemesh.core.membership import Membership
 from hivemesh.core.node import Node, NodeConfig
@@ -179,6 +182,9 @@ class PeerConfig:
     claim_settle_ms: int = DEFAULT_WINDOW_MS
     #: the name this node claims when it starts (None: none)
     name: str | None = None
+    #: the lease quorum's voters (empty: fixed at first use,
+    #: :mod:`hivemesh.core.lease_swarm`)
+    lease_voters: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -206,15 +212,18 @@ class Peer:
         config: PeerConfig | None = None,
         trust: TrustFile | None = None,
         marks: MarkStore | None = None,
+        leases: LeaseSetup | None = None,
         trace: Trace | None = None,
     ) -> None:
-        """``trace``: record every input and effect for a replay
-        (:mod:`hivemesh.core.trace`; tests and debugging)."""
+        """``leases``: the lease voter's durable state and saved voter set
+        (:mod:`hivemesh.core.lease_swarm`); ``trace``: record every input and
+        effect for a replay (:mod:`hivemesh.core.trace`; tests and debugging)."""
         self.config = cfg = config or PeerConfig()
         self._trace = trace
+        lease_setup = leases or LeaseSetup()
         if trace is not None:
             saved = None if marks is None else (marks.load(),)
-            trace.begin(now_ms, cfg, trust or TrustFile(), saved)
+            trace.begin(now_ms, cfg, trust or TrustFile(), saved, lease_setup)
         self.identity = identity
         self.address = identity.address
         self.store = store
@@ -285,6 +294,21 @@ class Peer:
         self._rng = Random(rng.getrandbits(128))  # ping nonces
         node.register_handler(FrameType.RT_PING, self._on_ping)
         node.register_handler(FrameType.RT_PONG, self._on_pong)
+        lease_rng = Random(rng.getrandbits(128))
+        self.leases = SwarmLeases(
+            self.address,
+            lease_setup,
+            cfg.lease_voters,
+            now_ms,
+            fx=self._fx,
+            authorize=self.authorize,
+            live=self._live_voters,
+            members_up=self._members_up,
+            publish=self._publish_voters,
+            nonce=lambda: lease_rng.getrandbits(48),
+        )
+        node.add_view(self.leases.published)
+        node.register_handler(FrameType.LEASE, self.leases.on_frame)
         self._feed_state = node.feed_gate.state
         self._trust_version = self.trust_view.version
 
@@ -403,6 +427,7 @@ class Peer:
         self.membership.handle_timer(now_ms)
         self.direct.handle_timer(now_ms)
         self.fetcher.handle_timer(now_ms)
+        self.leases.handle_timer(now_ms)
         self._fx += self.mailbox.expire(now_ms)
         self._after(now_ms)
 
@@ -427,6 +452,17 @@ class Peer:
         if self._trace is not None:
             self._trace.record("handled", key, reply, error, now_ms)
         self.mailbox.handled(key, reply, error, now_ms)
+        self._after(now_ms)
+
+    def lease_synced(self, upto: int, error: str | None, now_ms: int) -> None:
+        """The driver synced the lease voter's log up to write ``upto``
+        (:class:`LeaseSync`), or a write or the sync failed with ``error``
+        (the voter stops: :mod:`hivemesh.core.lease_swarm`)."""
+        if self._trace is not None:
+            self._trace.record("lease_synced", upto, error, now_ms)
+        if error is not None:
+            self._log("warning", f"lease voter log failed, voter stopped: {error}")
+        self.leases.synced(upto, error, now_ms)
         self._after(now_ms)
 
     def command(self, cmd: Any, now_ms: int) -> int:
@@ -458,7 +494,8 @@ class Peer:
         lease frames) is collected here too, at the last input's time."""
         if self.node.has_output:
             self._after(self._now)
-        out, self._fx = self._fx, []
+        out = self._fx[:]  # the list itself is shared with the parts that append to it
+        self._fx.clear()
         if self._trace is not None:
             self._trace.drained(out)
         return out
@@ -470,6 +507,7 @@ class Peer:
             self.direct.next_deadline(),
             self.fetcher.next_deadline(),
             self.mailbox.next_deadline(),
+            self.leases.next_deadline(),
         ):
             if extra is not None and extra < d:
                 d = extra
@@ -533,6 +571,23 @@ class Peer:
             for m in self.membership.members()
         }
 
+    def _live_voters(self, voters: list[str]) -> list[str]:
+        """Self, then the voters linked now that membership sees up."""
+        live = [
+            v for v in voters if v in self._links and self.member_state(v) in (MemberState.UP, None)
+        ]
+        return [self.address, *live]
+
+    def _publish_voters(self, voters: list[str], now_ms: int) -> None:
+        self.node.append(KIND_VOTERS, {"v": voters}, now_ms)
+
+    def _members_up(self) -> list[str]:
+        return [
+            m.address
+            for m in self.membership.members()
+            if m.state in (MemberState.UP, MemberState.SUSPECT)
+        ]
+
     def detection_bound_ms(self) -> int:
         """Worst case from a crash until every live member marks it down."""
         live = sum(
@@ -554,6 +609,8 @@ class Peer:
             self._on_fetcher()
             self._on_direct_results()
             fx += self.mailbox.route(now_ms)
+            for rid, outcome in self.leases.outcomes():
+                fx.append(Reply(rid, outcome))
             if self.trust_view.version != self._trust_version:
                 self._trust_version = self.trust_view.version
                 self._recheck_trust(now_ms)
@@ -877,6 +934,30 @@ class Peer:
         self.membership.leave(now_ms)
         self._fx.append(Reply(rid, True))
 
+    def _lease(self, rid: int, op: Op, timeout_s: float, now_ms: int) -> None:
+        """Run a lease operation; its :class:`Reply` carries the
+        :class:`~hivemesh.core.lease_quorum.Outcome`."""
+        self.leases.start(rid, op, int(timeout_s * 1000), now_ms)
+
+    def _do_lease_acquire(self, rid: int, cmd: lease_cmds.LeaseAcquire, now_ms: int) -> None:
+        self._lease(rid, Acquire(cmd.resource, cmd.holder, cmd.ttl_ms), cmd.timeout_s, now_ms)
+
+    def _do_lease_renew(self, rid: int, cmd: lease_cmds.LeaseRenew, now_ms: int) -> None:
+        op = Renew(cmd.resource, cmd.holder, cmd.token, cmd.ttl_ms)
+        self._lease(rid, op, cmd.timeout_s, now_ms)
+
+    def _do_lease_release(self, rid: int, cmd: lease_cmds.LeaseRelease, now_ms: int) -> None:
+        op = Release(cmd.resource, cmd.holder, cmd.token)
+        self._lease(rid, op, cmd.timeout_s, now_ms)
+
+    def _do_lease_show(self, rid: int, cmd: lease_cmds.LeaseShow, now_ms: int) -> None:
+        self._lease(rid, Show(cmd.resource), cmd.timeout_s, now_ms)
+
+    def _do_lease_voters(self, rid: int, cmd: lease_cmds.LeaseVoters, now_ms: int) -> None:
+        voters = self.leases.voters(now_ms)
+        stats = self.leases.statistics()
+        self._fx.append(Reply(rid, {"majority": len(voters) // 2 + 1, **stats}))
+
 
 def _resource(resource: object) -> str:
     if not isinstance(resource, str) or not 0 < len(resource) <= 256:
@@ -900,4 +981,9 @@ _COMMANDS: dict[type, Callable[[Peer, int, Any, int], None]] = {
     Request: Peer._do_request,
     Serve: Peer._do_serve,
     Ping: Peer._do_ping,
+    lease_cmds.LeaseAcquire: Peer._do_lease_acquire,
+    lease_cmds.LeaseRenew: Peer._do_lease_renew,
+    lease_cmds.LeaseRelease: Peer._do_lease_release,
+    lease_cmds.LeaseShow: Peer._do_lease_show,
+    lease_cmds.LeaseVoters: Peer._do_lease_voters,
 }

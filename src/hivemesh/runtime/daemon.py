@@ -108,12 +108,14 @@ from hivemesh.core.views.endpoints import EndpointsView
 from hivemesh.core.views.names import NamesView
 from hivemesh.core.views.trust import TrustView, TrustWeb
 from hivemesh.errors import ConfigError, HivemeshError
+from hivemesh.leases import LeaseClient
 from hivemesh.runtime.blobs import Blobs
 from hivemesh.runtime.clock import now_ms
 from hivemesh.runtime.connections import ConnectionManager
 from hivemesh.runtime.daemon_api import DaemonAPI
 from hivemesh.runtime.hostutil import lock_data_dir, primary_ipv4, raise_open_files_limit
 from hivemesh.runtime.invites import Invites
+from hivemesh.runtime.leases import MeshClaims, VoterDisk, lease_client
 from hivemesh.runtime.messaging import Messaging
 from hivemesh.runtime.pump import Pump
 from hivemesh.runtime.rehydration import Rehydration
@@ -188,6 +190,10 @@ class Daemon(Pump, DaemonAPI):
         #: the Peer's recorded inputs and effects (``trace_peer`` only)
         self.trace: Trace | None = None
         self.advertised = ""
+        #: the lease voter's files (:mod:`hivemesh.runtime.leases`)
+        self.voter_disk: VoterDisk | None = None
+        self._lease_client: LeaseClient | None = None
+        self.claims: MeshClaims
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -218,9 +224,9 @@ class Daemon(Pump, DaemonAPI):
         if hasattr(self, "messaging"):
             with contextlib.suppress(Exception):
                 self.messaging.close()
-        if hasattr(self, "leases"):
+        if self.voter_disk is not None:
             with contextlib.suppress(Exception):
-                self.leases.close()
+                self.voter_disk.close()
         if hasattr(self, "node"):
             with contextlib.suppress(Exception):
                 self.node.settle()
@@ -255,6 +261,9 @@ class Daemon(Pump, DaemonAPI):
         self._marks = open_mark(cfg.data_dir, self.identity.public, store, fsync=power)
         self.started_ms = now_ms()
         seed = secrets.randbits(128)
+        self.voter_disk = VoterDisk(cfg.data_dir)
+        lease_setup = self.voter_disk.open()
+        self.voter_disk.synced = self._lease_synced
         self.trace = Trace(seed) if cfg.trace_peer else None
         self.peer = Peer(
             self.identity,
@@ -278,9 +287,11 @@ class Daemon(Pump, DaemonAPI):
                 trust_mode=cfg.trust_mode,
                 trust_vouches=cfg.trust_vouches,
                 name=cfg.name,
+                lease_voters=tuple(cfg.lease_voters),
             ),
             trust=self._trust_file(),
             marks=self._marks,
+            leases=lease_setup,
             trace=self.trace,
         )
         peer = self.peer
@@ -290,9 +301,7 @@ class Daemon(Pump, DaemonAPI):
         self.endpoints = peer.endpoints
         self.trust_view = peer.trust_view
         self.invites.attach(self.node)
-        from hivemesh.runtime.leases import attach as attach_leases
-
-        self.leases, self.claims = attach_leases(self)  # quorum voter/proposer, claims
+        self.claims = MeshClaims(self)  # over the Peer's claims view
         self.blobs = Blobs(self)
         from hivemesh.runtime.control import ControlServer
 
@@ -384,7 +393,8 @@ class Daemon(Pump, DaemonAPI):
             await self._control.close()
         await self.supervisor.stop_loops()
         await self.supervisor.drain()  # the flushes, disconnects and trust re-checks under way
-        self.leases.close()
+        if self.voter_disk is not None:
+            self.voter_disk.close()  # replies waiting for a sync are never sent
         if self._commit_timer is not None:
             self._commit_timer.cancel()
         self.commit_nowait()
@@ -412,6 +422,29 @@ class Daemon(Pump, DaemonAPI):
             os.close(self._lock_fd)  # releases the data dir lock
             self._lock_fd = None
         log.info("node %s stopped", short(self.address))
+
+    @property
+    def running(self) -> bool:
+        """Started and not stopping."""
+        return self._started
+
+    @property
+    def leases(self) -> LeaseClient:
+        """A :class:`~hivemesh.leases.LeaseClient` over the swarm's quorum
+        (holder id: this node's address; :mod:`hivemesh.runtime.leases`)."""
+        if self._lease_client is None:
+            self._lease_client = lease_client(self)
+        return self._lease_client
+
+    def _lease_synced(self, upto: int, error: str | None) -> None:
+        """The voter log synced (or failed): the held votes may leave."""
+        if not self._started:
+            return
+        self.peer.lease_synced(upto, error, now_ms())
+        if self._flush_lock.locked():
+            self._schedule_flush()
+        else:
+            self._flush_now(deadlines=True)
 
     def request_stop(self) -> None:
         """Ask :meth:`run_until_stopped` to return (signal handlers, ``stop`` op)."""

@@ -33,7 +33,7 @@ __all__ = [
 
 
 def _backend(d: Daemon) -> Any:
-    return d.leases.client().backend
+    return d.leases.backend
 
 
 async def acquire(d: Daemon, req: c.LeaseAcquire) -> c.LeaseAcquireReply:
@@ -74,8 +74,7 @@ async def show(d: Daemon, req: c.LeaseShow) -> c.LeaseShowReply:
 
 async def voters(d: Daemon, req: c.LeaseVoters) -> Record:
     """``lease.voters``: the voters, the majority and the proposer's figures."""
-    vs = d.leases.voters()
-    return Record({"voters": vs, "majority": len(vs) // 2 + 1, **d.leases.statistics()})
+    return Record(await d.call(req))  # the Peer fixes the set if it is not yet
 
 
 async def claim(d: Daemon, req: c.Claim) -> c.ClaimReply:

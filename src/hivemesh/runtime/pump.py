@@ -43,9 +43,12 @@ from hivemesh.core.effects import (
     Effect,
     Fsync,
     Handle,
+    LeaseLog,
+    LeaseSync,
     Log,
     Persist,
     Reply,
+    SaveVoters,
     Send,
 )
 from hivemesh.core.frames import FrameType
@@ -96,6 +99,7 @@ class Pump:
     _flush_scheduled: bool
     _commit_timer: asyncio.TimerHandle | None
     _calls: dict[int, asyncio.Future[Any]]
+    voter_disk: Any
 
     async def _on_peer(self, peer: str, up: bool) -> None:  # pragma: no cover - the Daemon's
         raise NotImplementedError
@@ -244,6 +248,12 @@ class Pump:
             self.messaging.persist(e)
         elif isinstance(e, Handle):
             self.messaging.handle(e)
+        elif isinstance(e, LeaseLog):
+            self.voter_disk.write(e.resource, e.bound, e.max_ttl_ms)
+        elif isinstance(e, LeaseSync):
+            self.voter_disk.sync_soon(e.upto)
+        elif isinstance(e, SaveVoters):
+            self.voter_disk.save_voters(e.voters)
         elif isinstance(e, Log):
             log.log(_LEVELS.get(e.level, logging.WARNING), "%s", e.message)
         elif isinstance(e, Fsync):
@@ -263,7 +273,10 @@ class Pump:
         next flush carries it out)."""
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._calls[self.peer.command(cmd, now_ms())] = fut
-        self._schedule_flush()
+        if self._flush_lock.locked() or not self._started:
+            self._schedule_flush()
+        else:
+            self._flush_now(deadlines=True)  # lease frames leave now (latency)
         return fut
 
     def _after_flush(self, deadlines: bool) -> None:
