@@ -64,11 +64,10 @@ def test_a_daemons_recorded_inputs_replay_to_the_same_effects(tmp_path: Path) ->
                 assert [m["data"] for m in a.inbox()] == [{"note": "hi"}]
                 await b.daemon.ping(a.address, timeout_s=10)
                 # leases: a proposes (its own vote is synced to its voter log
-                # first), b proposes and a votes
+                # first); b proposes and a votes, below (once c is gone, a is
+                # the one other voter b's thrifty rounds can ask)
                 async with a.leases.hold("printer", ttl_ms=2000) as held:
                     assert held.lease.fencing_token >= 1
-                lease = await b.leases.try_acquire("printer", ttl_ms=2000)
-                await b.leases.release(lease)
                 c_address = c.address
                 await c.close()  # a sees the link go and c leave
                 await _until(
@@ -78,6 +77,8 @@ def test_a_daemons_recorded_inputs_replay_to_the_same_effects(tmp_path: Path) ->
                     ),  # type: ignore[union-attr]
                     "a marks c gone",
                 )
+                lease = await b.leases.try_acquire("printer", ttl_ms=2000)
+                await b.leases.release(lease)
                 await asyncio.sleep(0.5)  # timers, anti-entropy, the group commit
         finally:
             identity = a.daemon.identity

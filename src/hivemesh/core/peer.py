@@ -28,7 +28,8 @@ wall-clock time, since HLC stamps are physical time):
 * :meth:`receive` -- a frame from the link to ``peer``;
 * :meth:`link_up` / :meth:`link_down` -- a link to ``peer`` (with its boot
   id) is up and both sides admit each other, or it is gone;
-* :meth:`command` -- a typed command (:mod:`hivemesh.core.peer_commands`);
+* :meth:`command` -- a typed command (a :class:`hivemesh.commands.Command`:
+  the public table's, or a driver's of :mod:`hivemesh.commands.peer`);
   returns a request id that the :class:`~hivemesh.core.effects.Reply` carries;
 * :meth:`settle` -- the group commit is due: verify attested runs, then ask
   for :class:`~hivemesh.core.effects.Fsync`;
@@ -90,7 +91,11 @@ from dataclasses import dataclass, field
 from random import Random
 from typing import Any
 
-from hivemesh.commands import coordination as lease_cmds
+from hivemesh.commands import coordination as coord
+from hivemesh.commands import messages as msgs
+from hivemesh.commands.node import Append, FeedAcceptLoss
+from hivemesh.commands.peer import FetchBlob, Leave, Request, Serve, Vouch
+from hivemesh.commands.trust import TrustRevoke, TrustRevokeReply
 from hivemesh.core.claims import DEFAULT_WINDOW_MS, ClaimsView
 from hivemesh.core.direct import Direct, DirectAcked, DirectConfig
 from hivemesh.core.effects import (
@@ -115,22 +120,6 @@ from hivemesh.core.mailbox import Mailbox
 from hivemesh.core.membership import Membership
 from hivemesh.core.node import Node, NodeConfig
 from hivemesh.core.ownfeed import FeedState, MarkStore
-from hivemesh.core.peer_commands import (
-    AcceptFeedLoss,
-    Append,
-    Claim,
-    ClaimDone,
-    FetchBlob,
-    Leave,
-    Ping,
-    ReleaseClaim,
-    Request,
-    Revoke,
-    SendDirect,
-    Serve,
-    Vouch,
-    WaitDecided,
-)
 from hivemesh.core.pex import MembershipConfig, MemberState
 from hivemesh.core.store import FeedStore
 from hivemesh.core.trace import Trace
@@ -822,7 +811,10 @@ class Peer:
                 got = self.claims.decided(w.resource, now_ms, self.config.claim_settle_ms)
                 if got is not None:
                     del self._waits[rid]
-                    self._fx.append(Reply(rid, self._address_of(got)))
+                    winner = self._address_of(got)
+                    ours = winner == self.address
+                    reply = coord.ClaimWaitReply(resource=w.resource, winner=winner, ours=ours)
+                    self._fx.append(Reply(rid, reply))
                     continue
             if w.deadline_ms <= now_ms:
                 del self._waits[rid]
@@ -841,28 +833,30 @@ class Peer:
     def _do_append(self, rid: int, cmd: Append, now_ms: int) -> None:
         self._fx.append(Reply(rid, self.node.append(cmd.kind, cmd.body, now_ms)))
 
-    def _do_claim(self, rid: int, cmd: Claim, now_ms: int) -> None:
+    def _do_claim(self, rid: int, cmd: coord.Claim, now_ms: int) -> None:
         r = _resource(cmd.resource)
-        for res, seq in self.claims.own_live(self.identity.public):
-            if res == r:
-                self._fx.append(Reply(rid, seq))
-                return
-        self._fx.append(Reply(rid, self.node.append("claim.intent", {"r": r}, now_ms).seq))
+        seq = next((s for res, s in self.claims.own_live(self.identity.public) if res == r), None)
+        if seq is None:
+            seq = self.node.append("claim.intent", {"r": r}, now_ms).seq
+        w = self.claims.winner(r)
+        winner = None if w is None else self._address_of(w.author)
+        self._fx.append(Reply(rid, coord.ClaimReply(resource=r, seq=seq, winner=winner)))
 
-    def _do_release_claim(self, rid: int, cmd: ReleaseClaim, now_ms: int) -> None:
+    def _do_claim_release(self, rid: int, cmd: coord.ClaimRelease, now_ms: int) -> None:
         r = _resource(cmd.resource)
         own = [(res, seq) for res, seq in self.claims.own_live(self.identity.public) if res == r]
         if own:
             self.node.append_many([("claim.release", {"r": r, "seq": s}) for _, s in own], now_ms)
-        self._fx.append(Reply(rid, len(own)))
+        self._fx.append(Reply(rid, coord.ClaimReleaseReply(released=len(own))))
 
-    def _do_claim_done(self, rid: int, cmd: ClaimDone, now_ms: int) -> None:
+    def _do_claim_done(self, rid: int, cmd: coord.ClaimDone, now_ms: int) -> None:
         r = _resource(cmd.resource)
-        self._fx.append(Reply(rid, self.node.append("claim.done", {"r": r}, now_ms)))
+        self.node.append("claim.done", {"r": r}, now_ms)
+        self._fx.append(Reply(rid, coord.ClaimDoneReply(done=True)))
 
-    def _do_wait_decided(self, rid: int, cmd: WaitDecided, now_ms: int) -> None:
+    def _do_claim_wait(self, rid: int, cmd: coord.ClaimWait, now_ms: int) -> None:
         r = _resource(cmd.resource)
-        self._waits[rid] = _Wait(rid, now_ms + max(0, cmd.timeout_ms), "claim", resource=r)
+        self._waits[rid] = _Wait(rid, now_ms + _ms(cmd.timeout_s, 0), "claim", resource=r)
 
     def _do_fetch_blob(self, rid: int, cmd: FetchBlob, now_ms: int) -> None:
         local = self.store.get_blob(cmd.digest)
@@ -871,26 +865,27 @@ class Peer:
             return
         if not self.fetcher.want(cmd.digest, now_ms, self.blob_index.holders(cmd.digest)):
             raise DeadlineExceeded("too many blob fetches in flight; retry later")
-        self._waits[rid] = _Wait(rid, now_ms + max(0, cmd.timeout_ms), "blob", digest=cmd.digest)
+        due = now_ms + _ms(cmd.timeout_s, 1)
+        self._waits[rid] = _Wait(rid, due, "blob", digest=cmd.digest)
 
-    def _do_send_direct(self, rid: int, cmd: SendDirect, now_ms: int) -> None:
-        msg_id = self.direct.send(cmd.to, cmd.data, now_ms, deadline_ms=cmd.timeout_ms)
+    def _do_send(self, rid: int, cmd: msgs.Send, now_ms: int) -> None:
+        msg_id = self.direct.send(cmd.to, cmd.data, now_ms, deadline_ms=_ms(cmd.timeout_s, 0))
         self._sends[msg_id] = rid
 
-    def _do_revoke(self, rid: int, cmd: Revoke, now_ms: int) -> None:
+    def _do_revoke(self, rid: int, cmd: TrustRevoke, now_ms: int) -> None:
         public_key_of(cmd.address)
         self.node.append(KIND_TRUST_REVOKE, {"address": cmd.address}, now_ms)
         if cmd.address in self._links or cmd.address in self.node.peers:
             self._count("disconnected_revoked")
         self._cut_off(cmd.address, now_ms)
-        self._fx.append(Reply(rid, True))
+        self._fx.append(Reply(rid, TrustRevokeReply(revoked=cmd.address)))
 
     def _do_vouch(self, rid: int, cmd: Vouch, now_ms: int) -> None:
         public_key_of(cmd.address)
         self.node.append(KIND_TRUST_ADD, {"address": cmd.address, "swarm": cmd.swarm}, now_ms)
         self._fx.append(Reply(rid, True))
 
-    def _do_accept_feed_loss(self, rid: int, cmd: AcceptFeedLoss, now_ms: int) -> None:
+    def _do_accept_feed_loss(self, rid: int, cmd: FeedAcceptLoss, now_ms: int) -> None:
         reason = self._reason()
         lost = self.node.accept_feed_loss(now_ms)
         self._log(
@@ -903,16 +898,16 @@ class Peer:
         self._fx.append(Reply(rid, lost))
 
     def _do_request(self, rid: int, cmd: Request, now_ms: int) -> None:
-        self.mailbox.request(rid, cmd.to, cmd.kind, cmd.body, max(1, cmd.timeout_ms), now_ms)
+        self.mailbox.request(rid, cmd.to, cmd.kind, cmd.body, _ms(cmd.timeout_s, 1), now_ms)
 
     def _do_serve(self, rid: int, cmd: Serve, now_ms: int) -> None:
         self.mailbox.serve(cmd.kind, plain=cmd.plain)
         self._fx.append(Reply(rid, True))
 
-    def _do_ping(self, rid: int, cmd: Ping, now_ms: int) -> None:
+    def _do_ping(self, rid: int, cmd: msgs.Ping, now_ms: int) -> None:
         nonce = self._rng.getrandbits(62)
-        self.node.send(cmd.to, encode_frame(FrameType.RT_PING, nonce))
-        self._waits[rid] = _Wait(rid, now_ms + max(1, cmd.timeout_ms), "ping", nonce=nonce)
+        self.node.send(cmd.address, encode_frame(FrameType.RT_PING, nonce))
+        self._waits[rid] = _Wait(rid, now_ms + _ms(cmd.timeout_s, 1), "ping", nonce=nonce)
 
     def _on_ping(self, peer: str, fields: list[Any], now_ms: int) -> None:
         if len(fields) != 1 or type(fields[0]) is not int:
@@ -937,26 +932,31 @@ class Peer:
     def _lease(self, rid: int, op: Op, timeout_s: float, now_ms: int) -> None:
         """Run a lease operation; its :class:`Reply` carries the
         :class:`~hivemesh.core.lease_quorum.Outcome`."""
-        self.leases.start(rid, op, int(timeout_s * 1000), now_ms)
+        self.leases.start(rid, op, _ms(timeout_s, 1), now_ms)
 
-    def _do_lease_acquire(self, rid: int, cmd: lease_cmds.LeaseAcquire, now_ms: int) -> None:
+    def _do_lease_acquire(self, rid: int, cmd: coord.LeaseAcquire, now_ms: int) -> None:
         self._lease(rid, Acquire(cmd.resource, cmd.holder, cmd.ttl_ms), cmd.timeout_s, now_ms)
 
-    def _do_lease_renew(self, rid: int, cmd: lease_cmds.LeaseRenew, now_ms: int) -> None:
+    def _do_lease_renew(self, rid: int, cmd: coord.LeaseRenew, now_ms: int) -> None:
         op = Renew(cmd.resource, cmd.holder, cmd.token, cmd.ttl_ms)
         self._lease(rid, op, cmd.timeout_s, now_ms)
 
-    def _do_lease_release(self, rid: int, cmd: lease_cmds.LeaseRelease, now_ms: int) -> None:
+    def _do_lease_release(self, rid: int, cmd: coord.LeaseRelease, now_ms: int) -> None:
         op = Release(cmd.resource, cmd.holder, cmd.token)
         self._lease(rid, op, cmd.timeout_s, now_ms)
 
-    def _do_lease_show(self, rid: int, cmd: lease_cmds.LeaseShow, now_ms: int) -> None:
+    def _do_lease_show(self, rid: int, cmd: coord.LeaseShow, now_ms: int) -> None:
         self._lease(rid, Show(cmd.resource), cmd.timeout_s, now_ms)
 
-    def _do_lease_voters(self, rid: int, cmd: lease_cmds.LeaseVoters, now_ms: int) -> None:
+    def _do_lease_voters(self, rid: int, cmd: coord.LeaseVoters, now_ms: int) -> None:
         voters = self.leases.voters(now_ms)
         stats = self.leases.statistics()
         self._fx.append(Reply(rid, {"majority": len(voters) // 2 + 1, **stats}))
+
+
+def _ms(timeout_s: float, least: int) -> int:
+    """A command's ``timeout_s`` in whole milliseconds, at least ``least``."""
+    return max(least, int(timeout_s * 1000))
 
 
 def _resource(resource: object) -> str:
@@ -968,22 +968,22 @@ def _resource(resource: object) -> str:
 #: command type -> its handler (the Peer's one command table)
 _COMMANDS: dict[type, Callable[[Peer, int, Any, int], None]] = {
     Append: Peer._do_append,
-    Claim: Peer._do_claim,
-    ReleaseClaim: Peer._do_release_claim,
-    ClaimDone: Peer._do_claim_done,
-    WaitDecided: Peer._do_wait_decided,
+    coord.Claim: Peer._do_claim,
+    coord.ClaimRelease: Peer._do_claim_release,
+    coord.ClaimDone: Peer._do_claim_done,
+    coord.ClaimWait: Peer._do_claim_wait,
     FetchBlob: Peer._do_fetch_blob,
-    SendDirect: Peer._do_send_direct,
-    Revoke: Peer._do_revoke,
+    msgs.Send: Peer._do_send,
+    TrustRevoke: Peer._do_revoke,
     Vouch: Peer._do_vouch,
     Leave: Peer._do_leave,
-    AcceptFeedLoss: Peer._do_accept_feed_loss,
+    FeedAcceptLoss: Peer._do_accept_feed_loss,
     Request: Peer._do_request,
     Serve: Peer._do_serve,
-    Ping: Peer._do_ping,
-    lease_cmds.LeaseAcquire: Peer._do_lease_acquire,
-    lease_cmds.LeaseRenew: Peer._do_lease_renew,
-    lease_cmds.LeaseRelease: Peer._do_lease_release,
-    lease_cmds.LeaseShow: Peer._do_lease_show,
-    lease_cmds.LeaseVoters: Peer._do_lease_voters,
+    msgs.Ping: Peer._do_ping,
+    coord.LeaseAcquire: Peer._do_lease_acquire,
+    coord.LeaseRenew: Peer._do_lease_renew,
+    coord.LeaseRelease: Peer._do_lease_release,
+    coord.LeaseShow: Peer._do_lease_show,
+    coord.LeaseVoters: Peer._do_lease_voters,
 }

@@ -94,13 +94,14 @@ from collections import Counter, deque
 from collections.abc import Iterable
 from typing import Any
 
+from hivemesh.commands.peer import Leave, Vouch
+from hivemesh.commands.trust import TrustRevoke
 from hivemesh.config import Config, bootstrap_targets, parse_endpoint
 from hivemesh.core.direct import DirectConfig
 from hivemesh.core.event import Event
 from hivemesh.core.identity import Identity, public_key_of, short
 from hivemesh.core.node import Node, NodeConfig
 from hivemesh.core.peer import Peer, PeerConfig, TrustFile
-from hivemesh.core.peer_commands import Leave, Revoke, Vouch
 from hivemesh.core.pex import MembershipConfig
 from hivemesh.core.trace import Trace
 from hivemesh.core.views.context import ContextView
@@ -518,7 +519,7 @@ class Daemon(Pump, DaemonAPI):
         public_key_of(address)
         self.trust.revoke(address, now_ms() // 1000)
         self.sync_trust()
-        self.peer.command(Revoke(address), now_ms())
+        self.peer.command(TrustRevoke(address), now_ms())
         await self.flush()
 
     def admit(self, address: str) -> None:

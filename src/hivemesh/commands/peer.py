@@ -1,0 +1,66 @@
+"""The Peer's commands that no face offers: drivers issue them.
+
+Every command a :class:`~hivemesh.core.peer.Peer` answers is a
+:class:`~hivemesh.commands.Command`: the public ones of
+:data:`hivemesh.commands.COMMANDS` (``append``, ``claim``, ``lease.acquire``,
+``send``, ``ping``, ...) and these, which a driver sends on behalf of its
+node's parts (the daemon's blob store, message handlers, trust and
+shutdown). They have a wire name like the others, for logs and traces, but
+are not in the table: no client may send them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from hivemesh.commands._base import Command
+
+__all__ = ["FetchBlob", "Leave", "Request", "Serve", "Vouch"]
+
+
+@dataclass(frozen=True, slots=True)
+class FetchBlob(Command):
+    """Reply with the bytes of blob ``digest``: held, or fetched from holders."""
+
+    op: ClassVar[str] = "blob.fetch"
+    digest: bytes
+    timeout_s: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class Request(Command):
+    """Send a request of ``kind`` to ``to``; replies with the handler's
+    answer (NoHandler, RemoteProtocolError or DeadlineExceeded otherwise)."""
+
+    op: ClassVar[str] = "request"
+    to: str
+    kind: str
+    body: Any
+    timeout_s: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class Serve(Command):
+    """The driver handles requests (``plain``: plain ``{"type": kind}``
+    messages) of ``kind``: they become ``Handle`` effects."""
+
+    op: ClassVar[str] = "serve"
+    kind: str
+    plain: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Vouch(Command):
+    """Vouch for ``address`` into ``swarm`` (trust file updated by the driver)."""
+
+    op: ClassVar[str] = "trust.vouch"
+    address: str
+    swarm: str
+
+
+@dataclass(frozen=True, slots=True)
+class Leave(Command):
+    """Announce that this node leaves the membership (at shutdown)."""
+
+    op: ClassVar[str] = "leave"
