@@ -63,6 +63,12 @@ def test_a_daemons_recorded_inputs_replay_to_the_same_effects(tmp_path: Path) ->
                 await b.send(a.address, {"note": "hi"}, timeout_s=10)
                 assert [m["data"] for m in a.inbox()] == [{"note": "hi"}]
                 await b.daemon.ping(a.address, timeout_s=10)
+                # local writes: each is a Peer command, so the replay makes them too
+                with a.context("shared") as actx:
+                    actx["mine"] = 1
+                assert await a.claims.claim("job-1") >= 1
+                assert await a.claim_name("alpha")
+                await a.daemon.append("app.note", {"x": 1})
                 # leases: a proposes (its own vote is synced to its voter log
                 # first); b proposes and a votes, below (once c is gone, a is
                 # the one other voter b's thrifty rounds can ask)
@@ -95,6 +101,8 @@ def test_a_daemons_recorded_inputs_replay_to_the_same_effects(tmp_path: Path) ->
         assert any(ev.kind == "ctx.update" for ev in delivered)
         assert not any(isinstance(e, Close) and e.code for e in drained)
         assert any(isinstance(e, LeaseLog) for e in drained)
+        ops = {s.args[0].op for s in trace.steps if s.method == "command"}
+        assert {"append.many", "claim", "name.claim", "append", "lease.acquire"} <= ops
         lease_frames = [e for e in drained if isinstance(e, Send) and e.frame[2] == 40]
         assert {decode_frame(e.frame)[1][0] for e in lease_frames} == {0, 1}  # asked, answered
         assert replay(trace, identity, MemoryStore()) == []

@@ -16,7 +16,16 @@ from typing import Any, ClassVar
 
 from hivemesh.commands._base import Command
 
-__all__ = ["FetchBlob", "Leave", "Request", "Serve", "Vouch"]
+__all__ = ["AppendMany", "FetchBlob", "Leave", "Request", "Serve", "Vouch"]
+
+
+@dataclass(frozen=True, slots=True)
+class AppendMany(Command):
+    """Append ``items`` (``(kind, body)`` pairs) to the own feed in one batch
+    (the daemon's local writes: context updates); replies with the events."""
+
+    op: ClassVar[str] = "append.many"
+    items: tuple[tuple[str, Any], ...]
 
 
 @dataclass(frozen=True, slots=True)

@@ -93,8 +93,9 @@ from typing import Any
 
 from hivemesh.commands import coordination as coord
 from hivemesh.commands import messages as msgs
+from hivemesh.commands.names import NameClaim, NameClaimReply
 from hivemesh.commands.node import Append, FeedAcceptLoss
-from hivemesh.commands.peer import FetchBlob, Leave, Request, Serve, Vouch
+from hivemesh.commands.peer import AppendMany, FetchBlob, Leave, Request, Serve, Vouch
 from hivemesh.commands.trust import TrustRevoke, TrustRevokeReply
 from hivemesh.core.claims import DEFAULT_WINDOW_MS, ClaimsView
 from hivemesh.core.direct import Direct, DirectAcked, DirectConfig
@@ -833,6 +834,15 @@ class Peer:
     def _do_append(self, rid: int, cmd: Append, now_ms: int) -> None:
         self._fx.append(Reply(rid, self.node.append(cmd.kind, cmd.body, now_ms)))
 
+    def _do_append_many(self, rid: int, cmd: AppendMany, now_ms: int) -> None:
+        self._fx.append(Reply(rid, self.node.append_many(list(cmd.items), now_ms)))
+
+    def _do_name_claim(self, rid: int, cmd: NameClaim, now_ms: int) -> None:
+        self.node.append(*NamesView.claim(cmd.name), now_ms)
+        owner = self.names.resolve(cmd.name) or self.address
+        reply = NameClaimReply(name=cmd.name, owner=owner, ours=owner == self.address)
+        self._fx.append(Reply(rid, reply))
+
     def _do_claim(self, rid: int, cmd: coord.Claim, now_ms: int) -> None:
         r = _resource(cmd.resource)
         seq = next((s for res, s in self.claims.own_live(self.identity.public) if res == r), None)
@@ -968,6 +978,8 @@ def _resource(resource: object) -> str:
 #: command type -> its handler (the Peer's one command table)
 _COMMANDS: dict[type, Callable[[Peer, int, Any, int], None]] = {
     Append: Peer._do_append,
+    AppendMany: Peer._do_append_many,
+    NameClaim: Peer._do_name_claim,
     coord.Claim: Peer._do_claim,
     coord.ClaimRelease: Peer._do_claim_release,
     coord.ClaimDone: Peer._do_claim_done,

@@ -56,7 +56,7 @@ from hivemesh.core.identity import Identity
 from hivemesh.core.node import Node
 from hivemesh.core.peer import Peer
 from hivemesh.core.views.trust import TrustView
-from hivemesh.errors import HivemeshError, UnknownPeer
+from hivemesh.errors import HivemeshError, LocalProtocolError, UnknownPeer
 from hivemesh.runtime.clock import now_ms
 from hivemesh.runtime.connections import ConnectionManager
 from hivemesh.runtime.invites import Invites
@@ -186,10 +186,11 @@ class Pump:
             self._schedule_flush()
         self._after_flush(deadlines or sent)
 
-    def _drain(self) -> bool:
+    def _drain(self, *, queue: bool = False) -> bool:
         """Carry out the Peer's effects: frames to the send queues (or, once
-        one is full, to ``_unsent``), events to subscribers, the rest by
-        kind (:meth:`_execute`); True if it sent."""
+        one is full, to ``_unsent``; every frame with ``queue``, for a flush
+        that waits for room to send in order), events to subscribers, the rest
+        by kind (:meth:`_execute`); True if it sent."""
         sent = False
         unsent = self._unsent
         send_fast = self.conns.send_fast
@@ -206,7 +207,7 @@ class Pump:
                     if awaiting and peer in awaiting and frame[2:3] != _RT_JOIN_TYPE_BYTE:
                         self.counters["dropped_before_admission"] += 1
                         continue
-                    if unsent or not send_fast(peer, frame):
+                    if queue or unsent or not send_fast(peer, frame):
                         unsent.append((peer, frame))
                 else:
                     self._execute(e)
@@ -273,11 +274,25 @@ class Pump:
         next flush carries it out)."""
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._calls[self.peer.command(cmd, now_ms())] = fut
-        if self._flush_lock.locked() or not self._started:
+        self._carry_out()  # lease frames leave now (latency)
+        return fut
+
+    def call_now(self, cmd: Any) -> Any:
+        """Run a Peer command that the Peer answers at once (a local append);
+        its reply's value, or its error raised."""
+        fut = self.call(cmd)
+        if not fut.done():  # a bug: the command waits for an input
+            raise LocalProtocolError(f"{type(cmd).__name__} is not answered at once")
+        return fut.result()
+
+    def _carry_out(self) -> None:
+        """Carry out the Peer's effects now; while a flush waits for room,
+        its frames queue behind that flush's (the order of sends holds)."""
+        if self._flush_lock.locked():
+            self._drain(queue=True)
             self._schedule_flush()
         else:
-            self._flush_now(deadlines=True)  # lease frames leave now (latency)
-        return fut
+            self._flush_now(deadlines=True)
 
     def _after_flush(self, deadlines: bool) -> None:
         if self._started and deadlines and self._next_deadline() < self._armed_ms:
