@@ -9,11 +9,14 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import hivemesh
-from hivemesh.core.effects import Close, Deliver, Dial, LeaseLog, Send
+from hivemesh.core.effects import Close, Deliver, Dial, LeaseLog, Redeem, Send, TrustEdit
 from hivemesh.core.frames import decode_frame
 from hivemesh.core.store import MemoryStore
 from hivemesh.core.trace import replay
+from hivemesh.errors import InviteUsed
 
 FAST: dict[str, Any] = {
     "sync_interval_ms": 200,
@@ -106,5 +109,45 @@ def test_a_daemons_recorded_inputs_replay_to_the_same_effects(tmp_path: Path) ->
         lease_frames = [e for e in drained if isinstance(e, Send) and e.frame[2] == 40]
         assert {decode_frame(e.frame)[1][0] for e in lease_frames} == {0, 1}  # asked, answered
         assert replay(trace, identity, MemoryStore()) == []
+
+    asyncio.run(asyncio.wait_for(main(), 90))
+
+
+def test_invites_and_joins_replay_to_the_same_effects(tmp_path: Path) -> None:
+    """An inviter and a joiner (private trust) record their Peers: a join,
+    then a stranger on probation whose proof is of the used invite (its link
+    closed with the cause); both replays give the recorded effects."""
+    private = {**FAST, "trust_mode": "invite"}
+
+    async def main() -> None:
+        a = hivemesh.Node(tmp_path / "a", trace_peer=True, **private)
+        b = hivemesh.Node(tmp_path / "b", trace_peer=True, **private)
+        c = hivemesh.Node(tmp_path / "c", **private)
+        await a.start()
+        try:
+            await b.start()
+            await c.start()
+            token = a.invite(ttl_s=600)
+            joined = await b.join(token, timeout_s=15)
+            assert joined["inviter"] == a.address
+            await _until(lambda: a.daemon.peer.member_state(b.address) is not None, "a sees b")
+            with pytest.raises(InviteUsed):
+                await c.join(token, timeout_s=15)
+        finally:
+            traces = [(n.daemon.identity, n.daemon.trace) for n in (a, b)]
+            for n in (c, b, a):
+                await n.close()
+        (a_id, a_trace), (b_id, b_trace) = traces
+        assert a_trace is not None and b_trace is not None
+        a_kinds = {s.method for s in a_trace.steps}
+        assert {"admit_channel", "redeemed", "link_up"} <= a_kinds
+        a_fx = [e for s in a_trace.steps for e in s.effects]
+        assert any(isinstance(e, Redeem) for e in a_fx)
+        assert any(isinstance(e, Close) and e.code == "invite_used" for e in a_fx)
+        b_fx = [e for s in b_trace.steps for e in s.effects]
+        assert any(isinstance(e, TrustEdit) and e.note == "inviter" for e in b_fx)
+        assert {s.args[0].op for s in b_trace.steps if s.method == "command"} >= {"join.start"}
+        assert replay(a_trace, a_id, MemoryStore()) == []
+        assert replay(b_trace, b_id, MemoryStore()) == []
 
     asyncio.run(asyncio.wait_for(main(), 90))

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 from hivemesh.commands._base import Command
 
-__all__ = ["AppendMany", "FetchBlob", "Leave", "Request", "Serve", "Vouch"]
+__all__ = ["AppendMany", "FetchBlob", "Leave", "Request", "Serve", "StartJoin", "Vouch"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +57,19 @@ class Serve(Command):
     op: ClassVar[str] = "serve"
     kind: str
     plain: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StartJoin(Command):
+    """Join through ``inviter`` at ``endpoints`` with ``proof`` (a token the
+    driver checked: :mod:`hivemesh.core.joins`); replies ``{inviter,
+    endpoints, seconds}`` once it admitted this node, or with the cause."""
+
+    op: ClassVar[str] = "join.start"
+    inviter: str
+    endpoints: tuple[str, ...]
+    proof: bytes
+    timeout_s: float = 30.0
 
 
 @dataclass(frozen=True, slots=True)

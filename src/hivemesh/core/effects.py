@@ -29,6 +29,10 @@ frozen record, drained in order with :meth:`Peer.effects`:
   :meth:`Peer.lease_synced` with ``upto`` (replies wait for it);
 * :class:`SaveVoters` -- save the lease voter set the node fixed
   (``lease_voters.json``), for its next lives;
+* :class:`Redeem`   -- check a join proof with the trust store (and mark
+  its invite used), then call :meth:`Peer.redeemed`;
+* :class:`TrustEdit` -- trust an address, or record a swarm joined, in
+  ``trust.json`` (the Peer's copy changed already);
 * :class:`Log`      -- a line for the operator (``level`` as in :mod:`logging`);
 * :class:`Count`    -- add ``n`` to the driver's counter ``name``.
 
@@ -58,9 +62,11 @@ __all__ = [
     "Log",
     "MessageOutcome",
     "Persist",
+    "Redeem",
     "Reply",
     "SaveVoters",
     "Send",
+    "TrustEdit",
 ]
 
 
@@ -191,6 +197,25 @@ class SaveVoters:
 
 
 @dataclass(frozen=True, slots=True)
+class Redeem:
+    """Check ``proof`` from ``peer`` against the invites we issued (marking
+    the one it matches used), then report with ``Peer.redeemed``."""
+
+    peer: str
+    proof: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class TrustEdit:
+    """Trust ``address`` (``note`` says why), or, with ``swarm``, record that
+    this node joined ``swarm`` through ``address``, in ``trust.json``."""
+
+    address: str
+    note: str = ""
+    swarm: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Log:
     """A line for the operator's log (``level``: ``debug``, ``info``, ``warning``)."""
 
@@ -223,6 +248,8 @@ Effect = (
     | LeaseLog
     | LeaseSync
     | SaveVoters
+    | Redeem
+    | TrustEdit
     | Log
     | Count
 )

@@ -87,7 +87,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from random import Random
 from typing import Any
 
@@ -95,7 +95,15 @@ from hivemesh.commands import coordination as coord
 from hivemesh.commands import messages as msgs
 from hivemesh.commands.names import NameClaim, NameClaimReply
 from hivemesh.commands.node import Append, FeedAcceptLoss
-from hivemesh.commands.peer import AppendMany, FetchBlob, Leave, Request, Serve, Vouch
+from hivemesh.commands.peer import (
+    AppendMany,
+    FetchBlob,
+    Leave,
+    Request,
+    Serve,
+    StartJoin,
+    Vouch,
+)
 from hivemesh.commands.trust import TrustRevoke, TrustRevokeReply
 from hivemesh.core.claims import DEFAULT_WINDOW_MS, ClaimsView
 from hivemesh.core.direct import Direct, DirectAcked, DirectConfig
@@ -115,6 +123,7 @@ from hivemesh.core.event import Event
 from hivemesh.core.frames import FrameType, encode_frame
 from hivemesh.core.hlc import hlc_ms
 from hivemesh.core.identity import Identity, address_of, public_key_of
+from hivemesh.core.joins import Joins
 from hivemesh.core.lease_quorum import Acquire, Op, Release, Renew, Show
 from hivemesh.core.lease_swarm import KIND_VOTERS, LeaseSetup, SwarmLeases
 from hivemesh.core.mailbox import Mailbox
@@ -299,6 +308,22 @@ class Peer:
         )
         node.add_view(self.leases.published)
         node.register_handler(FrameType.LEASE, self.leases.on_frame)
+        self.joins = Joins(
+            self._fx,
+            authorize=self.authorize,
+            revoked=lambda address: address in self._trust.revoked,
+            count=self._count,
+            log=self._log,
+            send=node.send,
+            vouch=self._vouch_into,
+            swarm_members=self._swarm_members,
+            trust_changed=self._trust_learnt,
+            inviters=self._inviters,
+            link=self._link_up,
+        )
+        node.register_handler(FrameType.RT_JOIN, self.joins.on_join)
+        node.register_handler(FrameType.RT_JOINED, self.joins.on_joined)
+        node.register_handler(FrameType.RT_JOIN_REFUSED, self.joins.on_join_refused)
         self._feed_state = node.feed_gate.state
         self._trust_version = self.trust_view.version
 
@@ -333,7 +358,10 @@ class Peer:
         """A frame from the link to ``peer``."""
         if self._trace is not None:
             self._trace.record("receive", peer, frame, now_ms)
-        self.node.receive(peer, frame, now_ms)
+        if self.joins.held(peer):
+            self.joins.probation_frame(peer, frame, now_ms)
+        else:
+            self.node.receive(peer, frame, now_ms)
         self._after(now_ms)
 
     def receive_many(self, peer: str, frames: Iterable[bytes], now_ms: int) -> None:
@@ -343,7 +371,10 @@ class Peer:
             self._trace.record("receive_many", peer, frames, now_ms)
         receive = self.node.receive
         for frame in frames:
-            receive(peer, frame, now_ms)
+            if self.joins.held(peer):
+                self.joins.probation_frame(peer, frame, now_ms)
+            else:
+                receive(peer, frame, now_ms)
         self._after(now_ms)
 
     def link_up(self, peer: str, boot_id: bytes, now_ms: int, endpoint: str | None = None) -> None:
@@ -353,6 +384,11 @@ class Peer:
         resend direct messages waiting for it."""
         if self._trace is not None:
             self._trace.record("link_up", peer, boot_id, now_ms, endpoint)
+        if self.joins.link_up(peer, boot_id, now_ms, endpoint):
+            self._link_up(peer, boot_id, now_ms, endpoint)
+        self._after(now_ms)
+
+    def _link_up(self, peer: str, boot_id: bytes, now_ms: int, endpoint: str | None) -> None:
         self._links[peer] = boot_id
         eps = self.endpoints.endpoints(peer)
         if not eps and endpoint is not None:
@@ -365,29 +401,51 @@ class Peer:
             self.node.add_peer(peer)
             self.node.sync_with(peer)
         self.direct.link_up(peer, now_ms)
-        self._after(now_ms)
 
     def link_down(self, peer: str, boot_id: bytes, now_ms: int) -> None:
         """The link to ``peer`` is gone: stop replicating, keep dialling it."""
         if self._trace is not None:
             self._trace.record("link_down", peer, boot_id, now_ms)
+        self.joins.link_down(peer)
         if self._links.get(peer) == boot_id:
             del self._links[peer]
         self.node.remove_peer(peer)
         self._dial(peer, self.endpoints.endpoints(peer))
         self._after(now_ms)
 
-    def expect_inviter(self, inviter: str) -> None:
-        """A join through ``inviter`` started: it may connect until it ends."""
+    def admit_channel(self, address: str, invites_open: bool, now_ms: int) -> bool:
+        """The handshake with ``address``: may its link come up? Members as
+        usual; an unknown, unrevoked address on probation while
+        ``invites_open`` (this node remembers invites it issued; see
+        :mod:`hivemesh.core.joins`)."""
         if self._trace is not None:
-            self._trace.record("expect_inviter", inviter)
-        self._inviters.add(inviter)
+            self._trace.record("admit_channel", address, invites_open, now_ms)
+        admitted = self.joins.admit_channel(address, invites_open, now_ms)
+        self._after(now_ms)
+        return admitted
 
-    def forget_inviter(self, inviter: str) -> None:
-        """The join through ``inviter`` ended."""
+    def redeemed(
+        self,
+        peer: str,
+        swarm: str | None,
+        new: bool,
+        error: HivemeshError | None,
+        now_ms: int,
+    ) -> None:
+        """The trust store answered :class:`Redeem` for ``peer``: admitted
+        into ``swarm`` (``new``: its invite was unused), or ``error``."""
         if self._trace is not None:
-            self._trace.record("forget_inviter", inviter)
-        self._inviters.discard(inviter)
+            self._trace.record("redeemed", peer, swarm, new, error, now_ms)
+        self.joins.redeemed(peer, swarm, new, error, now_ms)
+        self._after(now_ms)
+
+    def join_refused(self, peer: str, error: HivemeshError, exhausted: bool, now_ms: int) -> None:
+        """``peer`` refused our link (its CLOSE code, or the handshake;
+        ``exhausted``: every endpoint dialled for it proved another node)."""
+        if self._trace is not None:
+            self._trace.record("join_refused", peer, error, exhausted, now_ms)
+        self.joins.refused(peer, error, exhausted, now_ms)
+        self._after(now_ms)
 
     def trust_changed(self, trust: TrustFile, now_ms: int) -> None:
         """``trust.json`` changed: act on who is admitted now."""
@@ -418,6 +476,7 @@ class Peer:
         self.direct.handle_timer(now_ms)
         self.fetcher.handle_timer(now_ms)
         self.leases.handle_timer(now_ms)
+        self.joins.handle_timer(now_ms)
         self._fx += self.mailbox.expire(now_ms)
         self._after(now_ms)
 
@@ -498,6 +557,7 @@ class Peer:
             self.fetcher.next_deadline(),
             self.mailbox.next_deadline(),
             self.leases.next_deadline(),
+            self.joins.next_deadline(),
         ):
             if extra is not None and extra < d:
                 d = extra
@@ -568,6 +628,22 @@ class Peer:
         ]
         return [self.address, *live]
 
+    def _vouch_into(self, address: str, swarm: str, now_ms: int) -> None:
+        self.node.append(KIND_TRUST_ADD, {"address": address, "swarm": swarm}, now_ms)
+
+    def _swarm_members(self, swarm: str) -> frozenset[str] | None:
+        members = self.web().swarms.get(swarm)
+        return None if members is None else frozenset(members)
+
+    def _trust_learnt(self, address: str, swarm: str | None) -> None:
+        """This node trusted ``address``, or joined ``swarm`` through it: the
+        driver writes it to ``trust.json`` (whose next content will agree)."""
+        t = self._trust
+        if swarm is None:
+            self._trust = replace(t, trusted=t.trusted | {address})
+        elif swarm not in t.swarms:
+            self._trust = replace(t, swarms=(*t.swarms, swarm))
+
     def _publish_voters(self, voters: list[str], now_ms: int) -> None:
         self.node.append(KIND_VOTERS, {"v": voters}, now_ms)
 
@@ -608,8 +684,10 @@ class Peer:
             events = node.events()
             if not out and not events:
                 break
+            allowed = self.joins.allowed if self.joins.awaiting else None
             for peer, frame in out:
-                fx.append(Send(peer, frame))
+                if allowed is None or allowed(peer, frame):
+                    fx.append(Send(peer, frame))
             if events:
                 me = self.identity.public
                 for ev in events:
@@ -705,6 +783,7 @@ class Peer:
         for address, eps in self.endpoints.known().items():
             if address not in self._links:
                 self._dial(address, eps)
+        self.joins.trust_rechecked(now_ms)
 
     def _cut_off(self, peer: str, now_ms: int) -> None:
         self._fx.append(Close(peer, "revoked", code=UnknownPeer.code, forget=True))
@@ -935,6 +1014,14 @@ class Peer:
                 return
         self.mailbox.counters["stale_pong"] += 1
 
+    def _do_start_join(self, rid: int, cmd: StartJoin, now_ms: int) -> None:
+        if cmd.inviter == self.address:
+            raise InvalidArgument("this node issued the invite: run join on the new node")
+        public_key_of(cmd.inviter)
+        linked = cmd.inviter in self._links
+        timeout = _ms(cmd.timeout_s, 1)
+        self.joins.start(rid, cmd.inviter, cmd.endpoints, cmd.proof, timeout, linked, now_ms)
+
     def _do_leave(self, rid: int, cmd: Leave, now_ms: int) -> None:
         self.membership.leave(now_ms)
         self._fx.append(Reply(rid, True))
@@ -989,6 +1076,7 @@ _COMMANDS: dict[type, Callable[[Peer, int, Any, int], None]] = {
     TrustRevoke: Peer._do_revoke,
     Vouch: Peer._do_vouch,
     Leave: Peer._do_leave,
+    StartJoin: Peer._do_start_join,
     FeedAcceptLoss: Peer._do_accept_feed_loss,
     Request: Peer._do_request,
     Serve: Peer._do_serve,

@@ -17,9 +17,10 @@ asyncio package wraps its sans-IO connection:
   ``peer.effects()``: frames into the per-peer bounded send queues (waiting
   when one is full: backpressure reaches the readers that caused the
   traffic), dials, closes, replies, events into subscribers' bounded queues.
-* **Time.** One timer task sleeps until ``peer.next_deadline()`` (or invite
-  probation's), then calls ``peer.handle_timer(now_ms)``. Time is
-  wall-clock milliseconds; randomness is a ``random.Random`` seeded from
+* **Time.** One timer task sleeps until ``peer.next_deadline()``, then
+  calls ``peer.handle_timer(now_ms)``. Time is the monotonic clock in
+  milliseconds, anchored at wall-clock time (:mod:`hivemesh.runtime.clock`);
+  randomness is a ``random.Random`` seeded from
   :mod:`secrets`.
 
 The pump itself (input, output, timers, group commit) is the
@@ -301,7 +302,6 @@ class Daemon(Pump, DaemonAPI):
         self.names = peer.names
         self.endpoints = peer.endpoints
         self.trust_view = peer.trust_view
-        self.invites.attach(self.node)
         self.claims = MeshClaims(self)  # over the Peer's claims view
         self.blobs = Blobs(self)
         from hivemesh.runtime.control import ControlServer
@@ -322,7 +322,7 @@ class Daemon(Pump, DaemonAPI):
             )
         self.conns = ConnectionManager(
             self.identity,
-            authorize=lambda a: self.invites.admit_channel(a, now_ms()),
+            authorize=self.invites.admit_channel,
             on_frame=self._on_frame,
             on_frames=self._on_frames,
             on_frames_now=self._on_frames_now,
@@ -333,7 +333,7 @@ class Daemon(Pump, DaemonAPI):
             slow_peer_timeout_s=cfg.slow_peer_timeout_s,
             rng=random.Random(secrets.randbits(128)),
             options=ChannelOptions(send_queue_frames=cfg.send_queue_frames),
-            on_refused=self.invites.on_refused,
+            on_refused=self.invites.refused,
             boot_id=secrets.token_bytes(BOOT_ID_BYTES),  # one per node start (a life)
             spawn=self.supervisor.watch,  # readers, diallers: a failure is logged and counted
         )
@@ -538,26 +538,13 @@ class Daemon(Pump, DaemonAPI):
         self.peer.command(Vouch(address, swarm), now_ms())
         self._schedule_flush()
 
-    async def _promote_probation(self) -> None:
-        """After trust changed: a peer on probation vouched for meanwhile is
-        a peer like any other."""
-        for peer in sorted(self.conns.links):
-            if peer in self.invites.probation and self.authorize(peer):
-                del self.invites.probation[peer]
-                await self._on_peer(peer, True)
-
     # -- membership and peers (the pump is in hivemesh.runtime.pump) --------------
 
     async def _on_peer(self, peer: str, up: bool) -> None:
         await self._ready.wait()
-        if up and peer in self.invites.probation:
-            return  # not a member until it presents a valid join proof
-        if up:
-            self.invites.send_proof(peer)
-            if peer not in self.invites.awaiting:  # else: once it admits us
-                self.member_up(peer)
+        if up:  # on probation, or an inviter not admitting us yet: the Peer holds it
+            self.member_up(peer)
         else:
-            self.invites.probation.pop(peer, None)
             self.peer.link_down(peer, self._lives.pop(peer, b""), now_ms())
         await self.flush()
 

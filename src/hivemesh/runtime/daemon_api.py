@@ -234,9 +234,8 @@ class DaemonAPI:
         if not 0 < timeout_s <= 3600:
             raise InvalidArgument("timeout_s must be in (0, 3600]")
         d = self._daemon()
-        future = d.invites.join(token, now_ms(), timeout_ms=int(timeout_s * 1000))
-        await self.flush()
-        return await future
+        result: dict[str, Any] = await d.invites.join(token, now_ms(), timeout_s=timeout_s)
+        return result
 
     def check_address(self, address: str) -> str:
         """Validate an address argument (raises :class:`InvalidArgument`)."""
