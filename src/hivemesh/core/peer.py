@@ -5,25 +5,27 @@ Theory of operation
 A :class:`Peer` owns everything a node decides: the journal node
 (:class:`~hivemesh.core.node.Node`: feeds, replication, the own feed's gate),
 SWIM membership, direct messages, blob fetching, claims, names, endpoints,
-trust (``trust.json`` content plus the journal's web of vouches) and
-settlement of attested batches. A driver moves bytes, time and files and
+trust (``trust.json`` content plus the journal's web of vouches), invite
+probation and joins, the lease voter and proposer, and settlement of
+attested batches. A driver moves bytes, time and files and
 decides nothing: the asyncio daemon (:mod:`hivemesh.runtime.daemon`), the
 simulator, or a test with a list for a network. Like aioquic's
 ``QuicConnection``, it is a plain object:
 
 **Construction.** ``Peer(identity, store, rng, now_ms=..., config=PeerConfig(...),
-trust=TrustFile(...), marks=...)``. ``store`` is the node's
+trust=TrustFile(...), marks=..., leases=LeaseSetup(...))``. ``store`` is the node's
 :class:`~hivemesh.core.store.FeedStore`, ``rng`` a ``random.Random`` (seeded
 from :mod:`secrets` by the daemon, from the seed by the simulator), ``marks``
-the own feed's durable mark. Each part draws its own random stream from
-``rng`` (``rng.getrandbits(128)``, in this order: node, membership, direct
-messages, blob fetcher). Then
+the own feed's durable mark, ``leases`` the lease voter's durable state
+and saved voter set. Each part draws its own random stream from ``rng``
+(``rng.getrandbits(128)``, in this order: node, membership, direct
+messages, blob fetcher, ping nonces, leases). Then
 :meth:`Peer.rehydrate` with the stored events, then :meth:`Peer.start`
 with the endpoints the node listens on (this runs the appends of the new
 life: see below).
 
 **Inputs** (each takes ``now``: the driver's clock in ms; the daemon's is
-wall-clock time, since HLC stamps are physical time):
+monotonic, anchored at wall-clock time, since HLC stamps are physical time):
 
 * :meth:`receive` -- a frame from the link to ``peer``;
 * :meth:`link_up` / :meth:`link_down` -- a link to ``peer`` (with its boot
@@ -35,8 +37,12 @@ wall-clock time, since HLC stamps are physical time):
   for :class:`~hivemesh.core.effects.Fsync`;
 * :meth:`trust_changed` -- ``trust.json`` changed (its parsed content);
 * :meth:`handle_timer` -- time passed (call at :meth:`next_deadline`);
-* :meth:`expect_inviter` / :meth:`forget_inviter` -- a join through that
-  inviter started or ended (it may connect meanwhile).
+* :meth:`admit_channel` -- a handshake: may this address's link come up
+  (members, or an unknown peer on probation)? :meth:`redeemed` -- the trust
+  store's answer to a join proof (:class:`Redeem`); :meth:`join_refused`
+  -- a peer refused our link (:mod:`hivemesh.core.joins`);
+* :meth:`lease_synced` -- the lease voter's log is synced
+  (:mod:`hivemesh.core.lease_swarm`);
 * :meth:`inbox_room`, :meth:`persisted`, :meth:`handled` -- the driver's
   durable inbox and message handlers (see *Direct messages* below).
 
@@ -68,6 +74,10 @@ to call :meth:`handle_timer` next.
   journal), linked peers no longer admitted are closed and forgotten, and
   newly admitted known ones are dialled.
 * *Endpoints.* A ``node.hello`` from another node dials it.
+* *Invites and joins* (:mod:`hivemesh.core.joins`): probation of unknown
+  peers, the answer to a join proof, pending joins.
+* *Leases* (:mod:`hivemesh.core.lease_swarm`): the quorum voter and
+  proposer over ``LEASE`` frames; a reply waits for its voter-log sync.
 * *Views.* context, names, endpoints, trust, claims, the blob index and
   max-registers (``reg.max``, for fencing tokens) are the Peer's; a driver
   may add application views to :attr:`node` before :meth:`rehydrate`.
@@ -538,9 +548,9 @@ class Peer:
     def effects(self) -> list[Effect]:
         """What to do, in order (drains).
 
-        Output that parts still driven from outside queued on :attr:`node`
-        directly since the last input (the daemon's messaging, invites and
-        lease frames) is collected here too, at the last input's time."""
+        Output queued on :attr:`node` outside an input (an application
+        view added by the driver) is collected here too, at the last
+        input's time."""
         if self.node.has_output:
             self._after(self._now)
         out = self._fx[:]  # the list itself is shared with the parts that append to it
