@@ -334,3 +334,46 @@ class Telemetry:
         except (HivemeshError, OSError):
             return None
         return {str(r["sender"]): [(int(a), int(b)) for a, b in r["gaps"]] for r in got}
+
+
+class PlanGoals:
+    """Root goals posted from random nodes (``plan.goal``); an acknowledged
+    goal must be in the plan of every node, and every node's plan view must
+    have the same digest. (Planner roles are not run: no LLM in the lab.)"""
+
+    def __init__(self, nodes: list[ChaosNode], seed: int, *, interval_s: float = 0.7) -> None:
+        self.nodes = nodes
+        self.seed = seed
+        self.interval_s = interval_s
+        self.acked: list[str] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Post goals from a thread until stopped."""
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        rnd = random.Random(f"{self.seed}/plan")
+        for i in range(1000):
+            if self._stop.wait(self.interval_s):
+                return
+            node = rnd.choice(self.nodes)
+            if not node.running or node.paused:
+                continue
+            with contextlib.suppress(HivemeshError, OSError):
+                got = node.client(timeout_s=3.0).call("plan.goal", title=f"chaos goal {i}")
+                self.acked.append(str(got["goal"]))
+
+    def stop(self) -> None:
+        """Stop posting."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    @staticmethod
+    def view(node: ChaosNode) -> tuple[str, set[str]]:
+        """``(digest, goal ids)`` of ``node``'s plan."""
+        got: Any = node.client(timeout_s=10.0).call("plan.show")
+        return str(got["digest"]), set(got["goals"])
