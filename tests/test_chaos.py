@@ -9,6 +9,8 @@ sides, and leases under partitions. A longer campaign is one command::
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from hivemesh.chaos import CI_SET, SCENARIOS, schedule
@@ -22,7 +24,8 @@ def test_a_schedule_is_a_function_of_the_seed() -> None:
         assert a == schedule(sc, 7, 5, 15.0), name
         assert all(0 < f.start_s < f.end_s <= 15.0 for f in a), name
         assert all(f.kind in sc.kinds for f in a), name
-    shapes = {f.kind for seed in range(40) for f in schedule(SCENARIOS["split-shapes"], seed, 5, 15)}
+    split = SCENARIOS["split-shapes"]
+    shapes = {f.kind for seed in range(40) for f in schedule(split, seed, 5, 15)}
     assert shapes == {"isolate", "partition", "oneway", "bridge"}
 
 
@@ -30,7 +33,7 @@ def test_network_faults_never_overlap_and_pauses_outlast_the_ttl() -> None:
     for seed in range(60):
         faults = schedule(SCENARIOS["mixed"], seed, 5, 20.0, ttl_ms=1500)
         net = [f for f in faults if f.kind in ("partition", "isolate", "oneway", "bridge", "loss")]
-        for a, b in zip(net, net[1:], strict=False):
+        for a, b in itertools.pairwise(net):
             assert b.start_s >= a.end_s, (seed, a, b)
         for f in faults:
             if f.kind == "pause" and f.end_s < 18.0:  # not cut short by the window's end

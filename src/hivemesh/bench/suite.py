@@ -183,7 +183,7 @@ def _cells(r: Row) -> tuple[str, ...]:
 def render_table(rows: list[Row]) -> str:
     """A plain-text table for the terminal."""
     cells = [_HEAD, *(_cells(r) for r in rows)]
-    widths = [min(44, max(len(c[i]) for c in cells)) for i in range(len(_HEAD))]
+    widths = [min(64, max(len(c[i]) for c in cells)) for i in range(len(_HEAD))]
     return "\n".join(
         "  ".join(c[i][: widths[i]].ljust(widths[i]) for i in range(len(_HEAD))).rstrip()
         for c in cells
