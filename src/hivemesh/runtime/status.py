@@ -132,6 +132,8 @@ def status_of(d: Daemon) -> dict[str, Any]:
         "tasks": d.supervisor.statistics(),
         "transport": transport,
         "dropped_total": sum(dropped.values()),
+        # broker mode: the journal's log (runtime.broker); None peer to peer
+        "mesh": None if d.feedlog is None else d.feedlog.statistics(),
     }
 
 
