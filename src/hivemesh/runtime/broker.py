@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from hivemesh.core.event import Event
 from hivemesh.errors import HivemeshError
-from hivemesh.mesh import BrokerLinks, FeedLog, open_engine, parse_mesh_url
+from hivemesh.leases import LeaseClient, open_backend
+from hivemesh.mesh import BrokerLinks, FeedLog, MeshOptions, open_engine, parse_mesh_url
 from hivemesh.runtime.clock import now_ms
 from hivemesh.runtime.supervise import RESTART
 from hivemesh.transports.noise import BOOT_ID_BYTES
@@ -23,7 +24,7 @@ from hivemesh.transports.noise import BOOT_ID_BYTES
 if TYPE_CHECKING:
     from hivemesh.runtime.daemon import Daemon
 
-__all__ = ["open_links", "start_feedlog"]
+__all__ = ["lease_client", "lease_url", "open_links", "start_feedlog", "stop_broker"]
 
 
 def open_links(d: Daemon) -> BrokerLinks:
@@ -85,3 +86,34 @@ def start_feedlog(d: Daemon) -> FeedLog:
     sup.spawn("mesh_read", feedlog.read_loop, RESTART)
     sup.spawn("mesh_cursor", feedlog.cursor_loop, RESTART)
     return feedlog
+
+
+def lease_url(o: MeshOptions) -> str:
+    """The lease backend of a mesh: the JetStream KV bucket ``hm_<swarm>_leases``
+    on the same NATS, or keys ``hm:<swarm>:lease:*`` on the same Redis."""
+    auth = f"{o.username}:{o.password or ''}@" if o.username else ""
+    if o.engine == "redis":
+        scheme = "rediss" if o.tls else "redis"
+        return f"{scheme}://{auth}{o.host}:{o.port}/{o.db}?prefix=hm:{o.swarm}:lease:"
+    scheme = "tls" if o.tls else "nats"
+    return f"{scheme}://{auth}{o.host}:{o.port}/hm_{o.swarm}_leases"
+
+
+def lease_client(d: Daemon) -> LeaseClient:
+    """In broker mode the node's leases live on the broker's own lease engine
+    (:func:`lease_url`), not on the embedded quorum; holder id = our address."""
+    client: LeaseClient | None = getattr(d, "_broker_leases", None)
+    if client is None:
+        assert d.config.mesh is not None
+        client = LeaseClient(open_backend(lease_url(parse_mesh_url(d.config.mesh))), d.address)
+        d._broker_leases = client  # type: ignore[attr-defined]
+    return client
+
+
+async def stop_broker(d: Daemon) -> None:
+    """At stop, after the links closed: save the log position, close the lease client."""
+    if d.feedlog is not None:
+        d.feedlog.close()
+    client: LeaseClient | None = getattr(d, "_broker_leases", None)
+    if client is not None:
+        await client.aclose()

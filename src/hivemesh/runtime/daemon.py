@@ -407,8 +407,10 @@ class Daemon(Pump, DaemonAPI):
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._mdns.close(), 3.0)
         await self.conns.close()
-        if self.feedlog is not None:
-            self.feedlog.close()
+        if self.config.mesh is not None:
+            from hivemesh.runtime.broker import stop_broker
+
+            await stop_broker(self)
         self.messaging.close()
         try:
             failed = self.node.settle()  # store what was verified; a bad run is dropped
