@@ -92,9 +92,9 @@ def run_demo(
     root: str | Path | None = None,
     say: Callable[[str], None] = print,
     total_timeout_s: float = 55.0,
-    mesh: str | None = None,
+    broker: str | None = None,
 ) -> DemoReport:
-    """Run the demo (see module docs) and return its report; ``mesh``: a
+    """Run the demo (see module docs) and return its report; ``broker``: a
     broker URL to run every node in broker mode (docs/broker.md)."""
     if nodes < 3:
         raise ValueError("the demo needs at least 3 nodes")
@@ -122,7 +122,7 @@ def run_demo(
         n.line(f"{'✔' if ok else '✘'} {name}: {detail}")
         return ok
 
-    env = {} if mesh is None else {"HIVEMESH_MESH": mesh}
+    env = {} if broker is None else {"HIVEMESH_MESH": broker}
     swarm = LocalSwarm(root, trust_mode="invite", env=env)  # private, as every node by default
     try:
         labels = [f"node{i + 1}" for i in range(nodes)]

@@ -89,7 +89,7 @@ def _mesh(args: argparse.Namespace) -> int:
         if not args.json:
             print(line, flush=True)
 
-    report = run_demo(nodes=args.nodes, root=args.dir, say=say, mesh=args.mesh)
+    report = run_demo(nodes=args.nodes, root=args.dir, say=say, broker=args.mesh)
     if args.json:
         print(json.dumps(report.to_json(), sort_keys=True))
         return 0 if report.ok else 1
