@@ -440,6 +440,8 @@ def load_config(
     if "probe_interval_ms" in values and "probe_timeout_ms" not in values:
         values["probe_timeout_ms"] = max(1, values["probe_interval_ms"] // 2)
     values["data_dir"] = base
+    if values.get("mesh") is not None:  # broker mode dials no endpoints (docs/broker.md)
+        values["bootstrap"] = ()
     cfg = Config(**values)
     _validate(cfg)
     return cfg
