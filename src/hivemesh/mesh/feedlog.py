@@ -19,8 +19,10 @@ readers drop duplicates by seq anyway). Where publishing left off is read
 back from the log at start (the last entry under our subject); a log that
 lost it (purged, retention) is simply published again from there.
 
-**Reading.** One reader hands every entry to the Peer's receive path with
-the entry's subject author as the sending peer: the batch goes through the
+**Reading.** One reader hands every entry -- our own subject's too: a
+forged batch of our feed is refused and counted like any other, and a
+node whose store lost its own feed recovers it from there -- to the Peer's
+receive path with the entry's subject author as the sending peer: the batch goes through the
 journal's gate exactly as a gossiped one (chain, signature, trust, clock
 bound) -- the broker is not trusted. An entry whose frame names another
 author than its subject is refused before that and counted
@@ -207,8 +209,6 @@ class FeedLog:
     async def _on_entry(self, pos: str, author: str, data: bytes) -> None:
         self.counters["mesh_entries_in"] += 1
         self._pos = pos
-        if author == self._addr:
-            return  # our own
         try:
             claimed = _entry_author(data)
         except RemoteProtocolError as exc:
