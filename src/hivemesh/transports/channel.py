@@ -145,6 +145,7 @@ class SecureChannel:
         counters: TransportCounters,
         initial_frames: list[bytes],
         peer_boot_id: bytes = b"",
+        path: str = "tcp",
     ) -> None:
         #: The peer's proven hivemesh address.
         self.peer_address = peer_address
@@ -153,6 +154,9 @@ class SecureChannel:
         #: The peer's proven boot id: random per start of the peer, so a new
         #: one means the peer restarted (see :mod:`hivemesh.transports.noise`).
         self.peer_boot_id = peer_boot_id
+        #: How the bytes travel: ``"tcp"``, ``"udp"`` (QUIC), ``"punched"``
+        #: (QUIC through a punched NAT) or ``"relay:<relay address>"``.
+        self.path = path
         self._reader = reader
         self._writer = writer
         self._session = session
