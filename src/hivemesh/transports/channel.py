@@ -197,6 +197,15 @@ class SecureChannel:
         return self._close_reason
 
     @property
+    def remote_endpoint(self) -> tuple[str, int] | None:
+        """The ``(ip, port)`` the channel's bytes come from (a relayed
+        channel: ``None``); what a peer reports as our observed address."""
+        peer = self._writer.get_extra_info("peername")
+        if isinstance(peer, tuple) and len(peer) >= 2:
+            return (str(peer[0]), int(peer[1]))
+        return None
+
+    @property
     def is_closed(self) -> bool:
         """True once the channel has ended for any reason."""
         return self._close_reason is not None

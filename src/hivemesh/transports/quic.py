@@ -79,12 +79,15 @@ from hivemesh.transports.stats import TransportCounters
 from hivemesh.transports.streams import secure_accept, secure_dial
 from hivemesh.transports.tcp import PROCESS_BOOT_ID
 
-__all__ = ["ALPN", "PRIME", "QuicEndpoint"]
+__all__ = ["ALPN", "PRIME", "RELAY_ALPN", "QuicEndpoint"]
 
 _log = logging.getLogger(__name__)
 
-#: The ALPN both ends require.
+#: The ALPN of a node's channel (its frames go to the node).
 ALPN = "hivemesh/1"
+#: The ALPN of a relay channel (its frames are relay messages,
+#: :mod:`hivemesh.transports.relay_wire`).
+RELAY_ALPN = "hivemesh-relay/1"
 #: A priming datagram (not QUIC: its first byte has the fixed bit clear).
 PRIME = b"\x00hivemesh-prime"
 #: Smallest datagram that may open a connection (RFC 9000, 14.1).
@@ -123,6 +126,7 @@ class _Conn:
     timer: asyncio.TimerHandle | None = None
     flush_due: bool = False
     ready: asyncio.Future[None] | None = None
+    alpn: str | None = None
     channel: SecureChannel | None = None
     ended_local: bool = False
     ended_remote: bool = False
@@ -145,12 +149,17 @@ class QuicEndpoint(asyncio.DatagramProtocol):
         max_pending_handshakes: int = 128,
         max_channels: int = 1024,
         idle_timeout_s: float = 30.0,
+        on_relay_channel: Callable[[SecureChannel], Awaitable[None]] | None = None,
     ) -> None:
         self.identity = identity
         #: Counters for this endpoint (``hivemesh status`` shows them).
         self.counters = counters if counters is not None else TransportCounters()
         self._authorize = authorize
         self._on_channel = on_channel
+        #: Where relay channels (ALPN :data:`RELAY_ALPN`) go; ``None``: refused.
+        self.on_relay_channel = on_relay_channel
+        #: Sources of expected hole punches: their inbound channels are "punched".
+        self.punch_sources: set[tuple[str, int]] = set()
         self._opts = options or ChannelOptions()
         self._random_bytes = random_bytes
         self._boot_id = PROCESS_BOOT_ID if boot_id is None else boot_id
@@ -161,6 +170,9 @@ class QuicEndpoint(asyncio.DatagramProtocol):
         self._server_cfg = self._config(is_client=False, idle_timeout_s=idle_timeout_s)
         self._server_cfg.private_key, self._server_cfg.certificate = key, cert
         self._client_cfg = self._config(is_client=True, idle_timeout_s=idle_timeout_s)
+        self._relay_cfg = self._config(is_client=True, idle_timeout_s=idle_timeout_s)
+        self._relay_cfg.alpn_protocols = [RELAY_ALPN]
+        self._server_cfg.alpn_protocols = [ALPN, RELAY_ALPN]
         self._by_cid: dict[bytes, _Conn] = {}
         self._conns: set[_Conn] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -278,6 +290,7 @@ class QuicEndpoint(asyncio.DatagramProtocol):
                 conn.cids.discard(event.connection_id)
                 self._by_cid.pop(event.connection_id, None)
             elif isinstance(event, HandshakeCompleted):
+                conn.alpn = event.alpn_protocol
                 if conn.ready is not None and not conn.ready.done():
                     conn.ready.set_result(None)
             elif isinstance(event, StreamDataReceived):
@@ -395,13 +408,22 @@ class QuicEndpoint(asyncio.DatagramProtocol):
     async def _accept_channel(
         self, conn: _Conn, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
+        relay = conn.alpn == RELAY_ALPN
+        handler = self.on_relay_channel if relay else self._on_channel
+        if handler is None:
+            self.counters.incr("refused_relay_disabled")
+            self._terminate(conn, ConnectionClosed("this node is no relay"))
+            return
+        path = "udp"
+        if not relay and conn.addr in self.punch_sources:
+            path = "punched"
         try:
             channel = await secure_accept(
                 reader,
                 writer,
                 self._creds,
                 authorize=self._authorize,
-                path="udp",
+                path="relay-control" if relay else path,
                 random_bytes=self._random_bytes,
                 options=self._opts,
                 counters=self.counters,
@@ -413,7 +435,7 @@ class QuicEndpoint(asyncio.DatagramProtocol):
             return
         conn.channel = channel
         try:
-            await self._on_channel(channel)
+            await handler(channel)
         except Exception:
             self.counters.incr("errors.on_channel")
             _log.exception("on_channel failed for %r", channel)
@@ -432,17 +454,19 @@ class QuicEndpoint(asyncio.DatagramProtocol):
         expect_address: str | None = None,
         timeout_s: float = 5.0,
         path: str = "udp",
+        relay: bool = False,
     ) -> SecureChannel:
         """Open a QUIC connection to ``host:port`` from this socket and run the
         secure handshake on it under one deadline (``timeout_s``). Raises as
         :func:`hivemesh.transports.connect` does; the channel's ``path`` is
-        ``path`` (``"punched"`` after a hole punch)."""
+        ``path`` (``"punched"`` after a hole punch). ``relay``: open a relay
+        channel (ALPN :data:`RELAY_ALPN`) instead of a node channel."""
         if self._closed or self._transport is None:
             raise PeerUnreachable("the QUIC endpoint is closed")
         if len(self._conns) >= self._max_channels:
             raise PeerBusy("this endpoint holds its maximum of QUIC connections")
         addr = (socket.gethostbyname(host), port)
-        quic = QuicConnection(configuration=self._client_cfg)
+        quic = QuicConnection(configuration=self._relay_cfg if relay else self._client_cfg)
         conn = _Conn(quic, addr, inbound=False, stream_id=0)
         conn.ready = self._loop.create_future()
         self._register(conn, quic.host_cid)
@@ -459,7 +483,7 @@ class QuicEndpoint(asyncio.DatagramProtocol):
                     writer,
                     self.identity,
                     authorize=self._authorize,
-                    path=path,
+                    path="relay-control" if relay else path,
                     expect_address=expect_address,
                     timeout_s=timeout_s,
                     random_bytes=self._random_bytes,
