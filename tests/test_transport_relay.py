@@ -88,7 +88,7 @@ def test_a_relayed_channel_is_end_to_end_and_the_relay_sees_only_ciphertext() ->
             await rb.start()
             ra = a.client(c)
             await ra.start(reserve=False)
-            ch, cid = await ra.open(B.address)
+            ch, _ = await ra.open(B.address)
             assert ch.peer_address == B.address and ch.path == f"relay:{C.address}"
             await eventually(lambda: bool(b.inbound), "b accepted the relayed channel")
             (inbound,) = b.inbound
@@ -113,7 +113,7 @@ def test_a_relayed_channel_is_end_to_end_and_the_relay_sees_only_ciphertext() ->
 
 def test_untrusted_and_unreserved_requests_are_refused_and_counted() -> None:
     async def main() -> None:
-        async with mesh() as (a, b, c, service, _):
+        async with mesh() as (a, _b, c, service, _):
             m_ep = await quic.QuicEndpoint.open(
                 HOST, 0, M, authorize=lambda x: True, on_channel=a.accept
             )
