@@ -44,6 +44,7 @@ SUBCOMMANDS: dict[str, str] = {
     "invite": "invite",
     "join": "join",
     "lease": "lease",
+    "mcp": "mcp",
     "metrics": "metrics",
     "name": "name",
     "peers": "peers",
