@@ -51,6 +51,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
 from mcp.shared.exceptions import MCPError
 
+from hivemesh import __version__
 from hivemesh.commands import CtxGet, CtxWatch, EventsWatch, PlanShow
 from hivemesh.core.plan_events import ALL_KINDS as PLAN_KINDS
 from hivemesh.errors import (
@@ -134,7 +135,7 @@ class MeshMcp:
         self._plan_dirty = asyncio.Event()
         self.server: Server[Any] = Server(
             name,
-            version=_version(),
+            version=__version__,
             instructions=(
                 "Tools and resources of a hivemesh node: shared context (keys, lists, "
                 "counters, sets), direct messages, the leaderless planner, claims, leases "
@@ -360,12 +361,3 @@ class MeshMcp:
             await self._publish(_PLAN_INDEX)
             for goal in shown.get("goals", []):
                 await self._publish(plan_uri(goal))
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("hivemesh")
-    except PackageNotFoundError:
-        return "0"

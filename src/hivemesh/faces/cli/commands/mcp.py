@@ -41,8 +41,8 @@ def register(sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from hivemesh.faces.httpguard import check_binding
     from hivemesh.faces.mcp import MeshMcp, serve_http, serve_stdio
-    from hivemesh.faces.mcp.serve import check_binding
     from hivemesh.runtime.aclient import AsyncClient
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)  # stdout is the protocol's
