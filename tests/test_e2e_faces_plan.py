@@ -2,7 +2,7 @@
 
 One swarm for the module: an observer seed, a decomposer, a scorer and two
 executors, each a separate ``hivemesh agent`` process on loopback, with the
-scripted OpenAI-compatible model of ``llm_server`` on 127.0.0.1.
+scripted model of ``test_e2e_plan`` served by ``llm_server`` on 127.0.0.1.
 
 * A2A: ``hivemesh a2a`` serves the seed; the a2a-sdk client reads its Agent
   Card (the mesh's roles as skills), sends a goal as a streaming message and
@@ -23,8 +23,8 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,39 +32,32 @@ import httpx
 import pytest
 
 import hivemesh
-from hivemesh.roles.demo import DemoPlanner
 from hivemesh.roles.meshplan import TERMINAL, started_swarm
 from hivemesh.roles.observer import render_text
-from hivemesh.roles.prompts import EXECUTE_TAG, tag_of
 from hivemesh.runtime.client import Client
 from hivemesh.runtime.swarm import LocalSwarm, wait_until
-from llm_server import ScriptedServer, Step
+from llm_server import ScriptedServer
+from test_e2e_plan import Script  # the scripted 2 x 3 plan, execution optionally slow
 
 COUNTS = {"decomposers": 1, "scorers": 1, "executors": 2}
 GOAL_ARGS = {"scorers": 1, "max_depth": 2, "settle_ms": 200}
 
 
-class Script:
-    """The scripted model: a 2 x 2 plan; execution can be made slow."""
-
-    def __init__(self) -> None:
-        self.planner = DemoPlanner((2, 2))
-        self.exec_delay_s = 0.0
-        self.lock = threading.Lock()
-
-    def __call__(self, req: dict[str, Any]) -> Any:
-        with self.lock:
-            reply = self.planner(req["messages"], None)
-        if tag_of(req["messages"]) == EXECUTE_TAG and self.exec_delay_s:
-            return Step(content=reply, delay_s=self.exec_delay_s)
-        return reply
-
-
+@dataclass
 class Mesh:
-    def __init__(self, swarm: LocalSwarm, client: Client, script: Script) -> None:
-        self.swarm = swarm
-        self.client = client
-        self.script = script
+    swarm: LocalSwarm
+    client: Client
+    script: Script
+
+
+def stop(proc: subprocess.Popen[Any]) -> None:
+    """SIGTERM, then SIGKILL past a grace period."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")
@@ -155,12 +148,7 @@ def test_a2a_client_follows_a_goal_to_completed(mesh: Mesh) -> None:
         shown = mesh.client.call("plan.show", goal=goal)
         assert shown["tree"]["status"] == "done" and shown["answer"] == answer
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop(proc)
 
 
 def test_plan_watch_live_and_for_a_late_joiner(mesh: Mesh, tmp_path: Path) -> None:
@@ -231,11 +219,6 @@ def test_plan_watch_live_and_for_a_late_joiner(mesh: Mesh, tmp_path: Path) -> No
             what="the late observer draws the final tree",
         )
     finally:
-        observer.terminate()
-        try:
-            observer.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            observer.kill()
-            observer.wait(timeout=10)
+        stop(observer)
     assert observer.returncode == 0
     assert os.path.getsize(out_path) > 0
