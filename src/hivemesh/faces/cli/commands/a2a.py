@@ -46,6 +46,7 @@ def register(sub: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     from hivemesh.commands import Status
     from hivemesh.faces.a2a import serve_a2a
+    from hivemesh.faces.httpguard import check_binding
     from hivemesh.runtime.aclient import AsyncClient
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
@@ -68,6 +69,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"hivemesh a2a: agent card at {card} (Ctrl-C to stop)", flush=True)
 
     async def main() -> None:
+        check_binding(args.host, token)  # before anything else
         await client.run(Status())  # the node is there (else: DaemonNotRunning)
         await serve_a2a(
             client,

@@ -53,16 +53,17 @@ def _run(args: argparse.Namespace) -> int:
     async def main() -> None:
         from hivemesh.commands import Status
 
-        await client.run(Status())  # the node is there (else: DaemonNotRunning)
         if args.http:
-            check_binding(args.host, token)
-
-            def ready(port: int) -> None:
-                print(f"hivemesh mcp: serving http://{args.host}:{port}/mcp", file=sys.stderr)
-
-            await serve_http(face, host=args.host, port=args.port, token=token, on_ready=ready)
-        else:
+            check_binding(args.host, token)  # refused before the node is even asked
+        await client.run(Status())  # the node is there (else: DaemonNotRunning)
+        if not args.http:
             await serve_stdio(face)
+            return
+
+        def ready(port: int) -> None:
+            print(f"hivemesh mcp: serving http://{args.host}:{port}/mcp", file=sys.stderr)
+
+        await serve_http(face, host=args.host, port=args.port, token=token, on_ready=ready)
 
     try:
         asyncio.run(main())
