@@ -222,3 +222,83 @@ def test_plan_watch_live_and_for_a_late_joiner(mesh: Mesh, tmp_path: Path) -> No
         stop(observer)
     assert observer.returncode == 0
     assert os.path.getsize(out_path) > 0
+
+
+def test_a2a_escalation_is_input_required_and_the_answer_resumes(mesh: Mesh) -> None:
+    from a2a.client import ClientConfig, create_client
+    from a2a.types import Message, Part, Role, SendMessageRequest, TaskState
+
+    seed = mesh.swarm.nodes["observer"]
+    args = ["a2a", "--data-dir", str(seed.data_dir), "--port", "0", "--json"]
+    args += ["--scorers", "1", "--max-depth", "2", "--settle-ms", "200"]
+    proc = subprocess.Popen(
+        hivemesh_cmd(*args), env=env_of(mesh.swarm), stdout=subprocess.PIPE, text=True
+    )
+
+    def escalate() -> None:
+        """An agent of the mesh asks a human (the audit's escalation events)."""
+        shops = [{"id": "shop-1", "url": "http://127.0.0.1:9/"}]
+        start = {"audit": "a2a-test", "shops": shops, "routes": ["direct"], "batch_size": 1}
+        start["market"] = "test"
+        mesh.client.call("append", kind="audit.start", body=start)
+        question = {"audit": "a2a-test", "id": "q-a2a-1", "shop": "shop-1"}
+        question |= {"ref": "x:1", "question": "Which price counts?", "reason": "two prices"}
+        mesh.client.call("append", kind="audit.escalation", body=question)
+
+    async def converse(url: str) -> tuple[list[int], str, list[int]]:
+        async with httpx.AsyncClient(timeout=60) as http:
+            client = await create_client(
+                url, client_config=ClientConfig(streaming=True, httpx_client=http)
+            )
+            first = Message(
+                role=Role.ROLE_USER, message_id="m-1", parts=[Part(text="trip to Oslo")]
+            )
+            states: list[int] = []
+            asked = ""
+            task_id = context_id = ""
+            escalated = False
+            async with asyncio.timeout(60):
+                async for ev in client.send_message(SendMessageRequest(message=first)):
+                    if ev.HasField("task"):
+                        task_id, context_id = ev.task.id, ev.task.context_id
+                        states.append(ev.task.status.state)
+                    elif ev.HasField("status_update"):
+                        status = ev.status_update.status
+                        states.append(status.state)
+                        if status.state == TaskState.TASK_STATE_WORKING and not escalated:
+                            escalated = True
+                            await asyncio.to_thread(escalate)
+                        if status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
+                            asked = status.message.parts[0].text
+            assert states[-1] == TaskState.TASK_STATE_INPUT_REQUIRED, states
+            answer = Message(
+                role=Role.ROLE_USER,
+                message_id="m-2",
+                task_id=task_id,
+                context_id=context_id,
+                parts=[Part(text="the list price")],
+            )
+            after: list[int] = []
+            async with asyncio.timeout(60):
+                async for ev in client.send_message(SendMessageRequest(message=answer)):
+                    if ev.HasField("task"):
+                        after.append(ev.task.status.state)
+                    elif ev.HasField("status_update"):
+                        after.append(ev.status_update.status.state)
+            await client.close()
+            return states, asked, after
+
+    mesh.script.exec_delay_s = 2.0  # the goal is still running when the question comes
+    try:
+        assert proc.stdout is not None
+        ready = json.loads(proc.stdout.readline())
+        states, asked, after = asyncio.run(converse(ready["url"]))
+    finally:
+        mesh.script.exec_delay_s = 0.0
+        stop(proc)
+    assert states[0] == TaskState.TASK_STATE_SUBMITTED
+    assert states[-1] == TaskState.TASK_STATE_INPUT_REQUIRED, states
+    assert "Which price counts?" in asked and "q-a2a-1" in asked
+    assert after[-1] == TaskState.TASK_STATE_COMPLETED, after
+    every = mesh.client.call("audit.inbox", all=True)["questions"]
+    assert [q["answer"] for q in every if q["id"] == "q-a2a-1"] == ["the list price"]

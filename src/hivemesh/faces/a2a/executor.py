@@ -114,9 +114,14 @@ class PlanExecutor(AgentExecutor):
         else:
             goal = str(task.metadata[GOAL_KEY])
             if task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
-                asked = task.status.message.metadata.get(QUESTIONS_KEY) or []
-                for qid in asked:
-                    await self.client.run(AuditAnswer(id=str(qid), text=text[:2000] or "ok"))
+                meta = task.status.message.metadata  # a protobuf Struct
+                asked = list(meta[QUESTIONS_KEY]) if QUESTIONS_KEY in meta else []
+                try:
+                    for qid in asked:
+                        await self.client.run(AuditAnswer(id=str(qid), text=text[:2000] or "ok"))
+                except HivemeshError as exc:
+                    await updater.failed(updater.new_agent_message([new_text_part(_why(exc))]))
+                    return
         await self._follow(goal, updater)
 
     async def _follow(self, goal: str, updater: TaskUpdater) -> None:
