@@ -133,8 +133,14 @@ def test_mcp_flow_across_two_nodes(pair: LocalSwarm) -> None:
             assert watched is not None and watched["changed"] is True
             assert watched["state"]["kv"]["phase"] == "review"
 
-            # a goal submitted on a is a plan tree on b
-            goal = (await call(ma, "plan_goal", title="write the release notes"))["goal"]
+            # a goal submitted on a is a plan tree on b (announced on b's plan resource)
+            async with mb.listen(resource_subscriptions=[plan_uri()]) as sub:
+                goal = (await call(ma, "plan_goal", title="write the release notes"))["goal"]
+                async with asyncio.timeout(DEADLINE_S):
+                    event = await anext(aiter(sub))
+                assert event == ResourceUpdated(uri=plan_uri())
+            index = json.loads((await mb.read_resource(plan_uri())).contents[0].text)  # type: ignore[union-attr]
+            assert goal in index["goals"]
 
             async def tree_on_b() -> Any:
                 try:
