@@ -15,14 +15,16 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import warnings
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
 from mcp import Client, StdioServerParameters
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp.shared.subscriptions import ResourceUpdated
+from mcp_types import ResourceUpdatedNotification
 
 from hivemesh.faces.mcp import context_uri, plan_uri
 from hivemesh.runtime.swarm import LocalSwarm, NodeProc, wait_until
@@ -44,14 +46,14 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSwarm]:
 
 
 @asynccontextmanager
-async def mcp_on(swarm: LocalSwarm, node: NodeProc) -> AsyncIterator[Client]:
+async def mcp_on(swarm: LocalSwarm, node: NodeProc, **options: Any) -> AsyncIterator[Client]:
     """The official MCP client on a ``hivemesh mcp`` subprocess of ``node``."""
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "hivemesh", "mcp", "--data-dir", str(node.data_dir)],
         env=dict(swarm.env),
     )
-    async with Client(params, read_timeout_seconds=DEADLINE_S) as client:
+    async with Client(params, read_timeout_seconds=DEADLINE_S, **options) as client:
         yield client
 
 
@@ -246,5 +248,36 @@ def test_mcp_bad_input_changes_nothing(pair: LocalSwarm) -> None:
             assert stats["failed_unknown_peer"] == 1
             with pytest.raises(MCPError):
                 await ma.read_resource("hivemesh://nothing/here")
+
+    run(main())
+
+
+def test_mcp_handshake_era_client_gets_resource_updates(pair: LocalSwarm) -> None:
+    """A client on the 2025 protocol (today's desktop assistants) subscribes with
+    resources/subscribe and is told of changes written on the other node."""
+    a, b = pair.nodes["a"], pair.nodes["b"]
+    updated: asyncio.Queue[str] = asyncio.Queue(100)
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, ResourceUpdatedNotification):
+            updated.put_nowait(str(message.params.uri))
+
+    async def main() -> None:
+        async with (
+            mcp_on(pair, a) as ma,
+            mcp_on(pair, b, mode="legacy", message_handler=on_message) as mb,
+        ):
+            assert mb.server_capabilities.resources is not None
+            assert mb.server_capabilities.resources.subscribe is True
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", MCPDeprecationWarning)
+                await mb.subscribe_resource(context_uri("desk"))
+            await call(ma, "ctx_set", context="elsewhere", key="k", value=1)  # not subscribed
+            await call(ma, "ctx_set", context="desk", key="note", value="from a")
+            async with asyncio.timeout(DEADLINE_S):
+                uri = await updated.get()
+            assert uri == context_uri("desk")
+            read = await mb.read_resource(context_uri("desk"))
+            assert json.loads(read.contents[0].text)["kv"] == {"note": "from a"}  # type: ignore[union-attr]
 
     run(main())

@@ -24,7 +24,8 @@ node, reached through its control socket (:class:`~hivemesh.runtime.aclient.Asyn
   ``hivemesh://plan`` (the goals) and ``hivemesh://plan/{goal}`` (a goal's
   tree and answer), each read with one command. ``hivemesh://mcp/stats`` is
   this server's counters.
-* **Change notifications** (``subscriptions/listen``): one supervised task
+* **Change notifications**, on the 2026 wire through ``subscriptions/listen``
+  and for handshake-era clients through ``resources/subscribe``: one supervised task
   follows the node's ``events.watch`` stream (the node's bounded
   subscription) for context updates and plan events, and publishes
   ``notifications/resources/updated`` for the context that changed, and for
@@ -32,6 +33,11 @@ node, reached through its control socket (:class:`~hivemesh.runtime.aclient.Asyn
   :data:`PLAN_COALESCE_S`). The listen streams are bounded
   (:data:`MAX_LISTENERS`, :data:`MAX_BUFFERED_EVENTS` each: a client that
   stops reading loses its stream, as the MCP spec has it, and re-listens).
+  Handshake-era subscriptions are bounded too (:data:`MAX_LISTENERS`
+  sessions of :data:`MAX_SUBSCRIBED_URIS` URIs; their notifications wait in
+  one queue of :data:`MAX_BUFFERED_EVENTS`, a full queue drops and counts
+  ``dropped_notifications``), sent by a supervised task; a session that
+  cannot be written to any more is forgotten.
 """
 
 from __future__ import annotations
@@ -70,6 +76,7 @@ __all__ = [
     "MAX_ARGUMENT_BYTES",
     "MAX_BUFFERED_EVENTS",
     "MAX_LISTENERS",
+    "MAX_SUBSCRIBED_URIS",
     "PLAN_COALESCE_S",
     "RESOURCE_NOT_FOUND",
     "MeshMcp",
@@ -85,6 +92,8 @@ MAX_ARGUMENT_BYTES = 128 * 1024
 MAX_LISTENERS = 64
 #: Notifications held per listen stream for a slow reader.
 MAX_BUFFERED_EVENTS = 256
+#: Resources one handshake-era session may subscribe to.
+MAX_SUBSCRIBED_URIS = 256
 #: Plan events within this window give one round of plan notifications.
 PLAN_COALESCE_S = 0.1
 #: The longest ``ctx_watch`` wait.
@@ -133,6 +142,9 @@ class MeshMcp:
         )
         self.failure: TaskFailed | None = None
         self._plan_dirty = asyncio.Event()
+        #: handshake-era subscriptions: session -> URIs
+        self._legacy: dict[Any, set[str]] = {}
+        self._legacy_out: asyncio.Queue[tuple[Any, str]] = asyncio.Queue(MAX_BUFFERED_EVENTS)
         self.server: Server[Any] = Server(
             name,
             version=__version__,
@@ -147,6 +159,8 @@ class MeshMcp:
             on_list_resource_templates=self._list_templates,
             on_read_resource=self._read_resource,
             on_subscriptions_listen=self.listen,
+            on_subscribe_resource=self._subscribe,
+            on_unsubscribe_resource=self._unsubscribe,
         )
 
     # -- tools -----------------------------------------------------------------------
@@ -319,6 +333,49 @@ class MeshMcp:
 
     # -- change notifications --------------------------------------------------------
 
+    async def _subscribe(
+        self, ctx: ServerRequestContext[Any], params: t.SubscribeRequestParams
+    ) -> t.EmptyResult:
+        uris = self._legacy.get(ctx.session)
+        if uris is None:
+            if len(self._legacy) >= MAX_LISTENERS:
+                self.counters["refused_subscriptions_full"] += 1
+                raise MCPError(t.INTERNAL_ERROR, "subscription limit reached")
+            uris = self._legacy[ctx.session] = set()
+        if len(uris) >= MAX_SUBSCRIBED_URIS:
+            self.counters["refused_subscriptions_full"] += 1
+            raise MCPError(t.INVALID_PARAMS, f"at most {MAX_SUBSCRIBED_URIS} subscriptions")
+        uris.add(str(params.uri))
+        return t.EmptyResult()
+
+    async def _unsubscribe(
+        self, ctx: ServerRequestContext[Any], params: t.UnsubscribeRequestParams
+    ) -> t.EmptyResult:
+        self._legacy.get(ctx.session, set()).discard(str(params.uri))
+        return t.EmptyResult()
+
+    def _to_legacy(self, event: Any) -> None:
+        """Bus listener: queue the event for every handshake-era subscriber."""
+        uri = getattr(event, "uri", None)
+        for session, uris in list(self._legacy.items()):
+            if uri in uris:
+                try:
+                    self._legacy_out.put_nowait((session, uri))
+                except asyncio.QueueFull:
+                    self.counters["dropped_notifications"] += 1
+
+    async def _send_legacy(self) -> None:
+        while True:
+            session, uri = await self._legacy_out.get()
+            if session not in self._legacy:
+                continue
+            try:
+                async with asyncio.timeout(5):
+                    await session.send_resource_updated(uri)
+            except Exception:  # a session that cannot be written to: forget it (counted)
+                self.counters["subscriber_gone"] += 1
+                self._legacy.pop(session, None)
+
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
         """Follow the node's changes (supervised) while the server runs."""
@@ -326,9 +383,12 @@ class MeshMcp:
         sup.install(asyncio.get_running_loop())
         sup.spawn("mcp_events", self._follow_events, RESTART)
         sup.spawn("mcp_plan_notes", self._plan_notes, RESTART)
+        sup.spawn("mcp_legacy_notes", self._send_legacy, RESTART)
+        unsubscribe = self.bus.subscribe(self._to_legacy)
         try:
             yield
         finally:
+            unsubscribe()
             self.listen.close()
             await sup.close()
 
