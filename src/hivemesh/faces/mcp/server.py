@@ -194,7 +194,7 @@ class MeshMcp:
         """Run tool ``name`` (see module docs); raises :class:`MCPError` for a refusal."""
         self.counters["calls"] += 1
         try:
-            spec, request = self._request(name, arguments)
+            spec, request = self.request_of(name, arguments)
         except InvalidArgument as exc:
             self.counters[f"refused_{exc.code}"] += 1
             log.info("mcp: refused %s: %s [%s]", str(name)[:60], exc, exc.code)
@@ -222,7 +222,10 @@ class MeshMcp:
             structured_content=structured,
         )
 
-    def _request(self, name: Any, arguments: Any) -> tuple[ToolSpec, Any]:
+    def request_of(self, name: Any, arguments: Any) -> tuple[ToolSpec, Any]:
+        """The tool and the typed command a call of tool ``name`` runs, or the
+        :class:`~hivemesh.errors.InvalidArgument` (of some kind) refusing it.
+        Nothing is sent to the node."""
         spec = _tool_named(name) if isinstance(name, str) else None
         if spec is None:
             raise UnknownCommand(f"unknown tool {str(name)[:80]!r}")
