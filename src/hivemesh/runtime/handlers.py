@@ -99,6 +99,19 @@ async def _ctx_set(d: Daemon, req: c.CtxSet) -> c.CtxSetReply:
     return c.CtxSetReply(context=req.context, key=req.key, events=n, seq=seq)
 
 
+async def _ctx_append(d: Daemon, req: c.CtxAppend) -> c.CtxAppendReply:
+    handle = d.context(req.context).list(req.list)
+    for value in req.values:
+        handle.append(value)
+    return c.CtxAppendReply(length=len(handle), events=await d.commit())
+
+
+async def _ctx_incr(d: Daemon, req: c.CtxIncr) -> c.CtxIncrReply:
+    handle = d.context(req.context).counter(req.counter)
+    handle.add(int(req.by) if req.by.is_integer() else req.by)
+    return c.CtxIncrReply(value=float(handle.value), events=await d.commit())
+
+
 def _set_handle(d: Daemon, context: str, name: str, grow_only: bool) -> Any:
     ctx = d.context(context)
     return ctx.gset(name) if grow_only else ctx.orset(name)
@@ -291,7 +304,9 @@ HANDLERS: Mapping[type[Command], Handler] = {
     c.ClaimShow: leases_ops.claim_show,
     c.ClaimWait: leases_ops.claim_wait,
     c.CtxAdd: _ctx_add,
+    c.CtxAppend: _ctx_append,
     c.CtxGet: _ctx_get,
+    c.CtxIncr: _ctx_incr,
     c.CtxMembers: _ctx_members,
     c.CtxRemove: _ctx_remove,
     c.CtxSet: _ctx_set,
