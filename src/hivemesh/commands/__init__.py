@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from hivemesh.commands.audit import AuditInbox as AuditInbox
     from hivemesh.commands.audit import AuditStatus as AuditStatus
     from hivemesh.commands.context import CtxAdd as CtxAdd
+    from hivemesh.commands.context import CtxContexts as CtxContexts
     from hivemesh.commands.context import CtxGet as CtxGet
     from hivemesh.commands.context import CtxMembers as CtxMembers
     from hivemesh.commands.context import CtxRemove as CtxRemove
@@ -118,6 +119,7 @@ __all__ = [
     "ClaimWaitReply",
     "Command",
     "CtxAdd",
+    "CtxContexts",
     "CtxGet",
     "CtxMembers",
     "CtxRemove",
@@ -186,6 +188,7 @@ _WHERE = {
     "AuditInbox": "hivemesh.commands.audit",
     "AuditStatus": "hivemesh.commands.audit",
     "CtxAdd": "hivemesh.commands.context",
+    "CtxContexts": "hivemesh.commands.context",
     "CtxGet": "hivemesh.commands.context",
     "CtxMembers": "hivemesh.commands.context",
     "CtxRemove": "hivemesh.commands.context",

@@ -11,6 +11,7 @@ from hivemesh.errors import InvalidArgument
 
 __all__ = [
     "CtxAdd",
+    "CtxContexts",
     "CtxGet",
     "CtxMembers",
     "CtxRemove",
@@ -30,6 +31,15 @@ class CtxGet(Command):
     errors: ClassVar[tuple[str, ...]] = ("context_broken",)
     context: str = "default"
     key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CtxContexts(Command):
+    """The contexts this replica holds, with how many keys each has:
+    ``{"contexts": {name: keys}}`` (names sorted)."""
+
+    op: ClassVar[str] = "ctx.contexts"
+    errors: ClassVar[tuple[str, ...]] = ("context_broken",)
 
 
 @dataclass(frozen=True, slots=True)

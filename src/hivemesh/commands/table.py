@@ -13,7 +13,15 @@ from types import MappingProxyType
 
 from hivemesh.commands._base import Command
 from hivemesh.commands.audit import AuditAnswer, AuditExport, AuditInbox, AuditStatus
-from hivemesh.commands.context import CtxAdd, CtxGet, CtxMembers, CtxRemove, CtxSet, CtxWatch
+from hivemesh.commands.context import (
+    CtxAdd,
+    CtxContexts,
+    CtxGet,
+    CtxMembers,
+    CtxRemove,
+    CtxSet,
+    CtxWatch,
+)
 from hivemesh.commands.coordination import (
     Claim,
     ClaimDone,
@@ -56,6 +64,7 @@ _ALL: tuple[type[Command], ...] = (
     ClaimShow,
     ClaimWait,
     CtxAdd,
+    CtxContexts,
     CtxGet,
     CtxMembers,
     CtxRemove,

@@ -93,6 +93,11 @@ async def _ctx_get(d: Daemon, req: c.CtxGet) -> Record:
     return Record({"key": req.key, "found": req.key in ctx, "value": ctx.get(req.key)})
 
 
+async def _ctx_contexts(d: Daemon, req: c.CtxContexts) -> Record:
+    snap = d.context_view.snapshot()
+    return Record({"contexts": {name: len(snap[name]) for name in sorted(snap)}})
+
+
 async def _ctx_set(d: Daemon, req: c.CtxSet) -> c.CtxSetReply:
     d.context(req.context)[req.key] = req.value
     n = await d.commit()
@@ -292,6 +297,7 @@ HANDLERS: Mapping[type[Command], Handler] = {
     c.ClaimShow: leases_ops.claim_show,
     c.ClaimWait: leases_ops.claim_wait,
     c.CtxAdd: _ctx_add,
+    c.CtxContexts: _ctx_contexts,
     c.CtxGet: _ctx_get,
     c.CtxMembers: _ctx_members,
     c.CtxRemove: _ctx_remove,

@@ -36,6 +36,7 @@ SUBCOMMANDS: dict[str, str] = {
     "call": "call",
     "claim": "claim",
     "ctx": "ctx",
+    "dashboard": "dashboard",
     "demo": "demo",
     "feed": "feed",
     "fixture": "fixture",
