@@ -54,9 +54,20 @@ from hivemesh.core.hlc import LOGICAL_BITS
 from hivemesh.errors import DeadlineExceeded, HivemeshError
 from hivemesh.runtime.swarm import LocalSwarm, NodeProc
 
-__all__ = ["AuditRun", "Progress", "run_audit", "start_fixture"]
+__all__ = ["AuditRun", "Operator", "Progress", "fixture_operator", "run_audit", "start_fixture"]
 
 Progress = Callable[[dict[str, Any]], None]
+#: Who answers an escalation: called with the question and the operator's
+#: brief from the fixture (``{"shop", "code"}``: the human-only shop and its
+#: access code); returns the answer, or None to leave the question open for
+#: another operator (one answering from ``hivemesh dashboard``, say).
+Operator = Callable[[dict[str, Any], dict[str, Any]], str | None]
+
+
+def fixture_operator(question: dict[str, Any], brief: dict[str, Any]) -> str | None:
+    """The demo's own operator: the access code for the human-only shop,
+    ``skip`` for any other question."""
+    return str(brief["code"]) if question["shop"] == brief["shop"] else "skip"
 
 
 @dataclass
@@ -183,10 +194,13 @@ def run_audit(
     max_concurrent: int = 4,
     progress: Progress | None = None,
     operator_cli: bool = False,
+    operator: Operator = fixture_operator,
     say: Callable[[str], None] = lambda _line: None,
     total_timeout_s: float = 240.0,
 ) -> AuditRun:
-    """Run the whole audit (see the module docs)."""
+    """Run the whole audit (see the module docs). ``operator`` answers the
+    escalations (:data:`Operator`; a question it leaves open waits for an
+    answer from elsewhere, within ``total_timeout_s``)."""
     if executors < (3 if kill else 1) + int(pause):
         raise ValueError("need at least 3 executors to kill one (and one more to pause one)")
     tmp = None
@@ -251,7 +265,7 @@ def run_audit(
         role("supervisor", "supervisor", "--batch-size", str(batch_size))
         t_audit = time.monotonic()
         client = observer.client
-        code = ready["operator"]["code"]
+        brief = dict(ready["operator"])
         answered: set[str] = set()
         doc: dict[str, Any] = {}
         while True:
@@ -278,7 +292,9 @@ def run_audit(
                 open_qs = _cli(swarm, observer, "inbox", "--questions")
             for q in open_qs:
                 if q["id"] not in answered:
-                    text = code if q["shop"] == ready["operator"]["shop"] else "skip"
+                    text = operator(q, brief)
+                    if text is None:  # left to another operator
+                        continue
                     if operator_cli:
                         _cli(swarm, observer, "answer", q["id"], text)
                     else:
