@@ -35,7 +35,8 @@ class CtxGet(Command):
 
 @dataclass(frozen=True, slots=True)
 class CtxContexts(Command):
-    """The contexts this replica holds, with how many keys each has:
+    """The contexts this replica holds, with how many keys each has
+    (registers, lists, counters, texts and sets together):
     ``{"contexts": {name: keys}}`` (names sorted)."""
 
     op: ClassVar[str] = "ctx.contexts"

@@ -94,8 +94,9 @@ async def _ctx_get(d: Daemon, req: c.CtxGet) -> Record:
 
 
 async def _ctx_contexts(d: Daemon, req: c.CtxContexts) -> Record:
-    snap = d.context_view.snapshot()
-    return Record({"contexts": {name: len(snap[name]) for name in sorted(snap)}})
+    snap = d.context_view.snapshot()  # {context: {kind: {name: value}}}
+    keys = {name: sum(len(v) for v in snap[name].values()) for name in sorted(snap)}
+    return Record({"contexts": keys})
 
 
 async def _ctx_set(d: Daemon, req: c.CtxSet) -> c.CtxSetReply:

@@ -352,13 +352,22 @@ class Live:
         names = sorted(listed, key=lambda n: (n != "default", n))[:_MAX_CONTEXTS]
         out = []
         for name in names:
-            state = await self._record(c.CtxGet(context=name))
-            items = sorted((state or {}).items())
+            state = await self._record(c.CtxGet(context=name)) or {}
+            # {kind: {name: value}}: registers (kv), lists, counters, texts, sets
+            items = sorted(
+                (key, kind, value)
+                for kind, entries in state.items()
+                if isinstance(entries, dict)
+                for key, value in entries.items()
+            )
             out.append(
                 {
                     "context": name,
                     "keys": len(items),
-                    "items": [{"key": k, "value": _short(v)} for k, v in items[:_MAX_KEYS]],
+                    "items": [
+                        {"key": k, "type": kind, "value": _short(v)}
+                        for k, kind, v in items[:_MAX_KEYS]
+                    ],
                 }
             )
         return {"contexts": out, "total": len(listed)}

@@ -221,7 +221,8 @@ function renderContext(d) {
   replace('context', d.contexts.map((c) => el('div', {},
     el('h3', { text: `${c.context} (${c.keys} key${c.keys === 1 ? '' : 's'})` }),
     el('table', {}, el('tbody', {}, c.items.map((it) => el('tr', { 'data-testid': 'context-key' },
-      el('td', { class: 'mono', text: it.key }), el('td', { class: 'wrap mono', text: it.value }))))))));
+      el('td', { class: 'mono', text: it.key }), el('td', { class: 'muted', text: it.type }),
+      el('td', { class: 'wrap mono', text: it.value }))))))));
 }
 
 function renderAlerts(d) {
