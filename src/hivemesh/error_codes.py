@@ -32,6 +32,7 @@ ERROR_MODULES: tuple[str, ...] = (
     "hivemesh.faces.dashboard.errors",
     "hivemesh.leases.errors",
     "hivemesh.llm.errors",
+    "hivemesh.netlab.errors",
     "hivemesh.telemetry.errors",
     "hivemesh.tools.errors",
     "hivemesh.webtools.errors",

@@ -40,6 +40,7 @@ SUBCOMMANDS: dict[str, str] = {
     "demo": "demo",
     "feed": "feed",
     "fixture": "fixture",
+    "fuzz": "fuzz",
     "inbox": "inbox",
     "init": "init",
     "invite": "invite",
