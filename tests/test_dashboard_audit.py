@@ -25,7 +25,7 @@ from hivemesh.audit.demo import AuditRun, run_audit
 from hivemesh.runtime.client import Client
 from hivemesh.runtime.swarm import wait_until
 
-pytestmark = pytest.mark.timeout(290)
+pytestmark = [pytest.mark.timeout(290), pytest.mark.e2e_slow]
 
 PROGRESS = "[data-testid=audit-progress]"
 

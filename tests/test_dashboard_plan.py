@@ -26,7 +26,7 @@ from hivemesh.roles.prompts import EXECUTE_TAG, tag_of
 from hivemesh.runtime.swarm import LocalSwarm
 from llm_server import ScriptedServer, Step
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.e2e_slow]
 
 COUNTS = {"decomposers": 1, "scorers": 2, "executors": 2}
 GOAL_ARGS = {"scorers": 2, "max_depth": 2, "settle_ms": 200}
