@@ -1,5 +1,6 @@
 """The dashboard in a real headless Chromium during ``hivemesh demo`` (the
-price audit), served by the demo's metrics collector.
+price audit), served by the demo's metrics collector (``hivemesh demo
+--dashboard``: ``run_audit(dashboard_port=...)``).
 
 The demo's own operator answers every escalation except the human-only
 shop's, which is left to the page: the test types the access code into the
@@ -12,7 +13,6 @@ JavaScript error at all. A screenshot is kept as an artifact.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from pathlib import Path
@@ -20,9 +20,8 @@ from typing import Any
 
 import pytest
 
-from dashboard_helpers import dashboard_process, open_page
+from dashboard_helpers import open_page
 from hivemesh.audit.demo import AuditRun, run_audit
-from hivemesh.runtime.client import Client
 from hivemesh.runtime.swarm import wait_until
 
 pytestmark = [pytest.mark.timeout(290), pytest.mark.e2e_slow]
@@ -50,19 +49,29 @@ def test_the_page_follows_the_audit_and_answers_the_human_only_escalation(
             return None  # the page answers this one
         return "skip"
 
+    said: list[str] = []
     done: dict[str, AuditRun] = {}
     runner = threading.Thread(
         target=lambda: done.update(
-            run=run_audit(root=root, kill=False, operator=operator, total_timeout_s=240.0)
+            run=run_audit(
+                root=root,
+                kill=False,
+                operator=operator,
+                dashboard_port=0,
+                say=said.append,
+                total_timeout_s=240.0,
+            )
         ),
         daemon=True,  # the demo's children die with this thread (PR_SET_PDEATHSIG)
     )
     t0 = time.monotonic()
     runner.start()
-    collector = root / "nodes" / "collector"
-    wait_until(lambda: Client(collector).is_running(), 90, what="the demo's collector is up")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HIVEMESH_", "OPENAI_"))}
-    with dashboard_process(collector, env) as (_proc, ready), open_page(ready["url"]) as b:
+    said_url = wait_until(
+        lambda: next((line for line in said if line.startswith("dashboard: ")), None),
+        90,
+        what="the demo serves its dashboard",
+    )
+    with open_page(said_url.removeprefix("dashboard: ")) as b:
         page = b.page
         # the swarm's peers, healthy, with a measured round-trip time
         b.wait_for(
