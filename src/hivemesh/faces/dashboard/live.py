@@ -53,7 +53,8 @@ from collections.abc import Callable
 from typing import Any
 
 from hivemesh import commands as c
-from hivemesh.errors import HivemeshError
+from hivemesh.core.identity import address_of
+from hivemesh.errors import HivemeshError, InvalidAddress
 from hivemesh.faces.dashboard.hub import Hub
 from hivemesh.faces.dashboard.source import Source
 from hivemesh.runtime.supervise import Policy, Supervisor
@@ -108,6 +109,21 @@ def _rows(answer: Any) -> list[dict[str, Any]]:
         return []
     cols = answer.get("columns") or []
     return [dict(zip(cols, row, strict=False)) for row in answer.get("rows") or []]
+
+
+def _with_addresses(node: dict[str, Any]) -> dict[str, Any]:
+    """A plan tree whose claims and results also name their author's address
+    (the plan view names authors by public key, the peers list by address)."""
+    for item in [*(node.get("claims") or []), node.get("result") or {}]:
+        key = item.get("author")
+        if isinstance(key, str):
+            try:
+                item["address"] = address_of(bytes.fromhex(key))
+            except (ValueError, InvalidAddress):
+                item["address"] = None
+    for child in node.get("children") or []:
+        _with_addresses(child)
+    return node
 
 
 def _failed(exc: HivemeshError) -> dict[str, Any]:
@@ -334,7 +350,10 @@ class Live:
             except HivemeshError as exc:
                 trees.append({"id": g, **_failed(exc)})
                 continue
-            trees.append({"id": g, "tree": one.get("tree"), "answer": one.get("answer")})
+            tree = one.get("tree")
+            if isinstance(tree, dict):
+                _with_addresses(tree)
+            trees.append({"id": g, "tree": tree, "answer": one.get("answer")})
         return {
             "goals": len(goals),
             "shown": trees,

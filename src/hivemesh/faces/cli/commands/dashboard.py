@@ -30,7 +30,12 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "dashboard",
         help="serve the live web dashboard of the local node (peers, plan, audit, telemetry)",
-        description=(__doc__ or "").split("\n\n")[1],
+        description=(
+            "Serve the live web dashboard of the local node: peers, plan trees, the audit and "
+            "its escalations (answerable from the page), context, alerts and telemetry charts. "
+            "On 127.0.0.1 by default (no token); bound elsewhere every request needs the token "
+            f"(--token, --token-file or ${TOKEN_ENV}; one is made and printed if none is given)."
+        ),
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=7480, help="port (default 7480; 0: any free port)")

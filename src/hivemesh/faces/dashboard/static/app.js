@@ -109,6 +109,14 @@ function leafCounts(node, acc) {
   return acc;
 }
 
+// an agent's name if the peers list knows one, else the start of its address
+function agentName(item) {
+  const addr = item.address || '';
+  const peer = (Array.isArray(sections.peers) ? sections.peers : []).find((p) => p.address === addr);
+  if (peer && peer.names && peer.names.length) return peer.names[0];
+  return addr ? short(addr, 10) : short(item.author, 8);
+}
+
 function planNode(n) {
   const votes = (n.proposals || []).reduce((s, p) => s + (p.votes || 0), 0);
   const live = (n.claims || []).filter((c) => !c.released);
@@ -116,13 +124,13 @@ function planNode(n) {
   if (n.kind !== 'leaf' && (n.proposals || []).length) {
     meta.push(`${n.proposals.length} proposal${n.proposals.length > 1 ? 's' : ''}, ${votes} vote${votes === 1 ? '' : 's'}${n.accepted ? ', accepted' : ''}`);
   }
-  if (live.length) meta.push(`claimed by ${live.map((c) => short(c.author, 8)).join(', ')}`);
+  if (live.length) meta.push(`claimed by ${live.map(agentName).join(', ')}`);
   if (n.attempts > 1) meta.push(`attempt ${n.attempts}`);
   const line = el('div', { class: 'node-line' },
     badge(n.status), el('span', { class: 'meta', text: n.kind }),
     el('span', { class: 'title', text: n.title }),
     meta.length ? el('span', { class: 'meta', text: meta.join(' · ') }) : null,
-    n.result ? el('span', { class: 'meta', text: `→ ${String(n.result.text).slice(0, 80)}` }) : null);
+    n.result ? el('span', { class: 'meta', text: `→ ${String(n.result.text).slice(0, 80)} (${agentName(n.result)})` }) : null);
   const kids = (n.children || []).length ? el('ul', { class: 'tree' }, n.children.map(planNode)) : null;
   return el('li', { 'data-testid': 'plan-node', 'data-kind': n.kind, 'data-status': n.status }, line, kids);
 }
