@@ -25,17 +25,20 @@ events     the last journal events seen on the stream
 **When.** Three supervised loops (:mod:`hivemesh.runtime.supervise`):
 
 * ``watch`` reads the node's stream of new journal events (``events.watch``,
-  the node's subscription). An event marks the sections it changes stale by
-  its kind (``plan.*`` the plan, ``audit.*`` the audit, ``ctx.*`` the
-  context, ``member.*``/``name.*`` the peers) and wakes the refresher. If
+  the node's subscription; its queue in the daemon is bounded and counts
+  what it drops, which the periods below make up for). An event marks the
+  sections it changes stale by its kind (``plan.*`` the plan, ``audit.*``
+  the audit, ``ctx.*`` the context, ``member.*``/``name.*`` the peers) and
+  wakes the refresher. If
   the stream ends (the daemon stopped), the loop fails and the supervisor
   opens it again after a backoff.
-* ``refresh`` asks again for every stale section, and for every section
-  whose period (:data:`PERIOD_S`) has passed, at most every
-  ``min_interval_s``: a burst of events costs one round of commands. The
-  sections of one round are asked concurrently, each under the source's
-  deadline. A command that fails puts ``{"error": code, "message"}`` in its
-  section (a node without a collector has no telemetry: the page says so).
+* ``refresh`` asks again for every section whose period (:data:`PERIOD_S`)
+  has passed, and for every stale section at once -- unless it was asked
+  for less than ``min_interval_s`` ago, then as soon as that has passed: a
+  burst of events costs one round of commands per section. The sections of
+  one round are asked concurrently, each under the source's deadline. A
+  command that fails puts ``{"error": code, "message"}`` in its section
+  (a node without a collector has no telemetry: the page says so).
 * ``ping`` measures the round-trip time to each peer that is up
   (``ping``, a few at a time, each with a deadline) every ``ping_every_s``.
 
@@ -173,7 +176,6 @@ class Live:
         self._up: list[str] = []
         self._goal_order: list[str] = []
         self._recent: deque[dict[str, Any]] = deque(maxlen=_RECENT_EVENTS)
-        self._events_dirty = False
         #: events seen on the stream, streams opened
         self.events_seen = 0
         self.streams_opened = 0
@@ -210,18 +212,18 @@ class Live:
                     "hlc": ev.get("hlc"),
                 }
             )
-            self._events_dirty = True
+            self._stale.add("events")
             self._wake.set()
         raise HivemeshError("the node's event stream ended")  # restarted by the supervisor
 
     async def refresh(self) -> None:
         """Ask for stale and due sections, round after round (module docs)."""
         while True:
+            self._wake.clear()
             now = self._clock()
             due = {s for s, p in PERIOD_S.items() if now - self._asked.get(s, -1e9) >= p}
-            due |= self._stale
-            self._stale.clear()
-            self._wake.clear()
+            due |= {s for s in self._stale if now - self._asked.get(s, -1e9) >= self.min_interval_s}
+            self._stale -= due
             for s in due:
                 self._asked[s] = now
             if due:
@@ -229,18 +231,22 @@ class Live:
                 answers = await asyncio.gather(*(self._fetch(s) for s in names))
                 for name, data in zip(names, answers, strict=True):
                     self.hub.publish(name, data)
-            if self._events_dirty:
-                self._events_dirty = False
-                self.hub.publish("events", {"recent": list(self._recent), "seen": self.events_seen})
-            await asyncio.sleep(self.min_interval_s)
-            next_due = min(self._asked.get(s, 0.0) + p for s, p in PERIOD_S.items())
-            wait_s = max(0.0, next_due - self._clock())
-            if not self._stale and wait_s > 0:
-                try:
-                    async with asyncio.timeout(wait_s):
-                        await self._wake.wait()
-                except TimeoutError:
-                    pass
+            wait_s = self._next_round() - self._clock()
+            if wait_s <= 0:
+                await asyncio.sleep(0)  # let the stream and the pages run
+                continue
+            try:
+                async with asyncio.timeout(wait_s):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+
+    def _next_round(self) -> float:
+        """When the next section falls due: its period, or a stale one's
+        ``min_interval_s`` after it was last asked for."""
+        times = [self._asked.get(s, -1e9) + p for s, p in PERIOD_S.items()]
+        times += [self._asked.get(s, -1e9) + self.min_interval_s for s in self._stale]
+        return min(times)
 
     async def ping(self) -> None:
         """Measure the round-trip time to every peer that is up (module docs)."""
@@ -276,6 +282,9 @@ class Live:
 
     async def _record(self, request: c.Command) -> Any:
         return getattr(await self.source.run(request), "data", None)
+
+    async def _events(self) -> dict[str, Any]:
+        return {"recent": list(self._recent), "seen": self.events_seen}
 
     async def _node(self) -> dict[str, Any]:
         st = await self._record(c.Status())
