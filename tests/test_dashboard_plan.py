@@ -22,7 +22,7 @@ import pytest
 from dashboard_helpers import dashboard_process, open_page
 from hivemesh.roles.demo import DemoPlanner
 from hivemesh.roles.meshplan import started_swarm
-from hivemesh.roles.prompts import EXECUTE_TAG, tag_of
+from hivemesh.roles.prompts import EXECUTE_TAG, SCORE_TAG, tag_of
 from hivemesh.runtime.swarm import LocalSwarm
 from llm_server import ScriptedServer, Step
 
@@ -30,15 +30,17 @@ pytestmark = [pytest.mark.timeout(240), pytest.mark.e2e_slow]
 
 COUNTS = {"decomposers": 1, "scorers": 2, "executors": 2}
 GOAL_ARGS = {"scorers": 2, "max_depth": 2, "settle_ms": 200}
-#: What the page shows of the tree: how many nodes, and each one's status.
+#: What the page shows of the tree: each node's kind, status, proposals and votes.
 TREE_JS = (
     "[...document.querySelectorAll('[data-testid=plan-node]')]"
-    ".map(n => n.dataset.kind + ':' + n.dataset.status)"
+    ".map(n => [n.dataset.kind, n.dataset.status, n.dataset.proposals, n.dataset.votes]"
+    ".join(':'))"
 )
 
 
 class Script:
-    """A 2 x 3 plan; each execution takes a while, so claims are seen."""
+    """A 2 x 3 plan; scoring and execution take a while, so votes and
+    claims are seen on the way."""
 
     def __init__(self) -> None:
         self.planner = DemoPlanner((2, 3))
@@ -47,8 +49,11 @@ class Script:
     def __call__(self, req: dict[str, Any]) -> Any:
         with self.lock:
             reply = self.planner(req["messages"], None)
-        if tag_of(req["messages"]) == EXECUTE_TAG:
+        tag = tag_of(req["messages"])
+        if tag == EXECUTE_TAG:
             return Step(content=reply, delay_s=1.5)
+        if tag == SCORE_TAG:
+            return Step(content=reply, delay_s=0.4)
         return reply
 
 
@@ -85,15 +90,19 @@ def test_the_page_shows_the_plan_tree_growing_with_peers_and_token_charts(
             shown: list[str] = page.evaluate(TREE_JS)
             if not seen or shown != seen[-1]:
                 seen.append(shown)
-            if len(shown) == 9 and all(s.endswith(":done") for s in shown):
+            if len(shown) == 9 and all(":done:" in s for s in shown):
                 break
             page.wait_for_timeout(100)
         else:
             pytest.fail(f"the tree never completed on the page; last seen {seen[-1:]}")
         sizes = [len(s) for s in seen]
-        assert sizes[0] < 9 and sizes == sorted(sizes), sizes  # it grew, never shrank
-        states = {x for s in seen for x in s}
-        assert "leaf:claimed" in states, states  # leaves were seen claimed, then done
+        assert 1 in sizes and sizes == sorted(sizes), sizes  # the root alone, then it grew
+        # the root's split proposed and voted on before it was accepted
+        roots = [s[0].split(":") for s in seen if s]
+        assert any(int(r[2]) >= 1 and r[1] == "open" for r in roots), roots
+        assert any(int(r[3]) >= 1 for r in roots), roots
+        states = {tuple(x.split(":")[:2]) for s in seen for x in s}
+        assert ("leaf", "claimed") in states, states  # leaves were seen claimed, then done
         assert sum(1 for x in seen[-1] if x.startswith("leaf:")) == 6
         b.wait_for("document.querySelector('[data-testid=plan-answer]')", 30)
         answer = page.inner_text("[data-testid=plan-answer]")

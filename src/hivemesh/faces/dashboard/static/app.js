@@ -132,7 +132,10 @@ function planNode(n) {
     meta.length ? el('span', { class: 'meta', text: meta.join(' · ') }) : null,
     n.result ? el('span', { class: 'meta', text: `→ ${String(n.result.text).slice(0, 80)} (${agentName(n.result)})` }) : null);
   const kids = (n.children || []).length ? el('ul', { class: 'tree' }, n.children.map(planNode)) : null;
-  return el('li', { 'data-testid': 'plan-node', 'data-kind': n.kind, 'data-status': n.status }, line, kids);
+  return el('li', {
+    'data-testid': 'plan-node', 'data-kind': n.kind, 'data-status': n.status,
+    'data-proposals': String((n.proposals || []).length), 'data-votes': String(votes),
+  }, line, kids);
 }
 
 function renderPlan(d) {
