@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -19,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from aiotest import run
+from aiotest import eventually, run
 from dashboard_helpers import SRC, chromium_path
 from hivemesh import Node
 from hivemesh.errors import ConfigError, PeerBusy
@@ -192,10 +193,40 @@ def test_a_slow_client_is_dropped_and_counted_others_are_not() -> None:
         assert not hub.publish("peers", [9])  # unchanged: nothing sent
         assert slow.dropped and not quick.dropped
         assert slow.queue.get_nowait() is None and slow.queue.empty()  # told, nothing held
-        assert hub.counters["dashboard_client_slow"] == 1 and hub.clients == 1
+        assert hub.counters["dashboard_client_slow"] == 1
+        assert hub.clients == 2  # its slot is held until its stream closes
+        with pytest.raises(PeerBusy):
+            hub.subscribe()
+        hub.unsubscribe(slow)
+        assert hub.clients == 1
         assert hub.snapshot()["versions"] == {"peers": 10}
 
     run(main(), timeout_s=10)
+
+
+def test_a_page_that_stops_reading_is_cut_off_and_gives_its_slot_back(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with served(tmp_path, write_timeout_s=0.5, queue_max=100_000) as (_node, dash):
+            reader, writer = await asyncio.open_connection("127.0.0.1", dash.port)
+            sock = writer.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            writer.write(b"GET /api/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            await writer.drain()
+            reader._transport.pause_reading()  # type: ignore[attr-defined]  # stop reading
+            await eventually(lambda: dash.hub.clients == 1, "the stream is open", 10)
+            blob = "x" * 100_000
+            for i in range(2_000):  # up to 200 MB: far more than the socket buffers hold
+                dash.hub.publish("bulk", {"i": i, "blob": blob})
+                await asyncio.sleep(0)
+                if dash.counters["dashboard_write_timeout"]:
+                    break
+            await eventually(
+                lambda: dash.counters["dashboard_write_timeout"] == 1, "the write timed out", 10
+            )
+            await eventually(lambda: dash.hub.clients == 0, "its slot is given back", 10)
+            writer.close()
+
+    run(main(), timeout_s=60)
 
 
 def test_the_command_says_when_no_node_runs(tmp_path: Path) -> None:

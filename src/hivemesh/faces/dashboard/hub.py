@@ -79,9 +79,8 @@ class Hub:
         self.versions[section] = version
         self.counters["updates"] += 1
         update = {"section": section, "data": data, "version": version}
-        for sub in list(self._subs):
-            if not sub.offer(update):
-                self._subs.remove(sub)
+        for sub in self._subs:
+            if not sub.dropped and not sub.offer(update):
                 self.counters[DashboardClientSlow.code] += 1
         return True
 
@@ -100,11 +99,13 @@ class Hub:
         return sub
 
     def unsubscribe(self, sub: Subscriber) -> None:
-        """The stream ended (the browser left, or was dropped)."""
+        """The stream ended (the browser left, or was dropped). A dropped
+        subscriber keeps its slot until then: a browser that stopped reading
+        counts against ``max_clients`` until its stream is closed."""
         if sub in self._subs:
             self._subs.remove(sub)
 
     @property
     def clients(self) -> int:
-        """Streams open now."""
+        """Streams open now (dropped ones included until they close)."""
         return len(self._subs)

@@ -36,8 +36,11 @@ origin, from the dashboard's own. Every refusal is counted by its code.
 
 **Backpressure.** Each stream reads from its own bounded queue of the
 :class:`~hivemesh.faces.dashboard.hub.Hub`; a browser that falls behind is
-dropped and counted, and reconnects to a fresh snapshot. A write's body is
-read up to :data:`MAX_BODY_BYTES`.
+dropped and counted, and reconnects to a fresh snapshot. A browser that
+stops reading altogether is cut off once one write to it has waited
+``write_timeout_s`` (counted as ``dashboard_write_timeout``), so it holds
+its slot among ``max_clients`` no longer than that. A write's body is read
+up to :data:`MAX_BODY_BYTES`.
 """
 
 from __future__ import annotations
@@ -54,19 +57,14 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import (
-    JSONResponse,
-    RedirectResponse,
-    Response,
-    StreamingResponse,
-)
+from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hivemesh.commands import AuditAnswer
 from hivemesh.errors import ConfigError, HivemeshError, InvalidArgument, PeerBusy
 from hivemesh.faces.dashboard.errors import DashboardForbidden, DashboardUnauthorized
-from hivemesh.faces.dashboard.hub import Hub
+from hivemesh.faces.dashboard.hub import Hub, Subscriber
 from hivemesh.faces.dashboard.live import Live
 from hivemesh.faces.dashboard.source import Source
 from hivemesh.runtime.supervise import FATAL, Supervisor, TaskFailed
@@ -140,6 +138,62 @@ class _Guard:
         await self.app(scope, receive, send)
 
 
+class _EventStream:
+    """The ASGI response of ``/api/events`` for one subscriber: ``snapshot``,
+    then each update, a comment line on a quiet stream. Ends when the
+    browser leaves (``http.disconnect``), when the hub drops it as too slow,
+    or when one write to it takes longer than ``write_timeout_s`` (a browser
+    that stopped reading: counted as ``dashboard_write_timeout``, and the
+    connection is closed). Always gives its subscriber back to the hub."""
+
+    def __init__(self, server: DashboardServer, sub: Subscriber) -> None:
+        self.server = server
+        self.sub = sub
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        hub = self.server.hub
+        try:
+            async with asyncio.TaskGroup() as tg:
+                streaming = tg.create_task(self._stream(send))
+
+                async def until_gone() -> None:
+                    while (await receive())["type"] != "http.disconnect":
+                        pass
+                    streaming.cancel()
+
+                listener = tg.create_task(until_gone())
+                streaming.add_done_callback(lambda _t: listener.cancel())
+        except* TimeoutError:
+            self.server.counters["dashboard_write_timeout"] += 1
+        finally:
+            hub.unsubscribe(self.sub)
+
+    async def _write(self, send: Send, chunk: str, *, more: bool = True) -> None:
+        async with asyncio.timeout(self.server.write_timeout_s):
+            await send({"type": "http.response.body", "body": chunk.encode(), "more_body": more})
+
+    async def _stream(self, send: Send) -> None:
+        headers = [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"cache-control", b"no-store"),
+            (b"x-accel-buffering", b"no"),
+        ]
+        async with asyncio.timeout(self.server.write_timeout_s):
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await self._write(send, "retry: 1000\n\n" + _sse("snapshot", self.server.hub.snapshot()))
+        while True:
+            try:
+                async with asyncio.timeout(KEEPALIVE_S):
+                    update = await self.sub.queue.get()
+            except TimeoutError:
+                await self._write(send, ": keep-alive\n\n")
+                continue
+            if update is None:  # too slow: dropped (the browser reconnects)
+                await self._write(send, _sse("dropped", {"reason": "too slow"}), more=False)
+                return
+            await self._write(send, _sse("update", update))
+
+
 class DashboardServer:
     """Serve the dashboard of the node behind ``source`` (see module docs).
 
@@ -155,6 +209,7 @@ class DashboardServer:
         token: str | None = None,
         queue_max: int = 256,
         max_clients: int = 32,
+        write_timeout_s: float = 10.0,
         live_options: dict[str, Any] | None = None,
     ) -> None:
         self.loopback = is_loopback(host)
@@ -164,6 +219,7 @@ class DashboardServer:
         self.host = host
         self.port = port
         self.token = token or None
+        self.write_timeout_s = write_timeout_s
         self.hub = Hub(queue_max=queue_max, max_clients=max_clients)
         self.live = Live(source, self.hub, **(live_options or {}))
         self.counters: Counter[str] = self.hub.counters
@@ -306,27 +362,7 @@ class DashboardServer:
             sub = self.hub.subscribe()
         except PeerBusy as exc:
             return _error(exc, 503)
-
-        async def stream() -> Any:
-            try:
-                yield "retry: 1000\n\n"
-                yield _sse("snapshot", self.hub.snapshot())
-                while True:
-                    try:
-                        async with asyncio.timeout(KEEPALIVE_S):
-                            update = await sub.queue.get()
-                    except TimeoutError:
-                        yield ": keep-alive\n\n"
-                        continue
-                    if update is None:  # too slow: dropped (the browser reconnects)
-                        yield _sse("dropped", {"reason": "too slow"})
-                        return
-                    yield _sse("update", update)
-            finally:
-                self.hub.unsubscribe(sub)
-
-        headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-        return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
+        return _EventStream(self, sub)  # type: ignore[return-value]
 
     async def _answer(self, request: Request) -> Response:
         body = b""
