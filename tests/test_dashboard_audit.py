@@ -7,8 +7,9 @@ shop's, which is left to the page: the test types the access code into the
 escalation's form in the browser. The audit can only finish (every shop's
 prices equal to the fixture's ground truth) if that answer went through.
 Along the way the page must show the swarm's peers with their round-trip
-times, the audit's progress moving, telemetry charts with data, and no
-JavaScript error at all. A screenshot is kept as an artifact.
+times, the audit's progress moving, telemetry charts with data, the
+executor the demo kills going down and the collector's alert about it, and
+no JavaScript error at all. A screenshot is kept as an artifact.
 """
 
 from __future__ import annotations
@@ -55,7 +56,6 @@ def test_the_page_follows_the_audit_and_answers_the_human_only_escalation(
         target=lambda: done.update(
             run=run_audit(
                 root=root,
-                kill=False,
                 operator=operator,
                 dashboard_port=0,
                 say=said.append,
@@ -99,6 +99,13 @@ def test_the_page_follows_the_audit_and_answers_the_human_only_escalation(
         # telemetry charts drawn from the collector's records
         b.wait_for("document.querySelectorAll('#chart-latency svg polyline').length >= 3", 60)
         b.wait_for("document.querySelectorAll('#chart-tools svg rect').length >= 1", 60)
+        # the demo kills an executor: the page shows it down, and the collector's alert
+        b.wait_for("document.querySelector('[data-testid=peer-row][data-state=down]')", 60)
+        b.wait_for(
+            "[...document.querySelectorAll('[data-testid=alert]')]"
+            ".some(a => a.textContent.includes('node_down'))",
+            60,
+        )
         shots = b.screenshot(tmp_path / "dashboard-audit.png")  # live, mid-audit
         # the audit finishes, which needed the page's answer
         b.wait_for(f"document.querySelector('{PROGRESS} .badge.done')", 150)
