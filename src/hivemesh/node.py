@@ -325,7 +325,7 @@ class Node:
         A :class:`~hivemesh.leases.LeaseClient` whose holder id is this
         node's address: ``async with node.leases.hold("r") as held: ...``.
         """
-        return self.daemon.leases.client()
+        return self.daemon.leases
 
     @property
     def claims(self) -> MeshClaims:

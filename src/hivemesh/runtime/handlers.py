@@ -26,7 +26,6 @@ from hivemesh import commands as c
 from hivemesh.commands import Command, Record, Reply, jsonable
 from hivemesh.core.event import Event
 from hivemesh.core.identity import address_of
-from hivemesh.core.peer_commands import AcceptFeedLoss
 from hivemesh.errors import DeadlineExceeded, LocalProtocolError, UnknownCommand
 from hivemesh.runtime import leases_ops
 from hivemesh.telemetry.errors import SpoolFull
@@ -75,7 +74,7 @@ async def _feed_status(d: Daemon, req: c.FeedStatus) -> Record:
 
 
 async def _feed_accept_loss(d: Daemon, req: c.FeedAcceptLoss) -> Record:
-    lost = await d.call(AcceptFeedLoss())  # the Peer logs it as a warning
+    lost = await d.call(req)  # the Peer logs it as a warning
     return Record({**lost, "own_feed": d.node.feed_gate.status()})
 
 

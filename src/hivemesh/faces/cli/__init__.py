@@ -34,6 +34,7 @@ SUBCOMMANDS: dict[str, str] = {
     "audit": "audit",
     "bench": "bench",
     "call": "call",
+    "chaos": "chaos",
     "claim": "claim",
     "ctx": "ctx",
     "dashboard": "dashboard",
