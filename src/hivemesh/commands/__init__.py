@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from hivemesh.commands.context import CtxAdd as CtxAdd
     from hivemesh.commands.context import CtxAppend as CtxAppend
     from hivemesh.commands.context import CtxAppendReply as CtxAppendReply
+    from hivemesh.commands.context import CtxContexts as CtxContexts
     from hivemesh.commands.context import CtxGet as CtxGet
     from hivemesh.commands.context import CtxIncr as CtxIncr
     from hivemesh.commands.context import CtxIncrReply as CtxIncrReply
@@ -124,6 +125,7 @@ __all__ = [
     "CtxAdd",
     "CtxAppend",
     "CtxAppendReply",
+    "CtxContexts",
     "CtxGet",
     "CtxIncr",
     "CtxIncrReply",
@@ -198,6 +200,7 @@ _WHERE = {
     "CtxAppendReply": "hivemesh.commands.context",
     "CtxIncr": "hivemesh.commands.context",
     "CtxIncrReply": "hivemesh.commands.context",
+    "CtxContexts": "hivemesh.commands.context",
     "CtxGet": "hivemesh.commands.context",
     "CtxMembers": "hivemesh.commands.context",
     "CtxRemove": "hivemesh.commands.context",

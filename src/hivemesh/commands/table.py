@@ -16,6 +16,7 @@ from hivemesh.commands.audit import AuditAnswer, AuditExport, AuditInbox, AuditS
 from hivemesh.commands.context import (
     CtxAdd,
     CtxAppend,
+    CtxContexts,
     CtxGet,
     CtxIncr,
     CtxMembers,
@@ -66,6 +67,7 @@ _ALL: tuple[type[Command], ...] = (
     ClaimWait,
     CtxAdd,
     CtxAppend,
+    CtxContexts,
     CtxGet,
     CtxIncr,
     CtxMembers,

@@ -92,6 +92,12 @@ async def _ctx_get(d: Daemon, req: c.CtxGet) -> Record:
     return Record({"key": req.key, "found": req.key in ctx, "value": ctx.get(req.key)})
 
 
+async def _ctx_contexts(d: Daemon, req: c.CtxContexts) -> Record:
+    snap = d.context_view.snapshot()  # {context: {kind: {name: value}}}
+    keys = {name: sum(len(v) for v in snap[name].values()) for name in sorted(snap)}
+    return Record({"contexts": keys})
+
+
 async def _ctx_set(d: Daemon, req: c.CtxSet) -> c.CtxSetReply:
     d.context(req.context)[req.key] = req.value
     n = await d.commit()
@@ -305,6 +311,7 @@ HANDLERS: Mapping[type[Command], Handler] = {
     c.ClaimWait: leases_ops.claim_wait,
     c.CtxAdd: _ctx_add,
     c.CtxAppend: _ctx_append,
+    c.CtxContexts: _ctx_contexts,
     c.CtxGet: _ctx_get,
     c.CtxIncr: _ctx_incr,
     c.CtxMembers: _ctx_members,
