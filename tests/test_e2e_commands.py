@@ -78,6 +78,7 @@ ANSWERED: list[Command] = [
     c.ClaimRelease(resource="job-1"),
     c.ClaimDone(resource="job-1"),
     c.LeaseVoters(),
+    c.SyncMajority(own_seq=1, pull=True, timeout_s=5),
     c.MetricsRecord(name="faces.test", value=2.0),
     c.MetricsSend(),
     c.PlanGoal(title="check the faces", settle_ms=0),
@@ -102,6 +103,7 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
     ("lease.renew", {"resource": "r", "holder": "h", "token": 0}, "invalid_argument"),
     ("audit.answer", {"id": "q-nobody-asked", "text": "yes"}, "unknown_escalation"),
     ("audit.export", {}, "invalid_argument"),  # no audit in this journal
+    ("sync.majority", {}, "invalid_argument"),  # neither barrier asked for
 ]
 
 

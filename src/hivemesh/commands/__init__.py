@@ -91,6 +91,8 @@ if TYPE_CHECKING:
     from hivemesh.commands.plan import PlanGoal as PlanGoal
     from hivemesh.commands.plan import PlanGoalReply as PlanGoalReply
     from hivemesh.commands.plan import PlanShow as PlanShow
+    from hivemesh.commands.sync import SyncMajority as SyncMajority
+    from hivemesh.commands.sync import SyncMajorityReply as SyncMajorityReply
     from hivemesh.commands.table import COMMANDS as COMMANDS
     from hivemesh.commands.table import command_class as command_class
     from hivemesh.commands.trust import Invite as Invite
@@ -175,6 +177,8 @@ __all__ = [
     "Status",
     "Stop",
     "StopReply",
+    "SyncMajority",
+    "SyncMajorityReply",
     "TrustAdmit",
     "TrustAdmitReply",
     "TrustList",
@@ -252,6 +256,8 @@ _WHERE = {
     "PlanGoal": "hivemesh.commands.plan",
     "PlanGoalReply": "hivemesh.commands.plan",
     "PlanShow": "hivemesh.commands.plan",
+    "SyncMajority": "hivemesh.commands.sync",
+    "SyncMajorityReply": "hivemesh.commands.sync",
     "COMMANDS": "hivemesh.commands.table",
     "command_class": "hivemesh.commands.table",
     "Invite": "hivemesh.commands.trust",

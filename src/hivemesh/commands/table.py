@@ -49,6 +49,7 @@ from hivemesh.commands.node import (
     Stop,
 )
 from hivemesh.commands.plan import PlanCancel, PlanGoal, PlanShow
+from hivemesh.commands.sync import SyncMajority
 from hivemesh.commands.trust import Invite, Join, TrustAdmit, TrustList, TrustRevoke
 from hivemesh.errors import UnknownCommand
 
@@ -98,6 +99,7 @@ _ALL: tuple[type[Command], ...] = (
     Send,
     Status,
     Stop,
+    SyncMajority,
     TrustAdmit,
     TrustList,
     TrustRevoke,

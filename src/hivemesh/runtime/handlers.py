@@ -27,7 +27,7 @@ from hivemesh.commands import Command, Record, Reply, jsonable
 from hivemesh.core.event import Event
 from hivemesh.core.identity import address_of
 from hivemesh.errors import DeadlineExceeded, LocalProtocolError, UnknownCommand
-from hivemesh.runtime import leases_ops
+from hivemesh.runtime import leases_ops, majority
 from hivemesh.telemetry.errors import SpoolFull
 
 if TYPE_CHECKING:
@@ -340,6 +340,7 @@ HANDLERS: Mapping[type[Command], Handler] = {
     c.Send: _send,
     c.Status: _status,
     c.Stop: _stop,
+    c.SyncMajority: majority.sync_majority,
     c.TrustAdmit: _admit,
     c.TrustList: _trust_list,
     c.TrustRevoke: _revoke,
