@@ -13,7 +13,17 @@ from types import MappingProxyType
 
 from hivemesh.commands._base import Command
 from hivemesh.commands.audit import AuditAnswer, AuditExport, AuditInbox, AuditStatus
-from hivemesh.commands.context import CtxAdd, CtxGet, CtxMembers, CtxRemove, CtxSet, CtxWatch
+from hivemesh.commands.context import (
+    CtxAdd,
+    CtxAppend,
+    CtxContexts,
+    CtxGet,
+    CtxIncr,
+    CtxMembers,
+    CtxRemove,
+    CtxSet,
+    CtxWatch,
+)
 from hivemesh.commands.coordination import (
     Claim,
     ClaimDone,
@@ -57,7 +67,10 @@ _ALL: tuple[type[Command], ...] = (
     ClaimShow,
     ClaimWait,
     CtxAdd,
+    CtxAppend,
+    CtxContexts,
     CtxGet,
+    CtxIncr,
     CtxMembers,
     CtxRemove,
     CtxSet,

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+from hivemesh.commands.coordination import LeaseVoters
 from hivemesh.commands.sync import SyncMajority, SyncMajorityReply
 from hivemesh.errors import BackendUnavailable, DeadlineExceeded, HivemeshError, InvalidArgument
 
@@ -104,7 +105,7 @@ async def sync_majority(d: Daemon, req: SyncMajority) -> SyncMajorityReply:
     own = d.node.journal.head(d.identity.public).seq
     if req.own_seq is not None and req.own_seq > own:
         raise InvalidArgument(f"sync.majority: own_seq {req.own_seq} is past our feed ({own})")
-    voters = d.leases.voters()
+    voters = list((await d.call(LeaseVoters()))["voters"])  # the Peer fixes the set
     majority = len(voters) // 2 + 1
     me = d.identity.public.hex()
     answered: list[str] = []
