@@ -351,6 +351,7 @@ class Daemon(Pump, DaemonAPI):
                 self.listen_port,
                 interfaces=cfg.mdns_interfaces,
                 on_found=lambda found: self.learn(found.address, list(found.endpoints)),
+                spawn=self.supervisor.watch,  # resolvers: a failure is logged and counted
             )
             await self._mdns.start()
         peer.start([endpoint], t)  # the appends of a new life (errors: no start)
