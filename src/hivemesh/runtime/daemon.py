@@ -244,8 +244,7 @@ class Daemon:
         self.trace: Trace | None = None
         self.advertised = ""
         #: the lease voter's files (:mod:`hivemesh.runtime.leases`)
-        self.voter_disk = VoterDisk(config.data_dir)
-        self.voter_disk.synced = self._lease_synced
+        self.voter_disk = VoterDisk(config.data_dir, synced=self._lease_synced)
         #: what a start opened so far, with its closer (undone if the start fails)
         self._opened: list[tuple[str, Callable[[], object]]] = []
         self._lease_client: LeaseClient | None = None
@@ -297,14 +296,15 @@ class Daemon:
         self._lock_fd = lock_data_dir(cfg.data_dir)
         raise_open_files_limit()
         self.identity = load_or_create_identity(cfg.data_dir)
-        self.trust = TrustStore(cfg.data_dir)
-        self.trust.min_refresh_s = 1.0  # the timer loop's poll() catches edits
-        self.trust.on_load_error = self._trust_unreadable  # keeps the last good trust
+        self.trust = TrustStore(
+            cfg.data_dir,
+            min_refresh_s=1.0,  # the timer loop's poll() catches edits
+            on_load_error=self._trust_unreadable,  # keeps the last good trust
+        )
         self._trust_generation = self.trust.generation
-        store = self._store = SQLiteStore(cfg.store_path)
-        self._opened.append(("store", store.close))
         # Received batches and our own (logged) join one commit per commit_delay_ms.
-        store.write_behind = store.append_log = cfg.commit_delay_ms > 0
+        store = self._store = SQLiteStore(cfg.store_path, group_commit=cfg.commit_delay_ms > 0)
+        self._opened.append(("store", store.close))
         power = store.durability == "power"
         self._marks = open_mark(cfg.data_dir, self.identity.public, store, fsync=power)
         self._opened.append(("own feed's mark", self._marks.close))
