@@ -76,6 +76,7 @@ from hivemesh.errors import (
     NoHandler,
 )
 from hivemesh.extras import missing
+from hivemesh.runtime.supervise import reap
 from hivemesh.telemetry.errors import TelemetryRefused
 from hivemesh.telemetry.health import NodeStatus, Thresholds
 from hivemesh.telemetry.node import COLLECTOR_NAME, CollectorNode, NodeTelemetry
@@ -198,9 +199,7 @@ class DaemonTelemetry:
             return
         self._stopped = True
         if self._hb_task is not None:
-            self._hb_task.cancel()
-            with contextlib.suppress(BaseException):
-                await self._hb_task
+            await reap([self._hb_task], "telemetry heartbeat")
         await self.node.stop(flush_timeout_s=1.0 if self._hb_task is not None else 0.0)
         if self.collector is not None:
             await self.collector.stop()
