@@ -35,6 +35,7 @@ Phases, each under a deadline:
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import shutil
 import tempfile
 import threading
@@ -187,6 +188,12 @@ class _Run:
         elif f.kind == "loss":
             for h in hosts:
                 faults.loss(h, int(f.value))
+        elif f.kind == "delay":
+            if importlib.util.find_spec("netfilterqueue") is None:
+                self.log("delay skipped: the netfilterqueue package is not installed")
+                return
+            for i in f.targets:
+                self.cluster.delay(self.node(i), f.value, f.value, self.report.seed)
         self.log("start " + f.describe())
 
     def undo(self, f: Fault) -> None:
@@ -205,6 +212,9 @@ class _Run:
                 self._restore(node, copy)
         elif f.kind in ("partition", "bridge", "isolate", "oneway", "loss"):
             faults.heal()
+        elif f.kind == "delay":
+            for i in f.targets:
+                self.cluster.undelay(self.node(i))
         self.log(f"end {f.kind} {','.join(f'n{i}' for i in f.targets)}".rstrip())
 
     def _restore(self, node: ChaosNode, copy: Path) -> None:
@@ -244,6 +254,7 @@ class _Run:
         assert self.cluster.faults is not None
         self.cluster.faults.heal()
         for node in self.cluster.nodes:
+            self.cluster.undelay(node)
             if node.small_disk:
                 self.cluster.free_disk(node)
             if node.paused:
