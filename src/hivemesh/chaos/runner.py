@@ -22,8 +22,8 @@ Phases, each under a deadline:
    * ``telemetry``: each acknowledged record is stored exactly once at the
      collector, or inside a gap the collector reports;
    * ``alive``: no half-alive daemon: every node answers ``status`` with
-     every supervised task running and none stalled, and no node exited on
-     its own during the run.
+     every supervised task running and none stalled or failed, no node
+     exited on its own during the run, and no daemon log holds a traceback.
 
    * ``plan``: root goals posted from random nodes during the run; every
      acknowledged goal is in every node's plan and every node's plan view
@@ -487,9 +487,18 @@ def _checks(
         own = st.get("own_feed", {}).get("state")
         if own != "writable":
             half.append(f"{m.label}: own feed {own}")
+        failed = {k: v for k, v in st.get("counters", {}).items() if k.startswith("task_failed")}
+        if failed:
+            half.append(f"{m.label}: supervised tasks failed {failed}")
     self_exits = [
         f"{m.label} exit {code}" for m in nodes for code in m.exits if code not in (-9, -15)
     ]
+    for m in nodes:  # an exception logged with its traceback is a bug, even if survived
+        log = cluster.log_tail(m, 10_000_000)
+        if "Traceback" in log:
+            after = log[log.rindex("Traceback") :].splitlines()[1:]
+            last = next((ln for ln in after if ln and not ln[0].isspace()), "?")[:200]
+            half.append(f"{m.label}: traceback in its log ({log.count('Traceback')}): {last}")
     report.checks.append(
         Check("alive", not half and not self_exits,
               "every daemon answers with every task running" if not half and not self_exits
