@@ -31,6 +31,8 @@ def test_a_schedule_is_a_function_of_the_seed() -> None:
     split = SCENARIOS["split-shapes"]
     shapes = {f.kind for seed in range(40) for f in schedule(split, seed, 5, 15)}
     assert shapes == {"isolate", "partition", "oneway", "bridge"}
+    runs = [schedule(split, seed, 5, 15) for seed in range(40)]
+    assert sum(len(r) >= 2 for r in runs) >= 30  # most runs get the faults they ask for
 
 
 def test_network_faults_never_overlap_and_pauses_outlast_the_ttl() -> None:
@@ -40,7 +42,7 @@ def test_network_faults_never_overlap_and_pauses_outlast_the_ttl() -> None:
         for a, b in itertools.pairwise(net):
             assert b.start_s >= a.end_s, (seed, a, b)
         for f in faults:
-            if f.kind == "pause" and f.end_s < 18.0:  # not cut short by the window's end
+            if f.kind == "pause":
                 assert f.end_s - f.start_s > 1.5, (seed, f)
 
 

@@ -170,7 +170,8 @@ def schedule(
     makers: dict[str, Callable[[float], Fault | None]] = {}
 
     def span(lo: float, hi: float) -> tuple[float, float] | None:
-        start = rnd.uniform(lo, max(lo, window[1] - 1.0))
+        # early in what is left, so that later faults still find room
+        start = rnd.uniform(lo, max(lo, lo + (window[1] - 1.0 - lo) * 0.4))
         length = rnd.uniform(1.5, 5.0)
         end = min(start + length, window[1])
         return (start, end) if end > start + 0.5 else None
@@ -205,8 +206,10 @@ def schedule(
             if got is None:
                 return None
             start, end = got
-            if kind == "pause":  # longer than the lease TTL
-                end = min(window[1], start + rnd.uniform(1.5, 3.0) * ttl_ms / 1000)
+            if kind == "pause":  # longer than the lease TTL, always
+                end = start + rnd.uniform(1.5, 3.0) * ttl_ms / 1000
+                if end > window[1]:
+                    return None
             node_free_at[node] = end + 1.0
             value = rnd.choice((-3.0, -1.5, -0.5, 0.5, 1.5, 3.0)) if kind == "clock" else 0.0
             return Fault(kind, start, end, targets=(node,), value=value)
