@@ -73,7 +73,10 @@ class ChaosNode:
     #: runs the telemetry collector (``hivemesh up --collector``)
     collector: bool = False
     starts: int = 0
+    #: exit codes of lives that ended on their own (not by a fault of ours)
     exits: list[int] = field(default_factory=list)
+    #: typed errors a start was refused with (a full disk, a corrupt store)
+    refusals: list[str] = field(default_factory=list)
 
     @property
     def endpoint(self) -> str:
@@ -224,8 +227,13 @@ class ChaosCluster:
         if "error" in ready:
             from hivemesh.error_codes import error_from_wire
 
-            self.kill(node)
-            raise error_from_wire(ready["error"])
+            assert node.proc is not None
+            node.proc.wait(10)  # it exits after printing why
+            if node.proc.stdout is not None:
+                node.proc.stdout.close()
+            err = error_from_wire(ready["error"])
+            node.refusals.append(err.code)
+            raise err
 
     def _log_path(self, node: ChaosNode) -> Path:
         # beside the data dir (a full small disk must not eat the log)
@@ -247,7 +255,7 @@ class ChaosCluster:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or (proc.poll() is not None and not buf):
                 code = proc.poll()
-                self.kill(node)
+                self.kill(node)  # an exit before the ready line counts as its own
                 raise DeadlineExceeded(
                     f"{node.label} did not start (exit {code}):\n{self.log_tail(node)}"
                 )
@@ -268,6 +276,8 @@ class ChaosCluster:
         proc = node.proc
         if proc is None:
             return
+        if proc.poll() is not None and proc.stdout is not None and not proc.stdout.closed:
+            node.exits.append(proc.returncode)  # it had ended before we came: on its own
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(sig)
@@ -278,7 +288,6 @@ class ChaosCluster:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(10)
-        node.exits.append(proc.returncode)
         node.paused = False
         if proc.stdout is not None:
             proc.stdout.close()

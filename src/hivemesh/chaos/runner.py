@@ -261,6 +261,7 @@ class _Run:
                 self.cluster.resume(node)
         for node in self.cluster.nodes:
             if not node.running:
+                self.cluster.kill(node)  # reaps it: an exit of its own is counted
                 self.restart(node)
         self.log("heal: network healed, paused continued, dead restarted, disks freed")
 
@@ -490,9 +491,7 @@ def _checks(
         failed = {k: v for k, v in st.get("counters", {}).items() if k.startswith("task_failed")}
         if failed:
             half.append(f"{m.label}: supervised tasks failed {failed}")
-    self_exits = [
-        f"{m.label} exit {code}" for m in nodes for code in m.exits if code not in (-9, -15)
-    ]
+    self_exits = [f"{m.label} exited on its own ({code})" for m in nodes for code in m.exits]
     for m in nodes:  # an exception logged with its traceback is a bug, even if survived
         log = cluster.log_tail(m, 10_000_000)
         if "Traceback" in log:
@@ -514,5 +513,6 @@ def _checks(
         "telemetry_acked": n_acked,
         "faults": len(report.faults),
         "restarts": sum(max(0, m.starts - 1) for m in nodes),
+        "start_refusals": [f"{m.label}: {c}" for m in nodes for c in m.refusals],
         "plan_goals": len(acked_goals),
     }

@@ -96,6 +96,8 @@ class Pump:
     _flush_scheduled: bool
     _commit_timer: asyncio.TimerHandle | None
     _calls: dict[int, asyncio.Future[Any]]
+    #: group commits failed in a row (a full disk, I/O errors); 0 when healthy
+    _commit_failing: int = 0
 
     async def _on_peer(self, peer: str, up: bool) -> None:  # pragma: no cover - the Daemon's
         raise NotImplementedError
@@ -254,9 +256,26 @@ class Pump:
     def _fsync(self) -> None:
         try:
             self._store.sync()
-        except HivemeshError:  # disk full, I/O error: retried at the next commit
-            self.counters["group_commit_failed"] += 1
-            log.exception("group commit failed")
+        except HivemeshError as exc:  # disk full, I/O error: retried at the next commit
+            self._commit_failed(exc)
+            return
+        if self._commit_failing:
+            log.warning("group commit works again after %d failures", self._commit_failing)
+            self._commit_failing = 0
+
+    def _commit_failed(self, exc: HivemeshError) -> None:
+        """Count a failed commit; log it once, then every 100th in a row: a
+        typed store error retried every few ms must not flood the log (on a
+        full disk the log may be on that disk), nor hide (it is counted)."""
+        self.counters["group_commit_failed"] += 1
+        self._commit_failing += 1
+        if self._commit_failing == 1 or self._commit_failing % 100 == 0:
+            log.warning(
+                "group commit failed (%s, %d in a row, retried at the next commit): %s",
+                exc.code,
+                self._commit_failing,
+                exc,
+            )
 
     def call(self, cmd: Any) -> asyncio.Future[Any]:
         """Run a Peer command now; the future resolves with its reply (the
@@ -287,9 +306,8 @@ class Pump:
             return  # stop() closes the store, which commits
         try:
             self.peer.settle(now_ms())  # verify attested runs, store them; then Fsync
-        except HivemeshError:  # disk full, I/O error: retried at the next commit
-            self.counters["group_commit_failed"] += 1
-            log.exception("group commit failed")
+        except HivemeshError as exc:  # disk full, I/O error: retried at the next commit
+            self._commit_failed(exc)
         if self._flush_lock.locked():  # a flush waits for room: the Fsync goes after it
             self._schedule_flush()
         else:
