@@ -18,6 +18,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -47,10 +48,11 @@ def free_port() -> int:
 class OwnNats:
     """A nats-server with JetStream on a free loopback port and its own store."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, extra: tuple[str, ...] = ()) -> None:
         self.port = free_port()
         self.dir = root / "nats"
         self.dir.mkdir()
+        self.extra = extra
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -61,7 +63,10 @@ class OwnNats:
         assert NATS_SERVER is not None
         log = open(self.dir / "nats.log", "ab")  # noqa: SIM115 - the child owns it
         self.proc = subprocess.Popen(
-            [NATS_SERVER, "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(self.dir)],
+            [
+                *(NATS_SERVER, "-a", "127.0.0.1", "-p", str(self.port)),
+                *("-js", "-sd", str(self.dir), *self.extra),
+            ],
             stdout=log,
             stderr=log,
         )
@@ -329,3 +334,27 @@ def test_tampered_and_misrouted_entries_are_rejected_by_every_node(
         a.client.ctx_set("f", "after", 2)  # a's real next batch is still accepted
         wait_until(lambda: all(found(n, "after") == 2 for n in nodes), 15, what="a goes on")
         wait_until(lambda: converged(nodes), 20, what="views converge")
+
+
+def test_nats_user_credentials_are_used_and_checked(tmp_path: Path) -> None:
+    server = OwnNats(tmp_path, ("--user", "agent", "--pass", "s3cret"))
+    server.start()
+    try:
+        good = swarm_url(f"nats://agent:s3cret@127.0.0.1:{server.port}")
+        with LocalSwarm(tmp_path / "s", env={"HIVEMESH_MESH": good}) as s:
+            a, b = start(s, "a", "b")
+            a.client.ctx_set("f", "k", 1)
+            wait_until(lambda: found(b, "k") == 1, 15, what="replicated with credentials")
+            bad = good.replace("s3cret", "wrong")
+            out = subprocess.run(
+                [sys.executable, "-m", "hivemesh", "up", "--json", "--data-dir",
+                 str(tmp_path / "c"), "--mesh", bad],
+                env=s.env,
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )  # fmt: skip
+            assert out.returncode != 0
+            assert "unreachable" in out.stdout and "uthoriz" in out.stdout, out.stdout
+    finally:
+        server.stop()

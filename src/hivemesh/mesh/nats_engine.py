@@ -63,8 +63,9 @@ class NatsEngine:
         self._nc: Any = None
         self._js: Any = None
         self._on_state: Callable[[bool], None] = lambda up: None
-        #: connection errors nats-py reported (it reconnects by itself)
+        #: connection errors nats-py reported (it reconnects by itself), and the last
         self.errors = 0
+        self.last_error = ""
 
     def _wrap(self, what: str, exc: BaseException) -> TransportError:
         if isinstance(exc, TimeoutError | nats.errors.TimeoutError):
@@ -90,6 +91,7 @@ class NatsEngine:
 
         async def error(exc: Exception) -> None:
             self.errors += 1
+            self.last_error = f"{type(exc).__name__}: {exc}"[:200]
 
         kw: dict[str, Any] = {}
         if o.username:
@@ -127,6 +129,8 @@ class NatsEngine:
                 await self._nc.subscribe(self._hello, cb=hello_cb)
         except (TimeoutError, nats.errors.Error, OSError) as exc:
             await self.close()
+            if self.last_error:  # e.g. an authorization violation: say it, not "timeout"
+                raise PeerUnreachable(f"nats connect: {self.last_error}") from exc
             raise self._wrap("connect", exc) from exc
 
     async def _ensure_stream(self) -> None:
