@@ -30,7 +30,7 @@ from hivemesh.leases import open_backend
 from hivemesh.roles.demo import DemoPlanner
 from hivemesh.roles.meshplan import TERMINAL, started_swarm
 from hivemesh.runtime.swarm import LocalSwarm, NodeProc, wait_until
-from lease_checker import check_history
+from hivemesh.verify import check_history
 from lease_workload import run_workload
 from llm_server import ScriptedServer
 

@@ -15,7 +15,7 @@ import pytest
 from hivemesh.errors import BackendUnavailable, InvalidArgument
 from hivemesh.leases import FencingGuard, LeaseClient, LocalQuorum, open_backend
 from hivemesh.leases.errors import LeaseLost, LeaseUnavailable, StaleFencingToken
-from lease_checker import check_history
+from hivemesh.verify import check_history
 from lease_workload import ChaosProxy, WorkloadResult, run_workload
 
 T = TypeVar("T")

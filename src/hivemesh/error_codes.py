@@ -31,6 +31,7 @@ ERROR_MODULES: tuple[str, ...] = (
     "hivemesh.audit.errors",
     "hivemesh.leases.errors",
     "hivemesh.llm.errors",
+    "hivemesh.netlab.errors",
     "hivemesh.telemetry.errors",
     "hivemesh.tools.errors",
     "hivemesh.webtools.errors",

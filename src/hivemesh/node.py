@@ -329,7 +329,7 @@ class Node:
             from hivemesh.runtime.broker import lease_client
 
             return lease_client(self.daemon)
-        return self.daemon.leases.client()
+        return self.daemon.leases
 
     @property
     def claims(self) -> MeshClaims:

@@ -35,7 +35,7 @@ def open_links(d: Daemon) -> BrokerLinks:
     return BrokerLinks(
         d.identity,
         engine,
-        authorize=lambda a: d.invites.admit_channel(a, now_ms()),
+        authorize=d.invites.admit_channel,
         on_frames=d._on_frames,
         on_peer=d._on_peer,
         boot_id=secrets.token_bytes(BOOT_ID_BYTES),
