@@ -196,6 +196,49 @@ def test_telemetry_reaches_the_collector_by_name(mode: Mode) -> None:
     assert rows == [[1]]  # "delivered" means stored, exactly once
 
 
+def stored(c: NodeProc, name: str) -> list[tuple[str, int]]:
+    rows = c.client.call(
+        "metrics", what="query", sql=f"SELECT sender, seq FROM metrics WHERE name = '{name}'"
+    )["rows"]
+    return [(str(r[0]), int(r[1])) for r in rows]
+
+
+def test_collectors_share_the_queue_nothing_lost_or_stored_twice(mode: Mode) -> None:
+    if mode.name == "p2p":
+        pytest.skip("the collectors' shared queue exists in broker mode only")
+    s = mode.swarm
+    a, b, c = s.nodes["a"], s.nodes["b"], s.nodes["c"]
+    c2 = mode.start("c2", extra_args=["--collector"])
+    name = f"shared.{uuid.uuid4().hex[:8]}"
+    total = 0
+
+    def union() -> list[tuple[str, int]]:
+        return stored(c, name) + stored(c2, name)
+
+    def record(node: NodeProc, n: int) -> None:
+        nonlocal total
+        for _ in range(n // 50):
+            node.client.call("metrics.record", name=name, count=50)
+            total += 50
+
+    record(a, 200)
+    record(b, 200)
+    wait_until(lambda: len(union()) >= total, 30, what="the first records stored")
+    s.kill("c")  # a collector crashes: the queue goes on to the other one
+    record(a, 200)
+    record(b, 200)
+    wait_until(lambda: len(stored(c2, name)) + 0 >= 1, 30, what="the survivor takes records")
+    s.restart("c")
+    record(a, 100)
+    wait_until(lambda: len(union()) >= total, 45, what="every record stored")
+    rows = union()
+    assert len(rows) == len(set(rows)) == total  # none lost, none stored twice
+    assert {x for x, _ in rows} == {a.address, b.address}
+    assert stored(c2, name)  # the second collector took a share
+    counters = c2.client.status()["counters"]
+    assert counters.get("mesh_telemetry_batches", 0) >= 1
+
+
 def test_planner_reaches_a_final_answer(
     mode: Mode, tmp_path_factory: pytest.TempPathFactory
 ) -> None:

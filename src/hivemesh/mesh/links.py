@@ -238,6 +238,9 @@ class BrokerLinks:
                 await self._on_peer(peer, up)
 
     async def _handle(self, sender: str, env: Any) -> None:
+        if env.kind not in (HELLO, FRAMES, BYE):  # e.g. a telemetry envelope replayed here
+            self.counters["mesh_wrong_kind"] += 1
+            return
         if env.kind == BYE:
             link = self.links.get(sender)
             if link is not None and link.boot_id == env.boot_id:
