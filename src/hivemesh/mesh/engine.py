@@ -29,6 +29,7 @@ subjects) and :mod:`hivemesh.mesh.redis_engine` (Redis Streams + pub/sub).
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -37,7 +38,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from hivemesh.errors import ConfigError
 
-__all__ = ["BrokerEngine", "FeedHandler", "MeshOptions", "parse_mesh_url"]
+__all__ = ["BrokerEngine", "FeedHandler", "MeshOptions", "backoff", "parse_mesh_url"]
 
 #: ``on_msg(position, author_address, data)`` for one log entry.
 FeedHandler = Callable[[str, str, bytes], Awaitable[None]]
@@ -46,6 +47,15 @@ DataHandler = Callable[[bytes], Awaitable[None]]
 #: ``on_record(data) -> done``: a telemetry entry for one collector; True
 #: acknowledges it (stored, or refused for good), False has it delivered again.
 WorkHandler = Callable[[bytes], Awaitable[bool]]
+
+_RETRY_S = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
+
+
+async def backoff(failures: int) -> None:
+    """Sleep before retry number ``failures`` (50 ms doubling to 2 s): how every
+    reconnecting loop of broker mode waits."""
+    await asyncio.sleep(_RETRY_S[min(failures, len(_RETRY_S) - 1)])
+
 
 _SWARM_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _SCHEMES = ("nats", "tls", "redis", "rediss")

@@ -46,13 +46,12 @@ from nats.js.api import (
 )
 
 from hivemesh.errors import DeadlineExceeded, PeerUnreachable, TransportError
-from hivemesh.mesh.engine import DataHandler, FeedHandler, MeshOptions, WorkHandler
+from hivemesh.mesh.engine import DataHandler, FeedHandler, MeshOptions, WorkHandler, backoff
 
 __all__ = ["NatsEngine"]
 
 log = logging.getLogger("hivemesh.mesh")
 _FETCH = 256
-_RETRY_S = (0.05, 0.1, 0.2, 0.5, 1.0)
 
 
 class NatsEngine:
@@ -275,7 +274,7 @@ class NatsEngine:
                     with contextlib.suppress(Exception):
                         async with asyncio.timeout(1.0):
                             await sub.unsubscribe()
-            await asyncio.sleep(_RETRY_S[min(failures, len(_RETRY_S) - 1)])
+            await backoff(failures)
             failures += 1
 
     async def _ensure_tel_stream(self) -> None:
@@ -337,5 +336,5 @@ class NatsEngine:
             except (TransportError, nats.errors.Error, OSError, TimeoutError) as exc:
                 self.errors += 1
                 log.debug("telemetry consumer restarts after %s: %s", type(exc).__name__, exc)
-            await asyncio.sleep(_RETRY_S[min(failures, len(_RETRY_S) - 1)])
+            await backoff(failures)
             failures += 1

@@ -43,13 +43,12 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError, ResponseError
 
 from hivemesh.errors import DeadlineExceeded, PeerUnreachable, TransportError
-from hivemesh.mesh.engine import DataHandler, FeedHandler, MeshOptions, WorkHandler
+from hivemesh.mesh.engine import DataHandler, FeedHandler, MeshOptions, WorkHandler, backoff
 
 __all__ = ["RedisEngine"]
 
 log = logging.getLogger("hivemesh.mesh")
 _READ = 256
-_RETRY_S = (0.05, 0.1, 0.2, 0.5, 1.0)
 
 _PUBLISH = """
 local head = redis.call('HGET', KEYS[2], ARGV[1])
@@ -174,7 +173,7 @@ class RedisEngine:
                     with contextlib.suppress(Exception):
                         await self._pubsub.aclose()
                     self._pubsub = None
-            await asyncio.sleep(_RETRY_S[min(failures, len(_RETRY_S) - 1)])
+            await backoff(failures)
             failures += 1
 
     async def close(self) -> None:
@@ -242,7 +241,7 @@ class RedisEngine:
             except (TimeoutError, RedisError, OSError) as exc:
                 self.errors += 1
                 log.debug("redis feed reader reconnects after %s", exc)
-                await asyncio.sleep(_RETRY_S[min(failures, len(_RETRY_S) - 1)])
+                await backoff(failures)
                 failures += 1
 
     async def publish_telemetry(self, sender: str, msg_id: str, data: bytes) -> None:
@@ -283,5 +282,5 @@ class RedisEngine:
             except (TransportError, TimeoutError, RedisError, OSError) as exc:
                 self.errors += 1
                 log.debug("redis telemetry consumer restarts after %s", exc)
-            await asyncio.sleep(_RETRY_S[min(failures, len(_RETRY_S) - 1)])
+            await backoff(failures)
             failures += 1
