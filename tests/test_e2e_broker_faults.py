@@ -1,4 +1,4 @@
-"""Broker mode under faults, against a nats-server of the test's own.
+"""Broker mode under faults, against a nats-server (or redis-server) of the test's own.
 
 Each test starts its own ``nats-server -js`` on a free loopback port with its
 own store dir (the shared server on 4222 is never touched), runs real
@@ -356,5 +356,66 @@ def test_nats_user_credentials_are_used_and_checked(tmp_path: Path) -> None:
             )  # fmt: skip
             assert out.returncode != 0
             assert "unreachable" in out.stdout and "uthoriz" in out.stdout, out.stdout
+    finally:
+        server.stop()
+
+
+class OwnRedis:
+    """A redis-server of the test's own on a free loopback port (AOF in its own dir)."""
+
+    def __init__(self, root: Path) -> None:
+        self.port = free_port()
+        self.dir = root / "redis"
+        self.dir.mkdir()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        exe = shutil.which("redis-server")
+        assert exe is not None, "redis-server is not installed (scripts/services.sh installs it)"
+        self.proc = subprocess.Popen(
+            [exe, "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.dir),
+             "--appendonly", "yes", "--save", ""],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        wait_until(self._answers, 10, what="redis-server answers")
+
+    def _answers(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                s.sendall(b"PING\r\n")
+                return s.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.proc = None
+
+
+def test_redis_restarted_mid_run_loses_nothing(tmp_path: Path) -> None:
+    server = OwnRedis(tmp_path)
+    server.start()
+    try:
+        url = f"redis://127.0.0.1:{server.port}/0?swarm=f{uuid.uuid4().hex[:10]}"
+        with LocalSwarm(tmp_path / "s", env={"HIVEMESH_MESH": url}) as s:
+            a, b, c = start(s, "a", "b", "c")
+            for i in range(10):
+                a.client.ctx_set("f", f"a{i}", i)
+            wait_until(lambda: found(c, "a9") == 9, 15, what="replicated before the restart")
+            server.stop()  # kill -9 Redis mid-run
+            for i in range(10, 20):
+                a.client.ctx_set("f", f"a{i}", i)
+                b.client.ctx_set("f", f"b{i}", i)
+            server.start()
+            wait_until(
+                lambda: all(found(n, "a19") == 19 and found(n, "b19") == 19 for n in (a, b, c)),
+                30,
+                what="every acknowledged write on every node after the restart",
+            )
+            wait_until(lambda: converged([a, b, c]), 20, what="views converge")
+            assert counter(a, "mesh_disconnected") >= 1 and counter(a, "mesh_reconnected") >= 1
     finally:
         server.stop()
