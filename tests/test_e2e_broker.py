@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -156,6 +157,21 @@ def test_direct_message_by_name_is_acknowledged(mode: Mode) -> None:
     out = a.client.send(f"worker-{mode.name}", {"job": 1})
     assert out["acked"]
     wait_until(lambda: any(m["data"] == {"job": 1} for m in b.client.inbox()), 10, what="inbox")
+
+
+def test_a_stopped_node_is_seen_as_left_not_down(mode: Mode) -> None:
+    s = mode.swarm
+    a = s.nodes["a"]
+    e = mode.start("e")
+    wait_until(lambda: e.address in up_members(a), 20, what="e is up on a")
+    s.kill("e", signal.SIGTERM)  # a clean stop announces "left" before it goes
+
+    def state() -> str | None:
+        m = a.client.status()["members"].get(e.address)
+        return None if m is None else str(m["state"])
+
+    wait_until(lambda: state() in ("left", "down"), 20, what="a notices e is gone")
+    assert state() == "left"
 
 
 def test_leases_pass_the_checker(mode: Mode) -> None:
