@@ -40,6 +40,7 @@ import asyncio
 import contextlib
 import datetime
 import logging
+import os
 import secrets
 import socket
 import ssl
@@ -513,16 +514,18 @@ class QuicEndpoint(asyncio.DatagramProtocol):
         (opens our NAT's mapping towards it; see the module docs)."""
         if self._transport is None or self._closed:
             return
-        sock = self._transport.get_extra_info("socket")
-        assert sock is not None
-        old = sock.getsockopt(socket.IPPROTO_IP, socket.IP_TTL)
-        sock.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, ttl)
-        try:
-            for _ in range(count):
-                with contextlib.suppress(OSError):  # unreachable: a primer may fail
-                    sock.sendto(PRIME, (host, port))
-        finally:
-            sock.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, old)
+        tsock = self._transport.get_extra_info("socket")
+        assert tsock is not None
+        # A duplicate descriptor of the same socket: same port, same NAT mapping.
+        with socket.socket(fileno=os.dup(tsock.fileno())) as sock:
+            old = sock.getsockopt(socket.IPPROTO_IP, socket.IP_TTL)
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, ttl)
+            try:
+                for _ in range(count):
+                    with contextlib.suppress(OSError):  # unreachable: a primer may fail
+                        sock.sendto(PRIME, (host, port))
+            finally:
+                sock.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, old)
         self.counters.incr("primes_sent", count)
 
     def close(self) -> None:

@@ -219,6 +219,8 @@ class RelayClient:
         self.counters = counters if counters is not None else TransportCounters()
         self.channel: SecureChannel | None = None
         self.reserved = False
+        #: Seconds between reservation renewals (see :meth:`_keepalive`).
+        self.keepalive_s = 5.0
         self._authorize = authorize
         self._on_channel = on_channel
         self._on_punch = on_punch
@@ -251,6 +253,18 @@ class RelayClient:
                 await self._reserved.wait()
             if not self.reserved:
                 raise PeerUnreachable(f"the relay {self.relay_address[:12]} refused a reservation")
+            self._spawn(self._keepalive(self.channel))
+
+    async def _keepalive(self, channel: SecureChannel) -> None:
+        """Renew the reservation every ``keepalive_s``: it also keeps our NAT's
+        mapping to the relay open, or re-opens it after the NAT forgot it
+        (a mapping the relay cannot refresh from outside)."""
+        while not channel.is_closed:
+            await asyncio.sleep(self.keepalive_s)
+            try:
+                channel.send_nowait(encode(Message(Kind.RESERVE)))
+            except HivemeshError:
+                return
 
     def _spawn(self, coro: Awaitable[None]) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)
