@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from hivemesh.errors import BackendUnavailable
 from hivemesh.leases import FencingGuard, Lease, LeaseBackend, LeaseClient
 from hivemesh.leases.errors import LeaseContended, LeaseLost, LeaseUnavailable, StaleFencingToken
-from lease_checker import Op
+from hivemesh.verify import Op
 
 
 class ChaosProxy:

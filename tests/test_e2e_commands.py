@@ -64,6 +64,8 @@ ANSWERED: list[Command] = [
     c.CtxAdd(set="who", elements=("ann", "bob"), context="room"),
     c.CtxRemove(set="who", elements=("bob",), context="room"),
     c.CtxMembers(set="who", context="room"),
+    c.CtxAppend(list="chat", values=("hi", {"n": 2}), context="room"),
+    c.CtxIncr(counter="tokens", by=3, context="room"),
     c.NameClaim(name="faces-node"),
     c.Names(),
     c.TrustList(),

@@ -3,7 +3,7 @@
 Every daemon hosts a quorum voter; clients reach the quorum through a
 daemon's control socket (``mesh://DATA_DIR``). Histories recorded by
 concurrent clients on several nodes go through the checker of
-``tests/lease_checker.py``, including ``kill -9`` of a voter minority and of
+:mod:`hivemesh.verify.linearizability`, including ``kill -9`` of a voter minority and of
 a lease holder. Claims: ``kill -9`` of the winner, another node takes the
 work after ``member.down``. One swarm per module; the tests run in order.
 Every wait is a condition with a deadline.
@@ -28,7 +28,7 @@ from hivemesh.errors import BackendUnavailable, InvalidArgument
 from hivemesh.leases import LeaseClient, open_backend
 from hivemesh.leases.errors import LeaseUnavailable
 from hivemesh.runtime.swarm import LocalSwarm, wait_until
-from lease_checker import check_history
+from hivemesh.verify import check_history
 from lease_workload import run_workload
 
 T = TypeVar("T")

@@ -1,7 +1,7 @@
 """Backend agreement: one hypothesis state machine drives every lease backend.
 
 Every step runs the same operation against each backend (real Redis, real
-NATS, five quorum voters on loopback UDP, and the quorum embedded in a real
+NATS, real etcd, five quorum voters on loopback UDP, and the quorum embedded in a real
 swarm of five ``hivemesh up`` processes, each client on a different node's
 control socket) and asserts they
 all show the same observable behaviour, and the behaviour of a tiny reference
@@ -29,6 +29,7 @@ from hivemesh.runtime.swarm import LocalSwarm, wait_until
 URLS: dict[str, str | None] = {
     "redis": "redis://127.0.0.1:6379/0",
     "nats": "nats://127.0.0.1:4222/hivemesh_test_leases?skew_ms=10",
+    "etcd": "etcd://127.0.0.1:2379/hivemesh_test_leases?skew_ms=10",
     "quorum": None,
     "mesh": "mesh",  # the module's swarm (see the fixture below)
 }

@@ -15,13 +15,14 @@ import pytest
 from hivemesh.errors import BackendUnavailable, InvalidArgument
 from hivemesh.leases import FencingGuard, LeaseClient, LocalQuorum, open_backend
 from hivemesh.leases.errors import LeaseLost, LeaseUnavailable, StaleFencingToken
-from lease_checker import check_history
+from hivemesh.verify import check_history
 from lease_workload import ChaosProxy, WorkloadResult, run_workload
 
 T = TypeVar("T")
 REDIS = "redis://127.0.0.1:6379/0"
 NATS = "nats://127.0.0.1:4222/hivemesh_test_leases"
-BACKENDS = [REDIS, NATS, "quorum"]
+ETCD = "etcd://127.0.0.1:2379/hivemesh_test_leases"
+BACKENDS = [REDIS, NATS, ETCD, "quorum"]
 
 
 @contextlib.asynccontextmanager
@@ -206,7 +207,9 @@ def test_odd_but_valid_names_round_trip_on_nats() -> None:
 def test_unknown_scheme_and_bad_urls() -> None:
     for url in (
         "http://x",
-        "etcd://1.2.3.4",
+        "etcd:///nohost",
+        "etcd://h:99999",
+        "etcd://h/p?skew_ms=x",
         "quorum://local",
         "quorum://1.2.3.4:1,1.2.3.4:1",
         "redis://h/notadb",
@@ -217,7 +220,13 @@ def test_unknown_scheme_and_bad_urls() -> None:
 
 
 @pytest.mark.parametrize(
-    "url", ["redis://127.0.0.1:1/0", "nats://127.0.0.1:1/b", "quorum://127.0.0.1:1,127.0.0.1:2"]
+    "url",
+    [
+        "redis://127.0.0.1:1/0",
+        "nats://127.0.0.1:1/b",
+        "etcd://127.0.0.1:1/b",
+        "quorum://127.0.0.1:1,127.0.0.1:2",
+    ],
 )
 def test_unreachable_backend_raises_within_deadline(url: str) -> None:
     async def main() -> None:
@@ -232,7 +241,7 @@ def test_unreachable_backend_raises_within_deadline(url: str) -> None:
     run(main())
 
 
-@pytest.mark.parametrize("port", [6379, 4222])
+@pytest.mark.parametrize("port", [6379, 4222, 2379])
 def test_black_holed_backend_raises_within_deadline(port: int) -> None:
     async def main() -> None:
         proxy = ChaosProxy("127.0.0.1", port)
@@ -260,6 +269,8 @@ def test_black_holed_backend_raises_within_deadline(port: int) -> None:
 def via(port: int, proxy_port: int) -> str:
     if port == 6379:
         return f"redis://127.0.0.1:{proxy_port}/0"
+    if port == 2379:
+        return f"etcd://127.0.0.1:{proxy_port}/hivemesh_test_leases"
     return f"nats://127.0.0.1:{proxy_port}/hivemesh_test_leases"
 
 
@@ -301,7 +312,7 @@ def test_checked_history_concurrent_clients(url: str) -> None:
     assert res.stale_tokens == 0 and res.effects > 0
 
 
-@pytest.mark.parametrize("port", [6379, 4222])
+@pytest.mark.parametrize("port", [6379, 4222, 2379])
 def test_checked_history_with_killed_connections(port: int) -> None:
     async def main() -> tuple[list[object], int, int]:
         proxy = ChaosProxy("127.0.0.1", port)

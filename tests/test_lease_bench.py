@@ -27,6 +27,7 @@ def test_bench_lease_json_reports_every_backend_beside_its_baseline() -> None:
     assert {
         "redis acquire+release p50",
         "nats acquire+release p50",
+        "etcd acquire+release p50",
         "quorum(5 procs) acquire+release p50",
         f"{mesh}) acquire+release p50",
         f"{mesh}, fresh resource per round) acquire+release p50",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lease_checker import Op, check_history
+from hivemesh.verify import Op, check_history
 
 
 def acq(c: str, t0: float, t1: float, token: int | None, out: str = "ok", ttl: int = 100) -> Op:

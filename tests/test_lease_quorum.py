@@ -16,7 +16,7 @@ from hivemesh.core.lease_quorum import Acquire, Outcome, Proposer, Release, Rene
 from hivemesh.errors import BackendUnavailable, DecodeError, InvalidArgument
 from hivemesh.leases.simlease import LeaseOptions as SimOptions
 from hivemesh.leases.simlease import run_sim
-from hivemesh.sim.lease_history import check_history
+from hivemesh.verify.linearizability import check_history
 
 VOTERS = ["v0", "v1", "v2", "v3", "v4"]
 

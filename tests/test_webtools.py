@@ -124,6 +124,15 @@ def test_dom_snapshot_is_stable_for_the_same_dom() -> None:
     assert dom_snapshot(parse_html(sa[0])) == sa  # a snapshot is a fixed point
 
 
+def test_dom_snapshot_of_an_attribute_name_lxml_cannot_write() -> None:
+    """Found by ``hivemesh fuzz`` (mcp_tools): an attribute name with control
+    characters parses but lxml refuses to set it back; the snapshot used to
+    fail with a bare ValueError (an unexpected error of the MCP server)."""
+    html = '<html><body><div itemscope itemtype{T\xa0Y\x14*R_3="x" id="k">a</div></body></html>'
+    text, _ = dom_snapshot(parse_html(html))
+    assert 'id="k"' in text and "\x14" not in text
+
+
 # -- the MCP server, driven by the official client -------------------------------
 
 

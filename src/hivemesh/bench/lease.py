@@ -3,12 +3,14 @@
 Every row times one acquire+release pair through :class:`LeaseClient` per
 round and, in the same round, a baseline: raw redis-py ``SET NX PX`` plus a
 Lua compare-and-delete release (the Redis row and, for scale, every quorum
-row), raw JetStream KV ``create`` plus ``update`` (the NATS row). Rounds
+row), raw JetStream KV ``create`` plus ``update`` (the NATS row), a raw etcd
+lease grant, put attached to it and revoke through etcd's v3 JSON gateway
+(the etcd row: the same HTTP transport as ours, without our checks). Rounds
 interleave ours and the baseline, so machine noise hits both alike.
 
 Rows:
 
-* ``redis``, ``nats``: the backends against their own raw clients (goal for
+* ``redis``, ``nats``, ``etcd``: the backends against their own raw clients (goal for
   Redis: <= 1.2x raw). The raw Redis client has a 5 s ``socket_timeout`` (a
   deadline on every call, as ours has); the details add a third client in
   the same rounds with no deadline at all, the cheapest redis-py can be.
@@ -77,6 +79,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``hivemesh bench lease``."""
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/0", help="Redis URL")
     parser.add_argument("--nats", default="nats://127.0.0.1:4222/hivemesh_bench", help="NATS URL")
+    parser.add_argument("--etcd", default="etcd://127.0.0.1:2379/hivemesh_bench", help="etcd URL")
     parser.add_argument("--rounds", type=int, default=2000, help="acquire+release pairs")
     parser.add_argument("--max-seconds", type=float, default=20.0, help="time bound per row")
     parser.add_argument("--ttl-ms", type=int, default=5000)
@@ -90,7 +93,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--mesh-tmpfs", action="store_true", help="add a mesh row with the data on /dev/shm"
     )
     parser.add_argument(
-        "--only", default="", help="comma-separated rows to run: redis,nats,quorum,mesh"
+        "--only", default="", help="comma-separated rows to run: redis,nats,etcd,quorum,mesh"
     )
 
 
@@ -253,13 +256,52 @@ async def _nats(args: argparse.Namespace) -> Samples:
         rev = await (kv.create(key, b"held") if rev == 0 else kv.update(key, b"held", last=rev))
         rev = await kv.update(key, b"", last=rev)
 
+    return await beside_raw(args, client, tag, base, nc.close)
+
+
+async def beside_raw(
+    args: argparse.Namespace,
+    client: LeaseClient,
+    tag: str,
+    base: Pair,
+    close_raw: Callable[[], Awaitable[None]],
+) -> Samples:
+    """``client``'s acquire+release on one resource interleaved with ``base``; closes both."""
     ours = lease_pair(client, lambda i: f"bench-{tag}", args.ttl_ms)
     try:
         a, b = await interleaved([ours, base], args.rounds, args.max_seconds)
         return a, b
     finally:
         await client.aclose()
-        await nc.close()
+        await close_raw()
+
+
+RAW_ETCD = "raw etcd gateway grant+put+revoke"
+
+
+async def _etcd(args: argparse.Namespace) -> Samples:
+    """Ours (grant + CAS put, CAS delete + revoke) vs raw grant + put + revoke."""
+    import base64
+    from urllib.parse import urlsplit
+
+    import httpx
+
+    client = LeaseClient(open_backend(args.etcd), "bench")
+    tag = uuid.uuid4().hex[:8]
+    parts = urlsplit(args.etcd)
+    raw = httpx.AsyncClient(
+        base_url=f"http://{parts.hostname}:{parts.port or 2379}", timeout=httpx.Timeout(5.0)
+    )
+    key = base64.b64encode(f"rawbench/{tag}".encode()).decode()
+    ttl_s = str(max(1, args.ttl_ms // 1000))
+
+    async def base(i: int) -> None:
+        r = await raw.post("/v3/lease/grant", json={"TTL": ttl_s})
+        lease = r.json()["ID"]
+        await raw.post("/v3/kv/put", json={"key": key, "value": "aGVsZA==", "lease": lease})
+        await raw.post("/v3/lease/revoke", json={"ID": lease})
+
+    return await beside_raw(args, client, tag, base, raw.aclose)
 
 
 def _metrics(
@@ -290,6 +332,7 @@ def _runs(args: argparse.Namespace) -> list[tuple[str, Callable[[], Measured]]]:
     runs: list[tuple[str, Callable[[], Measured]]] = [
         ("redis", lambda: asyncio.run(_redis(args))),
         ("nats", one("nats", _nats, "raw nats-py KV create/update", None)),
+        ("etcd", one("etcd", _etcd, RAW_ETCD, None)),
         ("quorum", one(f"quorum({args.voters} {where})", _quorum, RAW_REDIS, "abs")),
         ("mesh", lambda: _lease_mesh.run_procs(args, None)),
         ("mesh node-api", lambda: _lease_mesh.run_node_api(args)),

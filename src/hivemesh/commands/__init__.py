@@ -35,7 +35,11 @@ if TYPE_CHECKING:
     from hivemesh.commands.audit import AuditInbox as AuditInbox
     from hivemesh.commands.audit import AuditStatus as AuditStatus
     from hivemesh.commands.context import CtxAdd as CtxAdd
+    from hivemesh.commands.context import CtxAppend as CtxAppend
+    from hivemesh.commands.context import CtxAppendReply as CtxAppendReply
     from hivemesh.commands.context import CtxGet as CtxGet
+    from hivemesh.commands.context import CtxIncr as CtxIncr
+    from hivemesh.commands.context import CtxIncrReply as CtxIncrReply
     from hivemesh.commands.context import CtxMembers as CtxMembers
     from hivemesh.commands.context import CtxRemove as CtxRemove
     from hivemesh.commands.context import CtxSet as CtxSet
@@ -118,7 +122,11 @@ __all__ = [
     "ClaimWaitReply",
     "Command",
     "CtxAdd",
+    "CtxAppend",
+    "CtxAppendReply",
     "CtxGet",
+    "CtxIncr",
+    "CtxIncrReply",
     "CtxMembers",
     "CtxRemove",
     "CtxSet",
@@ -186,6 +194,10 @@ _WHERE = {
     "AuditInbox": "hivemesh.commands.audit",
     "AuditStatus": "hivemesh.commands.audit",
     "CtxAdd": "hivemesh.commands.context",
+    "CtxAppend": "hivemesh.commands.context",
+    "CtxAppendReply": "hivemesh.commands.context",
+    "CtxIncr": "hivemesh.commands.context",
+    "CtxIncrReply": "hivemesh.commands.context",
     "CtxGet": "hivemesh.commands.context",
     "CtxMembers": "hivemesh.commands.context",
     "CtxRemove": "hivemesh.commands.context",

@@ -13,7 +13,16 @@ from types import MappingProxyType
 
 from hivemesh.commands._base import Command
 from hivemesh.commands.audit import AuditAnswer, AuditExport, AuditInbox, AuditStatus
-from hivemesh.commands.context import CtxAdd, CtxGet, CtxMembers, CtxRemove, CtxSet, CtxWatch
+from hivemesh.commands.context import (
+    CtxAdd,
+    CtxAppend,
+    CtxGet,
+    CtxIncr,
+    CtxMembers,
+    CtxRemove,
+    CtxSet,
+    CtxWatch,
+)
 from hivemesh.commands.coordination import (
     Claim,
     ClaimDone,
@@ -56,7 +65,9 @@ _ALL: tuple[type[Command], ...] = (
     ClaimShow,
     ClaimWait,
     CtxAdd,
+    CtxAppend,
     CtxGet,
+    CtxIncr,
     CtxMembers,
     CtxRemove,
     CtxSet,

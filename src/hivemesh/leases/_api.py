@@ -90,6 +90,17 @@ def validate_ttl_ms(ttl_ms: object) -> int:
     return ttl_ms
 
 
+def skew_ms_from(query: dict[str, list[str]], default: int, url: str) -> int:
+    """The ``skew_ms`` option of a backend URL's parsed query (0-60000), else raise."""
+    try:
+        skew = int(query.get("skew_ms", [str(default)])[0])
+    except ValueError as e:
+        raise InvalidArgument(f"skew_ms must be an int in {url!r}") from e
+    if not 0 <= skew <= 60_000:
+        raise InvalidArgument(f"skew_ms={skew} out of range [0, 60000]")
+    return skew
+
+
 def believed_expiry(invoked_at: float, ttl_ms: int) -> float:
     """Local monotonic time until which a lease requested at ``invoked_at`` is safe."""
     return invoked_at + (ttl_ms * (1.0 - DRIFT_RATIO) - DRIFT_MS) / 1000.0

@@ -48,7 +48,7 @@ import nats.js.errors
 from nats.js.api import KeyValueConfig, StorageType
 
 from hivemesh.errors import BackendUnavailable, InvalidArgument
-from hivemesh.leases._api import LeaseInfo
+from hivemesh.leases._api import LeaseInfo, skew_ms_from
 
 __all__ = ["NatsLeaseBackend"]
 
@@ -87,12 +87,7 @@ class NatsLeaseBackend:
         self._bucket = parts.path.strip("/") or bucket
         if not all(c in _KEY_SAFE for c in self._bucket):
             raise InvalidArgument(f"invalid NATS bucket name {self._bucket!r}")
-        try:
-            self._skew_ms = int(query.get("skew_ms", [max_skew_ms])[0])
-        except ValueError as e:
-            raise InvalidArgument(f"skew_ms must be an int in {url!r}") from e
-        if not 0 <= self._skew_ms <= 60_000:
-            raise InvalidArgument(f"skew_ms={self._skew_ms} out of range [0, 60000]")
+        self._skew_ms = skew_ms_from(query, max_skew_ms, url)
         self._server = f"{parts.scheme}://{parts.hostname or '127.0.0.1'}:{parts.port or 4222}"
         self._user = parts.username
         self._password = parts.password

@@ -11,7 +11,7 @@ from hivemesh.leases._api import LeaseBackend
 __all__ = ["SCHEMES", "open_backend"]
 
 #: URL schemes open_backend understands.
-SCHEMES = ("mesh", "nats", "quorum", "redis", "rediss")
+SCHEMES = ("etcd", "etcds", "mesh", "nats", "quorum", "redis", "rediss")
 
 
 def open_backend(url: str) -> LeaseBackend:
@@ -19,6 +19,8 @@ def open_backend(url: str) -> LeaseBackend:
 
     * ``redis://host:port/db?prefix=...`` -- :class:`RedisLeaseBackend`
     * ``nats://host:port/BUCKET?skew_ms=100`` -- :class:`NatsLeaseBackend`
+    * ``etcd://host:port/PREFIX?skew_ms=100`` -- :class:`EtcdLeaseBackend`
+      (etcd leases with keep-alive; ``etcds://`` for TLS)
 
     * ``quorum://IP:PORT,IP:PORT,...`` -- :class:`QuorumLeaseBackend` (UDP voters,
       see :class:`VoterServer` / :class:`LocalQuorum`; no external service)
@@ -41,6 +43,10 @@ def open_backend(url: str) -> LeaseBackend:
             return NatsLeaseBackend(url)
     except ModuleNotFoundError as exc:  # the redis / nats extra is not installed
         raise missing(exc, f"the {scheme}:// lease backend") from None
+    if scheme in ("etcd", "etcds"):
+        from hivemesh.leases._etcd import EtcdLeaseBackend
+
+        return EtcdLeaseBackend(url)
     if scheme == "quorum":
         from hivemesh.leases._quorum import QuorumLeaseBackend
 

@@ -14,9 +14,9 @@ clock offset and rate skew, voter crashes and restarts (from their durable
 snapshot, then quarantined) and the applications' choices.
 
 Every application operation is recorded as a
-:class:`~hivemesh.sim.lease_history.Op` in *true* time (a holder's belief is
+:class:`~hivemesh.verify.linearizability.Op` in *true* time (a holder's belief is
 computed on its own skewed clock and converted back), and the history is
-checked by :func:`~hivemesh.sim.lease_history.check_history`: exclusion,
+checked by :func:`~hivemesh.verify.linearizability.check_history`: exclusion,
 increasing fencing tokens, no spurious failure.
 
 **The split prepare (holder killed).** After the random phase, with every
@@ -58,8 +58,8 @@ from hivemesh.core.lease_voter import Voter
 from hivemesh.leases import DRIFT_MS, DRIFT_RATIO, FencingGuard
 from hivemesh.leases.errors import StaleFencingToken
 from hivemesh.sim.cluster import SimResult
-from hivemesh.sim.lease_history import Op, check_history
 from hivemesh.sim.options import SimOptions
+from hivemesh.verify.linearizability import Op, check_history
 
 __all__ = ["LeaseCluster", "LeaseNode", "LeaseOptions", "LeaseRun", "run_sim"]
 

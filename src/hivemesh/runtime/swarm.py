@@ -162,7 +162,8 @@ class LocalSwarm:
         extra_args: list[str] | None = None,
         command: tuple[str, ...] = ("up",),
     ) -> NodeProc:
-        """Start a new node process and wait until it is ready.
+        """Start a new node process and wait until it is ready; a node that
+        refuses to start raises the error it printed (a ``HivemeshError``).
 
         ``command`` is the subcommand (any that prints ``up --json``'s ready
         line and takes ``--data-dir``, ``--listen`` and ``--bootstrap``)."""
@@ -198,6 +199,11 @@ class LocalSwarm:
 
     def _ready(self, node: NodeProc) -> None:
         ready = self._read_ready(node)
+        if "error" in ready:  # it refused to start, saying why (the one error shape)
+            from hivemesh.error_codes import error_from_wire
+
+            self._reap(node, signal.SIGKILL)
+            raise error_from_wire(ready["error"])
         node.address = ready["address"]
         node.port = int(ready["listen"].rpartition(":")[2])
 

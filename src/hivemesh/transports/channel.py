@@ -53,16 +53,13 @@ from types import MappingProxyType
 from typing import cast
 
 from hivemesh.core.codec import MAX_FRAME_BYTES
+from hivemesh.core.joins import JOIN_REFUSALS
 from hivemesh.errors import (
     ChannelSuperseded,
     ConnectionClosed,
     DeadlineExceeded,
     HivemeshError,
     InvalidArgument,
-    InviteExpired,
-    InviteRevoked,
-    InviteUnknown,
-    InviteUsed,
     StaleBoot,
     UnknownPeer,
     WouldBlock,
@@ -103,12 +100,7 @@ class ChannelOptions:
 
 
 #: CLOSE codes by which a peer refuses a join, each raised as its own type.
-_JOIN_REFUSALS: dict[str, tuple[type[HivemeshError], str]] = {
-    InviteUsed.code: (InviteUsed, "the invite was already used by another node"),
-    InviteExpired.code: (InviteExpired, "the invite expired (by the inviter's clock)"),
-    InviteUnknown.code: (InviteUnknown, "the inviter holds no such invite (foreign or forgotten)"),
-    InviteRevoked.code: (InviteRevoked, "the inviter revoked this node"),
-}
+_JOIN_REFUSALS = JOIN_REFUSALS  # the Peer's table (core.joins): one text per cause
 
 
 def peer_close_error(code: str) -> HivemeshError:

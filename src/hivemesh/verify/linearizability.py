@@ -1,5 +1,6 @@
-"""Safety checker for recorded lease histories (the simulator's leases workload,
-the quorum lease tests and the real-process lease tests all use it).
+"""Safety (linearizability) checker for recorded lease histories (the
+simulator's leases workload, the quorum lease tests, the real-process lease
+tests and the chaos runner all use it).
 
 A history is a list of :class:`Op`: one lease operation by one client, with
 the time it was invoked and completed (one clock shared by all clients -- the
