@@ -198,6 +198,8 @@ class Daemon(Pump, DaemonAPI):
         self.claims: MeshClaims
         #: broker mode's journal log (:mod:`hivemesh.mesh.feedlog`), else None
         self.feedlog: Any = None
+        #: QUIC, relays and hole punching (runtime.paths), when configured
+        self.paths: Any = None
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -222,6 +224,9 @@ class Daemon(Pump, DaemonAPI):
         with contextlib.suppress(Exception):
             if self._mdns is not None:
                 await self._mdns.close()
+        if self.paths is not None:
+            with contextlib.suppress(Exception):
+                self.paths.close()
         if hasattr(self, "conns"):
             with contextlib.suppress(Exception):
                 await self.conns.close()
@@ -348,6 +353,11 @@ class Daemon(Pump, DaemonAPI):
             self.conns = open_links(self)  # type: ignore[assignment]
         host, port = cfg.listen_endpoint()
         self.listen_port = await self.conns.listen(host, port)
+        if cfg.udp or cfg.relays or cfg.relay_role:
+            from hivemesh.runtime.paths import NodePaths
+
+            self.paths = NodePaths(self)
+            await self.paths.start(host, self.listen_port)
         endpoint = self.advertised = self._announce(host)
         t = now_ms()
         self.messaging = Messaging(self, cfg.data_dir / "inbox.db", inbox_max=cfg.inbox_max)
@@ -417,6 +427,8 @@ class Daemon(Pump, DaemonAPI):
         if self._mdns is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._mdns.close(), 3.0)
+        if self.paths is not None:
+            self.paths.close()
         await self.conns.close()
         if self.config.mesh is not None:
             from hivemesh.runtime.broker import stop_broker

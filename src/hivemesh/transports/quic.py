@@ -372,8 +372,12 @@ class QuicEndpoint(asyncio.DatagramProtocol):
             else:
                 self._loop.call_later(CLOSE_GRACE_S, self._close_quic, conn)
 
+        def rtt_ms() -> float | None:
+            loss = conn.quic._loss  # aioquic's RTT estimator (smoothed, RFC 9002)
+            return loss._rtt_smoothed * 1000 if loss._rtt_initialized else None
+
         conn.pipe = PipeTransport(
-            send, buffered, on_close, extra={"peername": conn.addr, "path": "udp"}
+            send, buffered, on_close, extra={"peername": conn.addr, "path": "udp", "rtt_ms": rtt_ms}
         )
         return conn.pipe
 
