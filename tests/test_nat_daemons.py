@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import netlabtest
-from hivemesh.netlab import Host, Lab
+from hivemesh.netlab import Host, Lab, Nat
 from hivemesh.runtime.client import Client
 from hivemesh.runtime.swarm import wait_until
 
@@ -55,9 +55,12 @@ def _up(host: Host, data: pathlib.Path, **env: str) -> dict[str, Any]:
     return dict(json.loads(line))
 
 
-@pytest.fixture
-def nodes(lab: Lab, tmp_path: pathlib.Path) -> Iterator[tuple[Client, Client, Client, str, str]]:
-    nat_a, nat_b = lab.add_nat("nat-a"), lab.add_nat("nat-b")
+Nodes = tuple[Client, Client, Client, str, str]
+
+
+def _start(lab: Lab, tmp_path: pathlib.Path, *, symmetric: bool) -> Nodes:
+    nat_a = lab.add_nat("nat-a", symmetric=symmetric)
+    nat_b = lab.add_nat("nat-b", symmetric=symmetric)
     a, b = lab.add_host("a", behind=nat_a), lab.add_host("b", behind=nat_b)
     c = lab.add_host("c")
     rc = _up(c, tmp_path / "c", HIVEMESH_RELAY_ROLE="true")
@@ -65,13 +68,18 @@ def nodes(lab: Lab, tmp_path: pathlib.Path) -> Iterator[tuple[Client, Client, Cl
     common = {"HIVEMESH_BOOTSTRAP": f"{c.ip}:{PORT}", "HIVEMESH_RELAYS": relay}
     ra = _up(a, tmp_path / "a", **common)
     rb = _up(b, tmp_path / "b", **common)
-    yield (
+    return (
         Client(tmp_path / "a", timeout_s=10),
         Client(tmp_path / "b", timeout_s=10),
         Client(tmp_path / "c", timeout_s=10),
         ra["address"],
         rb["address"],
     )
+
+
+@pytest.fixture
+def nodes(lab: Lab, tmp_path: pathlib.Path) -> Iterator[Nodes]:
+    yield _start(lab, tmp_path, symmetric=False)
 
 
 def _path(client: Client, peer: str) -> str | None:
@@ -115,3 +123,48 @@ def test_nodes_behind_two_nats_replicate_and_message_over_a_punched_link(
     # nothing went through C after the upgrade
     assert cc.status()["paths"]["relay"].get("relay_bytes", 0) == relayed_before
     assert _path(ca, addr_b) == "punched"
+
+
+def test_symmetric_nats_end_relayed_and_the_mesh_works_through_the_relay(
+    lab: Lab, tmp_path: pathlib.Path
+) -> None:
+    ca, cb, cc, addr_a, addr_b = _start(lab, tmp_path, symmetric=True)
+    wait_until(lambda: (_path(ca, addr_b) or "").startswith("relayed via"), 60, what="relayed")
+    wait_until(
+        lambda: (
+            ca.status()["paths"]["traversal"].get("punch_failed", 0)
+            + cb.status()["paths"]["traversal"].get("punch_failed", 0)
+            >= 1
+        ),
+        30,
+        what="a failed punch",
+    )
+    ca.ctx_set("default", "sym", "through the relay")
+    wait_until(
+        lambda: cb.ctx_get("default", "sym").get("value") == "through the relay",
+        20,
+        what="b has a's event",
+    )
+    cb.send(addr_a, {"msg": "relayed hi"})
+    wait_until(lambda: "relayed hi" in json.dumps(ca.inbox()), 20, what="a's inbox")
+    assert (_path(ca, addr_b) or "").startswith("relayed via")
+    assert cc.status()["paths"]["relay"]["relay_bytes"] > 0
+
+
+def test_a_nat_that_forgets_its_mapping_mid_run_loses_nothing(
+    lab: Lab, tmp_path: pathlib.Path
+) -> None:
+    ca, cb, _, _, addr_b = _start(lab, tmp_path, symmetric=False)
+    wait_until(lambda: _path(ca, addr_b) == "punched", 60, what="a punched link a-b")
+    nat_b = lab.host("nat-b")
+    assert isinstance(nat_b, Nat)
+    for i in range(40):
+        ca.ctx_set("default", f"k{i}", i)  # acknowledged: in a's journal
+        if i == 10:
+            nat_b.flush_conntrack()
+    wait_until(
+        lambda: all(cb.ctx_get("default", f"k{i}").get("value") == i for i in range(40)),
+        60,
+        what="every event a appended, at b",
+    )
+    wait_until(lambda: _path(ca, addr_b) is not None, 60, what="a link a-b again")
