@@ -44,6 +44,7 @@ from hivemesh.errors import (
     DecodeError,
     HivemeshError,
     PeerUnreachable,
+    WouldBlock,
 )
 from hivemesh.transports.channel import Authorize, ChannelOptions, SecureChannel
 from hivemesh.transports.noise import StaticCredentials
@@ -337,6 +338,21 @@ class RelayClient:
 
     def _pipe(self, circuit: _Circuit) -> PipeTransport:
         def send(data: bytes) -> None:
+            channel = self.channel
+            if not circuit.outq and channel is not None and not circuit.closed:
+                # fast path: nothing queued, send now (in order) until the channel is full
+                while data:
+                    chunk = data[:CHUNK_BYTES]
+                    try:
+                        channel.send_nowait(encode(Message(Kind.DATA, circuit.cid, data=chunk)))
+                    except WouldBlock:
+                        break
+                    except HivemeshError as exc:
+                        self._end(circuit, ConnectionClosed(f"relay channel: {exc}"))
+                        return
+                    data = data[CHUNK_BYTES:]
+                if not data:
+                    return
             circuit.outq.append(data)
             circuit.queued += len(data)
             circuit.wake.set()
