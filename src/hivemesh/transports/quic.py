@@ -27,8 +27,9 @@ and flow control, and a connection the NAT keeps open.
   towards a peer's candidate address: they open our NAT's mapping for that
   peer and die before the peer's NAT sees them (hole punching). Non-QUIC
   datagrams received are counted (``udp_non_quic``) and dropped.
-* Flow control: the stream's unsent bytes (aioquic's send buffer) above
-  1 MiB pause the channel's writer, as a full socket buffer does on TCP.
+* Flow control: the stream's bytes not yet sent (held by aioquic for the
+  congestion window or the peer's credit) above 1 MiB pause the channel's
+  writer, as a full socket buffer does on TCP.
 
 Closing a channel sends its CLOSE, ends the stream, and closes the QUIC
 connection once the peer ended its side or after the close grace.
@@ -358,8 +359,14 @@ class QuicEndpoint(asyncio.DatagramProtocol):
                 self._schedule_flush(conn)
 
         def buffered() -> int:
-            stream = conn.quic._streams.get(sid)  # aioquic keeps unsent bytes here
-            return len(stream.sender._buffer) if stream is not None else 0
+            # Bytes written but not yet sent (aioquic keeps them, and the sent
+            # ones until acknowledged, in the stream's sender): like a socket's
+            # send buffer, so an idle stream counts 0 and the channel writes at once.
+            stream = conn.quic._streams.get(sid)
+            if stream is None:
+                return 0
+            sender = stream.sender
+            return int(sender._buffer_stop - sender.next_offset)
 
         def on_close() -> None:
             if conn.done or conn.ended_local:
