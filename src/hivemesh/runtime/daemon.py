@@ -118,6 +118,7 @@ from hivemesh.runtime.daemon_api import DaemonAPI
 from hivemesh.runtime.hostutil import lock_data_dir, primary_ipv4, raise_open_files_limit
 from hivemesh.runtime.invites import Invites
 from hivemesh.runtime.leases import MeshClaims, VoterDisk, lease_client
+from hivemesh.runtime.majority import serve_heads
 from hivemesh.runtime.messaging import Messaging
 from hivemesh.runtime.pump import Pump
 from hivemesh.runtime.rehydration import Rehydration
@@ -381,6 +382,7 @@ class Daemon(Pump, DaemonAPI):
 
         self.telemetry = DaemonTelemetry(self)
         await self.telemetry.start()  # -- end telemetry --
+        serve_heads(self)  # majority barriers (sync.majority) ask every voter
         self.supervisor.install(asyncio.get_running_loop())
         self._started = True
         self.supervisor.spawn("timer", self._timer_loop, RESTART_WATCHED)  # beats each round

@@ -27,7 +27,7 @@ from hivemesh.commands import Command, Record, Reply, jsonable
 from hivemesh.core.event import Event
 from hivemesh.core.identity import address_of
 from hivemesh.errors import DeadlineExceeded, LocalProtocolError, UnknownCommand
-from hivemesh.runtime import leases_ops
+from hivemesh.runtime import leases_ops, majority
 from hivemesh.telemetry.errors import SpoolFull
 
 if TYPE_CHECKING:
@@ -90,6 +90,12 @@ async def _ctx_get(d: Daemon, req: c.CtxGet) -> Record:
     if req.key is None:
         return Record(d.context_view.snapshot().get(req.context, {}))
     return Record({"key": req.key, "found": req.key in ctx, "value": ctx.get(req.key)})
+
+
+async def _ctx_contexts(d: Daemon, req: c.CtxContexts) -> Record:
+    snap = d.context_view.snapshot()  # {context: {kind: {name: value}}}
+    keys = {name: sum(len(v) for v in snap[name].values()) for name in sorted(snap)}
+    return Record({"contexts": keys})
 
 
 async def _ctx_set(d: Daemon, req: c.CtxSet) -> c.CtxSetReply:
@@ -305,6 +311,7 @@ HANDLERS: Mapping[type[Command], Handler] = {
     c.ClaimWait: leases_ops.claim_wait,
     c.CtxAdd: _ctx_add,
     c.CtxAppend: _ctx_append,
+    c.CtxContexts: _ctx_contexts,
     c.CtxGet: _ctx_get,
     c.CtxIncr: _ctx_incr,
     c.CtxMembers: _ctx_members,
@@ -333,6 +340,7 @@ HANDLERS: Mapping[type[Command], Handler] = {
     c.Send: _send,
     c.Status: _status,
     c.Stop: _stop,
+    c.SyncMajority: majority.sync_majority,
     c.TrustAdmit: _admit,
     c.TrustList: _trust_list,
     c.TrustRevoke: _revoke,

@@ -38,6 +38,7 @@ SUBCOMMANDS: dict[str, str] = {
     "chaos": "chaos",
     "claim": "claim",
     "ctx": "ctx",
+    "dashboard": "dashboard",
     "demo": "demo",
     "feed": "feed",
     "fixture": "fixture",
