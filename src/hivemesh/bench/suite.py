@@ -59,6 +59,7 @@ QUICK: dict[str, list[str]] = {
     "ingest": ["--events", "4000", "--authors", "2"],
     "lease": ["--rounds", "30", "--max-seconds", "3", "--voters", "3"],
     "memory": ["--writes", "50", "--settle-s", "0.5"],
+    "paths": ["--rounds", "100", "--frames", "300", "--max-s", "5"],
     "plan": [
         "--fanout",
         "2,2",

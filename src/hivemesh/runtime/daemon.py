@@ -253,6 +253,8 @@ class Daemon:
         self.claims: MeshClaims
         #: broker mode's journal log (:mod:`hivemesh.mesh.feedlog`), else None
         self.feedlog: Any = None
+        #: QUIC, relays and hole punching (runtime.paths), when configured
+        self.paths: Any = None
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -397,6 +399,12 @@ class Daemon:
         host, port = cfg.listen_endpoint()
         self._opened.append(("connections", self.conns.close))
         self.listen_port = await self.conns.listen(host, port)
+        if cfg.udp or cfg.relays or cfg.relay_role:
+            from hivemesh.runtime.paths import NodePaths
+
+            self.paths = NodePaths(self)
+            self._opened.append(("paths", self.paths.close))
+            await self.paths.start(host, self.listen_port)
         endpoint = self.advertised = self._announce(host)
         t = now_ms()
         self.messaging = Messaging(self, cfg.data_dir / "inbox.db", inbox_max=cfg.inbox_max)
@@ -471,6 +479,8 @@ class Daemon:
         if self._mdns is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._mdns.close(), 3.0)
+        if self.paths is not None:
+            self.paths.close()
         await self.conns.close()
         if self.config.mesh is not None:
             from hivemesh.runtime.broker import stop_broker
