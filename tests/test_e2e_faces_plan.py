@@ -302,3 +302,45 @@ def test_a2a_escalation_is_input_required_and_the_answer_resumes(mesh: Mesh) -> 
     assert after[-1] == TaskState.TASK_STATE_COMPLETED, after
     every = mesh.client.call("audit.inbox", all=True)["questions"]
     assert [q["answer"] for q in every if q["id"] == "q-a2a-1"] == ["the list price"]
+
+
+def test_mcp_goal_runs_to_its_answer_with_tree_notifications(mesh: Mesh) -> None:
+    """Through ``hivemesh mcp`` on the seed: a goal submitted with plan_goal is
+    planned and run by the swarm; its tree resource is announced as it grows."""
+    from mcp import Client, StdioServerParameters
+
+    from hivemesh.faces.mcp import plan_uri
+
+    seed = mesh.swarm.nodes["observer"]
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "hivemesh", "mcp", "--data-dir", str(seed.data_dir)],
+        env=env_of(mesh.swarm),
+    )
+
+    async def main() -> tuple[int, dict[str, Any]]:
+        async with Client(params, read_timeout_seconds=30) as client:
+            res = await client.call_tool("plan_goal", {"title": "picnic in Sintra", **GOAL_ARGS})
+            assert not res.is_error and res.structured_content is not None
+            goal = res.structured_content["goal"]
+            updates = 0
+            async with (
+                asyncio.timeout(60),
+                client.listen(resource_subscriptions=[plan_uri(goal)]) as sub,
+            ):
+                read = await client.read_resource(plan_uri(goal))  # it may have run already
+                shown = json.loads(read.contents[0].text)  # type: ignore[union-attr]
+                if shown["tree"]["status"] in TERMINAL:
+                    return updates, shown
+                async for _event in sub:
+                    updates += 1
+                    read = await client.read_resource(plan_uri(goal))
+                    shown = json.loads(read.contents[0].text)  # type: ignore[union-attr]
+                    if shown["tree"]["status"] in TERMINAL:
+                        return updates, shown
+        raise AssertionError("the subscription ended before the goal did")
+
+    updates, shown = asyncio.run(main())
+    assert shown["tree"]["status"] == "done"
+    assert shown["answer"] == "picnic in Sintra: combined 2 results"
+    assert updates >= 2  # announced as it grew, not only at the end (a goal takes ~1 s)
