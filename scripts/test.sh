@@ -5,6 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python3}
+# the dashboard's browser tests use the system Chromium (scripts/services.d/chromium.sh)
+export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
 "$PY" -m pip install --quiet --disable-pip-version-check '.[test]'
 bash scripts/services.sh
 

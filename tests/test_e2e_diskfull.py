@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from hivemesh.errors import HivemeshError, StoreError
-from hivemesh.runtime.swarm import LocalSwarm, wait_until
+from hivemesh.runtime.swarm import LocalSwarm, NodeProc, wait_until
 
 DISK_BYTES = 24 * 1024 * 1024
 
@@ -67,9 +67,9 @@ def swarm(tmp_path: Path) -> Iterator[LocalSwarm]:
         yield s
 
 
-def test_writes_fail_while_the_disk_is_full_and_resume_after_space_is_freed(
-    swarm: LocalSwarm,
-) -> None:
+def fill_while_writing(swarm: LocalSwarm) -> tuple[NodeProc, NodeProc, dict[str, int]]:
+    """Node ``full`` (on the small disk) and its ``peer``; writes, then the
+    disk filled (``ballast``) until a write is refused; the acknowledged ones."""
     full = swarm.start("full")  # its data dir is the small tmpfs
     peer = swarm.start("peer", bootstrap=[full.endpoint])
     wait_until(lambda: full.client.status()["peers_connected"] >= 1, 15, what="peers connect")
@@ -77,9 +77,7 @@ def test_writes_fail_while_the_disk_is_full_and_resume_after_space_is_freed(
     for i in range(10):
         full.client.ctx_set("d", f"before{i}", i)
         acknowledged[f"before{i}"] = i
-
-    ballast = full.data_dir / "ballast"
-    fill(ballast)
+    fill(full.data_dir / "ballast")
     # A write may still fit in a page its files already hold; the first one
     # that needs a new page fails, and so does every later one.
     for i in range(100):
@@ -90,6 +88,14 @@ def test_writes_fail_while_the_disk_is_full_and_resume_after_space_is_freed(
         acknowledged[f"fits{i}"] = i
     else:
         pytest.fail("100 writes went through on a full disk")
+    return full, peer, acknowledged
+
+
+def test_writes_fail_while_the_disk_is_full_and_resume_after_space_is_freed(
+    swarm: LocalSwarm,
+) -> None:
+    full, peer, acknowledged = fill_while_writing(swarm)
+    ballast = full.data_dir / "ballast"
     failures = []
     for i in range(5):
         with pytest.raises(StoreError) as exc:
@@ -122,21 +128,8 @@ def test_kill_9_on_a_full_disk_then_restart_refuses_clearly_or_serves(swarm: Loc
     the still-full disk: the node starts (refusing writes with StoreError) or
     refuses to start with a typed error naming the cause -- never a hang or a
     bare traceback; once space is freed it starts and holds every ack."""
-    full = swarm.start("full")
-    peer = swarm.start("peer", bootstrap=[full.endpoint])
-    wait_until(lambda: full.client.status()["peers_connected"] >= 1, 15, what="peers connect")
-    acknowledged = {}
-    for i in range(10):
-        full.client.ctx_set("d", f"before{i}", i)
-        acknowledged[f"before{i}"] = i
+    full, peer, acknowledged = fill_while_writing(swarm)
     ballast = full.data_dir / "ballast"
-    fill(ballast)
-    for i in range(100):
-        try:
-            full.client.ctx_set("d", f"fits{i}", i)
-        except StoreError:
-            break
-        acknowledged[f"fits{i}"] = i
     swarm.kill("full")
     fill(full.data_dir / "ballast2")  # whatever the dead process freed is taken too
     try:
@@ -149,6 +142,7 @@ def test_kill_9_on_a_full_disk_then_restart_refuses_clearly_or_serves(swarm: Loc
             full.client.ctx_set("d", "while-full", 1)
         outcome = "started"
         swarm.kill("full")
+    print(f"restart on a full disk: {outcome}")
     ballast.unlink()
     (full.data_dir / "ballast2").unlink()
     full = swarm.restart("full")

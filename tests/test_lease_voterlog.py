@@ -114,3 +114,23 @@ def test_a_voter_killed_between_its_sync_and_its_reply_keeps_the_promise(
     assert v.receive(["prep", 1, "r"], 10)[2:4] == [1025, "?"]  # quarantined, bound kept
     assert v.receive(["acc", 2, "r", 1025, "h", 100, "x"], 3001) == ["acc_r", 2, False]
     assert v.receive(["acc", 3, "r", 1026, "h", 100, "x"], 3001) == ["acc_r", 3, True]
+
+
+def test_no_room_to_rewrite_the_log_at_open_is_a_typed_store_error(tmp_path: Path) -> None:
+    """Found by tests/test_e2e_diskfull.py: a daemon restarted on a full disk
+    died with a bare OSError traceback from this compaction at open. A file
+    size limit stands in for the full disk here (EFBIG instead of ENOSPC)."""
+    code = (
+        "import resource, signal, sys\n"
+        "from hivemesh.errors import StoreError\n"
+        "from hivemesh.runtime.voterlog import VoterLog\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))\n"
+        "try:\n"
+        f"    VoterLog({str(tmp_path / 'v.log')!r}).open()\n"
+        "except StoreError as exc:\n"
+        "    print('typed', exc.code)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "typed store_error", out.stderr
+    assert not (tmp_path / "v.tmp").exists()

@@ -193,16 +193,16 @@ def test_what_reaches_the_event_loop_is_counted_and_the_handler_given_back() -> 
 def _fail_timer_step(node: hivemesh.Node, times: int) -> list[int]:
     """Make the daemon's timer step raise the next ``times`` times."""
     daemon = node.daemon
-    expire = daemon.invites.expire  # called once every timer round
+    sync_trust = daemon.sync_trust  # called once every timer round
     calls: list[int] = []
 
-    def faulty(now_ms: int) -> None:
-        calls.append(now_ms)
+    def faulty() -> bool:
+        calls.append(len(calls))
         if len(calls) <= times:
             raise _Boom(f"timer step {len(calls)}")
-        expire(now_ms)
+        return sync_trust()
 
-    daemon.invites.expire = faulty  # type: ignore[method-assign]
+    daemon.sync_trust = faulty  # type: ignore[method-assign]
     return calls
 
 

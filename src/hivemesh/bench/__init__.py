@@ -78,9 +78,17 @@ class BenchResult:
         return "\n".join(lines)
 
 
+#: Modules here that are not benchmarks (``suite`` runs them all: ``bench all``).
+NOT_BENCHMARKS = frozenset({"suite"})
+
+
 def available() -> list[str]:
     """Names of all benchmarks."""
-    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+    return sorted(
+        m.name
+        for m in pkgutil.iter_modules(__path__)
+        if not m.name.startswith("_") and m.name not in NOT_BENCHMARKS
+    )
 
 
 def load(name: str) -> ModuleType:

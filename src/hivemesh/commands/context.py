@@ -18,6 +18,7 @@ __all__ = [
     "CtxAdd",
     "CtxAppend",
     "CtxAppendReply",
+    "CtxContexts",
     "CtxGet",
     "CtxIncr",
     "CtxIncrReply",
@@ -39,6 +40,16 @@ class CtxGet(Command):
     errors: ClassVar[tuple[str, ...]] = ("context_broken",)
     context: str = "default"
     key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CtxContexts(Command):
+    """The contexts this replica holds, with how many keys each has
+    (registers, lists, counters, texts and sets together):
+    ``{"contexts": {name: keys}}`` (names sorted)."""
+
+    op: ClassVar[str] = "ctx.contexts"
+    errors: ClassVar[tuple[str, ...]] = ("context_broken",)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from hivemesh.commands.audit import AuditAnswer, AuditExport, AuditInbox, AuditS
 from hivemesh.commands.context import (
     CtxAdd,
     CtxAppend,
+    CtxContexts,
     CtxGet,
     CtxIncr,
     CtxMembers,
@@ -48,6 +49,7 @@ from hivemesh.commands.node import (
     Stop,
 )
 from hivemesh.commands.plan import PlanCancel, PlanGoal, PlanShow
+from hivemesh.commands.sync import SyncMajority
 from hivemesh.commands.trust import Invite, Join, TrustAdmit, TrustList, TrustRevoke
 from hivemesh.errors import UnknownCommand
 
@@ -66,6 +68,7 @@ _ALL: tuple[type[Command], ...] = (
     ClaimWait,
     CtxAdd,
     CtxAppend,
+    CtxContexts,
     CtxGet,
     CtxIncr,
     CtxMembers,
@@ -96,6 +99,7 @@ _ALL: tuple[type[Command], ...] = (
     Send,
     Status,
     Stop,
+    SyncMajority,
     TrustAdmit,
     TrustList,
     TrustRevoke,

@@ -60,10 +60,11 @@ def _rng_bytes(seed: str) -> Callable[[int], bytes]:
 
 
 def _peer_target() -> Target:
+    from hivemesh.commands.messages import Send as SendDirect
+    from hivemesh.commands.node import Append
     from hivemesh.core.effects import Send
     from hivemesh.core.identity import Identity
     from hivemesh.core.peer import Peer
-    from hivemesh.core.peer_commands import Append, SendDirect
     from hivemesh.core.store import MemoryStore
 
     ids = [Identity.from_seed(bytes([70 + i]) * 32) for i in range(3)]
@@ -83,8 +84,8 @@ def _peer_target() -> Target:
         x.link_up(y.address, b"boot", now)
     for i in range(6):
         a.command(Append("app.note", {"i": i, "text": "x" * i}), now)
-    a.command(SendDirect(b.address, {"hello": [1, 2, 3]}, 5000), now)
-    b.command(Append("ctx.set", {"k": "v"}), now)
+    a.command(SendDirect(b.address, {"hello": [1, 2, 3]}, timeout_s=5.0), now)
+    b.command(Append("app.set", {"k": "v"}), now)
     t = now
     for _ in range(40):
         t += 250

@@ -17,9 +17,10 @@ asyncio package wraps its sans-IO connection:
   ``peer.effects()``: frames into the per-peer bounded send queues (waiting
   when one is full: backpressure reaches the readers that caused the
   traffic), dials, closes, replies, events into subscribers' bounded queues.
-* **Time.** One timer task sleeps until ``peer.next_deadline()`` (or invite
-  probation's), then calls ``peer.handle_timer(now_ms)``. Time is
-  wall-clock milliseconds; randomness is a ``random.Random`` seeded from
+* **Time.** One timer task sleeps until ``peer.next_deadline()``, then
+  calls ``peer.handle_timer(now_ms)``. Time is the monotonic clock in
+  milliseconds, anchored at wall-clock time (:mod:`hivemesh.runtime.clock`);
+  randomness is a ``random.Random`` seeded from
   :mod:`secrets`.
 
 The pump itself (input, output, timers, group commit) is the
@@ -94,13 +95,14 @@ from collections import Counter, deque
 from collections.abc import Iterable
 from typing import Any
 
+from hivemesh.commands.peer import Leave, Vouch
+from hivemesh.commands.trust import TrustRevoke
 from hivemesh.config import Config, bootstrap_targets, parse_endpoint
 from hivemesh.core.direct import DirectConfig
 from hivemesh.core.event import Event
 from hivemesh.core.identity import Identity, public_key_of, short
 from hivemesh.core.node import Node, NodeConfig
 from hivemesh.core.peer import Peer, PeerConfig, TrustFile
-from hivemesh.core.peer_commands import Leave, Revoke, Vouch
 from hivemesh.core.pex import MembershipConfig
 from hivemesh.core.trace import Trace
 from hivemesh.core.views.context import ContextView
@@ -108,12 +110,15 @@ from hivemesh.core.views.endpoints import EndpointsView
 from hivemesh.core.views.names import NamesView
 from hivemesh.core.views.trust import TrustView, TrustWeb
 from hivemesh.errors import ConfigError, HivemeshError
+from hivemesh.leases import LeaseClient
 from hivemesh.runtime.blobs import Blobs
 from hivemesh.runtime.clock import now_ms
 from hivemesh.runtime.connections import ConnectionManager
 from hivemesh.runtime.daemon_api import DaemonAPI
 from hivemesh.runtime.hostutil import lock_data_dir, primary_ipv4, raise_open_files_limit
 from hivemesh.runtime.invites import Invites
+from hivemesh.runtime.leases import MeshClaims, VoterDisk, lease_client
+from hivemesh.runtime.majority import serve_heads
 from hivemesh.runtime.messaging import Messaging
 from hivemesh.runtime.pump import Pump
 from hivemesh.runtime.rehydration import Rehydration
@@ -188,6 +193,12 @@ class Daemon(Pump, DaemonAPI):
         #: the Peer's recorded inputs and effects (``trace_peer`` only)
         self.trace: Trace | None = None
         self.advertised = ""
+        #: the lease voter's files (:mod:`hivemesh.runtime.leases`)
+        self.voter_disk: VoterDisk | None = None
+        self._lease_client: LeaseClient | None = None
+        self.claims: MeshClaims
+        #: broker mode's journal log (:mod:`hivemesh.mesh.feedlog`), else None
+        self.feedlog: Any = None
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -218,9 +229,9 @@ class Daemon(Pump, DaemonAPI):
         if hasattr(self, "messaging"):
             with contextlib.suppress(Exception):
                 self.messaging.close()
-        if hasattr(self, "leases"):
+        if self.voter_disk is not None:
             with contextlib.suppress(Exception):
-                self.leases.close()
+                self.voter_disk.close()
         if hasattr(self, "node"):
             with contextlib.suppress(Exception):
                 self.node.settle()
@@ -255,6 +266,9 @@ class Daemon(Pump, DaemonAPI):
         self._marks = open_mark(cfg.data_dir, self.identity.public, store, fsync=power)
         self.started_ms = now_ms()
         seed = secrets.randbits(128)
+        self.voter_disk = VoterDisk(cfg.data_dir)
+        lease_setup = self.voter_disk.open()
+        self.voter_disk.synced = self._lease_synced
         self.trace = Trace(seed) if cfg.trace_peer else None
         self.peer = Peer(
             self.identity,
@@ -266,8 +280,11 @@ class Daemon(Pump, DaemonAPI):
                     sync_interval_ms=cfg.sync_interval_ms,
                     # Batches straight from their author (our channels authenticate
                     # it) are verified per run at the group commit (core.journal).
-                    defer_direct_verify=cfg.commit_delay_ms > 0,
+                    # (in broker mode every batch is verified before it is
+                    # applied: the broker is not trusted; its log is the push half)
+                    defer_direct_verify=cfg.commit_delay_ms > 0 and cfg.mesh is None,
                     settle_delay_ms=None,
+                    push=cfg.mesh is None,
                 ),
                 membership=membership_config(
                     cfg.probe_interval_ms, cfg.probe_timeout_ms, cfg.suspicion_mult
@@ -278,9 +295,11 @@ class Daemon(Pump, DaemonAPI):
                 trust_mode=cfg.trust_mode,
                 trust_vouches=cfg.trust_vouches,
                 name=cfg.name,
+                lease_voters=tuple(cfg.lease_voters),
             ),
             trust=self._trust_file(),
             marks=self._marks,
+            leases=lease_setup,
             trace=self.trace,
         )
         peer = self.peer
@@ -289,10 +308,7 @@ class Daemon(Pump, DaemonAPI):
         self.names = peer.names
         self.endpoints = peer.endpoints
         self.trust_view = peer.trust_view
-        self.invites.attach(self.node)
-        from hivemesh.runtime.leases import attach as attach_leases
-
-        self.leases, self.claims = attach_leases(self)  # quorum voter/proposer, claims
+        self.claims = MeshClaims(self)  # over the Peer's claims view
         self.blobs = Blobs(self)
         from hivemesh.runtime.control import ControlServer
 
@@ -312,7 +328,7 @@ class Daemon(Pump, DaemonAPI):
             )
         self.conns = ConnectionManager(
             self.identity,
-            authorize=lambda a: self.invites.admit_channel(a, now_ms()),
+            authorize=self.invites.admit_channel,
             on_frame=self._on_frame,
             on_frames=self._on_frames,
             on_frames_now=self._on_frames_now,
@@ -323,10 +339,14 @@ class Daemon(Pump, DaemonAPI):
             slow_peer_timeout_s=cfg.slow_peer_timeout_s,
             rng=random.Random(secrets.randbits(128)),
             options=ChannelOptions(send_queue_frames=cfg.send_queue_frames),
-            on_refused=self.invites.on_refused,
+            on_refused=self.invites.refused,
             boot_id=secrets.token_bytes(BOOT_ID_BYTES),  # one per node start (a life)
             spawn=self.supervisor.watch,  # readers, diallers: a failure is logged and counted
         )
+        if cfg.mesh is not None:  # broker mode: links over the broker (runtime.broker)
+            from hivemesh.runtime.broker import open_links
+
+            self.conns = open_links(self)  # type: ignore[assignment]
         host, port = cfg.listen_endpoint()
         self.listen_port = await self.conns.listen(host, port)
         endpoint = self.advertised = self._announce(host)
@@ -352,9 +372,14 @@ class Daemon(Pump, DaemonAPI):
 
         self.telemetry = DaemonTelemetry(self)
         await self.telemetry.start()  # -- end telemetry --
+        serve_heads(self)  # majority barriers (sync.majority) ask every voter
         self.supervisor.install(asyncio.get_running_loop())
         self._started = True
         self.supervisor.spawn("timer", self._timer_loop, RESTART_WATCHED)  # beats each round
+        if cfg.mesh is not None:  # the journal's push half on the broker's log
+            from hivemesh.runtime.broker import start_feedlog
+
+            self.feedlog = start_feedlog(self)
         self.rehydration.complete()  # control operations waiting for the views go on
         await self.flush()
         # Everything loaded so far (modules, rehydrated views) lives as long as
@@ -384,7 +409,8 @@ class Daemon(Pump, DaemonAPI):
             await self._control.close()
         await self.supervisor.stop_loops()
         await self.supervisor.drain()  # the flushes, disconnects and trust re-checks under way
-        self.leases.close()
+        if self.voter_disk is not None:
+            self.voter_disk.close()  # replies waiting for a sync are never sent
         if self._commit_timer is not None:
             self._commit_timer.cancel()
         self.commit_nowait()
@@ -394,6 +420,10 @@ class Daemon(Pump, DaemonAPI):
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._mdns.close(), 3.0)
         await self.conns.close()
+        if self.config.mesh is not None:
+            from hivemesh.runtime.broker import stop_broker
+
+            await stop_broker(self)
         self.messaging.close()
         try:
             failed = self.node.settle()  # store what was verified; a bad run is dropped
@@ -412,6 +442,29 @@ class Daemon(Pump, DaemonAPI):
             os.close(self._lock_fd)  # releases the data dir lock
             self._lock_fd = None
         log.info("node %s stopped", short(self.address))
+
+    @property
+    def running(self) -> bool:
+        """Started and not stopping."""
+        return self._started
+
+    @property
+    def leases(self) -> LeaseClient:
+        """A :class:`~hivemesh.leases.LeaseClient` over the swarm's quorum
+        (holder id: this node's address; :mod:`hivemesh.runtime.leases`)."""
+        if self._lease_client is None:
+            self._lease_client = lease_client(self)
+        return self._lease_client
+
+    def _lease_synced(self, upto: int, error: str | None) -> None:
+        """The voter log synced (or failed): the held votes may leave."""
+        if not self._started:
+            return
+        self.peer.lease_synced(upto, error, now_ms())
+        if self._flush_lock.locked():
+            self._schedule_flush()
+        else:
+            self._flush_now(deadlines=True)
 
     def request_stop(self) -> None:
         """Ask :meth:`run_until_stopped` to return (signal handlers, ``stop`` op)."""
@@ -485,7 +538,7 @@ class Daemon(Pump, DaemonAPI):
         public_key_of(address)
         self.trust.revoke(address, now_ms() // 1000)
         self.sync_trust()
-        self.peer.command(Revoke(address), now_ms())
+        self.peer.command(TrustRevoke(address), now_ms())
         await self.flush()
 
     def admit(self, address: str) -> None:
@@ -504,26 +557,13 @@ class Daemon(Pump, DaemonAPI):
         self.peer.command(Vouch(address, swarm), now_ms())
         self._schedule_flush()
 
-    async def _promote_probation(self) -> None:
-        """After trust changed: a peer on probation vouched for meanwhile is
-        a peer like any other."""
-        for peer in sorted(self.conns.links):
-            if peer in self.invites.probation and self.authorize(peer):
-                del self.invites.probation[peer]
-                await self._on_peer(peer, True)
-
     # -- membership and peers (the pump is in hivemesh.runtime.pump) --------------
 
     async def _on_peer(self, peer: str, up: bool) -> None:
         await self._ready.wait()
-        if up and peer in self.invites.probation:
-            return  # not a member until it presents a valid join proof
-        if up:
-            self.invites.send_proof(peer)
-            if peer not in self.invites.awaiting:  # else: once it admits us
-                self.member_up(peer)
+        if up:  # on probation, or an inviter not admitting us yet: the Peer holds it
+            self.member_up(peer)
         else:
-            self.invites.probation.pop(peer, None)
             self.peer.link_down(peer, self._lives.pop(peer, b""), now_ms())
         await self.flush()
 

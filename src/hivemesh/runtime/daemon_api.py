@@ -14,6 +14,9 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from hivemesh import commands as c
+from hivemesh.commands.names import NameClaim, NameClaimReply
+from hivemesh.commands.peer import AppendMany
 from hivemesh.core.event import Event
 from hivemesh.core.identity import address_of, public_key_of
 from hivemesh.core.node import Node
@@ -52,6 +55,12 @@ class DaemonAPI:
         return self.node.address
 
     async def flush(self) -> None:  # pragma: no cover - the Daemon's pump
+        raise NotImplementedError
+
+    def call(self, cmd: Any) -> asyncio.Future[Any]:  # pragma: no cover - the Daemon's pump
+        raise NotImplementedError
+
+    def call_now(self, cmd: Any) -> Any:  # pragma: no cover - the Daemon's pump
         raise NotImplementedError
 
     def _schedule_flush(self) -> None:  # pragma: no cover - the Daemon's pump
@@ -112,26 +121,21 @@ class DaemonAPI:
             me = self.node.identity.public
             before = self.node.journal.head(me).seq
             try:
-                self.node.append_many(items, now_ms())
+                self.call_now(AppendMany(tuple(items)))
             except BaseException:
                 self.context_view.unexport(items[self.node.journal.head(me).seq - before :])
                 raise
-            finally:
-                self._schedule_flush()
         return len(items)
 
     async def append(self, kind: str, body: Any) -> Event:
         """Append one event of our own and send it."""
-        ev = self.node.append(kind, body, now_ms())
-        await self.flush()
+        ev: Event = await self.call(c.Append(kind, body))
         return ev
 
     async def claim_name(self, name: str) -> str:
         """Claim ``name`` for this node; returns the current owner."""
-        kind, body = NamesView.claim(name)
-        await self.append(kind, body)
-        owner = self.names.resolve(name)
-        return owner or self.address
+        reply: NameClaimReply = await self.call(NameClaim(name))
+        return reply.owner
 
     def resolve(self, target: str) -> str:
         """An address for ``target`` (an address or a claimed name)."""
@@ -230,9 +234,8 @@ class DaemonAPI:
         if not 0 < timeout_s <= 3600:
             raise InvalidArgument("timeout_s must be in (0, 3600]")
         d = self._daemon()
-        future = d.invites.join(token, now_ms(), timeout_ms=int(timeout_s * 1000))
-        await self.flush()
-        return await future
+        result: dict[str, Any] = await d.invites.join(token, now_ms(), timeout_s=timeout_s)
+        return result
 
     def check_address(self, address: str) -> str:
         """Validate an address argument (raises :class:`InvalidArgument`)."""

@@ -26,9 +26,8 @@ from hivemesh import commands as c
 from hivemesh.commands import Command, Record, Reply, jsonable
 from hivemesh.core.event import Event
 from hivemesh.core.identity import address_of
-from hivemesh.core.peer_commands import AcceptFeedLoss
 from hivemesh.errors import DeadlineExceeded, LocalProtocolError, UnknownCommand
-from hivemesh.runtime import leases_ops
+from hivemesh.runtime import leases_ops, majority
 from hivemesh.telemetry.errors import SpoolFull
 
 if TYPE_CHECKING:
@@ -75,7 +74,7 @@ async def _feed_status(d: Daemon, req: c.FeedStatus) -> Record:
 
 
 async def _feed_accept_loss(d: Daemon, req: c.FeedAcceptLoss) -> Record:
-    lost = await d.call(AcceptFeedLoss())  # the Peer logs it as a warning
+    lost = await d.call(req)  # the Peer logs it as a warning
     return Record({**lost, "own_feed": d.node.feed_gate.status()})
 
 
@@ -91,6 +90,12 @@ async def _ctx_get(d: Daemon, req: c.CtxGet) -> Record:
     if req.key is None:
         return Record(d.context_view.snapshot().get(req.context, {}))
     return Record({"key": req.key, "found": req.key in ctx, "value": ctx.get(req.key)})
+
+
+async def _ctx_contexts(d: Daemon, req: c.CtxContexts) -> Record:
+    snap = d.context_view.snapshot()  # {context: {kind: {name: value}}}
+    keys = {name: sum(len(v) for v in snap[name].values()) for name in sorted(snap)}
+    return Record({"contexts": keys})
 
 
 async def _ctx_set(d: Daemon, req: c.CtxSet) -> c.CtxSetReply:
@@ -306,6 +311,7 @@ HANDLERS: Mapping[type[Command], Handler] = {
     c.ClaimWait: leases_ops.claim_wait,
     c.CtxAdd: _ctx_add,
     c.CtxAppend: _ctx_append,
+    c.CtxContexts: _ctx_contexts,
     c.CtxGet: _ctx_get,
     c.CtxIncr: _ctx_incr,
     c.CtxMembers: _ctx_members,
@@ -334,6 +340,7 @@ HANDLERS: Mapping[type[Command], Handler] = {
     c.Send: _send,
     c.Status: _status,
     c.Stop: _stop,
+    c.SyncMajority: majority.sync_majority,
     c.TrustAdmit: _admit,
     c.TrustList: _trust_list,
     c.TrustRevoke: _revoke,

@@ -23,8 +23,8 @@ moves bytes and time between the channels and the sans-IO
   attested runs' signature checks are committed together at most
   ``commit_delay_ms`` after the first of them (:meth:`Pump._group_commit`:
   ``peer.settle``, whose ``Fsync`` effect syncs the store).
-* **Time.** One timer task sleeps until the earliest of the Peer's deadline
-  and invite probation's; it also polls ``trust.json`` for edits.
+* **Time.** One timer task sleeps until the Peer's deadline; it also polls
+  ``trust.json`` for edits.
 """
 
 from __future__ import annotations
@@ -43,17 +43,22 @@ from hivemesh.core.effects import (
     Effect,
     Fsync,
     Handle,
+    LeaseLog,
+    LeaseSync,
     Log,
     Persist,
+    Redeem,
     Reply,
+    SaveVoters,
     Send,
+    TrustEdit,
 )
 from hivemesh.core.frames import FrameType
 from hivemesh.core.identity import Identity
 from hivemesh.core.node import Node
 from hivemesh.core.peer import Peer
-from hivemesh.core.views.trust import TrustView
-from hivemesh.errors import HivemeshError, UnknownPeer
+from hivemesh.error_codes import error_class
+from hivemesh.errors import HivemeshError, LocalProtocolError
 from hivemesh.runtime.clock import now_ms
 from hivemesh.runtime.connections import ConnectionManager
 from hivemesh.runtime.invites import Invites
@@ -96,11 +101,9 @@ class Pump:
     _flush_scheduled: bool
     _commit_timer: asyncio.TimerHandle | None
     _calls: dict[int, asyncio.Future[Any]]
+    voter_disk: Any
 
     async def _on_peer(self, peer: str, up: bool) -> None:  # pragma: no cover - the Daemon's
-        raise NotImplementedError
-
-    async def _promote_probation(self) -> None:  # pragma: no cover - the Daemon's
         raise NotImplementedError
 
     def sync_trust(self) -> bool:  # pragma: no cover - the Daemon's
@@ -111,12 +114,7 @@ class Pump:
 
     async def _on_frame(self, peer: str, frame: bytes) -> None:
         await self._ready.wait()
-        t = now_ms()
-        if peer in self.invites.probation:
-            if self.invites.on_probation_frame(peer, frame, t):
-                await self._on_peer(peer, True)
-            return
-        self.peer.receive(peer, frame, t)
+        self.peer.receive(peer, frame, now_ms())
         await self.flush()
 
     async def _on_frames(self, peer: str, frames: list[bytes]) -> None:
@@ -126,9 +124,6 @@ class Pump:
         receive = self.peer.receive
         only_events = True
         for frame in frames:
-            if peer in self.invites.probation:
-                await self._on_frame(peer, frame)
-                continue
             only_events = only_events and frame[2:3] == _EVENTS_TYPE_BYTE
             receive(peer, frame, now_ms())
         await self.flush(deadlines=not only_events)
@@ -136,12 +131,7 @@ class Pump:
     def _on_frames_now(self, peer: str, frames: list[bytes]) -> bool:
         """:meth:`_on_frames` inline from the channel's read callback, when
         nothing could make it wait (else False: the reader task takes them)."""
-        if (
-            self._flush_lock.locked()
-            or self._unsent
-            or not self._ready.is_set()
-            or peer in self.invites.probation
-        ):
+        if self._flush_lock.locked() or self._unsent or not self._ready.is_set():
             return False
         self._flush_now(deadlines=not self._receive_all(peer, frames))
         return True
@@ -182,14 +172,14 @@ class Pump:
             self._schedule_flush()
         self._after_flush(deadlines or sent)
 
-    def _drain(self) -> bool:
+    def _drain(self, *, queue: bool = False) -> bool:
         """Carry out the Peer's effects: frames to the send queues (or, once
-        one is full, to ``_unsent``), events to subscribers, the rest by
-        kind (:meth:`_execute`); True if it sent."""
+        one is full, to ``_unsent``; every frame with ``queue``, for a flush
+        that waits for room to send in order), events to subscribers, the rest
+        by kind (:meth:`_execute`); True if it sent."""
         sent = False
         unsent = self._unsent
         send_fast = self.conns.send_fast
-        awaiting = self.invites.awaiting  # inviters not admitting us yet: RT_JOIN only
         peer_fx = self.peer.effects
         while True:
             fx = peer_fx()
@@ -199,10 +189,7 @@ class Pump:
                 if type(e) is Send:
                     sent = True
                     peer, frame = e.peer, e.frame
-                    if awaiting and peer in awaiting and frame[2:3] != _RT_JOIN_TYPE_BYTE:
-                        self.counters["dropped_before_admission"] += 1
-                        continue
-                    if unsent or not send_fast(peer, frame):
+                    if queue or unsent or not send_fast(peer, frame):
                         unsent.append((peer, frame))
                 else:
                     self._execute(e)
@@ -212,11 +199,8 @@ class Pump:
     def _execute(self, e: Effect) -> None:
         """Carry out one effect other than :class:`Send`."""
         if isinstance(e, Deliver):
-            me, subs, trust_kinds = self.identity.public, self._subs, TrustView.kinds
-            for ev in e.events:
-                if ev.kind in trust_kinds and ev.author != me:
-                    self.supervisor.spawn_once("trust_recheck", self._promote_probation())
-                for sub in subs:
+            for sub in self._subs:
+                for ev in e.events:
                     sub.offer(ev)
         elif isinstance(e, Count):
             self.counters[e.name] += e.n
@@ -227,12 +211,13 @@ class Pump:
                 self.conns.forget(e.peer)
             if e.if_silent_ms is not None:
                 self.conns.drop_if_silent(e.peer, e.if_silent_ms / 1000)
-            elif e.code == UnknownPeer.code:
-                self.supervisor.spawn_once(
-                    "disconnect", self.conns.disconnect(e.peer, e.reason, revoked=True)
-                )
-            else:
-                self.disconnect_later(e.peer, e.reason)
+            else:  # the peer's CLOSE carries the code
+                error = None if e.code is None else error_class(e.code)(e.reason)
+                self.disconnect_later(e.peer, e.reason, error)
+        elif isinstance(e, Redeem):
+            self.invites.redeem(e)
+        elif isinstance(e, TrustEdit):
+            self.invites.edit(e)
         elif isinstance(e, Reply):
             fut = self._calls.pop(e.rid, None)
             if fut is not None and not fut.done():
@@ -244,6 +229,12 @@ class Pump:
             self.messaging.persist(e)
         elif isinstance(e, Handle):
             self.messaging.handle(e)
+        elif isinstance(e, LeaseLog):
+            self.voter_disk.write(e.resource, e.bound, e.max_ttl_ms)
+        elif isinstance(e, LeaseSync):
+            self.voter_disk.sync_soon(e.upto)
+        elif isinstance(e, SaveVoters):
+            self.voter_disk.save_voters(e.voters)
         elif isinstance(e, Log):
             log.log(_LEVELS.get(e.level, logging.WARNING), "%s", e.message)
         elif isinstance(e, Fsync):
@@ -263,8 +254,25 @@ class Pump:
         next flush carries it out)."""
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._calls[self.peer.command(cmd, now_ms())] = fut
-        self._schedule_flush()
+        self._carry_out()  # lease frames leave now (latency)
         return fut
+
+    def call_now(self, cmd: Any) -> Any:
+        """Run a Peer command that the Peer answers at once (a local append);
+        its reply's value, or its error raised."""
+        fut = self.call(cmd)
+        if not fut.done():  # a bug: the command waits for an input
+            raise LocalProtocolError(f"{type(cmd).__name__} is not answered at once")
+        return fut.result()
+
+    def _carry_out(self) -> None:
+        """Carry out the Peer's effects now; while a flush waits for room,
+        its frames queue behind that flush's (the order of sends holds)."""
+        if self._flush_lock.locked():
+            self._drain(queue=True)
+            self._schedule_flush()
+        else:
+            self._flush_now(deadlines=True)
 
     def _after_flush(self, deadlines: bool) -> None:
         if self._started and deadlines and self._next_deadline() < self._armed_ms:
@@ -300,9 +308,7 @@ class Pump:
             self.supervisor.beat("timer")  # a round that hangs is reported (runtime.supervise)
             t = now_ms()
             self.peer.handle_timer(t)
-            self.invites.expire(t)
-            if self.sync_trust():  # trust.json edited
-                await self._promote_probation()
+            self.sync_trust()  # trust.json edited: the Peer rechecks whom it admits
             await self.flush()
             self._wake.clear()
             self._armed_ms = min(self._next_deadline(), now_ms() + 1000)
@@ -314,9 +320,7 @@ class Pump:
                 pass
 
     def _next_deadline(self) -> int:
-        d = self.peer.next_deadline()
-        extra = self.invites.next_deadline()
-        return d if extra is None else min(d, extra)
+        return self.peer.next_deadline()
 
     def _schedule_flush(self) -> None:
         """Flush soon from a synchronous caller (coalesced into one task)."""

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from hivemesh.core import codec
-from hivemesh.errors import DecodeError, StoreCorrupt
+from hivemesh.errors import DecodeError, StoreCorrupt, StoreError
 from hivemesh.stores.private import open_private
 
 __all__ = ["VoterLog"]
@@ -79,7 +79,12 @@ class VoterLog:
         existed = self.path.exists()
         if existed:
             self._read(self.path.read_bytes())
-        self._compact()
+        try:
+            self._compact()
+        except OSError as exc:  # a full disk at start: say so, typed (not a traceback)
+            with contextlib.suppress(OSError):
+                self.path.with_suffix(".tmp").unlink()
+            raise StoreError(f"{self.path}: cannot rewrite the voter log: {exc}") from exc
         return self.state() if existed else None
 
     def _read(self, data: bytes) -> None:

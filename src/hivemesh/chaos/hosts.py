@@ -1,0 +1,344 @@
+"""Real ``hivemesh up`` daemons, one per network namespace, and their faults.
+
+A :class:`ChaosCluster` builds a :class:`hivemesh.netlab.Lab` (one host per
+node on the lab's public segment, ``198.18.0.0/24``, inside namespaces only)
+and runs one ``hivemesh up`` in each host. The runner talks to a node through
+its control socket, a unix socket in its data dir: namespaces separate the
+network only, so the workload and the checks reach a node even while the
+node is cut off from its peers.
+
+Process faults act on the daemon's own pid (``ip netns exec`` and
+``faketime`` both exec): ``kill -9``, ``SIGSTOP``/``SIGCONT``, a restart
+under libfaketime (the Debian ``faketime`` command: a clock offset for that
+process only; nothing inside hivemesh knows), a restart from an older copy
+of its store, and a full disk (the node's data dir is a small tmpfs, filled
+with a ballast file). Network faults are :class:`hivemesh.netlab.Faults`
+(nftables on the receiving host: partitions, one-way cuts, ``numgen random``
+loss).
+
+Cleanup: :meth:`ChaosCluster.close` (and the ``with`` block) ends every
+daemon, deletes the namespaces and unmounts the tmpfs, on every exit path;
+each daemon also gets ``SIGKILL`` if the runner dies (``PR_SET_PDEATHSIG``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import hivemesh
+from hivemesh.errors import DeadlineExceeded, HivemeshError
+from hivemesh.netlab import Faults, Host, Lab
+from hivemesh.runtime.client import Client
+from hivemesh.runtime.swarm import FAST_TIMINGS, OPEN_TRUST
+
+__all__ = ["ChaosCluster", "ChaosNode"]
+
+PORT = 7000
+#: Size of the tmpfs a node gets when it may see a full disk.
+DISK_BYTES = 48 * 1024 * 1024
+
+
+def _die_with_parent() -> None:
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+@dataclass
+class ChaosNode:
+    """One daemon in one namespace."""
+
+    label: str
+    host: Host
+    data_dir: Path
+    address: str = ""
+    proc: subprocess.Popen[bytes] | None = None
+    clock_offset_s: float = 0.0
+    paused: bool = False
+    small_disk: bool = False
+    #: runs the telemetry collector (``hivemesh up --collector``)
+    collector: bool = False
+    starts: int = 0
+    exits: list[int] = field(default_factory=list)
+
+    @property
+    def endpoint(self) -> str:
+        """``ip:port`` on the lab's public segment."""
+        return f"{self.host.ip}:{PORT}"
+
+    @property
+    def running(self) -> bool:
+        """The process is alive (paused or not)."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def client(self, timeout_s: float = 5.0) -> Client:
+        """A control-socket client (reachable whatever the network does)."""
+        return Client(self.data_dir, timeout_s=timeout_s)
+
+
+class ChaosCluster:
+    """``n`` nodes in a fresh lab under ``root`` (see the module docs)."""
+
+    def __init__(
+        self,
+        root: Path,
+        n: int,
+        *,
+        small_disks: frozenset[int] = frozenset(),
+        start_timeout_s: float = 30.0,
+    ) -> None:
+        self.root = root
+        self.n = n
+        self.small_disks = small_disks
+        self.start_timeout_s = start_timeout_s
+        self.lab = Lab()
+        self.faults: Faults | None = None
+        self.nodes: list[ChaosNode] = []
+        self._mounts: list[Path] = []
+        src = str(Path(hivemesh.__file__).resolve().parent.parent)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HIVEMESH_")}
+        env.update(FAST_TIMINGS)
+        env.update(OPEN_TRUST)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH", "")) if p)
+        env["PYTHONUNBUFFERED"] = "1"
+        self.env = env
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def __enter__(self) -> ChaosCluster:
+        try:
+            self.lab.__enter__()
+            self.faults = Faults(self.lab)
+            self._build()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _build(self) -> None:
+        from hivemesh.stores.keyfile import load_or_create_identity
+        from hivemesh.stores.private import secure_data_dir
+
+        self.root.mkdir(parents=True, exist_ok=True)
+        for i in range(self.n):
+            label = f"n{i}"
+            data_dir = self.root / label
+            data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if i in self.small_disks:
+                subprocess.run(
+                    ["mount", "-t", "tmpfs", "-o", f"size={DISK_BYTES},mode=0700", "tmpfs",
+                     str(data_dir)],
+                    check=True, capture_output=True, timeout=10,
+                )  # fmt: skip
+                self._mounts.append(data_dir)
+            secure_data_dir(data_dir)
+            ident = load_or_create_identity(data_dir)
+            host = self.lab.add_host(label)
+            node = ChaosNode(label, host, data_dir, ident.address, small_disk=i in self.small_disks)
+            self.nodes.append(node)
+        # one voter set for every proposer, fixed before the first lease call
+        voters = sorted(n.address for n in self.nodes)
+        for node in self.nodes:
+            (node.data_dir / "lease_voters.json").write_text(json.dumps({"voters": voters}))
+            os.chmod(node.data_dir / "lease_voters.json", 0o600)
+
+    def close(self) -> None:
+        """End every daemon, delete the lab, unmount the small disks (idempotent)."""
+        for node in self.nodes:
+            if node.proc is not None and node.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    node.proc.send_signal(signal.SIGCONT)
+                    node.proc.kill()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    node.proc.wait(5)
+            if node.proc is not None and node.proc.stdout is not None:
+                node.proc.stdout.close()
+        self.lab.close()
+        for path in self._mounts:
+            done = subprocess.run(["umount", str(path)], capture_output=True, check=False)
+            if done.returncode != 0:
+                subprocess.run(["umount", "-l", str(path)], capture_output=True, check=False)
+        self._mounts.clear()
+
+    # -- processes -------------------------------------------------------------
+
+    def start(self, node: ChaosNode, *, bootstrap: list[ChaosNode] | None = None) -> None:
+        """Start (or restart) ``node``'s daemon and wait for its ready line.
+
+        Raises the typed error the daemon printed if it refused to start, or
+        :class:`~hivemesh.errors.DeadlineExceeded` with its log's tail."""
+        peers = bootstrap if bootstrap is not None else [m for m in self.nodes if m is not node]
+        argv = [sys.executable, "-m", "hivemesh", "up", "--json", "--data-dir", str(node.data_dir),
+                "--listen", node.endpoint]  # fmt: skip
+        for p in peers:
+            argv += ["--bootstrap", p.endpoint]
+        if node.collector:
+            argv.append("--collector")
+        env = dict(self.env)
+        if node.clock_offset_s:
+            argv = ["faketime", "-f", f"{node.clock_offset_s:+.3f}s", *argv]
+            env["DONT_FAKE_MONOTONIC"] = "1"  # an offset of wall time only
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+        log = os.fdopen(os.open(self._log_path(node), flags, 0o600), "ab")
+        try:
+            node.proc = node.host.popen(
+                argv,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+        finally:
+            log.close()
+        node.paused = False
+        node.starts += 1
+        ready = self._read_ready(node)
+        if "error" in ready:
+            from hivemesh.error_codes import error_from_wire
+
+            self.kill(node)
+            raise error_from_wire(ready["error"])
+
+    def _log_path(self, node: ChaosNode) -> Path:
+        # beside the data dir (a full small disk must not eat the log)
+        return self.root / f"{node.label}.log"
+
+    def log_tail(self, node: ChaosNode, chars: int = 1500) -> str:
+        """The end of ``node``'s daemon log."""
+        try:
+            return self._log_path(node).read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def _read_ready(self, node: ChaosNode) -> dict[str, Any]:
+        proc = node.proc
+        assert proc is not None and proc.stdout is not None
+        deadline = time.monotonic() + self.start_timeout_s
+        buf = b""
+        while b"\n" not in buf:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or (proc.poll() is not None and not buf):
+                code = proc.poll()
+                self.kill(node)
+                raise DeadlineExceeded(
+                    f"{node.label} did not start (exit {code}):\n{self.log_tail(node)}"
+                )
+            poller = select.poll()
+            poller.register(proc.stdout, select.POLLIN)
+            if poller.poll(min(remaining, 0.5) * 1000):
+                chunk = os.read(proc.stdout.fileno(), 4096)
+                if not chunk:
+                    if proc.poll() is None:
+                        time.sleep(0.05)
+                    continue
+                buf += chunk
+        doc: dict[str, Any] = json.loads(buf.split(b"\n", 1)[0])
+        return doc
+
+    def kill(self, node: ChaosNode, sig: int = signal.SIGKILL) -> None:
+        """Send ``sig`` (SIGKILL: ``kill -9``) and reap the process."""
+        proc = node.proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(sig)
+                if node.paused:
+                    proc.send_signal(signal.SIGCONT)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+        node.exits.append(proc.returncode)
+        node.paused = False
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+    def pause(self, node: ChaosNode) -> None:
+        """``SIGSTOP``: the process stays, frozen (sockets open, nothing answers)."""
+        if node.running and node.proc is not None:
+            node.proc.send_signal(signal.SIGSTOP)
+            node.paused = True
+
+    def resume(self, node: ChaosNode) -> None:
+        """``SIGCONT``."""
+        if node.running and node.proc is not None:
+            node.proc.send_signal(signal.SIGCONT)
+        node.paused = False
+
+    # -- disk ----------------------------------------------------------------------
+
+    def snapshot_store(self, node: ChaosNode) -> Path:
+        """Copy ``node``'s store files (a stopped node: a consistent copy)."""
+        dest = self.root / f"{node.label}.store-copy"
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.mkdir()
+        for f in node.data_dir.glob("store.db*"):
+            shutil.copy2(f, dest / f.name)
+        return dest
+
+    def restore_store(self, node: ChaosNode, copy: Path) -> None:
+        """Put an older copy of the store back (the key and the feed mark stay)."""
+        for f in node.data_dir.glob("store.db*"):
+            f.unlink()
+        for f in copy.iterdir():
+            shutil.copy2(f, node.data_dir / f.name)
+
+    def fill_disk(self, node: ChaosNode) -> int:
+        """Fill ``node``'s small disk with a ballast file; the bytes written."""
+        written = 0
+        fd = os.open(node.data_dir / "ballast", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            for size in (1 << 20, 4096, 1):
+                block = b"\0" * size
+                while True:
+                    try:
+                        written += os.write(fd, block)
+                    except OSError as exc:
+                        if exc.errno != errno.ENOSPC:
+                            raise
+                        break
+        finally:
+            os.close(fd)
+        return written
+
+    def free_disk(self, node: ChaosNode) -> None:
+        """Remove the ballast."""
+        with contextlib.suppress(FileNotFoundError):
+            (node.data_dir / "ballast").unlink()
+
+    # -- observations ------------------------------------------------------------------
+
+    def status(self, node: ChaosNode, timeout_s: float = 5.0) -> dict[str, Any] | None:
+        """``status`` of a running node, or None if it does not answer in time."""
+        if not node.running or node.paused:
+            return None
+        try:
+            st: dict[str, Any] = node.client(timeout_s).status()
+        except (HivemeshError, OSError):
+            return None
+        return st
