@@ -79,6 +79,23 @@ def env_of(swarm: LocalSwarm) -> dict[str, str]:
     return {**swarm.env, "PYTHONPATH": src}
 
 
+def watch_cli(mesh: Mesh, node: Any, *args: str) -> subprocess.CompletedProcess[str]:
+    """``hivemesh plan watch ARGS`` on ``node``, to its end (output captured)."""
+    return subprocess.run(
+        hivemesh_cmd("plan", "watch", *args, "--data-dir", str(node.data_dir)),
+        env=env_of(mesh.swarm),
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+
+
+def last_frame(out: str) -> str:
+    """The last tree ``plan watch`` printed (the text under its last header)."""
+    return out.split("-- plan ")[-1].split("\n", 1)[1].strip()
+
+
 def final_tree(client: Client, goal: str, timeout_s: float = 60) -> dict[str, Any]:
     shown: dict[str, Any] = wait_until(
         lambda: (s := client.call("plan.show", goal=goal))["tree"]["status"] in TERMINAL and s,
@@ -156,23 +173,7 @@ def test_plan_watch_live_and_for_a_late_joiner(mesh: Mesh, tmp_path: Path) -> No
     mesh.script.exec_delay_s = 1.0  # the tree visibly grows while the watch runs
     try:
         goal = mesh.client.call("plan.goal", title="city break in Lisbon", **GOAL_ARGS)["goal"]
-        watch = subprocess.run(
-            hivemesh_cmd(
-                "plan",
-                "watch",
-                goal,
-                "--until-done",
-                "--timeout-s",
-                "60",
-                "--data-dir",
-                str(seed.data_dir),
-            ),
-            env=env_of(mesh.swarm),
-            capture_output=True,
-            text=True,
-            timeout=90,
-            check=False,
-        )
+        watch = watch_cli(mesh, seed, goal, "--until-done", "--timeout-s", "60")
     finally:
         mesh.script.exec_delay_s = 0.0
     assert watch.returncode == 0, watch.stderr
@@ -181,28 +182,21 @@ def test_plan_watch_live_and_for_a_late_joiner(mesh: Mesh, tmp_path: Path) -> No
     frames = watch.stdout.split("-- plan ")[1:]
     assert len(frames) >= 2, watch.stdout  # it redrew as the tree grew
     first = frames[0].split("\n", 1)[1].strip()
-    last = frames[-1].split("\n", 1)[1].strip()
+    last = last_frame(watch.stdout)
     assert last == render_text(final)
     assert first != last
 
-    # a node that joins after the goal ended rebuilds the tree from the journal
+    # a node that joins after the goal ended rebuilds the tree from the journal:
+    # watched at once, before it has caught up, it shows the goal when it arrives
     late = mesh.swarm.start("late", bootstrap=[seed.endpoint])
-    digest = mesh.client.call("plan.show")["digest"]
-    wait_until(
-        lambda: late.client.call("plan.show")["digest"] == digest,
-        30,
-        what="the late node holds the whole plan",
-    )
-    once = subprocess.run(
-        hivemesh_cmd("plan", "watch", goal, "--once", "--data-dir", str(late.data_dir)),
-        env=env_of(mesh.swarm),
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    caught_up = watch_cli(mesh, late, goal, "--until-done", "--timeout-s", "30")
+    assert caught_up.returncode == 0, caught_up.stderr
+    assert last_frame(caught_up.stdout) == render_text(final)
+    once = watch_cli(mesh, late, goal, "--once")
     assert once.returncode == 0, once.stderr
-    assert once.stdout.split("\n", 1)[1].strip() == render_text(final)
+    assert last_frame(once.stdout) == render_text(final)
+    unknown = watch_cli(mesh, late, "f" * 32, "--once")
+    assert unknown.returncode == 2 and "no goal" in unknown.stderr, unknown.stderr
 
     # and so does a late observer agent, drawing on a non-terminal stdout
     out_path = tmp_path / "observer.out"
