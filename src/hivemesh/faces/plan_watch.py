@@ -97,11 +97,10 @@ class ClientSource:
                 return [(await self.client.run(PlanShow(goal=self.goal))).to_wire()["tree"]]
             except InvalidArgument:  # not in this node's journal (yet: it may be catching up)
                 return []
-        shown = (await self.client.run(PlanShow())).to_wire()
-        out = []
-        for gid in shown["goals"]:
-            out.append((await self.client.run(PlanShow(goal=gid))).to_wire()["tree"])
-        return out
+        trees: list[dict[str, Any]] = (await self.client.run(PlanShow())).to_wire()["snapshot"][
+            "goals"
+        ]
+        return trees
 
     async def changed(self, timeout_s: float) -> None:
         """Plan events arrived, or ``timeout_s`` passed (a failed stream raises)."""

@@ -28,9 +28,10 @@ node, reached through its control socket (:class:`~hivemesh.runtime.aclient.Asyn
   and for handshake-era clients through ``resources/subscribe``: one supervised task
   follows the node's ``events.watch`` stream (the node's bounded
   subscription) for context updates and plan events, and publishes
-  ``notifications/resources/updated`` for the context that changed, and for
-  the plan index and every goal after plan events (coalesced over
-  :data:`PLAN_COALESCE_S`). The listen streams are bounded
+  ``notifications/resources/updated`` for the context that changed, and,
+  after plan events (coalesced over :data:`PLAN_COALESCE_S`, and every
+  :data:`PLAN_RECHECK_S` while a goal is unfinished), for each goal whose
+  tree changed and for the plan index. The listen streams are bounded
   (:data:`MAX_LISTENERS`, :data:`MAX_BUFFERED_EVENTS` each: a client that
   stops reading loses its stream, as the MCP spec has it, and re-listens).
   Handshake-era subscriptions are bounded too (:data:`MAX_LISTENERS`
@@ -44,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import re
@@ -78,6 +80,7 @@ __all__ = [
     "MAX_LISTENERS",
     "MAX_SUBSCRIBED_URIS",
     "PLAN_COALESCE_S",
+    "PLAN_RECHECK_S",
     "RESOURCE_NOT_FOUND",
     "MeshMcp",
     "context_uri",
@@ -96,6 +99,9 @@ MAX_BUFFERED_EVENTS = 256
 MAX_SUBSCRIBED_URIS = 256
 #: Plan events within this window give one round of plan notifications.
 PLAN_COALESCE_S = 0.1
+#: While a goal is unfinished, its tree is checked this often even without
+#: events (a settle window closing changes a status with no event).
+PLAN_RECHECK_S = 1.0
 #: The longest ``ctx_watch`` wait.
 MAX_WATCH_S = 60.0
 
@@ -122,6 +128,11 @@ def plan_uri(goal: str | None = None) -> str:
 
 def _json_text(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, ensure_ascii=False)
+
+
+def _digest(tree: Any) -> str:
+    raw = json.dumps(tree, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.blake2b(raw, digest_size=16).hexdigest()
 
 
 def _refusal(exc: HivemeshError) -> MCPError:
@@ -416,11 +427,20 @@ class MeshMcp:
         raise ConnectionClosed("the node ended its event stream")
 
     async def _plan_notes(self) -> None:
+        seen: dict[str, str] = {}  # goal -> digest of its tree, as last announced
+        running = False  # a goal is unfinished: its status may change with time alone
         while True:
-            await self._plan_dirty.wait()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(PLAN_RECHECK_S if running else None):
+                    await self._plan_dirty.wait()
             await asyncio.sleep(PLAN_COALESCE_S)  # gather a burst of plan events into one round
             self._plan_dirty.clear()
-            shown = (await self.client.run(PlanShow())).to_wire()
-            await self._publish(_PLAN_INDEX)
-            for goal in shown.get("goals", []):
+            trees = (await self.client.run(PlanShow())).to_wire()["snapshot"]["goals"]
+            running = any(t["status"] not in ("done", "failed", "cancelled") for t in trees)
+            now = {t["id"]: _digest(t) for t in trees}
+            changed = [g for g, d in now.items() if seen.get(g) != d]
+            seen = now
+            if changed:
+                await self._publish(_PLAN_INDEX)
+            for goal in changed:
                 await self._publish(plan_uri(goal))
