@@ -71,6 +71,7 @@ from hivemesh.errors import (
 )
 from hivemesh.faces.mcp.tools import TOOLS, WATCH_SCHEMA, WATCH_TOOL, ToolSpec, input_schema
 from hivemesh.faces.mcp.tools import tool_named as _tool_named
+from hivemesh.runtime import wirejson
 from hivemesh.runtime.aclient import AsyncClient
 from hivemesh.runtime.supervise import RESTART, Supervisor, TaskFailed
 
@@ -243,7 +244,11 @@ class MeshMcp:
         args = {} if arguments is None else arguments
         if not isinstance(args, dict):
             raise InvalidArgument(f"{spec.name}: arguments must be an object")
-        size = len(json.dumps(args, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+        wirejson.check(args, what=f"{spec.name} arguments")  # depth and text first
+        try:
+            size = len(json.dumps(args, ensure_ascii=False, allow_nan=False).encode("utf-8"))
+        except (ValueError, TypeError) as exc:  # NaN, infinity, a value JSON cannot hold
+            raise InvalidArgument(f"{spec.name}: arguments are not JSON data: {exc}") from None
         if size > MAX_ARGUMENT_BYTES:
             raise InputTooLarge(
                 f"{spec.name}: arguments of {size} bytes (at most {MAX_ARGUMENT_BYTES})"
