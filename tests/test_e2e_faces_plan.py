@@ -338,3 +338,58 @@ def test_mcp_goal_runs_to_its_answer_with_tree_notifications(mesh: Mesh) -> None
     assert shown["tree"]["status"] == "done"
     assert shown["answer"] == "picnic in Sintra: combined 2 results"
     assert updates >= 2  # announced as it grew, not only at the end (a goal takes ~1 s)
+
+
+def test_a2a_cancel_cancels_the_goal(mesh: Mesh) -> None:
+    from a2a.client import ClientConfig, create_client
+    from a2a.types import (
+        CancelTaskRequest,
+        GetTaskRequest,
+        Message,
+        Part,
+        Role,
+        SendMessageRequest,
+        TaskState,
+    )
+
+    seed = mesh.swarm.nodes["observer"]
+    args = ["a2a", "--data-dir", str(seed.data_dir), "--port", "0", "--json"]
+    args += ["--scorers", "1", "--max-depth", "2", "--settle-ms", "200"]
+    proc = subprocess.Popen(
+        hivemesh_cmd(*args), env=env_of(mesh.swarm), stdout=subprocess.PIPE, text=True
+    )
+
+    async def cancel_midway(url: str) -> Any:
+        async with httpx.AsyncClient(timeout=60) as http:
+            client = await create_client(
+                url, client_config=ClientConfig(streaming=True, httpx_client=http)
+            )
+            text = [Part(text="tour of Braga")]
+            message = Message(role=Role.ROLE_USER, message_id="m-braga", parts=text)
+            task_id = ""
+            async with asyncio.timeout(60):
+                async for ev in client.send_message(SendMessageRequest(message=message)):
+                    if ev.HasField("task"):
+                        task_id = ev.task.id
+                    if ev.HasField("status_update") and task_id:
+                        state = ev.status_update.status.state
+                        if state == TaskState.TASK_STATE_WORKING:
+                            break  # the goal runs: cancel it
+                cancelled = await client.cancel_task(CancelTaskRequest(id=task_id))
+                task = await client.get_task(GetTaskRequest(id=task_id))
+            await client.close()
+            return cancelled, task
+
+    mesh.script.exec_delay_s = 3.0  # still running when the cancel comes
+    try:
+        assert proc.stdout is not None
+        ready = json.loads(proc.stdout.readline())
+        cancelled, task = asyncio.run(cancel_midway(ready["url"]))
+    finally:
+        mesh.script.exec_delay_s = 0.0
+        stop(proc)
+    assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
+    assert task.status.state == TaskState.TASK_STATE_CANCELED
+    goal = str(task.metadata["hivemesh_goal"])
+    tree = final_tree(mesh.client, goal)["tree"]
+    assert tree["status"] == "cancelled"
