@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import ipaddress
 import json
 import logging
 import socket
@@ -67,6 +66,7 @@ from hivemesh.faces.dashboard.errors import DashboardForbidden, DashboardUnautho
 from hivemesh.faces.dashboard.hub import Hub, Subscriber
 from hivemesh.faces.dashboard.live import Live
 from hivemesh.faces.dashboard.source import Source
+from hivemesh.faces.httpguard import is_loopback
 from hivemesh.runtime.supervise import FATAL, Supervisor, TaskFailed
 
 __all__ = ["COOKIE", "MAX_BODY_BYTES", "DashboardServer", "is_loopback"]
@@ -96,16 +96,6 @@ _PAGE_HEADERS = {
 }
 _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 _STATUS_OF = {"unknown_escalation": 404, "invalid_argument": 400, "peer_busy": 503}
-
-
-def is_loopback(host: str) -> bool:
-    """True for ``localhost`` and loopback IP addresses."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def _static(name: str) -> bytes:
