@@ -240,3 +240,41 @@ def test_the_command_says_when_no_node_runs(tmp_path: Path) -> None:
     )
     assert out.returncode != 0
     assert json.loads(out.stdout)["error"]["code"] == "daemon_not_running"
+
+
+def test_a_daemon_that_goes_away_shows_as_an_error_and_comes_back_live(tmp_path: Path) -> None:
+    from hivemesh.faces.dashboard import ControlSource
+    from hivemesh.runtime.swarm import LocalSwarm
+
+    swarm = LocalSwarm(tmp_path / "swarm")
+    try:
+        node = swarm.start("a")
+
+        async def main() -> None:
+            source = ControlSource(node.data_dir, timeout_s=5.0)
+            async with DashboardServer(source, port=0) as dash:
+                sections = dash.hub.sections
+                await eventually(lambda: "address" in sections.get("node", {}), "node shown", 20)
+                await asyncio.to_thread(swarm.kill, "a")
+                await eventually(
+                    lambda: sections["node"].get("error") == "daemon_not_running",
+                    "the page says the daemon is gone",
+                    20,
+                )
+                await asyncio.to_thread(swarm.restart, "a")
+                await eventually(lambda: "address" in sections["node"], "node back", 30)
+                # the event stream was opened again (a supervised restart, counted)
+                await eventually(lambda: dash.live.streams_opened >= 2, "stream reopened", 30)
+                assert dash.counters["task_failed_dashboard_watch"] >= 1
+                await asyncio.to_thread(node.client.ctx_set, "room", "after", "restart")
+                await eventually(
+                    lambda: any(
+                        c["context"] == "room" for c in sections["context"].get("contexts", [])
+                    ),
+                    "a write after the restart reaches the page",
+                    20,
+                )
+
+        run(main(), timeout_s=120)
+    finally:
+        swarm.close()
