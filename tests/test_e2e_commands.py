@@ -64,6 +64,8 @@ ANSWERED: list[Command] = [
     c.CtxAdd(set="who", elements=("ann", "bob"), context="room"),
     c.CtxRemove(set="who", elements=("bob",), context="room"),
     c.CtxMembers(set="who", context="room"),
+    c.CtxAppend(list="chat", values=("hi", {"n": 2}), context="room"),
+    c.CtxIncr(counter="tokens", by=3, context="room"),
     c.CtxContexts(),
     c.NameClaim(name="faces-node"),
     c.Names(),
@@ -76,6 +78,7 @@ ANSWERED: list[Command] = [
     c.ClaimRelease(resource="job-1"),
     c.ClaimDone(resource="job-1"),
     c.LeaseVoters(),
+    c.SyncMajority(own_seq=1, pull=True, timeout_s=5),
     c.MetricsRecord(name="faces.test", value=2.0),
     c.MetricsSend(),
     c.PlanGoal(title="check the faces", settle_ms=0),
@@ -100,6 +103,7 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
     ("lease.renew", {"resource": "r", "holder": "h", "token": 0}, "invalid_argument"),
     ("audit.answer", {"id": "q-nobody-asked", "text": "yes"}, "unknown_escalation"),
     ("audit.export", {}, "invalid_argument"),  # no audit in this journal
+    ("sync.majority", {}, "invalid_argument"),  # neither barrier asked for
 ]
 
 

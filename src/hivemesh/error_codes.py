@@ -30,6 +30,7 @@ ERROR_MODULES: tuple[str, ...] = (
     "hivemesh.errors",
     "hivemesh.audit.errors",
     "hivemesh.faces.dashboard.errors",
+    "hivemesh.faces.langgraph.errors",
     "hivemesh.leases.errors",
     "hivemesh.llm.errors",
     "hivemesh.netlab.errors",

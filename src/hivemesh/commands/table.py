@@ -15,8 +15,10 @@ from hivemesh.commands._base import Command
 from hivemesh.commands.audit import AuditAnswer, AuditExport, AuditInbox, AuditStatus
 from hivemesh.commands.context import (
     CtxAdd,
+    CtxAppend,
     CtxContexts,
     CtxGet,
+    CtxIncr,
     CtxMembers,
     CtxRemove,
     CtxSet,
@@ -47,6 +49,7 @@ from hivemesh.commands.node import (
     Stop,
 )
 from hivemesh.commands.plan import PlanCancel, PlanGoal, PlanShow
+from hivemesh.commands.sync import SyncMajority
 from hivemesh.commands.trust import Invite, Join, TrustAdmit, TrustList, TrustRevoke
 from hivemesh.errors import UnknownCommand
 
@@ -64,8 +67,10 @@ _ALL: tuple[type[Command], ...] = (
     ClaimShow,
     ClaimWait,
     CtxAdd,
+    CtxAppend,
     CtxContexts,
     CtxGet,
+    CtxIncr,
     CtxMembers,
     CtxRemove,
     CtxSet,
@@ -94,6 +99,7 @@ _ALL: tuple[type[Command], ...] = (
     Send,
     Status,
     Stop,
+    SyncMajority,
     TrustAdmit,
     TrustList,
     TrustRevoke,

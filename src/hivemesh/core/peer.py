@@ -1058,7 +1058,7 @@ class Peer:
     def _do_lease_voters(self, rid: int, cmd: coord.LeaseVoters, now_ms: int) -> None:
         voters = self.leases.voters(now_ms)
         stats = self.leases.statistics()
-        self._fx.append(Reply(rid, {"majority": len(voters) // 2 + 1, **stats}))
+        self._fx.append(Reply(rid, {**stats, "voters": voters, "majority": len(voters) // 2 + 1}))
 
 
 def _ms(timeout_s: float, least: int) -> int:

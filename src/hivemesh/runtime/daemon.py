@@ -118,6 +118,7 @@ from hivemesh.runtime.daemon_api import DaemonAPI
 from hivemesh.runtime.hostutil import lock_data_dir, primary_ipv4, raise_open_files_limit
 from hivemesh.runtime.invites import Invites
 from hivemesh.runtime.leases import MeshClaims, VoterDisk, lease_client
+from hivemesh.runtime.majority import serve_heads
 from hivemesh.runtime.messaging import Messaging
 from hivemesh.runtime.pump import Pump
 from hivemesh.runtime.rehydration import Rehydration
@@ -196,6 +197,8 @@ class Daemon(Pump, DaemonAPI):
         self.voter_disk: VoterDisk | None = None
         self._lease_client: LeaseClient | None = None
         self.claims: MeshClaims
+        #: broker mode's journal log (:mod:`hivemesh.mesh.feedlog`), else None
+        self.feedlog: Any = None
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -277,8 +280,11 @@ class Daemon(Pump, DaemonAPI):
                     sync_interval_ms=cfg.sync_interval_ms,
                     # Batches straight from their author (our channels authenticate
                     # it) are verified per run at the group commit (core.journal).
-                    defer_direct_verify=cfg.commit_delay_ms > 0,
+                    # (in broker mode every batch is verified before it is
+                    # applied: the broker is not trusted; its log is the push half)
+                    defer_direct_verify=cfg.commit_delay_ms > 0 and cfg.mesh is None,
                     settle_delay_ms=None,
+                    push=cfg.mesh is None,
                 ),
                 membership=membership_config(
                     cfg.probe_interval_ms, cfg.probe_timeout_ms, cfg.suspicion_mult
@@ -337,6 +343,10 @@ class Daemon(Pump, DaemonAPI):
             boot_id=secrets.token_bytes(BOOT_ID_BYTES),  # one per node start (a life)
             spawn=self.supervisor.watch,  # readers, diallers: a failure is logged and counted
         )
+        if cfg.mesh is not None:  # broker mode: links over the broker (runtime.broker)
+            from hivemesh.runtime.broker import open_links
+
+            self.conns = open_links(self)  # type: ignore[assignment]
         host, port = cfg.listen_endpoint()
         self.listen_port = await self.conns.listen(host, port)
         endpoint = self.advertised = self._announce(host)
@@ -362,9 +372,14 @@ class Daemon(Pump, DaemonAPI):
 
         self.telemetry = DaemonTelemetry(self)
         await self.telemetry.start()  # -- end telemetry --
+        serve_heads(self)  # majority barriers (sync.majority) ask every voter
         self.supervisor.install(asyncio.get_running_loop())
         self._started = True
         self.supervisor.spawn("timer", self._timer_loop, RESTART_WATCHED)  # beats each round
+        if cfg.mesh is not None:  # the journal's push half on the broker's log
+            from hivemesh.runtime.broker import start_feedlog
+
+            self.feedlog = start_feedlog(self)
         self.rehydration.complete()  # control operations waiting for the views go on
         await self.flush()
         # Everything loaded so far (modules, rehydrated views) lives as long as
@@ -405,6 +420,10 @@ class Daemon(Pump, DaemonAPI):
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._mdns.close(), 3.0)
         await self.conns.close()
+        if self.config.mesh is not None:
+            from hivemesh.runtime.broker import stop_broker
+
+            await stop_broker(self)
         self.messaging.close()
         try:
             failed = self.node.settle()  # store what was verified; a bad run is dropped

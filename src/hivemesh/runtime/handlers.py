@@ -27,7 +27,7 @@ from hivemesh.commands import Command, Record, Reply, jsonable
 from hivemesh.core.event import Event
 from hivemesh.core.identity import address_of
 from hivemesh.errors import DeadlineExceeded, LocalProtocolError, UnknownCommand
-from hivemesh.runtime import leases_ops
+from hivemesh.runtime import leases_ops, majority
 from hivemesh.telemetry.errors import SpoolFull
 
 if TYPE_CHECKING:
@@ -103,6 +103,19 @@ async def _ctx_set(d: Daemon, req: c.CtxSet) -> c.CtxSetReply:
     n = await d.commit()
     seq = d.node.journal.head(d.identity.public).seq
     return c.CtxSetReply(context=req.context, key=req.key, events=n, seq=seq)
+
+
+async def _ctx_append(d: Daemon, req: c.CtxAppend) -> c.CtxAppendReply:
+    handle = d.context(req.context).list(req.list)
+    for value in req.values:
+        handle.append(value)
+    return c.CtxAppendReply(length=len(handle), events=await d.commit())
+
+
+async def _ctx_incr(d: Daemon, req: c.CtxIncr) -> c.CtxIncrReply:
+    handle = d.context(req.context).counter(req.counter)
+    handle.add(int(req.by) if req.by.is_integer() else req.by)
+    return c.CtxIncrReply(value=float(handle.value), events=await d.commit())
 
 
 def _set_handle(d: Daemon, context: str, name: str, grow_only: bool) -> Any:
@@ -297,8 +310,10 @@ HANDLERS: Mapping[type[Command], Handler] = {
     c.ClaimShow: leases_ops.claim_show,
     c.ClaimWait: leases_ops.claim_wait,
     c.CtxAdd: _ctx_add,
+    c.CtxAppend: _ctx_append,
     c.CtxContexts: _ctx_contexts,
     c.CtxGet: _ctx_get,
+    c.CtxIncr: _ctx_incr,
     c.CtxMembers: _ctx_members,
     c.CtxRemove: _ctx_remove,
     c.CtxSet: _ctx_set,
@@ -325,6 +340,7 @@ HANDLERS: Mapping[type[Command], Handler] = {
     c.Send: _send,
     c.Status: _status,
     c.Stop: _stop,
+    c.SyncMajority: majority.sync_majority,
     c.TrustAdmit: _admit,
     c.TrustList: _trust_list,
     c.TrustRevoke: _revoke,

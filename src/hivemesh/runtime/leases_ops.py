@@ -33,6 +33,10 @@ __all__ = [
 
 
 def _backend(d: Daemon) -> Any:
+    if d.config.mesh is not None:  # broker mode: the broker's KV (runtime.broker)
+        from hivemesh.runtime.broker import lease_client
+
+        return lease_client(d).backend
     return d.leases.backend
 
 

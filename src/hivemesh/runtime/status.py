@@ -70,6 +70,8 @@ def status_of(d: Daemon) -> dict[str, Any]:
     counters["name_takeovers_refused"] = len(takeovers)
     counters["claim_takeovers_refused"] = len(d.claims.view.takeovers())
     counters.update(d.conns.counters)
+    if d.feedlog is not None:  # broker mode: the journal log's counters
+        counters.update(d.feedlog.counters)
     counters.update(d.counters)
     counters.update({f"membership_{k}": v for k, v in d.peer.membership.counters.items()})
     counters.update({f"direct_{k}": v for k, v in d.peer.direct.counters.items()})
@@ -132,6 +134,8 @@ def status_of(d: Daemon) -> dict[str, Any]:
         "tasks": d.supervisor.statistics(),
         "transport": transport,
         "dropped_total": sum(dropped.values()),
+        # broker mode: the journal's log (runtime.broker); None peer to peer
+        "mesh": None if d.feedlog is None else d.feedlog.statistics(),
     }
 
 

@@ -137,6 +137,7 @@ class SecureChannel:
         counters: TransportCounters,
         initial_frames: list[bytes],
         peer_boot_id: bytes = b"",
+        path: str = "tcp",
     ) -> None:
         #: The peer's proven hivemesh address.
         self.peer_address = peer_address
@@ -145,6 +146,9 @@ class SecureChannel:
         #: The peer's proven boot id: random per start of the peer, so a new
         #: one means the peer restarted (see :mod:`hivemesh.transports.noise`).
         self.peer_boot_id = peer_boot_id
+        #: How the bytes travel: ``"tcp"``, ``"udp"`` (QUIC), ``"punched"``
+        #: (QUIC through a punched NAT) or ``"relay:<relay address>"``.
+        self.path = path
         self._reader = reader
         self._writer = writer
         self._session = session
@@ -183,6 +187,15 @@ class SecureChannel:
     def close_reason(self) -> HivemeshError | None:
         """Why the channel ended (``None`` while open)."""
         return self._close_reason
+
+    @property
+    def remote_endpoint(self) -> tuple[str, int] | None:
+        """The ``(ip, port)`` the channel's bytes come from (a relayed
+        channel: ``None``); what a peer reports as our observed address."""
+        peer = self._writer.get_extra_info("peername")
+        if isinstance(peer, tuple) and len(peer) >= 2:
+            return (str(peer[0]), int(peer[1]))
+        return None
 
     @property
     def is_closed(self) -> bool:

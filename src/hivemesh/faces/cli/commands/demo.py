@@ -32,6 +32,11 @@ def register(sub: Any) -> None:
     p.add_argument("--dir", help="keep the nodes' data dirs (and the report) here")
     p.add_argument("--json", action="store_true", help="print one JSON summary")
     p.add_argument("--nodes", type=int, default=5, help="mesh: how many node processes (3..12)")
+    p.add_argument(
+        "--mesh",
+        metavar="URL",
+        help="mesh: run the nodes in broker mode (nats://…, redis://…; docs/broker.md)",
+    )
     p.add_argument("--executors", type=int, default=3, help="audit: executor processes (3..8)")
     p.add_argument("--batch-size", type=int, default=10, help="audit: shops per batch")
     p.add_argument("--seed", type=int, default=7, help="audit: the fixture world's seed")
@@ -117,7 +122,7 @@ def _mesh(args: argparse.Namespace) -> int:
         if not args.json:
             print(line, flush=True)
 
-    report = run_demo(nodes=args.nodes, root=args.dir, say=say)
+    report = run_demo(nodes=args.nodes, root=args.dir, say=say, broker=args.mesh)
     if args.json:
         print(json.dumps(report.to_json(), sort_keys=True))
         return 0 if report.ok else 1

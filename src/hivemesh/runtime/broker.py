@@ -1,0 +1,119 @@
+"""Broker mode's hooks into the daemon: links and the journal's log over a broker.
+
+``hivemesh up --mesh nats://127.0.0.1:4222?swarm=team`` (or ``mesh = ...`` in
+``config.toml``) runs the same Peer with a broker in place of peer links
+(:mod:`hivemesh.mesh`): the daemon calls :func:`open_links` for its
+connection manager and :func:`start_feedlog` once it runs; everything above
+(context, planner, names, leases, telemetry, faces) is unchanged.
+docs/broker.md has the whole picture.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import TYPE_CHECKING, Any
+
+from hivemesh.core.event import Event
+from hivemesh.errors import HivemeshError
+from hivemesh.leases import LeaseClient, open_backend
+from hivemesh.mesh import BrokerLinks, FeedLog, MeshOptions, open_engine, parse_mesh_url
+from hivemesh.runtime.clock import now_ms
+from hivemesh.runtime.supervise import RESTART
+from hivemesh.transports.noise import BOOT_ID_BYTES
+
+if TYPE_CHECKING:
+    from hivemesh.runtime.daemon import Daemon
+
+__all__ = ["lease_client", "lease_url", "open_links", "start_feedlog", "stop_broker"]
+
+
+def open_links(d: Daemon) -> BrokerLinks:
+    """The daemon's ``conns`` in broker mode (connected by ``listen``), with
+    a boot id of its own for this life of the node."""
+    assert d.config.mesh is not None
+    engine = open_engine(parse_mesh_url(d.config.mesh))
+    return BrokerLinks(
+        d.identity,
+        engine,
+        authorize=d.invites.admit_channel,
+        on_frames=d._on_frames,
+        on_peer=d._on_peer,
+        boot_id=secrets.token_bytes(BOOT_ID_BYTES),
+        spawn_loop=lambda name, factory: d.supervisor.spawn(name, factory, RESTART),
+        now_ms=now_ms,
+        send_queue_frames=d.config.send_queue_frames,
+    )
+
+
+class _OwnEvents:
+    """A subscriber of the daemon's delivered events that wakes the publisher
+    when our own feed grows (its ``dropped`` is always 0: it keeps nothing)."""
+
+    kinds = None
+    dropped = 0
+
+    def __init__(self, me: bytes, feedlog: FeedLog) -> None:
+        self._me = me
+        self._feedlog = feedlog
+
+    def offer(self, ev: Event) -> None:
+        if ev.author == self._me:
+            self._feedlog.grew()
+
+
+def start_feedlog(d: Daemon) -> FeedLog:
+    """Publish our feed to the broker's log and read the swarm's (supervised loops)."""
+    conns: Any = d.conns
+    store = d._store
+    journal = d.node.journal
+
+    def commit() -> bool:
+        """Commit what was handed over (the cursor may pass it only then)."""
+        if journal.unsettled:
+            return False
+        try:
+            store.sync()
+        except HivemeshError:
+            return False
+        return not store.pending
+
+    feedlog = FeedLog(
+        d.node, conns.engine, d.config.data_dir, on_frames=d._on_frames, committed=commit
+    )
+    d._subs.append(_OwnEvents(d.identity.public, feedlog))  # type: ignore[arg-type]
+    sup = d.supervisor
+    sup.spawn("mesh_publish", feedlog.publish_loop, RESTART)
+    sup.spawn("mesh_read", feedlog.read_loop, RESTART)
+    sup.spawn("mesh_cursor", feedlog.cursor_loop, RESTART)
+    return feedlog
+
+
+def lease_url(o: MeshOptions) -> str:
+    """The lease backend of a mesh: the JetStream KV bucket ``hm_<swarm>_leases``
+    on the same NATS, or keys ``hm:<swarm>:lease:*`` on the same Redis."""
+    auth = f"{o.username}:{o.password or ''}@" if o.username else ""
+    if o.engine == "redis":
+        scheme = "rediss" if o.tls else "redis"
+        return f"{scheme}://{auth}{o.host}:{o.port}/{o.db}?prefix=hm:{o.swarm}:lease:"
+    scheme = "tls" if o.tls else "nats"
+    return f"{scheme}://{auth}{o.host}:{o.port}/hm_{o.swarm}_leases"
+
+
+def lease_client(d: Daemon) -> LeaseClient:
+    """In broker mode the node's leases live on the broker's own lease engine
+    (:func:`lease_url`), not on the embedded quorum; holder id = our address."""
+    client: LeaseClient | None = getattr(d, "_broker_leases", None)
+    if client is None:
+        assert d.config.mesh is not None
+        client = LeaseClient(open_backend(lease_url(parse_mesh_url(d.config.mesh))), d.address)
+        d._broker_leases = client  # type: ignore[attr-defined]
+    return client
+
+
+async def stop_broker(d: Daemon) -> None:
+    """At stop, after the links closed: save the log position, close the lease client."""
+    if d.feedlog is not None:
+        d.feedlog.close()
+    client: LeaseClient | None = getattr(d, "_broker_leases", None)
+    if client is not None:
+        await client.aclose()
