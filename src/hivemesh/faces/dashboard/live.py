@@ -322,7 +322,8 @@ class Live:
             link: dict[str, Any] = {"type": "none (known through gossip)"}
             if ch:
                 link = {
-                    "type": "tcp+noise",
+                    # the link's transport, once peers names it (today: TCP + Noise)
+                    "type": ch.get("transport") or "tcp+noise",
                     "direction": ch.get("direction"),
                     "endpoint": ch.get("endpoint"),
                     "since_s": ch.get("since_s"),
