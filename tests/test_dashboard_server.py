@@ -218,10 +218,10 @@ def test_a_page_that_stops_reading_is_cut_off_and_gives_its_slot_back(tmp_path: 
             for i in range(2_000):  # up to 200 MB: far more than the socket buffers hold
                 dash.hub.publish("bulk", {"i": i, "blob": blob})
                 await asyncio.sleep(0)
-                if dash.counters["dashboard_write_timeout"]:
+                if dash.counters["dashboard_client_stalled"]:
                     break
             await eventually(
-                lambda: dash.counters["dashboard_write_timeout"] == 1, "the write timed out", 10
+                lambda: dash.counters["dashboard_client_stalled"] == 1, "the write timed out", 10
             )
             await eventually(lambda: dash.hub.clients == 0, "its slot is given back", 10)
             writer.close()
