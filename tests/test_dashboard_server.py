@@ -278,3 +278,19 @@ def test_a_daemon_that_goes_away_shows_as_an_error_and_comes_back_live(tmp_path:
         run(main(), timeout_s=120)
     finally:
         swarm.close()
+
+
+def test_demo_dashboard_leaves_only_the_human_only_question_to_the_page() -> None:
+    from hivemesh.faces.cli import build_parser
+    from hivemesh.faces.cli.commands.demo import _page_operator
+
+    args = build_parser("demo").parse_args(["demo", "--dashboard"])
+    assert args.dashboard == 7480
+    assert build_parser("demo").parse_args(["demo"]).dashboard is None
+    said: list[str] = []
+    operator = _page_operator(said.append)
+    brief = {"shop": "shop-42", "code": "2503-4228"}
+    assert operator({"id": "q1", "shop": "shop-07"}, brief) == "skip"
+    assert operator({"id": "q2", "shop": "shop-42"}, brief) is None
+    assert operator({"id": "q2", "shop": "shop-42"}, brief) is None
+    assert len(said) == 1 and "2503-4228" in said[0]  # told once, with the code
