@@ -44,6 +44,7 @@ END = "<!-- bench-all:end -->"
 QUICK: dict[str, list[str]] = {
     "audit": ["--executors", "1", "--slots", "2"],
     "cli": ["--runs", "2"],
+    "dashboard": ["--clients", "3", "--writes", "5", "--gap-ms", "100"],
     "fanout": [
         "--nodes",
         "3",
