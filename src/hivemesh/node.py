@@ -224,7 +224,7 @@ class Node:
     async def join(self, token: str, *, timeout_s: float = 30.0) -> Mapping[str, Any]:
         """Join the swarm of the node that issued ``token``; returns once it
         admitted us, or raises the typed cause of its refusal
-        (:meth:`hivemesh.runtime.daemon_api.DaemonAPI.join`)."""
+        (:meth:`hivemesh.runtime.daemon.Daemon.join`)."""
         return await self.daemon.join(token, timeout_s=timeout_s)
 
     async def claim_name(self, name: str) -> bool:

@@ -16,6 +16,12 @@ Two halves, each engine maps them onto its own primitives:
   lease votes, presence. Losses there are the protocols' business (they
   retransmit), exactly as on a lossy link.
 
+* **Telemetry** -- a durable work queue shared by every collector
+  (:meth:`BrokerEngine.publish_telemetry`, :meth:`BrokerEngine.consume_telemetry`):
+  each entry goes to one collector and stays in the queue until that
+  collector acknowledges it; one that is not acknowledged in time (the
+  collector crashed) goes to another.
+
 Engines: :mod:`hivemesh.mesh.nats_engine` (JetStream stream + core NATS
 subjects) and :mod:`hivemesh.mesh.redis_engine` (Redis Streams + pub/sub).
 :func:`parse_mesh_url` reads the shared URL options.
@@ -23,6 +29,7 @@ subjects) and :mod:`hivemesh.mesh.redis_engine` (Redis Streams + pub/sub).
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -31,12 +38,24 @@ from urllib.parse import parse_qs, urlsplit
 
 from hivemesh.errors import ConfigError
 
-__all__ = ["BrokerEngine", "FeedHandler", "MeshOptions", "parse_mesh_url"]
+__all__ = ["BrokerEngine", "FeedHandler", "MeshOptions", "backoff", "parse_mesh_url"]
 
 #: ``on_msg(position, author_address, data)`` for one log entry.
 FeedHandler = Callable[[str, str, bytes], Awaitable[None]]
 #: ``on_data(data)`` for one node message.
 DataHandler = Callable[[bytes], Awaitable[None]]
+#: ``on_record(data) -> done``: a telemetry entry for one collector; True
+#: acknowledges it (stored, or refused for good), False has it delivered again.
+WorkHandler = Callable[[bytes], Awaitable[bool]]
+
+_RETRY_S = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
+
+
+async def backoff(failures: int) -> None:
+    """Sleep before retry number ``failures`` (50 ms doubling to 2 s): how every
+    reconnecting loop of broker mode waits."""
+    await asyncio.sleep(_RETRY_S[min(failures, len(_RETRY_S) - 1)])
+
 
 _SWARM_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _SCHEMES = ("nats", "tls", "redis", "rediss")
@@ -188,4 +207,13 @@ class BrokerEngine(Protocol):
         """Read the log from just after position ``after`` (None: its start)
         and hand each entry to ``on_msg``, in order, until cancelled;
         reconnects by itself and resumes after the last entry handed over."""
+        ...
+
+    async def publish_telemetry(self, sender: str, msg_id: str, data: bytes) -> None:
+        """Put one telemetry batch in the collectors' queue; returns once durable."""
+        ...
+
+    async def consume_telemetry(self, consumer: str, on_record: WorkHandler) -> None:
+        """As collector ``consumer``, take entries from the shared queue and
+        acknowledge each one ``on_record`` says is done, until cancelled."""
         ...

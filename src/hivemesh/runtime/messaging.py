@@ -170,7 +170,9 @@ class Messaging:
     def handle(self, e: Handle) -> None:
         """Carry out a ``Handle`` effect: run the handler in a task."""
         handler = (self.plain_handlers if e.plain else self.handlers).get(e.kind)
-        task = asyncio.get_running_loop().create_task(self._run(handler, e))
+        # a handler's failure is its requester's answer; anything escaping
+        # that (a bug here) is logged and counted by the supervisor
+        task = self.d.supervisor.watch("message_handler", self._run(handler, e))
         self._handling.add(task)
         task.add_done_callback(self._handling.discard)
 
