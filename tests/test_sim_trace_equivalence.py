@@ -22,6 +22,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import hivemesh
 from aiotest import eventually, run
 from hivemesh.core.effects import Deliver, Fsync, LeaseLog, Reply, Send
@@ -93,10 +95,12 @@ def test_a_daemons_trace_through_the_simulators_driver_gives_the_same_effects(
     run(main(), 90)
 
 
-def test_a_simulated_runs_traces_replay_to_the_same_effects() -> None:
-    """Every life of every node of one faulty simulated run (the peer
-    workload: loss, partitions, crashes, restarts, forgeries) replays."""
-    c = PeerCluster("11", default_options(5, "peer"), trace=True)
+@pytest.mark.parametrize("workload", ["peer", "claims"])
+def test_a_simulated_runs_traces_replay_to_the_same_effects(workload: str) -> None:
+    """Every life of every node of one faulty simulated run (loss,
+    partitions, crashes, restarts, forgeries; claims settled and executed)
+    replays."""
+    c = PeerCluster("11", default_options(5, workload), trace=True)
     res = c.run()
     assert res.violations == []
     assert c.traces is not None and c.stats["crashes"] > 0
