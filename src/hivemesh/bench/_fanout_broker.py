@@ -56,20 +56,63 @@ async def _late_join(fleet: Fleet, name: str, argv: list[str], env: dict[str, st
 
     async def caught_up() -> bool:
         nonlocal rep
-        rep = await worker.call("report", 30.0, phase="tp", samples=False)
+        # polled every 20 ms: without the node's status (counters), which
+        # would charge the bench's own polling to the node being measured
+        rep = await worker.call("report", 30.0, phase="tp", samples=False, status=False)
         return int(rep["count"]) >= n
 
     await _until(f"{name} catches up", caught_up, args.timeout_s, 0.02)
+    final = await worker.call("report", 30.0, phase="tp", samples=False)
     seconds = max(1e-9, (int(rep["last_ns"]) - start_ns) / 1e9)
-    return {"events": n, "seconds": round(seconds, 3), "events_per_s": n / seconds}
+    # CPU seconds the process spent from its clock's start to the last report:
+    # load-independent beside the wall-clock rate (the box is shared).
+    cpu0 = float(worker.hello.get("start_cpu_s", 0.0))
+    cpu_s = float(rep["cpu_s"]) - cpu0
+    ready = worker.hello.get("pid_cpu_s")  # CPU spent starting (ours: the node is up)
+    return {
+        "events": n,
+        "seconds": round(seconds, 3),
+        "events_per_s": n / seconds,
+        "cpu_s": round(cpu_s, 3),
+        "first_event_s": round((int(rep["first_ns"]) - start_ns) / 1e9, 3),
+        "start_cpu_s": None if ready is None else round(float(ready) - cpu0, 3),
+        "counters": final.get("counters", {}),
+    }
 
 
 async def _hivemesh(args: argparse.Namespace, tmp: Path, url: str) -> dict[str, Any]:
-    from hivemesh.bench.fanout import _phase_throughput, _python_env, _until
+    from hivemesh.bench.fanout import _python_env
 
     env = _python_env()
-    mesh = f"{url}?swarm=bench{uuid.uuid4().hex[:10]}"
+    swarm = f"bench{uuid.uuid4().hex[:10]}"
+    mesh = f"{url}?swarm={swarm}"
     argv = [sys.executable, "-m", "hivemesh.bench._fanout_node", "--mesh", mesh]
+    try:
+        return await _hivemesh_fleet(args, tmp, argv, env, mesh)
+    finally:
+        await _drop_swarm(url, swarm)
+
+
+async def _drop_swarm(url: str, swarm: str) -> None:
+    """Delete the bench swarm's streams: each reserves its max_bytes (1 GiB)
+    of the server's JetStream storage for as long as it exists."""
+    import nats
+
+    with contextlib.suppress(Exception):
+        nc = await nats.connect(url, connect_timeout=5)
+        try:
+            js = nc.jetstream(timeout=10.0)
+            for name in (f"HM_{swarm}", f"HM_{swarm}_TEL"):
+                with contextlib.suppress(Exception):
+                    await js.delete_stream(name)
+        finally:
+            await nc.close()
+
+
+async def _hivemesh_fleet(args: argparse.Namespace, tmp: Path, argv: list[str],
+                          env: dict[str, str], mesh: str) -> dict[str, Any]:  # fmt: skip
+    from hivemesh.bench.fanout import _phase_throughput, _until
+
     async with Fleet(tmp) as fleet:
         await asyncio.gather(
             *(

@@ -27,6 +27,8 @@ from nats.js.api import DeliverPolicy
 from hivemesh.bench._fanout_wire import Receipts, body, burst, decode, encode, serve_stdio
 
 START_NS = time.time_ns()
+_RU = resource.getrusage(resource.RUSAGE_SELF)
+START_CPU_S = _RU.ru_utime + _RU.ru_stime
 
 
 def _cpu_s() -> float:
@@ -83,7 +85,7 @@ async def _main(args: argparse.Namespace) -> None:
     try:
         await serve_stdio(
             {"status": status, "publish": publish, "report": report},
-            {"url": args.url, "start_ns": START_NS},
+            {"url": args.url, "start_ns": START_NS, "start_cpu_s": START_CPU_S},
         )
     finally:
         await nc.close()

@@ -40,6 +40,8 @@ KIND = "bench.fanout"
 if "--mesh" in sys.argv:  # broker mode: load the NATS client before the clock starts,
     import hivemesh.mesh.nats_engine  # noqa: F401  as the raw JetStream worker does
 START_NS = time.time_ns()  # a late joiner's catch-up counts from here (imports excluded)
+_RU = resource.getrusage(resource.RUSAGE_SELF)
+START_CPU_S = _RU.ru_utime + _RU.ru_stime  # and its CPU time
 
 
 class _ReceiptView:
@@ -100,6 +102,11 @@ async def _main(args: argparse.Namespace) -> None:
             return await paced(req, send, asyncio.sleep, asyncio.get_running_loop().time)
 
         async def report(req: dict[str, Any]) -> dict[str, Any]:
+            if req.get("status") is False:  # a cheap poll: receipts only
+                return {
+                    **receipts.report(str(req["phase"]), samples=bool(req.get("samples", True))),
+                    "cpu_s": _cpu_s(),
+                }
             st = daemon.status()
             counters = {
                 k: v
@@ -120,6 +127,7 @@ async def _main(args: argparse.Namespace) -> None:
                 "endpoint": node.endpoint,
                 "pid_cpu_s": _cpu_s(),
                 "start_ns": START_NS,
+                "start_cpu_s": START_CPU_S,
             },
         )
 

@@ -18,6 +18,7 @@ the hash chain extends it to every earlier event.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from typing import Any
 
 import msgpack
@@ -26,12 +27,21 @@ from hivemesh.core.codec import MAX_EVENT_BYTES, MAX_KIND_CHARS, pack, unpack
 from hivemesh.core.hlc import MAX_DRIFT_MS, hlc_ms
 from hivemesh.errors import ClockAhead, DecodeError, UnsupportedVersion
 
-__all__ = ["EVENT_VERSION", "GENESIS", "Event", "decode_event", "encode_event", "event_hash"]
+__all__ = [
+    "EVENT_VERSION",
+    "GENESIS",
+    "Event",
+    "decode_chain",
+    "decode_event",
+    "encode_event",
+    "event_hash",
+]
 
 EVENT_VERSION = 1
 GENESIS = b"\x00" * 32
 _MAX_HLC = (1 << 63) - 1
 _blake2b = hashlib.blake2b
+_HASH0 = hashlib.blake2b(digest_size=32)
 _unpackb = msgpack.unpackb
 #: unpack()'s limits for one event, bound once (decode_event is the hot path).
 _EVENT_LIMITS: dict[str, Any] = {
@@ -140,6 +150,64 @@ def decode_event(raw: bytes, max_hlc: int = _MAX_HLC) -> Event:
     ):
         _explain(version, author, seq, prev, hlc, kind)
     return Event(author, seq, prev, hlc, kind, body, raw, _blake2b(raw, digest_size=32).digest())
+
+
+#: Events up to this many bytes are decoded with msgpack's default limits in
+#: :func:`decode_chain`: every default length limit is the buffer's size, so
+#: for a buffer this small they are at least as strict as
+#: :data:`_EVENT_LIMITS` (whose container limits are this number), and
+#: ``raw=False``, ``strict_map_key=True``, ``use_list=True`` are defaults.
+_SMALL_EVENT = 65_536
+
+
+def decode_chain(
+    author: bytes, raws: Sequence[bytes], max_hlc: int = _MAX_HLC
+) -> list[Event] | None:
+    """Decode a run of ``author``'s events that must be contiguous and chained.
+
+    The batch hot path (:func:`hivemesh.core.feed.verify_batch`): the checks
+    of :func:`decode_event` on every event, plus "same author", "seq follows
+    seq" and "prev is the previous event's hash", in one loop. Returns None
+    as soon as anything is off, *without* saying what: the caller then takes
+    the precise path (:func:`decode_event` per event), which raises the
+    exact error. Never raises; never accepts what that path refuses.
+    """
+    unpackb = _unpackb
+    new_hash = _HASH0.copy
+    version, max_kind = EVENT_VERSION, MAX_KIND_CHARS
+    out: list[Event] = []
+    append = out.append
+    expect_seq = -1
+    expect_prev = b""
+    try:
+        for raw in raws:
+            if type(raw) is not bytes or len(raw) > _SMALL_EVENT:
+                return None
+            v, ea, es, ep, eh, ek, body = unpackb(raw, max_ext_len=0)
+            if not (
+                v == version
+                and ea == author
+                and type(ea) is bytes
+                and type(ep) is bytes
+                and len(ep) == 32
+                and type(es) is int
+                and es >= 1
+                and type(eh) is int
+                and 0 <= eh <= max_hlc
+                and type(ek) is str
+                and 0 < len(ek) <= max_kind
+            ):
+                return None
+            if expect_seq >= 0 and (es != expect_seq or ep != expect_prev):
+                return None
+            h = new_hash()
+            h.update(raw)
+            expect_prev = h.digest()
+            expect_seq = es + 1
+            append(Event(ea, es, ep, eh, ek, body, raw, expect_prev))
+    except Exception:  # malformed in some way: the precise path says how
+        return None
+    return out
 
 
 def _explain(version: Any, author: Any, seq: Any, prev: Any, hlc: Any, kind: Any) -> None:

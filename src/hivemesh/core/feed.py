@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hivemesh.core.codec import MAX_BATCH_EVENTS
-from hivemesh.core.event import GENESIS, Event, decode_event, encode_event
+from hivemesh.core.event import GENESIS, Event, decode_chain, decode_event, encode_event
 from hivemesh.core.hlc import HLC, MAX_DRIFT_MS, hlc_ms
 from hivemesh.core.identity import Identity, verify
 from hivemesh.errors import (
@@ -100,6 +100,10 @@ def verify_batch(
     if len(raws) > MAX_BATCH_EVENTS:
         raise DecodeError(f"batch of {len(raws)} events exceeds {MAX_BATCH_EVENTS}")
     bound = _MAX_HLC if max_hlc is None else max_hlc
+    fast = decode_chain(author, raws, bound) if len(author) == 32 else None
+    if fast is not None:  # decoded, one author, contiguous and chained
+        _check_extends(author, fast, sig, head, known)
+        return _trim(author, fast, sig, head, check_sig=check_sig)
     if last is None or last.raw is not raws[-1]:
         events = [decode_event(r, bound) for r in raws]
     else:
@@ -113,7 +117,6 @@ def verify_batch(
                 release_ms=release_ms,
             )
         events.append(last)
-    first = events[0]
     for e in events:
         if e.author != author:
             raise DecodeError("batch mixes authors")
@@ -122,7 +125,15 @@ def verify_batch(
             raise DecodeError("batch sequence numbers are not contiguous")
         if b.prev != a.id:
             raise BrokenChain(f"event #{b.seq} does not chain to #{a.seq}")
-    last = events[-1]
+    _check_extends(author, events, sig, head, known)
+    return _trim(author, events, sig, head, check_sig=check_sig)
+
+
+def _check_extends(
+    author: bytes, events: list[Event], sig: bytes, head: Head, known: Sequence[bytes]
+) -> None:
+    """Raise unless a decoded, chained batch reaches past ``head`` without a gap."""
+    first, last = events[0], events[-1]
     if last.seq <= head.seq:
         # Everything is old. Tell replay from fork where we can.
         base = head.seq - len(known) + 1
@@ -135,6 +146,14 @@ def verify_batch(
         raise ReplayError(f"events #{first.seq}..#{last.seq} already held")
     if first.seq > head.seq + 1:
         raise GapError(f"batch starts at #{first.seq}, we hold up to #{head.seq}")
+
+
+def _trim(
+    author: bytes, events: list[Event], sig: bytes, head: Head, *, check_sig: bool
+) -> list[Event]:
+    """The part of a checked batch past ``head``, once it chains onto it (and,
+    with ``check_sig``, the head signature verifies)."""
+    first, last = events[0], events[-1]
     # Trim the already-held prefix (overlapping ranges are normal in gossip).
     skip = head.seq + 1 - first.seq
     if skip:
