@@ -139,6 +139,31 @@ def test_feed_growing_by_push_is_not_pulled_again() -> None:
     assert b.journal.head(a.identity.public).seq == 2
 
 
+def test_a_log_backlog_holds_pulls_until_the_grace_after_it() -> None:
+    """While a broker's log hands us a backlog (log_backlog), a HAVE that
+    runs ahead of us asks for nothing (the log brings it); push_grace_ms
+    after the last backlog entry, anti-entropy pulls as usual."""
+    a, b = make(1, push=False), make(2, push=False)  # broker mode: the log pushes
+    link([a, b])
+    for i in range(3):
+        a.append("app.note", {"i": i}, 10 + i)
+    a.outbox()
+    b.log_backlog(20)
+    have = encode_frame(FrameType.HAVE, a.journal.version_vector(), False)
+    b.receive(a.address, have, 25)
+    assert b.outbox() == []
+    assert b.counters["pull_skipped_log_backlog"] == 1
+    grace = b.config.push_grace_ms
+    b.receive(a.address, have, 20 + grace - 1)
+    assert b.outbox() == []
+    b.receive(a.address, have, 20 + grace)
+    ((peer, want),) = b.outbox()
+    assert peer == a.address
+    a.receive(b.address, want, 20 + grace)
+    pump([a, b], 20 + grace)
+    assert b.journal.head(a.identity.public).seq == 3
+
+
 def test_a_shares_policy_keeps_a_feed_from_a_peer_in_every_path() -> None:
     """b is a member of two swarms: a's and c's. c must never see a's feed
     through b: not pushed, not advertised in HAVE, not served on WANT."""

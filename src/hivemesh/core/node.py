@@ -28,6 +28,9 @@ from a HAVE: the rest of that range is almost surely queued behind the push
 we just took (pulling it would have it served twice); a push that *was*
 lost shows up as a gap at the next push and is requested then, or is
 pulled by the first anti-entropy round after the pushes stop.
+The same holds for every feed while a broker's log is delivering a backlog
+(:meth:`Node.log_backlog`, broker mode's late join): the log brings it all,
+so pulls wait until ``push_grace_ms`` after the backlog ends.
 Ranges are served in signed chunks. A pull that stalls past
 ``want_timeout_ms`` is dropped and re-requested from our *current* head, so
 an interrupted transfer resumes where it stopped. Late joiners and healed
@@ -217,6 +220,7 @@ class Node:
         self._events: deque[Event] = deque()
         self._pulls: dict[bytes, _Pull] = {}
         self._pushed_ms: dict[bytes, int] = {}  # author -> last growth by push
+        self._backlog_ms: int | None = None  # the log last had a backlog (log_backlog)
         self._peer_keys: dict[str, bytes] = {}  # peer address -> its public key
         self._unsettled_ms: int | None = None  # when the oldest unsettled run began
         self._handlers: dict[int, FrameHandler] = {
@@ -307,6 +311,14 @@ class Node:
                 self._peer_keys[address] = public_key_of(address)
             if not self.feed_gate.writable:  # ask at once how much of our feed it holds
                 self.sync_with(address)
+
+    def log_backlog(self, now_ms: int) -> None:
+        """The broker's log is handing us a backlog (its reader is behind the
+        log's end): hold anti-entropy pulls of every feed until
+        ``push_grace_ms`` after the last call, as for a feed that grows by
+        push (module docs). Broker mode's reader calls it per entry while
+        entries wait behind it, and once before its first read."""
+        self._backlog_ms = now_ms
 
     def remove_peer(self, address: str) -> None:
         """Stop replicating with ``address`` (down, revoked, disconnected)."""
@@ -618,11 +630,15 @@ class Node:
             if type(author) is not bytes or len(author) != 32 or type(seq) is not int:
                 raise DecodeError("HAVE entries are 32-byte author -> int")
         pull_own = self.feed_gate.report(peer, vv.get(me, 0))
+        backlog = self._backlog_ms is not None and self._backlog_ms > pushed_after
         for author, seq in vv.items():
             ours = self.journal.head(author).seq
             if author == me and not pull_own:
                 continue
             if seq > ours:
+                if backlog:
+                    self.counters["pull_skipped_log_backlog"] += 1
+                    continue
                 if self._pushed_ms.get(author, pushed_after) > pushed_after:
                     self.counters["pull_skipped_pushing"] += 1
                     continue

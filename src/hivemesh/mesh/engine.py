@@ -223,10 +223,15 @@ class BrokerEngine(Protocol):
         """The log's incarnation (changes when it is deleted and created again)."""
         ...
 
+    #: While ``on_msg`` runs: how many entries the log holds after the one
+    #: handed over (0 when caught up or when the engine cannot tell).
+    backlog: int
+
     async def consume_feeds(self, after: str | None, on_msg: FeedHandler) -> None:
         """Read the log from just after position ``after`` (None: its start)
         and hand each entry to ``on_msg``, in order, until cancelled;
-        reconnects by itself and resumes after the last entry handed over."""
+        reconnects by itself and resumes after the last entry handed over
+        (setting :attr:`backlog` before each call where the engine knows it)."""
         ...
 
     async def publish_telemetry(self, sender: str, msg_id: str, data: bytes) -> None:

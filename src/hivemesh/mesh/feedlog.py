@@ -34,6 +34,12 @@ missing range over the broker links (a WANT), and its periodic anti-entropy
 with any linked peer fills it otherwise; what nobody still holds stays
 missing and is reported (``gap`` counts, ``hivemesh status``).
 
+**Catching up.** While the reader is behind the log's end (the engine's
+``backlog``, JetStream's pending count) it tells the Peer
+(``log_backlog``): the Peer then pulls nothing by anti-entropy until
+``push_grace_ms`` after the backlog ends, so a late joiner is not sent
+the same history a second time by its peers over the broker links.
+
 **Where reading resumes.** The reader's position is kept in
 ``<data_dir>/mesh_cursor.json`` with the log's incarnation. It is saved only
 when everything handed over has been committed to the store (no pending
@@ -85,8 +91,10 @@ class FeedLog:
         *,
         on_frames: FramesCallback,
         committed: Callable[[], bool],
+        now_ms: Callable[[], int],
     ) -> None:
         self.node = node
+        self._now_ms = now_ms
         self.engine = engine
         self._me = node.identity.public
         self._addr = node.address
@@ -203,11 +211,14 @@ class FeedLog:
                 failures += 1
         if self._pos is None:
             self._pos = self._saved = self._load_cursor(self._log_id)
+        self.node.log_backlog(self._now_ms())  # until the first read says otherwise
         await self.engine.consume_feeds(self._pos, self._on_entry)
 
     async def _on_entry(self, pos: str, author: str, data: bytes) -> None:
         self.counters["mesh_entries_in"] += 1
         self._pos = pos
+        if self.engine.backlog > 0:  # the log brings the rest: peers need not
+            self.node.log_backlog(self._now_ms())
         try:
             claimed = _entry_author(data)
         except RemoteProtocolError as exc:

@@ -78,6 +78,8 @@ class NatsEngine:
         #: connection errors nats-py reported (it reconnects by itself), and the last
         self.errors = 0
         self.last_error = ""
+        #: entries after the one being handed to consume_feeds' handler
+        self.backlog = 0
 
     def _wrap(self, what: str, exc: BaseException) -> TransportError:
         if isinstance(exc, TimeoutError | nats.errors.TimeoutError):
@@ -268,6 +270,7 @@ class NatsEngine:
                         if seq <= pos:
                             continue
                         author = msg.subject[len(self._feed_prefix) :]
+                        self.backlog = int(msg.metadata.num_pending or 0)
                         await on_msg(str(seq), author, msg.data)
                         pos = seq
             except asyncio.CancelledError:

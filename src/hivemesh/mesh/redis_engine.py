@@ -114,6 +114,7 @@ class RedisEngine:
         self._up = asyncio.Event()
         #: connection errors seen (each followed by a reconnect)
         self.errors = 0
+        self.backlog = 0  # consume_feeds cannot tell (BrokerEngine.backlog)
 
     def _wrap(self, what: str, exc: BaseException) -> TransportError:
         if isinstance(exc, TimeoutError):

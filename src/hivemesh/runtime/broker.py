@@ -90,7 +90,12 @@ def start_feedlog(d: Daemon) -> FeedLog:
         return not store.pending
 
     feedlog = FeedLog(
-        d.node, conns.engine, d.config.data_dir, on_frames=d._on_frames, committed=commit
+        d.node,
+        conns.engine,
+        d.config.data_dir,
+        on_frames=d._on_frames,
+        committed=commit,
+        now_ms=now_ms,
     )
     d._subs.append(_OwnEvents(d.identity.public, feedlog))  # type: ignore[arg-type]
     sup = d.supervisor
