@@ -97,7 +97,7 @@ from typing import Any
 
 from hivemesh.commands.peer import Leave, Vouch
 from hivemesh.commands.trust import TrustRevoke
-from hivemesh.config import Config, bootstrap_targets, parse_endpoint
+from hivemesh.config import UDP_PREFIX, Config, bootstrap_targets, parse_endpoint
 from hivemesh.core.direct import DirectConfig
 from hivemesh.core.event import Event
 from hivemesh.core.identity import Identity, public_key_of, short
@@ -373,7 +373,10 @@ class Daemon(Pump, DaemonAPI):
                 on_found=lambda found: self.learn(found.address, list(found.endpoints)),
             )
             await self._mdns.start()
-        peer.start([endpoint], t)  # the appends of a new life (errors: no start)
+        endpoints = [endpoint]
+        if self.paths is not None and cfg.udp:  # QUIC on the same port over UDP
+            endpoints.append(f"{UDP_PREFIX}{endpoint}")
+        peer.start(endpoints, t)  # the appends of a new life (errors: no start)
         for address, eps in self.endpoints.known().items():
             self.learn(address, eps)
         for addr, h, p in bootstrap_targets(cfg.bootstrap):
@@ -596,6 +599,10 @@ class Daemon(Pump, DaemonAPI):
         if address == self.address or not self.authorize(address):
             return
         for ep in endpoints:
+            if ep.startswith(UDP_PREFIX):  # a QUIC endpoint: runtime.paths dials it
+                if self.paths is not None:
+                    self.paths.learn_udp(address, ep[len(UDP_PREFIX) :])
+                continue
             try:
                 h, p = parse_endpoint(ep)
             except ConfigError:
