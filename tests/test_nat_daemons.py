@@ -123,6 +123,9 @@ def test_nodes_behind_two_nats_replicate_and_message_over_a_punched_link(
     # nothing went through C after the upgrade
     assert cc.status()["paths"]["relay"].get("relay_bytes", 0) == relayed_before
     assert _path(ca, addr_b) == "punched"
+    rtts = {p["address"]: p["rtt_ms"] for p in ca.peers()}
+    assert rtts[addr_b] is not None and rtts[addr_b] > 0  # punched: QUIC's RTT
+    assert all(v is not None for v in rtts.values())  # C over TCP: the kernel's
 
 
 def test_symmetric_nats_end_relayed_and_the_mesh_works_through_the_relay(

@@ -128,7 +128,7 @@ def test_punch_retries_back_off_and_reset() -> None:
     s = PunchSchedule(base_s=1, max_s=8)
     assert s.due("p", 0)
     s.started("p", 0)
-    assert not s.due("p", 1)
+    assert not s.due("p", 1) and s.due("p", 10)  # never reported back: retried
     assert s.failed("p", 1) == 1
     assert s.failed("p", 2) == 2
     assert s.failed("p", 4) == 4 and s.failed("p", 8) == 8 and s.failed("p", 16) == 8
