@@ -26,7 +26,7 @@ from langgraph.checkpoint.conformance.test_utils import (
 from langgraph.graph import END, START, StateGraph
 
 import hivemesh
-from aiotest import run
+from aiotest import eventually, run
 from hivemesh import Node
 from hivemesh.core.event import Event
 from hivemesh.errors import LocalProtocolError
@@ -62,6 +62,7 @@ def test_conflicts_large_state_and_the_sync_face() -> None:
             async with Node(Path(tmp) / "n", telemetry=False) as node:
                 one = MeshCheckpointSaver(node, lease_ttl_ms=2000)
                 two = MeshCheckpointSaver(node, lease_ttl_ms=2000)
+                assert one.view is two.view  # one view per node, however many savers
                 c1 = await put(one, "t", None)
                 c2 = await put(one, "t", c1)
                 # another writer while the first holds the thread: refused at once
@@ -76,6 +77,10 @@ def test_conflicts_large_state_and_the_sync_face() -> None:
                 assert two.view.latest("t", "").checkpoint_id == c3  # type: ignore[union-attr]
                 assert two.view.forks("t") == []
                 assert one.conflicts == {} and two.conflicts == {"held": 1, "stale": 1}
+                await two.adelete_thread("t")  # gone on every replica; the thread starts anew
+                assert two.view.latest("t", "") is None and list(two.view.threads()) == []
+                c4 = await put(two, "t", None)
+                assert two.view.latest("t", "").checkpoint_id == c4  # type: ignore[union-attr]
                 await two.aclose()
 
                 # a real graph through the sync face (LangGraph's sync invoke runs on a
@@ -155,3 +160,47 @@ def test_the_readme_langgraph_snippet_runs_as_written(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "'log': ['planned', 'acted']" in out.stdout, out.stdout
+
+
+def test_a_lease_lost_while_confirming_is_a_conflict_never_a_fork() -> None:
+    """A writer's lease runs out between its append and its confirmation, and
+    another writer takes the thread: the first gets ``checkpoint_conflict``
+    (outcome unknown), the second must extend what is now the head, the
+    chain stays one line."""
+
+    async def main() -> None:
+        with tempfile.TemporaryDirectory(prefix="hm-lg-") as tmp:
+            async with Node(Path(tmp) / "n", telemetry=False) as node:
+                taken = asyncio.Event()
+
+                class Slow(MeshCheckpointSaver):
+                    async def _confirm(self, thread: str, token: int, seq: int) -> None:
+                        if thread == "slow":
+                            await taken.wait()  # the lease runs out meanwhile
+                        await super()._confirm(thread, token, seq)
+
+                a = Slow(node, lease_ttl_ms=300)
+                b = MeshCheckpointSaver(node, lease_wait_s=5)
+                a1 = await put(a, "t", None)
+                pending = asyncio.ensure_future(put(a, "slow", None))
+                await asyncio.sleep(0)
+                # "slow" is a's too: a's write there is appended, not confirmed
+                await eventually(lambda: b.view.latest("slow", "") is not None, "a's append")
+                orphan = b.view.latest("slow", "")
+                assert orphan is not None
+                # b waits out a's lease, catches up, and must extend the head it finds
+                with pytest.raises(CheckpointConflict, match="moved on"):
+                    await put(b, "slow", None)
+                c_b = await put(b, "slow", orphan.checkpoint_id)
+                taken.set()
+                with pytest.raises(CheckpointConflict, match="lost"):
+                    await pending
+                assert a.conflicts == {"lease_lost": 1}
+                head = b.view.latest("slow", "")
+                assert head is not None and head.checkpoint_id == c_b
+                assert head.token > orphan.token
+                assert b.view.forks("slow") == []
+                assert b.view.latest("t", "").checkpoint_id == a1  # type: ignore[union-attr]
+                await b.aclose()
+
+    run(main(), timeout_s=60)

@@ -80,6 +80,12 @@ class Config:
     mdns: bool = False
     mdns_interfaces: tuple[str, ...] = ("127.0.0.1",)
     dial_timeout_s: float = 5.0
+    #: also listen on UDP (QUIC, same port as ``listen``); advertise it (``udp:host:port``)
+    udp: bool = False
+    #: relays to keep a reservation at and reach NATed peers through: ``address@host:port``
+    relays: tuple[str, ...] = ()
+    #: accept the relay role: forward end-to-end encrypted circuits for trusted peers
+    relay_role: bool = False
     #: broker mode: ``nats://host:4222?swarm=NAME`` or ``redis://host:6379/0?swarm=NAME``
     #: carries every frame and the journal's log instead of peer links (docs/broker.md)
     mesh: str | None = None
@@ -173,6 +179,9 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
         "mdns",
         "mdns_interfaces",
         "dial_timeout_s",
+        "udp",
+        "relays",
+        "relay_role",
         "reconnect_min_s",
         "reconnect_max_s",
         "mesh",

@@ -301,6 +301,15 @@ class ConnectionManager(Dialling):
         self._adopt(channel, dialer=channel.peer_address, endpoint=None)
         await self._deliver()
 
+    async def adopt_inbound(self, channel: Any) -> None:
+        """Take a channel the peer opened over another transport (QUIC, a relay)."""
+        await self._accepted(channel)
+
+    async def adopt_outbound(self, channel: Any) -> None:
+        """Take a channel this node opened over another transport (QUIC, a relay)."""
+        self._adopt(channel, dialer=self.address, endpoint=channel.remote_endpoint)
+        await self._deliver()
+
     # -- channels ------------------------------------------------------------
 
     def _adopt(self, channel: Any, *, dialer: str, endpoint: tuple[str, int] | None) -> None:
@@ -316,7 +325,13 @@ class ConnectionManager(Dialling):
             dialer=dialer,
             endpoint=endpoint,
             since_s=time.time(),
-            rank=channel_rank(self.address, peer, dialer, channel.handshake_hash),
+            rank=channel_rank(
+                self.address,
+                peer,
+                dialer,
+                channel.handshake_hash,
+                relayed=str(getattr(channel, "path", "tcp")).startswith("relay"),
+            ),
             opened_mono=time.monotonic(),
             last_rx_mono=time.monotonic(),
             boot_id=channel.peer_boot_id,
@@ -674,6 +689,7 @@ class ConnectionManager(Dialling):
                 "endpoint": f"{link.endpoint[0]}:{link.endpoint[1]}" if link.endpoint else None,
                 "since_s": round(link.since_s, 3),
                 "channel_id": link.channel.handshake_hash[:8].hex(),
+                "path": getattr(link.channel, "path", "tcp"),
                 "boot_id": link.boot_id.hex(),
                 "frames_in": st.frames_in,
                 "frames_out": st.frames_out,

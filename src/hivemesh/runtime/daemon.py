@@ -239,6 +239,8 @@ class Daemon:
         self._lock_fd: int | None = None
         self._trust_generation = 0
         self._calls: dict[int, asyncio.Future[Any]] = {}  # command rid -> its caller
+        #: group commits failed in a row (a full disk, I/O errors); 0 when healthy
+        self._commit_failing = 0
         self._lives: dict[str, bytes] = {}  # linked peer -> the boot id given to the Peer
         #: the Peer's recorded inputs and effects (``trace_peer`` only)
         self.trace: Trace | None = None
@@ -251,6 +253,8 @@ class Daemon:
         self.claims: MeshClaims
         #: broker mode's journal log (:mod:`hivemesh.mesh.feedlog`), else None
         self.feedlog: Any = None
+        #: QUIC, relays and hole punching (runtime.paths), when configured
+        self.paths: Any = None
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -395,6 +399,12 @@ class Daemon:
         host, port = cfg.listen_endpoint()
         self._opened.append(("connections", self.conns.close))
         self.listen_port = await self.conns.listen(host, port)
+        if cfg.udp or cfg.relays or cfg.relay_role:
+            from hivemesh.runtime.paths import NodePaths
+
+            self.paths = NodePaths(self)
+            self._opened.append(("paths", self.paths.close))
+            await self.paths.start(host, self.listen_port)
         endpoint = self.advertised = self._announce(host)
         t = now_ms()
         self.messaging = Messaging(self, cfg.data_dir / "inbox.db", inbox_max=cfg.inbox_max)
@@ -469,6 +479,8 @@ class Daemon:
         if self._mdns is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._mdns.close(), 3.0)
+        if self.paths is not None:
+            self.paths.close()
         await self.conns.close()
         if self.config.mesh is not None:
             from hivemesh.runtime.broker import stop_broker
@@ -930,9 +942,26 @@ class Daemon:
     def _fsync(self) -> None:
         try:
             self._store.sync()
-        except HivemeshError:  # disk full, I/O error: retried at the next commit
-            self.counters["group_commit_failed"] += 1
-            log.exception("group commit failed")
+        except HivemeshError as exc:  # disk full, I/O error: retried at the next commit
+            self._commit_failed(exc)
+            return
+        if self._commit_failing:
+            log.warning("group commit works again after %d failures", self._commit_failing)
+            self._commit_failing = 0
+
+    def _commit_failed(self, exc: HivemeshError) -> None:
+        """Count a failed commit; log it once, then every 100th in a row: a
+        typed store error retried every few ms must not flood the log (on a
+        full disk the log may be on that disk), nor hide (it is counted)."""
+        self.counters["group_commit_failed"] += 1
+        self._commit_failing += 1
+        if self._commit_failing == 1 or self._commit_failing % 100 == 0:
+            log.warning(
+                "group commit failed (%s, %d in a row, retried at the next commit): %s",
+                exc.code,
+                self._commit_failing,
+                exc,
+            )
 
     def call(self, cmd: Any) -> asyncio.Future[Any]:
         """Run a Peer command now; the future resolves with its reply (the
@@ -980,9 +1009,8 @@ class Daemon:
             return  # stop() closes the store, which commits
         try:
             self.peer.settle(now_ms())  # verify attested runs, store them; then Fsync
-        except HivemeshError:  # disk full, I/O error: retried at the next commit
-            self.counters["group_commit_failed"] += 1
-            log.exception("group commit failed")
+        except HivemeshError as exc:  # disk full, I/O error: retried at the next commit
+            self._commit_failed(exc)
         if self._flush_lock.locked():  # a flush waits for room: the Fsync goes after it
             self._schedule_flush()
         else:

@@ -17,7 +17,8 @@ same set, so any two majorities of it intersect):
   feed up to ``own_seq``;
 * *pull*: a majority answered with its version vector, and this node then
   holds every feed at least as far as the largest answer (missing events
-  arrive by push or anti-entropy; we wait for them).
+  arrive by push or anti-entropy; we wait for them), except feeds of
+  authors this node does not trust (it would never accept them).
 
 A write confirmed by the first barrier is therefore in the views of any
 node after the second. Every request and the whole barrier have deadlines;
@@ -45,6 +46,11 @@ _POLL_S = 0.01
 _MAX_WAIT_MS = 2000
 
 
+def _author_hex(x: object) -> bool:
+    """A feed id as a peer sends it: 64 lowercase hex digits."""
+    return isinstance(x, str) and len(x) == 64 and all(c in "0123456789abcdef" for c in x)
+
+
 def _vv(d: Daemon) -> dict[str, int]:
     return {a.hex(): s for a, s in d.node.journal.version_vector().items()}
 
@@ -57,7 +63,7 @@ def serve_heads(d: Daemon) -> None:
     """Answer ``journal.heads`` requests on ``d`` (see module docs)."""
 
     async def on_heads(sender: str, body: Any) -> dict[str, Any]:
-        if isinstance(body, dict) and isinstance(body.get("a"), str) and len(body["a"]) == 64:
+        if isinstance(body, dict) and _author_hex(body.get("a")):
             seq, wait = body.get("s"), body.get("w")
             if isinstance(seq, int) and isinstance(wait, int):
                 loop = asyncio.get_running_loop()
@@ -86,7 +92,7 @@ async def _ask(
         vv = answer.get("vv") if isinstance(answer, dict) else None
         if not isinstance(vv, dict):
             return None  # an old node without the handler: it cannot answer
-        clean = {a: s for a, s in vv.items() if isinstance(a, str) and isinstance(s, int)}
+        clean = {a: s for a, s in vv.items() if _author_hex(a) and type(s) is int}
         if req.own_seq is None or clean.get(me, 0) >= req.own_seq:
             return clean
     return None
@@ -132,6 +138,9 @@ async def sync_majority(d: Daemon, req: SyncMajority) -> SyncMajorityReply:
         )
     if req.pull:
         target.pop(me, None)  # our own feed is ours
+        trusted = d.node.journal.trusted  # feeds we refuse never arrive: not waited for
+        if trusted is not None:
+            target = {a: s for a, s in target.items() if trusted(bytes.fromhex(a))}
         while not all(_holds(d, a, s) for a, s in target.items()):
             if loop.time() >= until:
                 missing = sum(not _holds(d, a, s) for a, s in target.items())

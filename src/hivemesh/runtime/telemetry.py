@@ -179,6 +179,10 @@ class DaemonTelemetry:
             self.d.messaging.on_message(MESSAGE_KIND, self._on_request)
             self.d.messaging.on_plain(MESSAGE_KIND, self._on_plain)
             await self.collector.start(self.d.supervisor.watch)
+            if self.d.config.mesh is not None:  # broker mode: read the shared queue too
+                from hivemesh.runtime.broker import start_telemetry_consumer
+
+                start_telemetry_consumer(self.d, self.collector)
             if self.d.names.resolve(COLLECTOR_NAME) != self.d.address:
                 await self.d.claim_name(COLLECTOR_NAME)
         if self.d.config.telemetry:
@@ -209,6 +213,10 @@ class DaemonTelemetry:
     async def _deliver(self, payload: bytes) -> Mapping[str, Any]:
         if self.collector is not None:  # we are the collector: no mesh hop
             return await self.collector.handle_message(self.d.address, payload)
+        if self.d.config.mesh is not None:  # broker mode: the collectors' shared queue
+            from hivemesh.runtime.broker import publish_telemetry
+
+            return await publish_telemetry(self.d, payload)
         reply = await self._request(payload, self.d.config.telemetry_timeout_s)
         if not isinstance(reply, Mapping):
             raise LocalProtocolError(f"collector replied {type(reply).__name__}, not a map")

@@ -198,6 +198,13 @@ class SecureChannel:
         return None
 
     @property
+    def rtt_ms(self) -> float | None:
+        """The round-trip time its transport measured (QUIC), or ``None``."""
+        probe = self._writer.get_extra_info("rtt_ms")
+        value = probe() if callable(probe) else None
+        return None if value is None else round(float(value), 3)
+
+    @property
     def is_closed(self) -> bool:
         """True once the channel has ended for any reason."""
         return self._close_reason is not None

@@ -27,8 +27,9 @@ and flow control, and a connection the NAT keeps open.
   towards a peer's candidate address: they open our NAT's mapping for that
   peer and die before the peer's NAT sees them (hole punching). Non-QUIC
   datagrams received are counted (``udp_non_quic``) and dropped.
-* Flow control: the stream's unsent bytes (aioquic's send buffer) above
-  1 MiB pause the channel's writer, as a full socket buffer does on TCP.
+* Flow control: the stream's bytes not yet sent (held by aioquic for the
+  congestion window or the peer's credit) above 1 MiB pause the channel's
+  writer, as a full socket buffer does on TCP.
 
 Closing a channel sends its CLOSE, ends the stream, and closes the QUIC
 connection once the peer ended its side or after the close grace.
@@ -40,6 +41,7 @@ import asyncio
 import contextlib
 import datetime
 import logging
+import os
 import secrets
 import socket
 import ssl
@@ -357,8 +359,14 @@ class QuicEndpoint(asyncio.DatagramProtocol):
                 self._schedule_flush(conn)
 
         def buffered() -> int:
-            stream = conn.quic._streams.get(sid)  # aioquic keeps unsent bytes here
-            return len(stream.sender._buffer) if stream is not None else 0
+            # Bytes written but not yet sent (aioquic keeps them, and the sent
+            # ones until acknowledged, in the stream's sender): like a socket's
+            # send buffer, so an idle stream counts 0 and the channel writes at once.
+            stream = conn.quic._streams.get(sid)
+            if stream is None:
+                return 0
+            sender = stream.sender
+            return int(sender._buffer_stop - sender.next_offset)
 
         def on_close() -> None:
             if conn.done or conn.ended_local:
@@ -371,8 +379,12 @@ class QuicEndpoint(asyncio.DatagramProtocol):
             else:
                 self._loop.call_later(CLOSE_GRACE_S, self._close_quic, conn)
 
+        def rtt_ms() -> float | None:
+            loss = conn.quic._loss  # aioquic's RTT estimator (smoothed, RFC 9002)
+            return loss._rtt_smoothed * 1000 if loss._rtt_initialized else None
+
         conn.pipe = PipeTransport(
-            send, buffered, on_close, extra={"peername": conn.addr, "path": "udp"}
+            send, buffered, on_close, extra={"peername": conn.addr, "path": "udp", "rtt_ms": rtt_ms}
         )
         return conn.pipe
 
@@ -513,16 +525,18 @@ class QuicEndpoint(asyncio.DatagramProtocol):
         (opens our NAT's mapping towards it; see the module docs)."""
         if self._transport is None or self._closed:
             return
-        sock = self._transport.get_extra_info("socket")
-        assert sock is not None
-        old = sock.getsockopt(socket.IPPROTO_IP, socket.IP_TTL)
-        sock.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, ttl)
-        try:
-            for _ in range(count):
-                with contextlib.suppress(OSError):  # unreachable: a primer may fail
-                    sock.sendto(PRIME, (host, port))
-        finally:
-            sock.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, old)
+        tsock = self._transport.get_extra_info("socket")
+        assert tsock is not None
+        # A duplicate descriptor of the same socket: same port, same NAT mapping.
+        with socket.socket(fileno=os.dup(tsock.fileno())) as sock:
+            old = sock.getsockopt(socket.IPPROTO_IP, socket.IP_TTL)
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, ttl)
+            try:
+                for _ in range(count):
+                    with contextlib.suppress(OSError):  # unreachable: a primer may fail
+                        sock.sendto(PRIME, (host, port))
+            finally:
+                sock.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, old)
         self.counters.incr("primes_sent", count)
 
     def close(self) -> None:

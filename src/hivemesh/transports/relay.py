@@ -44,6 +44,7 @@ from hivemesh.errors import (
     DecodeError,
     HivemeshError,
     PeerUnreachable,
+    WouldBlock,
 )
 from hivemesh.transports.channel import Authorize, ChannelOptions, SecureChannel
 from hivemesh.transports.noise import StaticCredentials
@@ -219,6 +220,8 @@ class RelayClient:
         self.counters = counters if counters is not None else TransportCounters()
         self.channel: SecureChannel | None = None
         self.reserved = False
+        #: Seconds between reservation renewals (see :meth:`_keepalive`).
+        self.keepalive_s = 5.0
         self._authorize = authorize
         self._on_channel = on_channel
         self._on_punch = on_punch
@@ -251,6 +254,18 @@ class RelayClient:
                 await self._reserved.wait()
             if not self.reserved:
                 raise PeerUnreachable(f"the relay {self.relay_address[:12]} refused a reservation")
+            self._spawn(self._keepalive(self.channel))
+
+    async def _keepalive(self, channel: SecureChannel) -> None:
+        """Renew the reservation every ``keepalive_s``: it also keeps our NAT's
+        mapping to the relay open, or re-opens it after the NAT forgot it
+        (a mapping the relay cannot refresh from outside)."""
+        while not channel.is_closed:
+            await asyncio.sleep(self.keepalive_s)
+            try:
+                channel.send_nowait(encode(Message(Kind.RESERVE)))
+            except HivemeshError:
+                return
 
     def _spawn(self, coro: Awaitable[None]) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)
@@ -323,6 +338,21 @@ class RelayClient:
 
     def _pipe(self, circuit: _Circuit) -> PipeTransport:
         def send(data: bytes) -> None:
+            channel = self.channel
+            if not circuit.outq and channel is not None and not circuit.closed:
+                # fast path: nothing queued, send now (in order) until the channel is full
+                while data:
+                    chunk = data[:CHUNK_BYTES]
+                    try:
+                        channel.send_nowait(encode(Message(Kind.DATA, circuit.cid, data=chunk)))
+                    except WouldBlock:
+                        break
+                    except HivemeshError as exc:
+                        self._end(circuit, ConnectionClosed(f"relay channel: {exc}"))
+                        return
+                    data = data[CHUNK_BYTES:]
+                if not data:
+                    return
             circuit.outq.append(data)
             circuit.queued += len(data)
             circuit.wake.set()

@@ -21,7 +21,8 @@ replica computes the same answers from the same events in any arrival order
   the clocks say -- a paused writer that wakes up and appends under its old
   token can never become the head again.
 * **Deleted.** ``lg.del`` removes every event of its thread at an earlier
-  position.
+  position (and the view frees them; one arriving after the delete is
+  dropped on arrival).
 * **Pending writes** of a checkpoint are the ``lg.w`` events for it with a
   token at least the checkpoint's, in position order; for one ``(task,
   idx)`` the first regular write is kept and special (negative ``idx``)
@@ -95,14 +96,30 @@ class Record:
         return (self.token, self.author, self.seq)
 
 
+Key = tuple[str, str]  # (ns, checkpoint id)
+
+
 @dataclass(slots=True)
 class _Thread:
-    checkpoints: list[Record] = field(default_factory=list)
-    writes: list[Record] = field(default_factory=list)
-    deletes: list[Position] = field(default_factory=list)
+    checkpoints: dict[Key, list[Record]] = field(default_factory=dict)
+    writes: dict[Key, list[Record]] = field(default_factory=dict)
+    cut: Position | None = None  # the latest delete's position
 
-    def deleted_before(self) -> Position | None:
-        return max(self.deletes) if self.deletes else None
+    def live(self, rec: Record) -> bool:
+        return self.cut is None or rec.position > self.cut
+
+    def compact(self) -> list[Record]:
+        """Drop what the latest delete removed; returns the dropped records."""
+        dropped = []
+        for table in (self.checkpoints, self.writes):
+            for key in list(table):
+                keep = [r for r in table[key] if self.live(r)]
+                dropped += [r for r in table[key] if not self.live(r)]
+                if keep:
+                    table[key] = keep
+                else:
+                    del table[key]
+        return dropped
 
 
 def _str(body: dict[str, Any], key: str) -> str | None:
@@ -135,7 +152,12 @@ class ChainView:
             return
         thread = self._threads.setdefault(body["t"], _Thread())
         if ev.kind == KIND_DELETE:
-            thread.deletes.append((body["k"], ev.author, ev.seq))
+            pos = (body["k"], ev.author, ev.seq)
+            if thread.cut is None or pos > thread.cut:
+                thread.cut = pos
+                for r in thread.compact():  # free what it deleted, parts included
+                    for seq in r.body.get("parts") or ():
+                        self._parts.pop((r.author, seq), None)
             return
         rec = Record(
             thread=body["t"],
@@ -148,7 +170,14 @@ class ChainView:
             seq=ev.seq,
             body=body,
         )
-        (thread.checkpoints if ev.kind == KIND_CHECKPOINT else thread.writes).append(rec)
+        if not thread.live(rec):  # a delete that ranks after it arrived first
+            for seq in rec.body.get("parts") or ():
+                self._parts.pop((rec.author, seq), None)
+            return
+        table = thread.checkpoints if ev.kind == KIND_CHECKPOINT else thread.writes
+        held = table.setdefault((rec.ns, rec.checkpoint_id), [])
+        if all(r.position != rec.position for r in held):  # an event applied twice: once
+            held.append(rec)
 
     @staticmethod
     def _valid(kind: str, body: dict[str, Any]) -> bool:
@@ -183,30 +212,19 @@ class ChainView:
 
     # -- queries ----------------------------------------------------------------
 
-    def _live(self, thread: str) -> tuple[list[Record], list[Record]]:
-        th = self._threads.get(thread)
-        if th is None:
-            return [], []
-        cut = th.deleted_before()
-        if cut is None:
-            return th.checkpoints, th.writes
-        return (
-            [r for r in th.checkpoints if r.position > cut],
-            [r for r in th.writes if r.position > cut],
-        )
-
     def checkpoints(self, thread: str, ns: str | None = None) -> list[Record]:
         """Live checkpoints of ``thread`` (in ``ns``, or every ns), newest first:
         by ``(token, checkpoint id)`` descending; one record per id (its latest
         write)."""
-        by_id: dict[tuple[str, str], Record] = {}
-        for r in self._live(thread)[0]:
-            if ns is not None and r.ns != ns:
-                continue
-            key = (r.ns, r.checkpoint_id)
-            if key not in by_id or r.position > by_id[key].position:
-                by_id[key] = r
-        return sorted(by_id.values(), key=lambda r: (r.token, r.checkpoint_id), reverse=True)
+        th = self._threads.get(thread)
+        if th is None:
+            return []
+        recs = [
+            max(rs, key=lambda r: r.position)
+            for (rns, _cid), rs in th.checkpoints.items()
+            if ns is None or rns == ns
+        ]
+        return sorted(recs, key=lambda r: (r.token, r.checkpoint_id), reverse=True)
 
     def latest(self, thread: str, ns: str) -> Record | None:
         """The head of ``(thread, ns)``: the live checkpoint with the greatest
@@ -216,34 +234,26 @@ class ChainView:
 
     def get(self, thread: str, ns: str, checkpoint_id: str) -> Record | None:
         """Checkpoint ``checkpoint_id`` of ``(thread, ns)`` if live."""
-        found = [
-            r for r in self._live(thread)[0] if r.ns == ns and r.checkpoint_id == checkpoint_id
-        ]
+        th = self._threads.get(thread)
+        found = th.checkpoints.get((ns, checkpoint_id)) if th is not None else None
         return max(found, key=lambda r: r.position) if found else None
 
     def writes(self, rec: Record) -> list[Record]:
         """The writes events for checkpoint ``rec``, in position order (see module docs)."""
-        return sorted(
-            (
-                w
-                for w in self._live(rec.thread)[1]
-                if w.ns == rec.ns and w.checkpoint_id == rec.checkpoint_id and w.token >= rec.token
-            ),
-            key=lambda w: w.position,
-        )
+        th = self._threads.get(rec.thread)
+        found = th.writes.get((rec.ns, rec.checkpoint_id), []) if th is not None else []
+        return sorted((w for w in found if w.token >= rec.token), key=lambda w: w.position)
 
     def threads(self) -> Iterator[str]:
         """Every thread with a live checkpoint, sorted."""
-        for t in sorted(self._threads):
-            if self._live(t)[0]:
-                yield t
+        return iter(sorted(t for t, th in self._threads.items() if th.checkpoints))
 
     def forks(self, thread: str) -> list[tuple[str, str | None, list[str]]]:
         """``(ns, parent id, [checkpoint ids])`` for every parent that has live
         children from more than one writer: a forked chain (or the orphan of a
         write whose writer was told it failed, next to its successor's)."""
         children: dict[tuple[str, str | None], dict[str, set[str]]] = {}
-        for r in self._live(thread)[0]:
+        for r in self.checkpoints(thread):
             kids = children.setdefault((r.ns, r.parent_id), {})
             kids.setdefault(r.holder, set()).add(r.checkpoint_id)
         out = []

@@ -18,11 +18,12 @@ write (``put``, ``put_writes``, ``delete_thread``) goes through four steps:
    grant. If another writer holds it, the write fails with
    :class:`~hivemesh.faces.langgraph.errors.CheckpointConflict` (after
    waiting ``lease_wait_s`` for it to be released or expire).
-2. *Catch up* (only when the lease was newly granted): a majority barrier
-   (``sync.majority`` with ``pull``, :mod:`hivemesh.runtime.majority`):
-   this node now holds every event a majority of the voters held. Then, if
-   the thread's head (per ``ns``) was written by another writer and is not
-   the parent of this checkpoint, the write is stale: ``CheckpointConflict``.
+2. *Catch up, then check the head.* When the lease was newly granted, a
+   majority barrier (``sync.majority`` with ``pull``,
+   :mod:`hivemesh.runtime.majority`): this node now holds every event a
+   majority of the voters held. Then (on every ``put``), if the thread's
+   head (per ``ns``) was written by another writer and is not the parent of
+   this checkpoint, the write is stale: ``CheckpointConflict``.
 3. *Append* the event, carrying the fencing token.
 4. *Confirm*: wait until a majority of the voters hold it (``sync.majority``
    with ``own_seq``), then renew the lease on the quorum -- the fencing
@@ -35,10 +36,12 @@ majority before its lease was confirmed live, so before any newer grant; the
 newer writer's barrier (a majority read after its grant) intersects that
 majority, so it sees the write before it writes anything, and step 2 makes
 it extend the head or fail. A paused old writer that appends after the
-newer grant fails its step 4, and its event can never be a head again: the
-view orders checkpoints by ``(fencing token, checkpoint id)``, so every
-replica ranks anything of the newer token above it. The rule needs only the
-quorum (a majority of lease voters up) and the journal; no clock agreement.
+newer grant fails its step 4; its event ranks below anything of the newer
+token (the view orders checkpoints by ``(fencing token, checkpoint id)`` on
+every replica), and if the newer writer sees it before writing, step 2
+makes it extend it: either way the chain stays one line. The rule needs
+only the quorum (a majority of lease voters up) and the journal; no clock
+agreement.
 
 Reads: ``get_tuple`` without a ``checkpoint_id`` (the head, as a graph asks
 at the start of a run) runs the catch-up barrier first unless this saver
@@ -90,6 +93,7 @@ from hivemesh.commands.coordination import LeaseShowReply
 from hivemesh.core.codec import pack
 from hivemesh.errors import DeadlineExceeded, HivemeshError, InputTooLarge, LocalProtocolError
 from hivemesh.faces.langgraph._bridge import node_loop, run_on_loop
+from hivemesh.faces.langgraph._views import shared_view
 from hivemesh.faces.langgraph.chain import (
     KIND_CHECKPOINT,
     KIND_DELETE,
@@ -160,8 +164,7 @@ class MeshCheckpointSaver(BaseCheckpointSaver[str]):
     ) -> None:
         super().__init__(serde=serde)
         self.node = node
-        self.view = ChainView()
-        node.add_view(self.view)
+        self.view = shared_view(node, ChainView)  # one per node, whatever the savers
         #: this saver's writer id (one per saver instance)
         self.holder = f"{node.address}/{secrets.token_hex(6)}"
         self.lease_ttl_ms = lease_ttl_ms

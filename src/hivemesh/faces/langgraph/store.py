@@ -52,6 +52,7 @@ from hivemesh.core.event import Event
 from hivemesh.core.hlc import hlc_ms
 from hivemesh.errors import InputTooLarge, InvalidArgument
 from hivemesh.faces.langgraph._bridge import node_loop, run_on_loop
+from hivemesh.faces.langgraph._views import shared_view
 from hivemesh.node import Node
 
 __all__ = ["KIND_ITEM", "MAX_ITEM_BYTES", "ItemsView", "MeshStore"]
@@ -167,8 +168,7 @@ class MeshStore(BaseStore):
 
     def __init__(self, node: Node, *, confirm: bool = True, sync_timeout_s: float = 5.0) -> None:
         self.node = node
-        self.view = ItemsView()
-        node.add_view(self.view)
+        self.view = shared_view(node, ItemsView)
         self.confirm = confirm
         self.sync_timeout_s = sync_timeout_s
         self._loop = node_loop("MeshStore")
