@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 import hivemesh
+from broker_cleanup import drop_swarm
 from hivemesh.leases import open_backend
 from hivemesh.roles.demo import DemoPlanner
 from hivemesh.roles.meshplan import TERMINAL, started_swarm
@@ -46,11 +47,24 @@ TELEMETRY = {
 }
 
 
+_MADE: list[str] = []  # swarms this module made on the shared servers
+
+
 def mesh_url(mode: str) -> str | None:
-    """A fresh swarm on the mode's broker (None peer to peer)."""
+    """A fresh swarm on the mode's broker (None peer to peer); dropped from
+    the server when the module is done (tests/broker_cleanup.py)."""
     if mode == "p2p":
         return None
-    return f"{BROKERS[mode]}?swarm=e2e{uuid.uuid4().hex[:10]}"
+    url = f"{BROKERS[mode]}?swarm=e2e{uuid.uuid4().hex[:10]}"
+    _MADE.append(url)
+    return url
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _drop_swarms() -> Iterator[None]:
+    yield
+    while _MADE:
+        drop_swarm(_MADE.pop())
 
 
 def env_for(mode: str) -> dict[str, str]:
