@@ -104,9 +104,15 @@ class Browser:
     def wait_for(self, js: str, timeout_s: float, arg: Any = None) -> Any:
         """Wait until the page's ``js`` (a function body's expression) is
         truthy; its value."""
+        from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
         # a function, not an expression: the page's CSP forbids evaluating strings
         func = f"() => ({js})"
-        return self.page.wait_for_function(func, arg=arg, timeout=timeout_s * 1000).json_value()
+        try:
+            handle = self.page.wait_for_function(func, arg=arg, timeout=timeout_s * 1000)
+        except PlaywrightTimeout:
+            pytest.fail(f"the page did not show, within {timeout_s:.0f} s: {js}")
+        return handle.json_value()
 
     def screenshot(self, path: Path) -> list[Path]:
         """A full-page screenshot at ``path`` (and in ``$HIVEMESH_ARTIFACTS``)."""

@@ -218,10 +218,10 @@ def test_a_page_that_stops_reading_is_cut_off_and_gives_its_slot_back(tmp_path: 
             for i in range(2_000):  # up to 200 MB: far more than the socket buffers hold
                 dash.hub.publish("bulk", {"i": i, "blob": blob})
                 await asyncio.sleep(0)
-                if dash.counters["dashboard_write_timeout"]:
+                if dash.counters["dashboard_client_stalled"]:
                     break
             await eventually(
-                lambda: dash.counters["dashboard_write_timeout"] == 1, "the write timed out", 10
+                lambda: dash.counters["dashboard_client_stalled"] == 1, "the write timed out", 10
             )
             await eventually(lambda: dash.hub.clients == 0, "its slot is given back", 10)
             writer.close()
@@ -240,3 +240,57 @@ def test_the_command_says_when_no_node_runs(tmp_path: Path) -> None:
     )
     assert out.returncode != 0
     assert json.loads(out.stdout)["error"]["code"] == "daemon_not_running"
+
+
+def test_a_daemon_that_goes_away_shows_as_an_error_and_comes_back_live(tmp_path: Path) -> None:
+    from hivemesh.faces.dashboard import ControlSource
+    from hivemesh.runtime.swarm import LocalSwarm
+
+    swarm = LocalSwarm(tmp_path / "swarm")
+    try:
+        node = swarm.start("a")
+
+        async def main() -> None:
+            source = ControlSource(node.data_dir, timeout_s=5.0)
+            async with DashboardServer(source, port=0) as dash:
+                sections = dash.hub.sections
+                await eventually(lambda: "address" in sections.get("node", {}), "node shown", 20)
+                await asyncio.to_thread(swarm.kill, "a")
+                await eventually(
+                    lambda: sections["node"].get("error") == "daemon_not_running",
+                    "the page says the daemon is gone",
+                    20,
+                )
+                await asyncio.to_thread(swarm.restart, "a")
+                await eventually(lambda: "address" in sections["node"], "node back", 30)
+                # the event stream was opened again (a supervised restart, counted)
+                await eventually(lambda: dash.live.streams_opened >= 2, "stream reopened", 30)
+                assert dash.counters["task_failed_dashboard_watch"] >= 1
+                await asyncio.to_thread(node.client.ctx_set, "room", "after", "restart")
+                await eventually(
+                    lambda: any(
+                        c["context"] == "room" for c in sections["context"].get("contexts", [])
+                    ),
+                    "a write after the restart reaches the page",
+                    20,
+                )
+
+        run(main(), timeout_s=120)
+    finally:
+        swarm.close()
+
+
+def test_demo_dashboard_leaves_only_the_human_only_question_to_the_page() -> None:
+    from hivemesh.faces.cli import build_parser
+    from hivemesh.faces.cli.commands.demo import _page_operator
+
+    args = build_parser("demo").parse_args(["demo", "--dashboard"])
+    assert args.dashboard == 7480
+    assert build_parser("demo").parse_args(["demo"]).dashboard is None
+    said: list[str] = []
+    operator = _page_operator(said.append)
+    brief = {"shop": "shop-42", "code": "2503-4228"}
+    assert operator({"id": "q1", "shop": "shop-07"}, brief) == "skip"
+    assert operator({"id": "q2", "shop": "shop-42"}, brief) is None
+    assert operator({"id": "q2", "shop": "shop-42"}, brief) is None
+    assert len(said) == 1 and "2503-4228" in said[0]  # told once, with the code

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -26,6 +27,7 @@ from typing import Any
 import pytest
 
 import hivemesh
+from broker_cleanup import drop_swarm
 from hivemesh.leases import open_backend
 from hivemesh.roles.demo import DemoPlanner
 from hivemesh.roles.meshplan import TERMINAL, started_swarm
@@ -45,11 +47,24 @@ TELEMETRY = {
 }
 
 
+_MADE: list[str] = []  # swarms this module made on the shared servers
+
+
 def mesh_url(mode: str) -> str | None:
-    """A fresh swarm on the mode's broker (None peer to peer)."""
+    """A fresh swarm on the mode's broker (None peer to peer); dropped from
+    the server when the module is done (tests/broker_cleanup.py)."""
     if mode == "p2p":
         return None
-    return f"{BROKERS[mode]}?swarm=e2e{uuid.uuid4().hex[:10]}"
+    url = f"{BROKERS[mode]}?swarm=e2e{uuid.uuid4().hex[:10]}"
+    _MADE.append(url)
+    return url
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _drop_swarms() -> Iterator[None]:
+    yield
+    while _MADE:
+        drop_swarm(_MADE.pop())
 
 
 def env_for(mode: str) -> dict[str, str]:
@@ -158,6 +173,21 @@ def test_direct_message_by_name_is_acknowledged(mode: Mode) -> None:
     wait_until(lambda: any(m["data"] == {"job": 1} for m in b.client.inbox()), 10, what="inbox")
 
 
+def test_a_stopped_node_is_seen_as_left_not_down(mode: Mode) -> None:
+    s = mode.swarm
+    a = s.nodes["a"]
+    e = mode.start("e")
+    wait_until(lambda: e.address in up_members(a), 20, what="e is up on a")
+    s.kill("e", signal.SIGTERM)  # a clean stop announces "left" before it goes
+
+    def state() -> str | None:
+        m = a.client.status()["members"].get(e.address)
+        return None if m is None else str(m["state"])
+
+    wait_until(lambda: state() in ("left", "down"), 20, what="a notices e is gone")
+    assert state() == "left"
+
+
 def test_leases_pass_the_checker(mode: Mode) -> None:
     urls = [f"mesh://{mode.swarm.nodes[x].data_dir.resolve()}" for x in ("a", "b")]
     picks = iter(range(1_000_000))
@@ -194,6 +224,49 @@ def test_telemetry_reaches_the_collector_by_name(mode: Mode) -> None:
         "metrics", what="query", sql=f"SELECT count(*) FROM metrics WHERE agent = '{agent}'"
     )["rows"]
     assert rows == [[1]]  # "delivered" means stored, exactly once
+
+
+def stored(c: NodeProc, name: str) -> list[tuple[str, int]]:
+    rows = c.client.call(
+        "metrics", what="query", sql=f"SELECT sender, seq FROM metrics WHERE name = '{name}'"
+    )["rows"]
+    return [(str(r[0]), int(r[1])) for r in rows]
+
+
+def test_collectors_share_the_queue_nothing_lost_or_stored_twice(mode: Mode) -> None:
+    if mode.name == "p2p":
+        pytest.skip("the collectors' shared queue exists in broker mode only")
+    s = mode.swarm
+    a, b, c = s.nodes["a"], s.nodes["b"], s.nodes["c"]
+    c2 = mode.start("c2", extra_args=["--collector"])
+    name = f"shared.{uuid.uuid4().hex[:8]}"
+    total = 0
+
+    def union() -> list[tuple[str, int]]:
+        return stored(c, name) + stored(c2, name)
+
+    def record(node: NodeProc, n: int) -> None:
+        nonlocal total
+        for _ in range(n // 50):
+            node.client.call("metrics.record", name=name, count=50)
+            total += 50
+
+    record(a, 200)
+    record(b, 200)
+    wait_until(lambda: len(union()) >= total, 30, what="the first records stored")
+    s.kill("c")  # a collector crashes: the queue goes on to the other one
+    record(a, 200)
+    record(b, 200)
+    wait_until(lambda: len(stored(c2, name)) + 0 >= 1, 30, what="the survivor takes records")
+    s.restart("c")
+    record(a, 100)
+    wait_until(lambda: len(union()) >= total, 45, what="every record stored")
+    rows = union()
+    assert len(rows) == len(set(rows)) == total  # none lost, none stored twice
+    assert {x for x, _ in rows} == {a.address, b.address}
+    assert stored(c2, name)  # the second collector took a share
+    counters = c2.client.status()["counters"]
+    assert counters.get("mesh_telemetry_batches", 0) >= 1
 
 
 def test_planner_reaches_a_final_answer(

@@ -1,4 +1,4 @@
-"""Broker mode under faults, against a nats-server of the test's own.
+"""Broker mode under faults, against a nats-server (or redis-server) of the test's own.
 
 Each test starts its own ``nats-server -js`` on a free loopback port with its
 own store dir (the shared server on 4222 is never touched), runs real
@@ -18,6 +18,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -47,10 +48,11 @@ def free_port() -> int:
 class OwnNats:
     """A nats-server with JetStream on a free loopback port and its own store."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, extra: tuple[str, ...] = ()) -> None:
         self.port = free_port()
         self.dir = root / "nats"
         self.dir.mkdir()
+        self.extra = extra
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -61,7 +63,10 @@ class OwnNats:
         assert NATS_SERVER is not None
         log = open(self.dir / "nats.log", "ab")  # noqa: SIM115 - the child owns it
         self.proc = subprocess.Popen(
-            [NATS_SERVER, "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(self.dir)],
+            [
+                *(NATS_SERVER, "-a", "127.0.0.1", "-p", str(self.port)),
+                *("-js", "-sd", str(self.dir), *self.extra),
+            ],
             stdout=log,
             stderr=log,
         )
@@ -329,3 +334,161 @@ def test_tampered_and_misrouted_entries_are_rejected_by_every_node(
         a.client.ctx_set("f", "after", 2)  # a's real next batch is still accepted
         wait_until(lambda: all(found(n, "after") == 2 for n in nodes), 15, what="a goes on")
         wait_until(lambda: converged(nodes), 20, what="views converge")
+
+
+def test_nats_user_credentials_are_used_and_checked(tmp_path: Path) -> None:
+    server = OwnNats(tmp_path, ("--user", "agent", "--pass", "s3cret"))
+    server.start()
+    try:
+        good = swarm_url(f"nats://agent:s3cret@127.0.0.1:{server.port}")
+        with LocalSwarm(tmp_path / "s", env={"HIVEMESH_MESH": good}) as s:
+            a, b = start(s, "a", "b")
+            a.client.ctx_set("f", "k", 1)
+            wait_until(lambda: found(b, "k") == 1, 15, what="replicated with credentials")
+            bad = good.replace("s3cret", "wrong")
+            out = subprocess.run(
+                [sys.executable, "-m", "hivemesh", "up", "--json", "--data-dir",
+                 str(tmp_path / "c"), "--mesh", bad],
+                env=s.env,
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )  # fmt: skip
+            assert out.returncode != 0
+            assert "unreachable" in out.stdout and "uthoriz" in out.stdout, out.stdout
+    finally:
+        server.stop()
+
+
+class OwnRedis:
+    """A redis-server of the test's own on a free loopback port (AOF in its own dir)."""
+
+    def __init__(self, root: Path) -> None:
+        self.port = free_port()
+        self.dir = root / "redis"
+        self.dir.mkdir()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        exe = shutil.which("redis-server")
+        assert exe is not None, "redis-server is not installed (scripts/services.sh installs it)"
+        self.proc = subprocess.Popen(
+            [exe, "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.dir),
+             "--appendonly", "yes", "--save", ""],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        wait_until(self._answers, 10, what="redis-server answers")
+
+    def _answers(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                s.sendall(b"PING\r\n")
+                return s.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.proc = None
+
+
+def test_redis_restarted_mid_run_loses_nothing(tmp_path: Path) -> None:
+    server = OwnRedis(tmp_path)
+    server.start()
+    try:
+        url = f"redis://127.0.0.1:{server.port}/0?swarm=f{uuid.uuid4().hex[:10]}"
+        with LocalSwarm(tmp_path / "s", env={"HIVEMESH_MESH": url}) as s:
+            a, b, c = start(s, "a", "b", "c")
+            for i in range(10):
+                a.client.ctx_set("f", f"a{i}", i)
+            wait_until(lambda: found(c, "a9") == 9, 15, what="replicated before the restart")
+            server.stop()  # kill -9 Redis mid-run
+            for i in range(10, 20):
+                a.client.ctx_set("f", f"a{i}", i)
+                b.client.ctx_set("f", f"b{i}", i)
+            server.start()
+            wait_until(
+                lambda: all(found(n, "a19") == 19 and found(n, "b19") == 19 for n in (a, b, c)),
+                30,
+                what="every acknowledged write on every node after the restart",
+            )
+            wait_until(lambda: converged([a, b, c]), 20, what="views converge")
+            assert counter(a, "mesh_disconnected") >= 1 and counter(a, "mesh_reconnected") >= 1
+    finally:
+        server.stop()
+
+
+def _pki(d: Path) -> tuple[Path, Path, Path]:
+    """A private CA and a server certificate for 127.0.0.1 signed by it."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "hivemesh test CA")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    pem = serialization.Encoding.PEM
+    paths = (d / "ca.pem", d / "server.pem", d / "server.key")
+    paths[0].write_bytes(ca.public_bytes(pem))
+    paths[1].write_bytes(cert.public_bytes(pem))
+    paths[2].write_bytes(
+        key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return paths
+
+
+def test_nats_over_tls_with_a_private_ca(tmp_path: Path) -> None:
+    ca, cert, key = _pki(tmp_path)
+    server = OwnNats(tmp_path, ("--tls", "--tlscert", str(cert), "--tlskey", str(key)))
+    server.start()
+    try:
+        url = swarm_url(f"tls://127.0.0.1:{server.port}", ca=ca)
+        with LocalSwarm(tmp_path / "s", env={"HIVEMESH_MESH": url}) as s:
+            a, b = start(s, "a", "b")
+            a.client.ctx_set("f", "k", 1)
+            wait_until(lambda: found(b, "k") == 1, 15, what="replicated over TLS")
+            untrusted = url.split("&ca=")[0]  # the system CAs do not know ours
+            out = subprocess.run(
+                [sys.executable, "-m", "hivemesh", "up", "--json", "--data-dir",
+                 str(tmp_path / "c"), "--mesh", untrusted],
+                env=s.env,
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )  # fmt: skip
+            assert out.returncode != 0 and "certificate" in out.stdout.lower(), out.stdout
+    finally:
+        server.stop()

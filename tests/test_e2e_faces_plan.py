@@ -79,6 +79,23 @@ def env_of(swarm: LocalSwarm) -> dict[str, str]:
     return {**swarm.env, "PYTHONPATH": src}
 
 
+def watch_cli(mesh: Mesh, node: Any, *args: str) -> subprocess.CompletedProcess[str]:
+    """``hivemesh plan watch ARGS`` on ``node``, to its end (output captured)."""
+    return subprocess.run(
+        hivemesh_cmd("plan", "watch", *args, "--data-dir", str(node.data_dir)),
+        env=env_of(mesh.swarm),
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+
+
+def last_frame(out: str) -> str:
+    """The last tree ``plan watch`` printed (the text under its last header)."""
+    return out.split("-- plan ")[-1].split("\n", 1)[1].strip()
+
+
 def final_tree(client: Client, goal: str, timeout_s: float = 60) -> dict[str, Any]:
     shown: dict[str, Any] = wait_until(
         lambda: (s := client.call("plan.show", goal=goal))["tree"]["status"] in TERMINAL and s,
@@ -156,23 +173,7 @@ def test_plan_watch_live_and_for_a_late_joiner(mesh: Mesh, tmp_path: Path) -> No
     mesh.script.exec_delay_s = 1.0  # the tree visibly grows while the watch runs
     try:
         goal = mesh.client.call("plan.goal", title="city break in Lisbon", **GOAL_ARGS)["goal"]
-        watch = subprocess.run(
-            hivemesh_cmd(
-                "plan",
-                "watch",
-                goal,
-                "--until-done",
-                "--timeout-s",
-                "60",
-                "--data-dir",
-                str(seed.data_dir),
-            ),
-            env=env_of(mesh.swarm),
-            capture_output=True,
-            text=True,
-            timeout=90,
-            check=False,
-        )
+        watch = watch_cli(mesh, seed, goal, "--until-done", "--timeout-s", "60")
     finally:
         mesh.script.exec_delay_s = 0.0
     assert watch.returncode == 0, watch.stderr
@@ -181,28 +182,21 @@ def test_plan_watch_live_and_for_a_late_joiner(mesh: Mesh, tmp_path: Path) -> No
     frames = watch.stdout.split("-- plan ")[1:]
     assert len(frames) >= 2, watch.stdout  # it redrew as the tree grew
     first = frames[0].split("\n", 1)[1].strip()
-    last = frames[-1].split("\n", 1)[1].strip()
+    last = last_frame(watch.stdout)
     assert last == render_text(final)
     assert first != last
 
-    # a node that joins after the goal ended rebuilds the tree from the journal
+    # a node that joins after the goal ended rebuilds the tree from the journal:
+    # watched at once, before it has caught up, it shows the goal when it arrives
     late = mesh.swarm.start("late", bootstrap=[seed.endpoint])
-    digest = mesh.client.call("plan.show")["digest"]
-    wait_until(
-        lambda: late.client.call("plan.show")["digest"] == digest,
-        30,
-        what="the late node holds the whole plan",
-    )
-    once = subprocess.run(
-        hivemesh_cmd("plan", "watch", goal, "--once", "--data-dir", str(late.data_dir)),
-        env=env_of(mesh.swarm),
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    caught_up = watch_cli(mesh, late, goal, "--until-done", "--timeout-s", "30")
+    assert caught_up.returncode == 0, caught_up.stderr
+    assert last_frame(caught_up.stdout) == render_text(final)
+    once = watch_cli(mesh, late, goal, "--once")
     assert once.returncode == 0, once.stderr
-    assert once.stdout.split("\n", 1)[1].strip() == render_text(final)
+    assert last_frame(once.stdout) == render_text(final)
+    unknown = watch_cli(mesh, late, "f" * 32, "--once")
+    assert unknown.returncode == 2 and "no goal" in unknown.stderr, unknown.stderr
 
     # and so does a late observer agent, drawing on a non-terminal stdout
     out_path = tmp_path / "observer.out"
@@ -302,3 +296,100 @@ def test_a2a_escalation_is_input_required_and_the_answer_resumes(mesh: Mesh) -> 
     assert after[-1] == TaskState.TASK_STATE_COMPLETED, after
     every = mesh.client.call("audit.inbox", all=True)["questions"]
     assert [q["answer"] for q in every if q["id"] == "q-a2a-1"] == ["the list price"]
+
+
+def test_mcp_goal_runs_to_its_answer_with_tree_notifications(mesh: Mesh) -> None:
+    """Through ``hivemesh mcp`` on the seed: a goal submitted with plan_goal is
+    planned and run by the swarm; its tree resource is announced as it grows."""
+    from mcp import Client, StdioServerParameters
+
+    from hivemesh.faces.mcp import plan_uri
+
+    seed = mesh.swarm.nodes["observer"]
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "hivemesh", "mcp", "--data-dir", str(seed.data_dir)],
+        env=env_of(mesh.swarm),
+    )
+
+    async def main() -> tuple[int, dict[str, Any]]:
+        async with Client(params, read_timeout_seconds=30) as client:
+            res = await client.call_tool("plan_goal", {"title": "picnic in Sintra", **GOAL_ARGS})
+            assert not res.is_error and res.structured_content is not None
+            goal = res.structured_content["goal"]
+            updates = 0
+            async with (
+                asyncio.timeout(60),
+                client.listen(resource_subscriptions=[plan_uri(goal)]) as sub,
+            ):
+                read = await client.read_resource(plan_uri(goal))  # it may have run already
+                shown = json.loads(read.contents[0].text)  # type: ignore[union-attr]
+                if shown["tree"]["status"] in TERMINAL:
+                    return updates, shown
+                async for _event in sub:
+                    updates += 1
+                    read = await client.read_resource(plan_uri(goal))
+                    shown = json.loads(read.contents[0].text)  # type: ignore[union-attr]
+                    if shown["tree"]["status"] in TERMINAL:
+                        return updates, shown
+        raise AssertionError("the subscription ended before the goal did")
+
+    updates, shown = asyncio.run(main())
+    assert shown["tree"]["status"] == "done"
+    assert shown["answer"] == "picnic in Sintra: combined 2 results"
+    assert updates >= 2  # announced as it grew, not only at the end (a goal takes ~1 s)
+
+
+def test_a2a_cancel_cancels_the_goal(mesh: Mesh) -> None:
+    from a2a.client import ClientConfig, create_client
+    from a2a.types import (
+        CancelTaskRequest,
+        GetTaskRequest,
+        Message,
+        Part,
+        Role,
+        SendMessageRequest,
+        TaskState,
+    )
+
+    seed = mesh.swarm.nodes["observer"]
+    args = ["a2a", "--data-dir", str(seed.data_dir), "--port", "0", "--json"]
+    args += ["--scorers", "1", "--max-depth", "2", "--settle-ms", "200"]
+    proc = subprocess.Popen(
+        hivemesh_cmd(*args), env=env_of(mesh.swarm), stdout=subprocess.PIPE, text=True
+    )
+
+    async def cancel_midway(url: str) -> Any:
+        async with httpx.AsyncClient(timeout=60) as http:
+            client = await create_client(
+                url, client_config=ClientConfig(streaming=True, httpx_client=http)
+            )
+            text = [Part(text="tour of Braga")]
+            message = Message(role=Role.ROLE_USER, message_id="m-braga", parts=text)
+            task_id = ""
+            async with asyncio.timeout(60):
+                async for ev in client.send_message(SendMessageRequest(message=message)):
+                    if ev.HasField("task"):
+                        task_id = ev.task.id
+                    if ev.HasField("status_update") and task_id:
+                        state = ev.status_update.status.state
+                        if state == TaskState.TASK_STATE_WORKING:
+                            break  # the goal runs: cancel it
+                cancelled = await client.cancel_task(CancelTaskRequest(id=task_id))
+                task = await client.get_task(GetTaskRequest(id=task_id))
+            await client.close()
+            return cancelled, task
+
+    mesh.script.exec_delay_s = 3.0  # still running when the cancel comes
+    try:
+        assert proc.stdout is not None
+        ready = json.loads(proc.stdout.readline())
+        cancelled, task = asyncio.run(cancel_midway(ready["url"]))
+    finally:
+        mesh.script.exec_delay_s = 0.0
+        stop(proc)
+    assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
+    assert task.status.state == TaskState.TASK_STATE_CANCELED
+    goal = str(task.metadata["hivemesh_goal"])
+    tree = final_tree(mesh.client, goal)["tree"]
+    assert tree["status"] == "cancelled"

@@ -133,10 +133,9 @@ def test_the_driver_syncs_once_per_loop_turn_and_reports_failures(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def main() -> None:
-        disk = VoterDisk(tmp_path)
-        assert disk.open().voter_state is None
         reports: list[tuple[int, str | None]] = []
-        disk.synced = lambda upto, error: reports.append((upto, error))
+        disk = VoterDisk(tmp_path, synced=lambda upto, error: reports.append((upto, error)))
+        assert disk.open().voter_state is None
         disk.write("r1", 1025, 1000)
         disk.sync_soon(1)
         disk.write("r2", 1025, 1000)
@@ -157,7 +156,7 @@ def test_the_driver_syncs_once_per_loop_turn_and_reports_failures(
         disk.sync_soon(4)  # closed: nothing reported
         await asyncio.sleep(0)
         assert len(reports) == 2
-        again = VoterDisk(tmp_path).open().voter_state
+        again = VoterDisk(tmp_path, synced=lambda upto, error: None).open().voter_state
         assert again is not None and again["max_tokens"]["r1"] == 1025
 
     asyncio.run(main())

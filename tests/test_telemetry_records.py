@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import msgpack
@@ -288,3 +290,31 @@ def test_usage_tokens_reads_both_styles() -> None:
     assert usage_tokens(R()) == (5, 6)
     assert usage_tokens({"usage": {"prompt_tokens": 1, "completion_tokens": 2}}) == (1, 2)
     assert usage_tokens({}) == (0, 0)
+
+
+def test_a_full_disk_under_the_spool_is_a_typed_store_error(tmp_path: Path) -> None:
+    """Found by ``hivemesh chaos`` (disk-full): ``metrics.record`` on a full
+    disk failed with a bare ``sqlite3.OperationalError`` (its rollback raised
+    "no transaction is active": SQLite had rolled back already). A file size
+    limit stands in for the full disk; the spool stays usable afterwards."""
+    code = (
+        "import resource, signal\n"
+        "from hivemesh.errors import StoreError\n"
+        "from hivemesh.telemetry.spool import Spool\n"
+        f"spool = Spool({str(tmp_path / 'spool.sqlite3')!r})\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, hard))\n"
+        "codes = set()\n"
+        "for i in range(400):\n"
+        "    try:\n"
+        "        spool.append({'name': 'x', 'value': i, 'attrs': {'pad': 'p' * 4000}})\n"
+        "    except StoreError as exc:\n"
+        "        codes.add(exc.code)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))\n"
+        "spool.append({'name': 'x', 'value': -1})\n"
+        "print(sorted(codes))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "['store_error']", out.stdout

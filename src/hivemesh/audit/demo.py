@@ -217,6 +217,7 @@ def run_audit(
     operator_cli: bool = False,
     operator: Operator = fixture_operator,
     dashboard_port: int | None = None,
+    on_finished: Callable[[AuditRun], None] | None = None,
     say: Callable[[str], None] = lambda _line: None,
     total_timeout_s: float = 240.0,
 ) -> AuditRun:
@@ -224,7 +225,9 @@ def run_audit(
     escalations (:data:`Operator`; a question it leaves open waits for an
     answer from elsewhere, within ``total_timeout_s``). With
     ``dashboard_port`` the collector serves ``hivemesh dashboard`` on that
-    loopback port (0: any) for the run (its URL in ``AuditRun.dashboard``)."""
+    loopback port (0: any) for the run (its URL in ``AuditRun.dashboard``).
+    ``on_finished`` is called with the finished run before its processes
+    are stopped (to look at the dashboard's last picture, say)."""
     if executors < (3 if kill else 1) + int(pause):
         raise ValueError("need at least 3 executors to kill one (and one more to pause one)")
     tmp = None
@@ -360,6 +363,8 @@ def run_audit(
         run.ok = (
             run.summary["mismatches"] == 0 and run.summary["shops_done"] == run.summary["shops"]
         )
+        if on_finished is not None:  # the swarm (and its dashboard) still runs meanwhile
+            on_finished(run)
     except (HivemeshError, OSError, ValueError, KeyError, subprocess.SubprocessError) as exc:
         run.error = f"{type(exc).__name__}: {exc}"
     finally:

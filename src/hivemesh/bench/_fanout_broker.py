@@ -68,7 +68,8 @@ async def _hivemesh(args: argparse.Namespace, tmp: Path, url: str) -> dict[str, 
     from hivemesh.bench.fanout import _phase_throughput, _python_env, _until
 
     env = _python_env()
-    mesh = f"{url}?swarm=bench{uuid.uuid4().hex[:10]}"
+    swarm = f"bench{uuid.uuid4().hex[:10]}"
+    mesh = f"{url}?swarm={swarm}"
     argv = [sys.executable, "-m", "hivemesh.bench._fanout_node", "--mesh", mesh]
     async with Fleet(tmp) as fleet:
         await asyncio.gather(
@@ -86,10 +87,28 @@ async def _hivemesh(args: argparse.Namespace, tmp: Path, url: str) -> dict[str, 
             return all(s["links"] >= want for s in await fleet.gather("status", 10.0))
 
         await _until("every broker-mode node linked to every other", linked, 60.0)
-        tp = await _phase_throughput(fleet, args, args.events, "tp")
-        late_argv = [*argv, "--index", str(args.nodes), "--data-dir", str(tmp / "late")]
-        late = await _late_join(fleet, "late", late_argv, env, args.events, args)
+        try:
+            tp = await _phase_throughput(fleet, args, args.events, "tp")
+            late_argv = [*argv, "--index", str(args.nodes), "--data-dir", str(tmp / "late")]
+            late = await _late_join(fleet, "late", late_argv, env, args.events, args)
+        finally:
+            await _drop_swarm(url, swarm)
         return {"swarm": mesh, "throughput": tp, "late_join": late}
+
+
+async def _drop_swarm(url: str, swarm: str) -> None:
+    """Delete the bench swarm's streams: a file stream reserves its max_bytes
+    (1 GiB by default) on the server, so swarms left behind fill it."""
+    import nats
+
+    nc = await nats.connect(url, connect_timeout=5)
+    try:
+        js = nc.jetstream(timeout=10.0)
+        for name in (f"HM_{swarm}", f"HM_{swarm}_TEL", f"KV_hm_{swarm}_leases"):
+            with contextlib.suppress(nats.js.errors.NotFoundError):
+                await js.delete_stream(name)
+    finally:
+        await nc.close()
 
 
 async def _raw(args: argparse.Namespace, tmp: Path, url: str) -> dict[str, Any]:

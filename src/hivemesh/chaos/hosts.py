@@ -14,7 +14,8 @@ process only; nothing inside hivemesh knows), a restart from an older copy
 of its store, and a full disk (the node's data dir is a small tmpfs, filled
 with a ballast file). Network faults are :class:`hivemesh.netlab.Faults`
 (nftables on the receiving host: partitions, one-way cuts, ``numgen random``
-loss).
+loss); delay and reordering go through NFQUEUE to :mod:`hivemesh.chaos.delay`
+inside the host.
 
 Cleanup: :meth:`ChaosCluster.close` (and the ``with`` block) ends every
 daemon, deletes the namespaces and unmounts the tmpfs, on every exit path;
@@ -72,7 +73,10 @@ class ChaosNode:
     #: runs the telemetry collector (``hivemesh up --collector``)
     collector: bool = False
     starts: int = 0
+    #: exit codes of lives that ended on their own (not by a fault of ours)
     exits: list[int] = field(default_factory=list)
+    #: typed errors a start was refused with (a full disk, a corrupt store)
+    refusals: list[str] = field(default_factory=list)
 
     @property
     def endpoint(self) -> str:
@@ -108,6 +112,7 @@ class ChaosCluster:
         self.faults: Faults | None = None
         self.nodes: list[ChaosNode] = []
         self._mounts: list[Path] = []
+        self._delays: dict[str, subprocess.Popen[bytes]] = {}
         src = str(Path(hivemesh.__file__).resolve().parent.parent)
         env = {k: v for k, v in os.environ.items() if not k.startswith("HIVEMESH_")}
         env.update(FAST_TIMINGS)
@@ -166,6 +171,9 @@ class ChaosCluster:
     def close(self) -> None:
         """End every daemon, delete the lab, unmount the small disks (idempotent)."""
         for node in self.nodes:
+            with contextlib.suppress(HivemeshError, OSError, subprocess.SubprocessError):
+                self.undelay(node)
+        for node in self.nodes:
             if node.proc is not None and node.proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     node.proc.send_signal(signal.SIGCONT)
@@ -219,8 +227,13 @@ class ChaosCluster:
         if "error" in ready:
             from hivemesh.error_codes import error_from_wire
 
-            self.kill(node)
-            raise error_from_wire(ready["error"])
+            assert node.proc is not None
+            node.proc.wait(10)  # it exits after printing why
+            if node.proc.stdout is not None:
+                node.proc.stdout.close()
+            err = error_from_wire(ready["error"])
+            node.refusals.append(err.code)
+            raise err
 
     def _log_path(self, node: ChaosNode) -> Path:
         # beside the data dir (a full small disk must not eat the log)
@@ -242,7 +255,7 @@ class ChaosCluster:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or (proc.poll() is not None and not buf):
                 code = proc.poll()
-                self.kill(node)
+                self.kill(node)  # an exit before the ready line counts as its own
                 raise DeadlineExceeded(
                     f"{node.label} did not start (exit {code}):\n{self.log_tail(node)}"
                 )
@@ -263,6 +276,8 @@ class ChaosCluster:
         proc = node.proc
         if proc is None:
             return
+        if proc.poll() is not None and proc.stdout is not None and not proc.stdout.closed:
+            node.exits.append(proc.returncode)  # it had ended before we came: on its own
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(sig)
@@ -273,7 +288,6 @@ class ChaosCluster:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(10)
-        node.exits.append(proc.returncode)
         node.paused = False
         if proc.stdout is not None:
             proc.stdout.close()
@@ -289,6 +303,54 @@ class ChaosCluster:
         if node.running and node.proc is not None:
             node.proc.send_signal(signal.SIGCONT)
         node.paused = False
+
+    # -- delay (user space, NFQUEUE) ---------------------------------------------------
+
+    def delay(self, node: ChaosNode, delay_ms: float, jitter_ms: float, seed: int) -> None:
+        """Delay (and reorder) what ``node`` receives from its peers
+        (:mod:`hivemesh.chaos.delay` inside its namespace, an nftables
+        ``NFQUEUE --queue-bypass`` rule in front of it)."""
+        self.undelay(node)
+        queue = 100 + self.nodes.index(node)
+        argv = [sys.executable, "-m", "hivemesh.chaos.delay", "--queue", str(queue),
+                "--delay-ms", str(delay_ms), "--jitter-ms", str(jitter_ms),
+                "--seed", str(seed)]  # fmt: skip
+        proc = node.host.popen(
+            argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent,
+        )  # fmt: skip
+        assert proc.stdout is not None
+        ready = select.select([proc.stdout], [], [], 10.0)[0]
+        if not ready or not proc.stdout.readline().startswith(b"ready"):
+            proc.kill()
+            proc.wait(5)
+            raise DeadlineExceeded(f"{node.label}: the delay queue did not start")
+        self._delays[node.label] = proc
+        # iptables' NFQUEUE target (the kernel here has it; nft's own queue
+        # expression is missing): in front of the daemon, after netlab's drops
+        node.host.run(["iptables", "-A", "INPUT", *self._queue_rule(queue)])
+
+    @staticmethod
+    def _queue_rule(queue: int) -> list[str]:
+        return ["-s", "198.18.0.0/24", "-j", "NFQUEUE", "--queue-num", str(queue),
+                "--queue-bypass"]  # fmt: skip
+
+    def undelay(self, node: ChaosNode) -> None:
+        """Remove ``node``'s delay rule and stop its queue program."""
+        proc = self._delays.pop(node.label, None)
+        if proc is None:
+            return
+        queue = 100 + self.nodes.index(node)
+        with contextlib.suppress(HivemeshError):
+            node.host.run(["iptables", "-D", "INPUT", *self._queue_rule(queue)])
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        if proc.stdout is not None:
+            proc.stdout.close()
 
     # -- disk ----------------------------------------------------------------------
 

@@ -22,8 +22,8 @@ Phases, each under a deadline:
    * ``telemetry``: each acknowledged record is stored exactly once at the
      collector, or inside a gap the collector reports;
    * ``alive``: no half-alive daemon: every node answers ``status`` with
-     every supervised task running and none stalled, and no node exited on
-     its own during the run.
+     every supervised task running and none stalled or failed, no node
+     exited on its own during the run, and no daemon log holds a traceback.
 
    * ``plan``: root goals posted from random nodes during the run; every
      acknowledged goal is in every node's plan and every node's plan view
@@ -35,6 +35,7 @@ Phases, each under a deadline:
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import shutil
 import tempfile
 import threading
@@ -187,6 +188,12 @@ class _Run:
         elif f.kind == "loss":
             for h in hosts:
                 faults.loss(h, int(f.value))
+        elif f.kind == "delay":
+            if importlib.util.find_spec("netfilterqueue") is None:
+                self.log("delay skipped: the netfilterqueue package is not installed")
+                return
+            for i in f.targets:
+                self.cluster.delay(self.node(i), f.value, f.value, self.report.seed)
         self.log("start " + f.describe())
 
     def undo(self, f: Fault) -> None:
@@ -205,6 +212,9 @@ class _Run:
                 self._restore(node, copy)
         elif f.kind in ("partition", "bridge", "isolate", "oneway", "loss"):
             faults.heal()
+        elif f.kind == "delay":
+            for i in f.targets:
+                self.cluster.undelay(self.node(i))
         self.log(f"end {f.kind} {','.join(f'n{i}' for i in f.targets)}".rstrip())
 
     def _restore(self, node: ChaosNode, copy: Path) -> None:
@@ -244,12 +254,14 @@ class _Run:
         assert self.cluster.faults is not None
         self.cluster.faults.heal()
         for node in self.cluster.nodes:
+            self.cluster.undelay(node)
             if node.small_disk:
                 self.cluster.free_disk(node)
             if node.paused:
                 self.cluster.resume(node)
         for node in self.cluster.nodes:
             if not node.running:
+                self.cluster.kill(node)  # reaps it: an exit of its own is counted
                 self.restart(node)
         self.log("heal: network healed, paused continued, dead restarted, disks freed")
 
@@ -476,9 +488,16 @@ def _checks(
         own = st.get("own_feed", {}).get("state")
         if own != "writable":
             half.append(f"{m.label}: own feed {own}")
-    self_exits = [
-        f"{m.label} exit {code}" for m in nodes for code in m.exits if code not in (-9, -15)
-    ]
+        failed = {k: v for k, v in st.get("counters", {}).items() if k.startswith("task_failed")}
+        if failed:
+            half.append(f"{m.label}: supervised tasks failed {failed}")
+    self_exits = [f"{m.label} exited on its own ({code})" for m in nodes for code in m.exits]
+    for m in nodes:  # an exception logged with its traceback is a bug, even if survived
+        log = cluster.log_tail(m, 10_000_000)
+        if "Traceback" in log:
+            after = log[log.rindex("Traceback") :].splitlines()[1:]
+            last = next((ln for ln in after if ln and not ln[0].isspace()), "?")[:200]
+            half.append(f"{m.label}: traceback in its log ({log.count('Traceback')}): {last}")
     report.checks.append(
         Check("alive", not half and not self_exits,
               "every daemon answers with every task running" if not half and not self_exits
@@ -494,5 +513,6 @@ def _checks(
         "telemetry_acked": n_acked,
         "faults": len(report.faults),
         "restarts": sum(max(0, m.starts - 1) for m in nodes),
+        "start_refusals": [f"{m.label}: {c}" for m in nodes for c in m.refusals],
         "plan_goals": len(acked_goals),
     }

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 __all__ = ["CI_SET", "SCENARIOS", "Fault", "Scenario", "schedule"]
 
-NETWORK = ("partition", "isolate", "oneway", "bridge", "loss")
+NETWORK = ("partition", "isolate", "oneway", "bridge", "loss", "delay")
 PROCESS = ("kill", "pause", "clock", "diskfull", "restore")
 
 
@@ -50,6 +50,8 @@ class Fault:
             "oneway": "one-way cut (first no longer reaches second), heal at end",
             "bridge": "partition with a bridge node in both halves, heal at end",
             "loss": f"{self.value:.0f}% packet loss in, heal at end",
+            "delay": f"packets in delayed {self.value:.0f} ms + up to as much jitter "
+            "(reordered; NFQUEUE), removed at end",
         }[self.kind]
         nodes = ",".join(f"n{i}" for i in self.targets)
         sides = " | ".join(",".join(f"n{i}" for i in g) for g in self.groups)
@@ -94,6 +96,12 @@ SCENARIOS: dict[str, Scenario] = {
             (2, 3),
         ),
         Scenario("loss", "packet loss (nftables numgen random) on some hosts", ("loss",), (1, 2)),
+        Scenario(
+            "delay",
+            "packets delayed and reordered in user space (NFQUEUE) on some hosts",
+            ("delay", "loss"),
+            (1, 2),
+        ),
         Scenario(
             "clock",
             "clock offsets through libfaketime (restart under faketime)",
@@ -162,7 +170,8 @@ def schedule(
     makers: dict[str, Callable[[float], Fault | None]] = {}
 
     def span(lo: float, hi: float) -> tuple[float, float] | None:
-        start = rnd.uniform(lo, max(lo, window[1] - 1.0))
+        # early in what is left, so that later faults still find room
+        start = rnd.uniform(lo, max(lo, lo + (window[1] - 1.0 - lo) * 0.4))
         length = rnd.uniform(1.5, 5.0)
         end = min(start + length, window[1])
         return (start, end) if end > start + 0.5 else None
@@ -183,6 +192,8 @@ def schedule(
                 a, b = rnd.sample(range(n), 2)
                 return Fault(kind, start, end, targets=(a, b))
             hosts = tuple(sorted(rnd.sample(range(n), rnd.randint(1, max(1, n // 2)))))
+            if kind == "delay":
+                return Fault("delay", start, end, targets=hosts, value=rnd.choice((20, 50, 100)))
             return Fault("loss", start, end, targets=hosts, value=rnd.choice((10, 20, 30, 50)))
 
         return make
@@ -195,8 +206,10 @@ def schedule(
             if got is None:
                 return None
             start, end = got
-            if kind == "pause":  # longer than the lease TTL
-                end = min(window[1], start + rnd.uniform(1.5, 3.0) * ttl_ms / 1000)
+            if kind == "pause":  # longer than the lease TTL, always
+                end = start + rnd.uniform(1.5, 3.0) * ttl_ms / 1000
+                if end > window[1]:
+                    return None
             node_free_at[node] = end + 1.0
             value = rnd.choice((-3.0, -1.5, -0.5, 0.5, 1.5, 3.0)) if kind == "clock" else 0.0
             return Fault(kind, start, end, targets=(node,), value=value)

@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TextIO
 
 from hivemesh.core.plan_events import ALL_KINDS as PLAN_KINDS
-from hivemesh.errors import ConnectionClosed
+from hivemesh.errors import ConnectionClosed, InvalidArgument
 from hivemesh.roles.observer import render_rich, render_text
 
 __all__ = [
@@ -68,6 +68,8 @@ class ClientSource:
     """Trees from a running node (``plan.show``), woken by its plan events.
 
     ``goal`` picks one goal; without it every goal the node holds is shown.
+    A goal the node does not hold yet (it may still be catching up) shows
+    as no tree until it arrives.
     """
 
     def __init__(self, client: Any, goal: str | None = None) -> None:
@@ -91,12 +93,14 @@ class ClientSource:
         if self._reader is None:
             self._reader = asyncio.ensure_future(self._read())
         if self.goal is not None:
-            return [(await self.client.run(PlanShow(goal=self.goal))).to_wire()["tree"]]
-        shown = (await self.client.run(PlanShow())).to_wire()
-        out = []
-        for gid in shown["goals"]:
-            out.append((await self.client.run(PlanShow(goal=gid))).to_wire()["tree"])
-        return out
+            try:
+                return [(await self.client.run(PlanShow(goal=self.goal))).to_wire()["tree"]]
+            except InvalidArgument:  # not in this node's journal (yet: it may be catching up)
+                return []
+        trees: list[dict[str, Any]] = (await self.client.run(PlanShow())).to_wire()["snapshot"][
+            "goals"
+        ]
+        return trees
 
     async def changed(self, timeout_s: float) -> None:
         """Plan events arrived, or ``timeout_s`` passed (a failed stream raises)."""

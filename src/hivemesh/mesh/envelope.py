@@ -22,7 +22,10 @@ batches by seq, direct messages by id, SWIM by incarnation and sequence).
 
 Kinds: ``HELLO`` (I am here, with this life: a broadcast on the swarm's
 presence subject, or a directed answer), ``FRAMES`` (protocol frames for
-``to``), ``BYE`` (I am leaving; ``to`` may be ``""``).
+``to``), ``BYE`` (I am leaving; ``to`` may be ``""``), ``TELEMETRY`` (one
+telemetry batch in the collectors' queue, ``to`` ``""``; it may wait in the
+queue for long, so it is opened without the time window and its replays are
+the collector's ``(sender, seq)`` de-duplication's business).
 
 One signature covers every frame queued for one recipient at once, so its
 cost (a sign ~35 us, a verify ~105 us) is amortised like the journal's batch
@@ -48,6 +51,7 @@ __all__ = [
     "ENVELOPE_VERSION",
     "FRAMES",
     "HELLO",
+    "TELEMETRY",
     "Envelope",
     "open_envelope",
     "seal_envelope",
@@ -57,7 +61,8 @@ ENVELOPE_VERSION = 1
 HELLO = 1
 FRAMES = 2
 BYE = 3
-_KINDS = frozenset({HELLO, FRAMES, BYE})
+TELEMETRY = 4
+_KINDS = frozenset({HELLO, FRAMES, BYE, TELEMETRY})
 _DOMAIN = b"hivemesh/broker-envelope/1\x00"
 #: Default bound on |sender clock - receiver clock| for an envelope.
 DEFAULT_WINDOW_MS = 60_000

@@ -61,14 +61,13 @@ from hivemesh.core.frames import FrameType, decode_frame, encode_frame
 from hivemesh.core.identity import address_of
 from hivemesh.core.node import Node
 from hivemesh.errors import DecodeError, HivemeshError, RemoteProtocolError, TransportError
-from hivemesh.mesh.engine import BrokerEngine
+from hivemesh.mesh.engine import BrokerEngine, backoff
 
 __all__ = ["FeedLog"]
 
 log = logging.getLogger("hivemesh.mesh")
 
 _MAX_ENTRY_BYTES = 900 * 1024  # under nats-server's default 1 MiB max_payload
-_RETRY_S = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 _IDLE_CHECK_S = 0.25  # publish check when nothing woke us (a missed wake-up)
 _CURSOR_SAVE_S = 0.5
 
@@ -132,7 +131,7 @@ class FeedLog:
             except TransportError as exc:
                 self.counters["mesh_publish_retry"] += 1
                 log.debug("feed publish retries after %s", exc)
-                await asyncio.sleep(_RETRY_S[min(failures, len(_RETRY_S) - 1)])
+                await backoff(failures)
                 failures += 1
                 continue
             self._wake.clear()
@@ -200,7 +199,7 @@ class FeedLog:
                 self._log_id = await self.engine.log_id()
                 break
             except TransportError:
-                await asyncio.sleep(_RETRY_S[min(failures, len(_RETRY_S) - 1)])
+                await backoff(failures)
                 failures += 1
         if self._pos is None:
             self._pos = self._saved = self._load_cursor(self._log_id)

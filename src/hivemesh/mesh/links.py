@@ -176,9 +176,14 @@ class BrokerLinks:
     async def close(self) -> None:
         """Say BYE, send what is queued (briefly), disconnect."""
         self._closing = True
-        with contextlib.suppress(HivemeshError, OSError):
-            self._flush()
-            async with asyncio.timeout(1.0):
+        with contextlib.suppress(HivemeshError, OSError, TimeoutError):
+            if self._flush_handle is not None:
+                self._flush_handle.cancel()
+            self._flush()  # what the last flush queued (our "left" announcement)
+            async with asyncio.timeout(1.0):  # the outbox loop is stopped by now
+                while not self._outbox.empty():
+                    to, data, n = self._outbox.get_nowait()
+                    await self._send(to, data, n)
                 await self.engine.send_presence(self._seal(BYE, "", []))
         for addr in sorted(self.links):
             self._down(addr, notify=False)
@@ -238,6 +243,9 @@ class BrokerLinks:
                 await self._on_peer(peer, up)
 
     async def _handle(self, sender: str, env: Any) -> None:
+        if env.kind not in (HELLO, FRAMES, BYE):  # e.g. a telemetry envelope replayed here
+            self.counters["mesh_wrong_kind"] += 1
+            return
         if env.kind == BYE:
             link = self.links.get(sender)
             if link is not None and link.boot_id == env.boot_id:

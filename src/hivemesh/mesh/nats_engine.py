@@ -7,7 +7,11 @@ Subjects of swarm ``S`` (one stream ``HM_S`` holds ``hm.S.feed.*``):
   discard old; message id ``<author>:<first>:<last>`` so a retried publish
   is stored once within the 2-minute duplicate window);
 * ``hm.S.node.<address>`` -- envelopes for one node (core NATS);
-* ``hm.S.hello`` -- presence envelopes (core NATS).
+* ``hm.S.hello`` -- presence envelopes (core NATS);
+* ``hm.S.tel.<sender>`` -- telemetry batches in the stream ``HM_S_TEL``
+  (work-queue retention: an entry is removed once a collector acknowledged
+  it), read by the durable pull consumer ``collectors`` that every collector
+  shares (explicit acks, redelivered after ``ack_wait`` 30 s).
 
 Reading: an ephemeral *pull* consumer from the stream sequence after the
 last one handed over (``ack_policy`` none: the node's own store is its
@@ -24,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import ssl
 from collections.abc import Callable
 from typing import Any
 
@@ -36,18 +39,25 @@ from nats.js.api import (
     ConsumerConfig,
     DeliverPolicy,
     DiscardPolicy,
+    RetentionPolicy,
     StorageType,
     StreamConfig,
 )
 
 from hivemesh.errors import DeadlineExceeded, PeerUnreachable, TransportError
-from hivemesh.mesh.engine import DataHandler, FeedHandler, MeshOptions
+from hivemesh.mesh.engine import (
+    DataHandler,
+    FeedHandler,
+    MeshOptions,
+    WorkHandler,
+    backoff,
+    tls_context,
+)
 
 __all__ = ["NatsEngine"]
 
 log = logging.getLogger("hivemesh.mesh")
 _FETCH = 256
-_RETRY_S = (0.05, 0.1, 0.2, 0.5, 1.0)
 
 
 class NatsEngine:
@@ -60,11 +70,14 @@ class NatsEngine:
         self._feed_prefix = f"hm.{s}.feed."
         self._node_prefix = f"hm.{s}.node."
         self._hello = f"hm.{s}.hello"
+        self.tel_stream = f"HM_{s}_TEL"
+        self._tel_prefix = f"hm.{s}.tel."
         self._nc: Any = None
         self._js: Any = None
         self._on_state: Callable[[bool], None] = lambda up: None
-        #: connection errors nats-py reported (it reconnects by itself)
+        #: connection errors nats-py reported (it reconnects by itself), and the last
         self.errors = 0
+        self.last_error = ""
 
     def _wrap(self, what: str, exc: BaseException) -> TransportError:
         if isinstance(exc, TimeoutError | nats.errors.TimeoutError):
@@ -90,6 +103,7 @@ class NatsEngine:
 
         async def error(exc: Exception) -> None:
             self.errors += 1
+            self.last_error = f"{type(exc).__name__}: {exc}"[:200]
 
         kw: dict[str, Any] = {}
         if o.username:
@@ -99,7 +113,7 @@ class NatsEngine:
         if o.nkey:
             kw["nkeys_seed"] = o.nkey
         if o.tls:
-            kw["tls"] = ssl.create_default_context()
+            kw["tls"] = tls_context(o)
         scheme = "tls" if o.tls else "nats"
         try:
             async with asyncio.timeout(o.timeout_s):
@@ -127,6 +141,8 @@ class NatsEngine:
                 await self._nc.subscribe(self._hello, cb=hello_cb)
         except (TimeoutError, nats.errors.Error, OSError) as exc:
             await self.close()
+            if self.last_error:  # e.g. an authorization violation: say it, not "timeout"
+                raise PeerUnreachable(f"nats connect: {self.last_error}") from exc
             raise self._wrap("connect", exc) from exc
 
     async def _ensure_stream(self) -> None:
@@ -264,5 +280,67 @@ class NatsEngine:
                     with contextlib.suppress(Exception):
                         async with asyncio.timeout(1.0):
                             await sub.unsubscribe()
-            await asyncio.sleep(_RETRY_S[min(failures, len(_RETRY_S) - 1)])
+            await backoff(failures)
+            failures += 1
+
+    async def _ensure_tel_stream(self) -> None:
+        try:
+            await self._js.stream_info(self.tel_stream)
+        except nats.js.errors.NotFoundError:
+            cfg = StreamConfig(
+                name=self.tel_stream,
+                subjects=[self._tel_prefix + "*"],
+                storage=StorageType.FILE,
+                retention=RetentionPolicy.WORK_QUEUE,
+                max_bytes=self.options.max_bytes,
+                duplicate_window=120.0,
+            )
+            with contextlib.suppress(nats.js.errors.BadRequestError):  # created meanwhile
+                await self._js.add_stream(cfg)
+
+    async def publish_telemetry(self, sender: str, msg_id: str, data: bytes) -> None:
+        """JetStream publish into the collectors' work queue (deduplicated by ``msg_id``)."""
+        self._conn()
+        try:
+            async with asyncio.timeout(self.options.timeout_s):
+                await self._ensure_tel_stream()
+                await self._js.publish(
+                    self._tel_prefix + sender,
+                    data,
+                    stream=self.tel_stream,
+                    headers={"Nats-Msg-Id": msg_id},
+                )
+        except (TimeoutError, nats.errors.Error, OSError) as exc:
+            raise self._wrap("telemetry publish", exc) from exc
+
+    async def consume_telemetry(self, consumer: str, on_record: WorkHandler) -> None:
+        """Fetch from the shared durable consumer; ack what ``on_record`` finished."""
+        failures = 0
+        while True:
+            try:
+                self._conn()
+                await self._ensure_tel_stream()
+                sub = await self._js.pull_subscribe(
+                    self._tel_prefix + "*",
+                    durable="collectors",
+                    stream=self.tel_stream,
+                    config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, ack_wait=30.0),
+                )
+                while True:
+                    try:
+                        msgs = await sub.fetch(batch=16, timeout=1.0)
+                    except nats.errors.TimeoutError:
+                        continue
+                    failures = 0
+                    for msg in msgs:
+                        if await on_record(msg.data):
+                            await msg.ack_sync(timeout=self.options.timeout_s)
+                        else:
+                            await msg.nak(delay=0.5)
+            except asyncio.CancelledError:
+                raise
+            except (TransportError, nats.errors.Error, OSError, TimeoutError) as exc:
+                self.errors += 1
+                log.debug("telemetry consumer restarts after %s: %s", type(exc).__name__, exc)
+            await backoff(failures)
             failures += 1

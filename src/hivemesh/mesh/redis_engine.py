@@ -10,6 +10,11 @@ Keys and channels of swarm ``S``:
   once. Trimmed with ``MAXLEN ~ max_msgs`` and ``MINID ~ now - max_age``
   (Redis >= 6.2) at each append; Redis has no byte limit on a stream, so
   ``max_bytes`` does not apply here.
+* ``hm:S:tel`` -- telemetry batches, read through the consumer group
+  ``collectors`` that every collector shares (``XREADGROUP``; ``XACK`` and
+  ``XDEL`` once stored; entries a crashed collector left pending for 30 s
+  are claimed by another with ``XAUTOCLAIM``). Retried publishes are
+  stored once (a key per message id for 2 minutes, set with the XADD).
 * ``hm:S:node:<address>`` and ``hm:S:hello`` -- pub/sub channels for node
   messages and presence (at most once, like core NATS).
 
@@ -35,16 +40,15 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from hivemesh.errors import DeadlineExceeded, PeerUnreachable, TransportError
-from hivemesh.mesh.engine import DataHandler, FeedHandler, MeshOptions
+from hivemesh.mesh.engine import DataHandler, FeedHandler, MeshOptions, WorkHandler, backoff
 
 __all__ = ["RedisEngine"]
 
 log = logging.getLogger("hivemesh.mesh")
 _READ = 256
-_RETRY_S = (0.05, 0.1, 0.2, 0.5, 1.0)
 
 _PUBLISH = """
 local head = redis.call('HGET', KEYS[2], ARGV[1])
@@ -66,6 +70,14 @@ return id
 """
 
 
+_PUBLISH_ONCE = """
+if redis.call('SET', KEYS[2], '1', 'NX', 'EX', 120) then
+  redis.call('XADD', KEYS[1], '*', 's', ARGV[1], 'd', ARGV[2])
+end
+return 1
+"""
+
+
 class RedisEngine:
     """:class:`~hivemesh.mesh.engine.BrokerEngine` on Redis Streams (module docs)."""
 
@@ -76,6 +88,7 @@ class RedisEngine:
         self._heads = f"hm:{s}:heads"
         self._node_prefix = f"hm:{s}:node:"
         self._hello = f"hm:{s}:hello"
+        self._tel = f"hm:{s}:tel"
         self._redis = aioredis.Redis(
             host=options.host,
             port=options.port,
@@ -83,12 +96,16 @@ class RedisEngine:
             username=options.username,
             password=options.password,
             ssl=options.tls,
+            ssl_ca_certs=options.ca,
+            ssl_certfile=options.cert,
+            ssl_keyfile=options.key,
             socket_connect_timeout=min(2.0, options.timeout_s),
             socket_timeout=None,  # every call has its own deadline
             retry=Retry(NoBackoff(), 0),
             max_connections=32,
         )
         self._publish = self._redis.register_script(_PUBLISH)
+        self._publish_once = self._redis.register_script(_PUBLISH_ONCE)
         self._me = ""
         self._on_node: DataHandler | None = None
         self._on_presence: DataHandler | None = None
@@ -159,7 +176,7 @@ class RedisEngine:
                     with contextlib.suppress(Exception):
                         await self._pubsub.aclose()
                     self._pubsub = None
-            await asyncio.sleep(_RETRY_S[min(failures, len(_RETRY_S) - 1)])
+            await backoff(failures)
             failures += 1
 
     async def close(self) -> None:
@@ -227,5 +244,46 @@ class RedisEngine:
             except (TimeoutError, RedisError, OSError) as exc:
                 self.errors += 1
                 log.debug("redis feed reader reconnects after %s", exc)
-                await asyncio.sleep(_RETRY_S[min(failures, len(_RETRY_S) - 1)])
+                await backoff(failures)
                 failures += 1
+
+    async def publish_telemetry(self, sender: str, msg_id: str, data: bytes) -> None:
+        """XADD to the collectors' stream, once per ``msg_id`` within 2 minutes."""
+        await self._call(
+            "telemetry publish",
+            self._publish_once(keys=[self._tel, f"{self._tel}:id:{msg_id}"], args=[sender, data]),
+        )
+
+    async def consume_telemetry(self, consumer: str, on_record: WorkHandler) -> None:
+        """XREADGROUP as ``consumer`` of the group ``collectors``; XACK+XDEL when done."""
+        failures = 0
+        group = "collectors"
+        while True:
+            try:
+                with contextlib.suppress(ResponseError):  # BUSYGROUP: it exists already
+                    async with asyncio.timeout(self.options.timeout_s):
+                        await self._redis.xgroup_create(self._tel, group, id="0", mkstream=True)
+                while True:
+                    claimed: Any = await self._call(
+                        "xautoclaim",
+                        self._redis.xautoclaim(self._tel, group, consumer, 30_000, count=16),
+                    )
+                    entries = list(claimed[1]) if claimed else []
+                    if not entries:
+                        async with asyncio.timeout(1.0 + self.options.timeout_s):
+                            got: Any = await self._redis.xreadgroup(
+                                group, consumer, {self._tel: ">"}, count=16, block=1000
+                            )
+                        entries = [e for _k, es in got or () for e in es]
+                    failures = 0
+                    for entry_id, fields in entries:
+                        if not fields:
+                            continue
+                        if await on_record(bytes(fields.get(b"d", b""))):
+                            await self._call("xack", self._redis.xack(self._tel, group, entry_id))
+                            await self._call("xdel", self._redis.xdel(self._tel, entry_id))
+            except (TransportError, TimeoutError, RedisError, OSError) as exc:
+                self.errors += 1
+                log.debug("redis telemetry consumer restarts after %s", exc)
+            await backoff(failures)
+            failures += 1

@@ -122,6 +122,7 @@ from hivemesh.errors import (
 )
 from hivemesh.runtime.dialling import REFUSALS, Dialling, Target
 from hivemesh.runtime.hostutil import handshake_slots
+from hivemesh.runtime.supervise import reap
 from hivemesh.transports import ChannelOptions, SecureChannel, TransportCounters, serve
 from hivemesh.transports.channel import CLOSE_GRACE_S
 from hivemesh.transports.tcp import PROCESS_BOOT_ID
@@ -294,9 +295,7 @@ class ConnectionManager(Dialling):
         if self._notifier is not None:
             self._notifier.cancel()
         tasks = [t.task for t in self._targets.values() if t.task is not None]
-        for task in [*tasks, *readers, *([self._notifier] if self._notifier else [])]:
-            with contextlib.suppress(BaseException):
-                await task
+        await reap([*tasks, *readers, *([self._notifier] if self._notifier else [])], "link")
 
     async def _accepted(self, channel: Any) -> None:
         self._adopt(channel, dialer=channel.peer_address, endpoint=None)

@@ -68,14 +68,14 @@ class VoterDisk:
     Peer's ``lease_synced``, then flushes).
     """
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, *, synced: Callable[[int, str | None], None]) -> None:
         self.log = VoterLog(data_dir / _VOTER_STATE)
         self._voters_path = data_dir / _VOTERS_FILE
         self._upto = 0
         self._scheduled = False
         self._error: str | None = None
         self._closed = False
-        self.synced: Callable[[int, str | None], None] = lambda upto, error: None
+        self.synced = synced
 
     def open(self) -> LeaseSetup:
         """Read the voter's state and the saved voter set (what the Peer starts from)."""

@@ -10,7 +10,7 @@ so "do you have my write yet?" costs one round trip, not a polling loop.
 
 :func:`sync_majority` runs the two barriers of
 :class:`hivemesh.commands.SyncMajority` against the swarm's lease voters
-(:meth:`hivemesh.runtime.leases.MeshLeases.voters`: every proposer uses the
+(:meth:`hivemesh.core.lease_swarm.SwarmLeases.voters`: every proposer uses the
 same set, so any two majorities of it intersect):
 
 * *own_seq*: a majority (this node counts when it is a voter) holds our

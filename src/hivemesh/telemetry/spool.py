@@ -146,8 +146,8 @@ class Spool:
                         (self._dropped + dropped,),
                     )
                 db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
+            except BaseException as exc:
+                self._abort(exc, "append")
                 raise
             os.pwrite(self._seq_fd, _SEQ_FMT.pack(seq), 0)
             self._last_seq = seq
@@ -156,6 +156,16 @@ class Spool:
         if dropped:
             raise SpoolFull(f"telemetry spool full ({self.max_records}); dropped {dropped}")
         return seqs
+
+    def _abort(self, exc: BaseException, what: str) -> None:
+        """Roll back a failed transaction (SQLite has already rolled back one
+        whose COMMIT hit a full disk) and turn an SQLite error into a typed
+        :class:`~hivemesh.errors.StoreError` (found by ``hivemesh chaos``:
+        a full disk made ``metrics.record`` fail with a bare OperationalError)."""
+        if self._db.in_transaction:
+            self._db.execute("ROLLBACK")
+        if isinstance(exc, sqlite3.Error):
+            raise StoreError(f"telemetry spool {self.path}: cannot {what}: {exc}") from exc
 
     # -- reading and acknowledging ---------------------------------------------
 
@@ -235,8 +245,8 @@ class Spool:
                 if up_to_seq > self._acked_seq:
                     db.execute("INSERT OR REPLACE INTO meta VALUES ('acked_seq', ?)", (up_to_seq,))
                 db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
+            except BaseException as exc:
+                self._abort(exc, "acknowledge")
                 raise
             self._backlog -= n
             self._acked_seq = max(self._acked_seq, up_to_seq)

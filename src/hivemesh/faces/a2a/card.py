@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
+from a2a.utils.constants import PROTOCOL_VERSION_CURRENT
 
 from hivemesh.commands import Names, PlanShow, Status
 from hivemesh.core.plan_events import ROLES
@@ -60,7 +61,9 @@ def build_card(url: str, *, node: str, roles: Mapping[str, int], version: str) -
         description="A node of a hivemesh swarm: a leaderless planner over a signed journal.",
         version=version,
         supported_interfaces=[
-            AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0")
+            AgentInterface(
+                url=url, protocol_binding="JSONRPC", protocol_version=PROTOCOL_VERSION_CURRENT
+            )
         ],
         capabilities=AgentCapabilities(streaming=True),
         default_input_modes=["text/plain"],

@@ -131,23 +131,9 @@ class PlanExecutor(AgentExecutor):
         deadline = loop.time() + self.timeout_s
         try:
             while True:
-                tree = (await source.trees())[0]
-                final = STATE_OF.get(tree["status"])
-                if final is not None:
-                    await self._finish(goal, tree, final, updater)
+                done, said = await self._step(goal, source, updater, said)
+                if done:
                     return
-                questions = (await self.client.run(AuditInbox())).to_wire()["questions"]
-                if questions:
-                    ask = "\n".join(f"[{q['id']}] {q['question']}" for q in questions)
-                    ids = [q["id"] for q in questions]
-                    msg = updater.new_agent_message([new_text_part(ask)], {QUESTIONS_KEY: ids})
-                    await updater.requires_input(msg)
-                    return
-                now = progress(tree)
-                if now != said:
-                    said = now
-                    msg = updater.new_agent_message([new_text_part(now)])
-                    await updater.start_work(msg)
                 if loop.time() > deadline:
                     why = f"goal {goal} did not end in {self.timeout_s:g}s"
                     await updater.failed(updater.new_agent_message([new_text_part(why)]))
@@ -157,6 +143,31 @@ class PlanExecutor(AgentExecutor):
             await updater.failed(updater.new_agent_message([new_text_part(_why(exc))]))
         finally:
             await source.aclose()
+
+    async def _step(
+        self, goal: str, source: ClientSource, updater: TaskUpdater, said: str
+    ) -> tuple[bool, str]:
+        """One look at the goal: whether the task has left ``working``, and the
+        progress text last sent (``said``, or the new one)."""
+        trees = await source.trees()
+        if not trees:  # not in the node's plan view yet: wait for it
+            return False, said
+        tree = trees[0]
+        final = STATE_OF.get(tree["status"])
+        if final is not None:
+            await self._finish(goal, tree, final, updater)
+            return True, said
+        questions = (await self.client.run(AuditInbox())).to_wire()["questions"]
+        if questions:
+            ask = "\n".join(f"[{q['id']}] {q['question']}" for q in questions)
+            ids = [q["id"] for q in questions]
+            msg = updater.new_agent_message([new_text_part(ask)], {QUESTIONS_KEY: ids})
+            await updater.requires_input(msg)
+            return True, said
+        now = progress(tree)
+        if now != said:
+            await updater.start_work(updater.new_agent_message([new_text_part(now)]))
+        return False, now
 
     async def _finish(
         self, goal: str, tree: dict[str, Any], state: Any, updater: TaskUpdater

@@ -71,9 +71,12 @@ async def serve_a2a(
     token: str | None = None,
     goal_args: Mapping[str, Any] | None = None,
     timeout_s: float = 3600.0,
+    public_url: str | None = None,
     on_ready: Callable[[int], None] | None = None,
 ) -> None:
-    """Serve the A2A face until cancelled; ``on_ready(port)`` once it listens."""
+    """Serve the A2A face until cancelled; ``on_ready(port)`` once it listens.
+    ``public_url`` is the URL the card gives clients (default
+    ``http://HOST:PORT/``; set it when clients reach the node by another name)."""
     check_binding(host, token)
     bound: dict[str, Any] = {}
 
@@ -89,6 +92,6 @@ async def serve_a2a(
         with socket.socket() as s:
             s.bind((host, 0))
             port = s.getsockname()[1]
-    url = f"http://{host}:{port}/"
+    url = public_url or f"http://{host}:{port}/"
     app = build_app(client, url, token=token, goal_args=goal_args, timeout_s=timeout_s)
     await serve_asgi(app, host=host, port=port, on_ready=ready)

@@ -7,6 +7,7 @@
     └── DashboardForbidden      a request from another site or host name (HTTP 403)
     LocalProtocolError
     └── DashboardClientSlow     a browser that did not keep up: its stream is dropped
+        └── DashboardClientStalled   one that stopped reading: its connection is closed
 
 Each is counted by its code in the dashboard's statistics (``/api/health``).
 """
@@ -15,7 +16,12 @@ from __future__ import annotations
 
 from hivemesh.errors import LocalProtocolError, RemoteProtocolError
 
-__all__ = ["DashboardClientSlow", "DashboardForbidden", "DashboardUnauthorized"]
+__all__ = [
+    "DashboardClientSlow",
+    "DashboardClientStalled",
+    "DashboardForbidden",
+    "DashboardUnauthorized",
+]
 
 
 class DashboardUnauthorized(RemoteProtocolError):
@@ -36,3 +42,10 @@ class DashboardClientSlow(LocalProtocolError):
     (it reconnects and starts from a fresh snapshot)."""
 
     code = "dashboard_client_slow"
+
+
+class DashboardClientStalled(DashboardClientSlow):
+    """A browser took no data for a whole write deadline: its connection is
+    closed, so it holds no slot among the dashboard's clients."""
+
+    code = "dashboard_client_stalled"

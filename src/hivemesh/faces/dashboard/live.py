@@ -322,7 +322,8 @@ class Live:
             link: dict[str, Any] = {"type": "none (known through gossip)"}
             if ch:
                 link = {
-                    "type": "tcp+noise",
+                    # the link's transport, once peers names it (today: TCP + Noise)
+                    "type": ch.get("transport") or "tcp+noise",
                     "direction": ch.get("direction"),
                     "endpoint": ch.get("endpoint"),
                     "since_s": ch.get("since_s"),
@@ -346,29 +347,42 @@ class Live:
         return out
 
     async def _plan(self) -> dict[str, Any]:
-        shown = await self._record(c.PlanShow())
-        goals = [g for g in shown.get("goals") or [] if isinstance(g, str)]
-        for g in goals:
-            if g not in self._goal_order:
-                self._goal_order.append(g)
-        newest = [g for g in reversed(self._goal_order) if g in goals][:_MAX_GOALS]
-        trees = []
-        for g in newest:
-            try:
-                one = await self._record(c.PlanShow(goal=g))
-            except HivemeshError as exc:
-                trees.append({"id": g, **_failed(exc)})
-                continue
-            tree = one.get("tree")
-            if isinstance(tree, dict):
-                _with_addresses(tree)
-            trees.append({"id": g, "tree": tree, "answer": one.get("answer")})
+        # Every plan.show answer lists the goals; only the one without a goal
+        # carries the whole plan's snapshot, so it is asked only while no goal
+        # is known, and the goals are learnt from the trees' answers after.
+        shown: dict[str, Any] = {}
+        if not self._goal_order:
+            shown = await self._record(c.PlanShow())
+            self._learn_goals(shown)
+        answers: dict[str, dict[str, Any]] = {}
+        while todo := [g for g in self._newest_goals() if g not in answers]:
+            for g in todo:
+                try:
+                    one = await self._record(c.PlanShow(goal=g))
+                except HivemeshError as exc:
+                    answers[g] = {"id": g, **_failed(exc)}
+                    continue
+                shown = one
+                self._learn_goals(one)
+                tree = one.get("tree")
+                if isinstance(tree, dict):
+                    _with_addresses(tree)
+                answers[g] = {"id": g, "tree": tree, "answer": one.get("answer")}
         return {
-            "goals": len(goals),
-            "shown": trees,
+            "goals": len(shown.get("goals") or self._goal_order),
+            "shown": [answers[g] for g in self._newest_goals()],
             "digest": shown.get("digest"),
             "nodes": (shown.get("stats") or {}).get("nodes") or {},
         }
+
+    def _learn_goals(self, shown: Any) -> None:
+        for g in (shown or {}).get("goals") or []:
+            if isinstance(g, str) and g not in self._goal_order:
+                self._goal_order.append(g)
+
+    def _newest_goals(self) -> list[str]:
+        """The goals to show: the last learnt first (at start, in id order)."""
+        return list(reversed(self._goal_order))[:_MAX_GOALS]
 
     async def _audit(self) -> dict[str, Any]:
         status = await self._record(c.AuditStatus())

@@ -38,7 +38,7 @@ origin, from the dashboard's own. Every refusal is counted by its code.
 :class:`~hivemesh.faces.dashboard.hub.Hub`; a browser that falls behind is
 dropped and counted, and reconnects to a fresh snapshot. A browser that
 stops reading altogether is cut off once one write to it has waited
-``write_timeout_s`` (counted as ``dashboard_write_timeout``), so it holds
+``write_timeout_s`` (counted as ``dashboard_client_stalled``), so it holds
 its slot among ``max_clients`` no longer than that. A write's body is read
 up to :data:`MAX_BODY_BYTES`.
 """
@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import ipaddress
 import json
 import logging
 import socket
@@ -63,10 +62,15 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hivemesh.commands import AuditAnswer
 from hivemesh.errors import ConfigError, HivemeshError, InvalidArgument, PeerBusy
-from hivemesh.faces.dashboard.errors import DashboardForbidden, DashboardUnauthorized
+from hivemesh.faces.dashboard.errors import (
+    DashboardClientStalled,
+    DashboardForbidden,
+    DashboardUnauthorized,
+)
 from hivemesh.faces.dashboard.hub import Hub, Subscriber
 from hivemesh.faces.dashboard.live import Live
 from hivemesh.faces.dashboard.source import Source
+from hivemesh.faces.httpguard import is_loopback
 from hivemesh.runtime.supervise import FATAL, Supervisor, TaskFailed
 
 __all__ = ["COOKIE", "MAX_BODY_BYTES", "DashboardServer", "is_loopback"]
@@ -96,16 +100,6 @@ _PAGE_HEADERS = {
 }
 _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 _STATUS_OF = {"unknown_escalation": 404, "invalid_argument": 400, "peer_busy": 503}
-
-
-def is_loopback(host: str) -> bool:
-    """True for ``localhost`` and loopback IP addresses."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def _static(name: str) -> bytes:
@@ -143,7 +137,7 @@ class _EventStream:
     then each update, a comment line on a quiet stream. Ends when the
     browser leaves (``http.disconnect``), when the hub drops it as too slow,
     or when one write to it takes longer than ``write_timeout_s`` (a browser
-    that stopped reading: counted as ``dashboard_write_timeout``, and the
+    that stopped reading: counted as ``dashboard_client_stalled``, and the
     connection is closed). Always gives its subscriber back to the hub."""
 
     def __init__(self, server: DashboardServer, sub: Subscriber) -> None:
@@ -164,7 +158,8 @@ class _EventStream:
                 listener = tg.create_task(until_gone())
                 streaming.add_done_callback(lambda _t: listener.cancel())
         except* TimeoutError:
-            self.server.counters["dashboard_write_timeout"] += 1
+            self.server.counters[DashboardClientStalled.code] += 1
+            log.info("dashboard: a page stopped reading its stream; closing it")
         finally:
             hub.unsubscribe(self.sub)
 

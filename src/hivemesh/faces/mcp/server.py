@@ -28,9 +28,10 @@ node, reached through its control socket (:class:`~hivemesh.runtime.aclient.Asyn
   and for handshake-era clients through ``resources/subscribe``: one supervised task
   follows the node's ``events.watch`` stream (the node's bounded
   subscription) for context updates and plan events, and publishes
-  ``notifications/resources/updated`` for the context that changed, and for
-  the plan index and every goal after plan events (coalesced over
-  :data:`PLAN_COALESCE_S`). The listen streams are bounded
+  ``notifications/resources/updated`` for the context that changed, and,
+  after plan events (coalesced over :data:`PLAN_COALESCE_S`, and every
+  :data:`PLAN_RECHECK_S` while a goal is unfinished), for each goal whose
+  tree changed and for the plan index. The listen streams are bounded
   (:data:`MAX_LISTENERS`, :data:`MAX_BUFFERED_EVENTS` each: a client that
   stops reading loses its stream, as the MCP spec has it, and re-listens).
   Handshake-era subscriptions are bounded too (:data:`MAX_LISTENERS`
@@ -44,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import re
@@ -69,6 +71,7 @@ from hivemesh.errors import (
 )
 from hivemesh.faces.mcp.tools import TOOLS, WATCH_SCHEMA, WATCH_TOOL, ToolSpec, input_schema
 from hivemesh.faces.mcp.tools import tool_named as _tool_named
+from hivemesh.runtime import wirejson
 from hivemesh.runtime.aclient import AsyncClient
 from hivemesh.runtime.supervise import RESTART, Supervisor, TaskFailed
 
@@ -78,6 +81,7 @@ __all__ = [
     "MAX_LISTENERS",
     "MAX_SUBSCRIBED_URIS",
     "PLAN_COALESCE_S",
+    "PLAN_RECHECK_S",
     "RESOURCE_NOT_FOUND",
     "MeshMcp",
     "context_uri",
@@ -96,6 +100,9 @@ MAX_BUFFERED_EVENTS = 256
 MAX_SUBSCRIBED_URIS = 256
 #: Plan events within this window give one round of plan notifications.
 PLAN_COALESCE_S = 0.1
+#: While a goal is unfinished, its tree is checked this often even without
+#: events (a settle window closing changes a status with no event).
+PLAN_RECHECK_S = 1.0
 #: The longest ``ctx_watch`` wait.
 MAX_WATCH_S = 60.0
 
@@ -122,6 +129,11 @@ def plan_uri(goal: str | None = None) -> str:
 
 def _json_text(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, ensure_ascii=False)
+
+
+def _digest(tree: Any) -> str:
+    raw = json.dumps(tree, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.blake2b(raw, digest_size=16).hexdigest()
 
 
 def _refusal(exc: HivemeshError) -> MCPError:
@@ -232,7 +244,11 @@ class MeshMcp:
         args = {} if arguments is None else arguments
         if not isinstance(args, dict):
             raise InvalidArgument(f"{spec.name}: arguments must be an object")
-        size = len(json.dumps(args, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+        wirejson.check(args, what=f"{spec.name} arguments")  # depth and text first
+        try:
+            size = len(json.dumps(args, ensure_ascii=False, allow_nan=False).encode("utf-8"))
+        except (ValueError, TypeError) as exc:  # NaN, infinity, a value JSON cannot hold
+            raise InvalidArgument(f"{spec.name}: arguments are not JSON data: {exc}") from None
         if size > MAX_ARGUMENT_BYTES:
             raise InputTooLarge(
                 f"{spec.name}: arguments of {size} bytes (at most {MAX_ARGUMENT_BYTES})"
@@ -416,11 +432,20 @@ class MeshMcp:
         raise ConnectionClosed("the node ended its event stream")
 
     async def _plan_notes(self) -> None:
+        seen: dict[str, str] = {}  # goal -> digest of its tree, as last announced
+        running = False  # a goal is unfinished: its status may change with time alone
         while True:
-            await self._plan_dirty.wait()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(PLAN_RECHECK_S if running else None):
+                    await self._plan_dirty.wait()
             await asyncio.sleep(PLAN_COALESCE_S)  # gather a burst of plan events into one round
             self._plan_dirty.clear()
-            shown = (await self.client.run(PlanShow())).to_wire()
-            await self._publish(_PLAN_INDEX)
-            for goal in shown.get("goals", []):
+            trees = (await self.client.run(PlanShow())).to_wire()["snapshot"]["goals"]
+            running = any(t["status"] not in ("done", "failed", "cancelled") for t in trees)
+            now = {t["id"]: _digest(t) for t in trees}
+            changed = [g for g, d in now.items() if seen.get(g) != d]
+            seen = now
+            if changed:
+                await self._publish(_PLAN_INDEX)
+            for goal in changed:
                 await self._publish(plan_uri(goal))

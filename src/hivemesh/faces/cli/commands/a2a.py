@@ -33,6 +33,9 @@ def register(sub: Any) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8766, help="port (default 8766; 0: any)")
     p.add_argument("--token", default=None, help="bearer token (default $HIVEMESH_A2A_TOKEN)")
+    p.add_argument(
+        "--public-url", default=None, help="the URL the card names (default http://HOST:PORT/)"
+    )
     p.add_argument("--quorum", default="majority", choices=["count", "majority", "fraction"])
     p.add_argument("--quorum-value", type=float, default=0)
     p.add_argument("--scorers", type=int, default=3, help="scorers a goal expects")
@@ -78,6 +81,7 @@ def _run(args: argparse.Namespace) -> int:
             token=token,
             goal_args=goal_args,
             timeout_s=args.task_timeout_s,
+            public_url=args.public_url,
             on_ready=ready,
         )
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 from typing import Any
 
 
@@ -86,6 +87,7 @@ def _audit(args: argparse.Namespace) -> int:
     with console:
         if args.dashboard is not None:
             kw["operator"] = _page_operator(console.say)
+            kw["on_finished"] = _linger(console.say)
         run = run_audit(**kw, progress=console.progress, say=console.say)
     console.summary(run)
     return 0 if run.ok else 1
@@ -109,6 +111,20 @@ def _page_operator(say: Any) -> Any:
         return None
 
     return operator
+
+
+def _linger(say: Any) -> Any:
+    """Keep the swarm and its dashboard up after the audit until Ctrl-C
+    (at most an hour), so the page's final picture can be looked at."""
+
+    def wait(run: Any) -> None:
+        say(f"audit done: the dashboard stays up at {run.dashboard} (Ctrl-C to stop)")
+        try:
+            threading.Event().wait(3600)
+        except KeyboardInterrupt:
+            return
+
+    return wait
 
 
 def _mesh(args: argparse.Namespace) -> int:

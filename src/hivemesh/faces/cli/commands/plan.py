@@ -71,6 +71,9 @@ def watch_main(args: argparse.Namespace, goal: str | None) -> int:
         return 130
     finally:
         display.close()
+    if goal is not None and not trees:  # --once, or a timeout, before the goal arrived
+        print(f"hivemesh plan watch: no goal {goal!r} in this node's journal", file=sys.stderr)
+        return 2
     if args.until_done and not all(t["status"] == "done" for t in trees):
         return 1
     return 0
