@@ -5,6 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python3}
+# the dashboard's browser tests use the system Chromium (scripts/services.d/chromium.sh)
+# and keep their screenshots in $HIVEMESH_ARTIFACTS
+export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
+export HIVEMESH_ARTIFACTS=${HIVEMESH_ARTIFACTS:-/tmp/hivemesh-artifacts}
 "$PY" -m pip install --quiet --disable-pip-version-check '.[test]'
 bash scripts/services.sh
 

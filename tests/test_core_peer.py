@@ -10,6 +10,12 @@ from typing import Any
 
 import pytest
 
+from hivemesh.commands.coordination import Claim, ClaimRelease, ClaimReleaseReply, ClaimWait
+from hivemesh.commands.messages import Ping
+from hivemesh.commands.messages import Send as SendDirect
+from hivemesh.commands.node import Append
+from hivemesh.commands.peer import FetchBlob, Request, Serve
+from hivemesh.commands.trust import TrustRevoke, TrustRevokeReply
 from hivemesh.core.direct import DirectConfig
 from hivemesh.core.effects import (
     Close,
@@ -32,18 +38,6 @@ from hivemesh.core.identity import Identity
 from hivemesh.core.node import NodeConfig
 from hivemesh.core.ownfeed import Mark, MemoryMarkStore
 from hivemesh.core.peer import Peer, PeerConfig, TrustFile
-from hivemesh.core.peer_commands import (
-    Append,
-    Claim,
-    FetchBlob,
-    Ping,
-    ReleaseClaim,
-    Request,
-    Revoke,
-    SendDirect,
-    Serve,
-    WaitDecided,
-)
 from hivemesh.core.pex import MembershipConfig, MemberState
 from hivemesh.core.store import MemoryStore
 from hivemesh.core.trace import Step, Trace, replay
@@ -285,12 +279,12 @@ def test_wait_decided_answers_once_the_claim_settles_and_times_out_without_one()
     net = Net(2)
     net.mesh()
     net.command(1, Claim("job-1"))
-    rid = net.command(0, WaitDecided("job-1", timeout_ms=5000))
+    rid = net.command(0, ClaimWait("job-1", timeout_s=5.0))
     assert net.reply(0, rid) is None
     net.run(PeerConfig().claim_settle_ms + 50)
     got = net.reply(0, rid)
-    assert got is not None and got.value == net.addr(1)
-    rid = net.command(0, WaitDecided("nobody", timeout_ms=300))
+    assert got is not None and got.value.winner == net.addr(1) and not got.value.ours
+    rid = net.command(0, ClaimWait("nobody", timeout_s=0.3))
     net.run(400)
     got = net.reply(0, rid)
     assert got is not None and isinstance(got.error, DeadlineExceeded)
@@ -299,8 +293,8 @@ def test_wait_decided_answers_once_the_claim_settles_and_times_out_without_one()
 def test_release_claim_and_bad_commands_answer_with_typed_replies() -> None:
     net = Net(1)
     net.command(0, Claim("job-1"))
-    rid = net.command(0, ReleaseClaim("job-1"))
-    assert net.reply(0, rid) == Reply(rid, 1)
+    rid = net.command(0, ClaimRelease("job-1"))
+    assert net.reply(0, rid) == Reply(rid, ClaimReleaseReply(released=1))
     rid = net.command(0, Claim(""))
     got = net.reply(0, rid)
     assert got is not None and isinstance(got.error, InvalidArgument)
@@ -356,8 +350,8 @@ def test_a_revoke_command_publishes_and_cuts_the_peer_off() -> None:
     net.mesh()
     # the driver records the revocation in trust.json first, then tells the Peer
     net.p(0).trust_changed(TrustFile(revoked=frozenset({net.addr(1)})), net.now)
-    rid = net.command(0, Revoke(net.addr(1)))
-    assert net.reply(0, rid) == Reply(rid, True)
+    rid = net.command(0, TrustRevoke(net.addr(1)))
+    assert net.reply(0, rid) == Reply(rid, TrustRevokeReply(revoked=net.addr(1)))
     assert any(
         isinstance(e, Deliver) and any(ev.kind == "trust.revoke" for ev in e.events)
         for e in net.hosts[0].effects
@@ -374,11 +368,11 @@ def test_blobs_are_fetched_from_their_announced_holder() -> None:
     kind, body = BlobIndex.encode_put(data, "image/png", "shot")
     net.command(1, Append(kind, body))
     net.run(100)
-    rid = net.command(0, FetchBlob(digest, timeout_ms=2000))
+    rid = net.command(0, FetchBlob(digest, timeout_s=2.0))
     net.run(200)
     assert net.reply(0, rid) == Reply(rid, data)
     assert net.hosts[0].store.get_blob(digest) == data
-    rid = net.command(0, FetchBlob(b"\x01" * 32, timeout_ms=300))
+    rid = net.command(0, FetchBlob(b"\x01" * 32, timeout_s=0.3))
     net.run(5000)
     got = net.reply(0, rid)
     assert got is not None and isinstance(got.error, DeadlineExceeded)
@@ -387,7 +381,7 @@ def test_blobs_are_fetched_from_their_announced_holder() -> None:
 def test_direct_messages_answer_at_their_ack() -> None:
     net = Net(2)
     net.mesh()
-    rid = net.command(0, SendDirect(net.addr(1), {"hi": 1}, timeout_ms=2000))
+    rid = net.command(0, SendDirect(net.addr(1), {"hi": 1}, timeout_s=2.0))
     net.run(100)
     got = net.reply(0, rid)
     assert got is not None and got.value is not None and got.value["acked"] is True
@@ -400,7 +394,7 @@ def test_requests_are_handled_by_the_driver_and_answered() -> None:
     net = Net(2, config=cfg)
     net.mesh()
     net.command(1, Serve("add"))
-    rid = net.command(0, Request(net.addr(1), "add", [2, 3], timeout_ms=2000))
+    rid = net.command(0, Request(net.addr(1), "add", [2, 3], timeout_s=2.0))
     net.run(50)
     (h,) = net.hosts[1].handles
     assert (h.kind, h.data, h.plain) == ("add", [2, 3], False)
@@ -408,13 +402,13 @@ def test_requests_are_handled_by_the_driver_and_answered() -> None:
     net.run(50)
     assert net.reply(0, rid) == Reply(rid, 5)
     # a kind nobody serves is refused at once, typed
-    rid = net.command(0, Request(net.addr(1), "mul", 1, timeout_ms=2000))
+    rid = net.command(0, Request(net.addr(1), "mul", 1, timeout_s=2.0))
     net.run(50)
     got = net.reply(0, rid)
     assert got is not None and isinstance(got.error, NoHandler)
     # no reply in time
     net.command(1, Serve("slow"))
-    rid = net.command(0, Request(net.addr(1), "slow", 1, timeout_ms=300))
+    rid = net.command(0, Request(net.addr(1), "slow", 1, timeout_s=0.3))
     net.run(400)
     got = net.reply(0, rid)
     assert got is not None and isinstance(got.error, DeadlineExceeded)
@@ -425,7 +419,7 @@ def test_a_plain_message_is_acked_only_after_its_handler_and_an_unstored_one_is_
     net = Net(2, config=cfg)
     net.mesh()
     net.command(1, Serve("metrics", plain=True))
-    rid = net.command(0, SendDirect(net.addr(1), {"type": "metrics", "n": 1}, timeout_ms=5000))
+    rid = net.command(0, SendDirect(net.addr(1), {"type": "metrics", "n": 1}, timeout_s=5.0))
     net.run(50)
     (h,) = net.hosts[1].handles
     assert h.plain and net.reply(0, rid) is None  # not acked while the handler runs
@@ -435,7 +429,7 @@ def test_a_plain_message_is_acked_only_after_its_handler_and_an_unstored_one_is_
     assert got is not None and got.error is None
     # the durable inbox fails once: released unacked, the retransmission is stored
     net.inbox_ok = False
-    rid = net.command(0, SendDirect(net.addr(1), {"note": 1}, timeout_ms=5000))
+    rid = net.command(0, SendDirect(net.addr(1), {"note": 1}, timeout_s=5.0))
     net.run(20)
     net.inbox_ok = True
     net.run(2000)
@@ -447,11 +441,11 @@ def test_a_plain_message_is_acked_only_after_its_handler_and_an_unstored_one_is_
 def test_ping_answers_at_the_pong_and_times_out_without_one() -> None:
     net = Net(2)
     net.mesh()
-    rid = net.command(0, Ping(net.addr(1), timeout_ms=500))
+    rid = net.command(0, Ping(net.addr(1), timeout_s=0.5))
     net.run(10)
     assert net.reply(0, rid) == Reply(rid, None)
     net.crash(1)
-    rid = net.command(0, Ping(net.addr(1), timeout_ms=500))
+    rid = net.command(0, Ping(net.addr(1), timeout_s=0.5))
     net.run(600)
     got = net.reply(0, rid)
     assert got is not None and isinstance(got.error, DeadlineExceeded)

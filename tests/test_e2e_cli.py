@@ -92,6 +92,22 @@ def test_ctx_set_on_one_node_is_read_on_the_other(pair: LocalSwarm) -> None:
     assert whole["kv"] == {"plan": {"steps": 3}}
 
 
+def test_ctx_lists_and_counters_from_the_cli_replicate(pair: LocalSwarm) -> None:
+    a, b = pair.nodes["a"], pair.nodes["b"]
+    appended = cli_json("ctx", "append", "chat", "hi", '{"n": 2}', "-c", "lc", data_dir=a.data_dir)
+    assert appended == {"length": 2, "events": 1}
+    assert cli_json("ctx", "incr", "tokens", "5", "-c", "lc", data_dir=a.data_dir)["value"] == 5
+    on_b = cli_json("ctx", "incr", "tokens", "-2", "-c", "lc", data_dir=b.data_dir)["value"]
+    assert on_b in (-2, 3)  # b's value: with a's +5 if it has arrived yet
+    wait_until(
+        lambda: (
+            b.client.ctx_get("lc") == {"list": {"chat": ["hi", {"n": 2}]}, "counter": {"tokens": 3}}
+        ),
+        10,
+        what="the list and both increments on b",
+    )
+
+
 def test_ctx_sets_from_the_cli_replicate(pair: LocalSwarm) -> None:
     a, b = pair.nodes["a"], pair.nodes["b"]
     added = cli_json("ctx", "add", "who", "ann", "bob", "-c", "room", data_dir=a.data_dir)

@@ -64,6 +64,9 @@ ANSWERED: list[Command] = [
     c.CtxAdd(set="who", elements=("ann", "bob"), context="room"),
     c.CtxRemove(set="who", elements=("bob",), context="room"),
     c.CtxMembers(set="who", context="room"),
+    c.CtxAppend(list="chat", values=("hi", {"n": 2}), context="room"),
+    c.CtxIncr(counter="tokens", by=3, context="room"),
+    c.CtxContexts(),
     c.NameClaim(name="faces-node"),
     c.Names(),
     c.TrustList(),
@@ -75,6 +78,7 @@ ANSWERED: list[Command] = [
     c.ClaimRelease(resource="job-1"),
     c.ClaimDone(resource="job-1"),
     c.LeaseVoters(),
+    c.SyncMajority(own_seq=1, pull=True, timeout_s=5),
     c.MetricsRecord(name="faces.test", value=2.0),
     c.MetricsSend(),
     c.PlanGoal(title="check the faces", settle_ms=0),
@@ -99,6 +103,7 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
     ("lease.renew", {"resource": "r", "holder": "h", "token": 0}, "invalid_argument"),
     ("audit.answer", {"id": "q-nobody-asked", "text": "yes"}, "unknown_escalation"),
     ("audit.export", {}, "invalid_argument"),  # no audit in this journal
+    ("sync.majority", {}, "invalid_argument"),  # neither barrier asked for
 ]
 
 
@@ -142,7 +147,8 @@ def test_commands_answer_the_same_through_node_socket_and_cli(tmp_path: Path) ->
                 assert cli.returncode == 0, (req.op, cli.stdout, cli.stderr)
                 via_cli = type(req).reply.from_wire(json.loads(cli.stdout))
                 assert type(via_cli) is type(via_node)
-                if req.op in ("ctx.get", "ctx.members", "trust.list", "names", "feed.status"):
+                reads = ("ctx.contexts", "ctx.get", "ctx.members", "trust.list", "names")
+                if req.op in (*reads, "feed.status"):
                     assert via_node == via_socket == via_cli, req.op  # reads: equal answers
             # status carries every feed's head: the seq and hash of its last event
             st = await node.call(c.Status())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from hivemesh.commands import LeaseVoters
 from hivemesh.leases import FencingGuard
 from hivemesh.leases.errors import LeaseUnavailable
 from hivemesh.node import Node
@@ -41,7 +42,8 @@ def test_node_leases_hold_and_claims_decide(tmp_path: Path) -> None:
             assert lease.holder == b.address and lease.fencing_token > held.token
             guard.check(lease.check(), "browser")
             await b.leases.release(lease)
-            assert sorted(a.daemon.leases.voters()) == sorted([a.address, b.address, c.address])
+            voters = (await a.call(LeaseVoters())).to_wire()["voters"]
+            assert sorted(voters) == sorted([a.address, b.address, c.address])
 
             await c.claims.claim("job")
             while b.claims.winner("job") != c.address:  # bounded by the asyncio.timeout below

@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 
+import netlabtest
 from hivemesh.netlab import (
     Faults,
     Host,
@@ -22,22 +22,14 @@ from hivemesh.netlab import (
     NetlabUnavailable,
     cleanup_stale,
     lab_namespaces,
-    unavailable_reason,
 )
 from hivemesh.netlab.probe import tcp_listen, tcp_reaches, udp_echo, udp_punch, udp_reaches
+from netlabtest import require_netlab
 
 pytestmark = pytest.mark.netns
+lab = netlabtest.lab  # the fixture
 
 PORT = 7000
-
-
-@pytest.fixture
-def lab() -> Iterator[Lab]:
-    reason = unavailable_reason()
-    if reason is not None:
-        pytest.skip(f"network namespaces unavailable: {reason}")
-    with Lab() as built:
-        yield built
 
 
 def _publics(lab: Lab, *names: str) -> list[Host]:
@@ -128,9 +120,7 @@ def test_cut_drop_partition_loss_and_heal(lab: Lab) -> None:
 
 
 def test_a_lab_removes_its_namespaces_and_processes_even_on_error() -> None:
-    reason = unavailable_reason()
-    if reason is not None:
-        pytest.skip(f"network namespaces unavailable: {reason}")
+    require_netlab()
     with pytest.raises(RuntimeError, match="boom"), Lab() as lab:
         h = lab.add_host("h")
         proc = h.popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -144,9 +134,7 @@ def test_a_lab_removes_its_namespaces_and_processes_even_on_error() -> None:
 
 
 def test_atexit_and_stale_cleanup(tmp_path: object) -> None:
-    reason = unavailable_reason()
-    if reason is not None:
-        pytest.skip(f"network namespaces unavailable: {reason}")
+    require_netlab()
     env = dict(os.environ)
     # exits with the lab open: the exit hook removes it
     script = (

@@ -9,10 +9,14 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import hivemesh
-from hivemesh.core.effects import Close, Deliver, Dial, Send
+from hivemesh.core.effects import Close, Deliver, Dial, LeaseLog, Redeem, Send, TrustEdit
+from hivemesh.core.frames import decode_frame
 from hivemesh.core.store import MemoryStore
 from hivemesh.core.trace import replay
+from hivemesh.errors import InviteUsed
 
 FAST: dict[str, Any] = {
     "sync_interval_ms": 200,
@@ -62,6 +66,17 @@ def test_a_daemons_recorded_inputs_replay_to_the_same_effects(tmp_path: Path) ->
                 await b.send(a.address, {"note": "hi"}, timeout_s=10)
                 assert [m["data"] for m in a.inbox()] == [{"note": "hi"}]
                 await b.daemon.ping(a.address, timeout_s=10)
+                # local writes: each is a Peer command, so the replay makes them too
+                with a.context("shared") as actx:
+                    actx["mine"] = 1
+                assert await a.claims.claim("job-1") >= 1
+                assert await a.claim_name("alpha")
+                await a.daemon.append("app.note", {"x": 1})
+                # leases: a proposes (its own vote is synced to its voter log
+                # first); b proposes and a votes, below (once c is gone, a is
+                # the one other voter b's thrifty rounds can ask)
+                async with a.leases.hold("printer", ttl_ms=2000) as held:
+                    assert held.lease.fencing_token >= 1
                 c_address = c.address
                 await c.close()  # a sees the link go and c leave
                 await _until(
@@ -71,6 +86,8 @@ def test_a_daemons_recorded_inputs_replay_to_the_same_effects(tmp_path: Path) ->
                     ),  # type: ignore[union-attr]
                     "a marks c gone",
                 )
+                lease = await b.leases.try_acquire("printer", ttl_ms=2000)
+                await b.leases.release(lease)
                 await asyncio.sleep(0.5)  # timers, anti-entropy, the group commit
         finally:
             identity = a.daemon.identity
@@ -79,13 +96,58 @@ def test_a_daemons_recorded_inputs_replay_to_the_same_effects(tmp_path: Path) ->
         assert trace is not None
         kinds = {s.method for s in trace.steps}
         assert {"start", "link_up", "link_down", "receive_many", "settle", "handle_timer"} <= kinds
-        assert {"command", "persisted", "handled", "inbox_room"} <= kinds
+        assert {"command", "persisted", "handled", "inbox_room", "lease_synced"} <= kinds
         drained = [e for s in trace.steps for e in s.effects]
         assert any(isinstance(e, Send) for e in drained)
         assert any(isinstance(e, Dial) for e in drained)
         delivered = [ev for e in drained if isinstance(e, Deliver) for ev in e.events]
         assert any(ev.kind == "ctx.update" for ev in delivered)
         assert not any(isinstance(e, Close) and e.code for e in drained)
+        assert any(isinstance(e, LeaseLog) for e in drained)
+        ops = {s.args[0].op for s in trace.steps if s.method == "command"}
+        assert {"append.many", "claim", "name.claim", "append", "lease.acquire"} <= ops
+        lease_frames = [e for e in drained if isinstance(e, Send) and e.frame[2] == 40]
+        assert {decode_frame(e.frame)[1][0] for e in lease_frames} == {0, 1}  # asked, answered
         assert replay(trace, identity, MemoryStore()) == []
+
+    asyncio.run(asyncio.wait_for(main(), 90))
+
+
+def test_invites_and_joins_replay_to_the_same_effects(tmp_path: Path) -> None:
+    """An inviter and a joiner (private trust) record their Peers: a join,
+    then a stranger on probation whose proof is of the used invite (its link
+    closed with the cause); both replays give the recorded effects."""
+    private = {**FAST, "trust_mode": "invite"}
+
+    async def main() -> None:
+        a = hivemesh.Node(tmp_path / "a", trace_peer=True, **private)
+        b = hivemesh.Node(tmp_path / "b", trace_peer=True, **private)
+        c = hivemesh.Node(tmp_path / "c", **private)
+        await a.start()
+        try:
+            await b.start()
+            await c.start()
+            token = a.invite(ttl_s=600)
+            joined = await b.join(token, timeout_s=15)
+            assert joined["inviter"] == a.address
+            await _until(lambda: a.daemon.peer.member_state(b.address) is not None, "a sees b")
+            with pytest.raises(InviteUsed):
+                await c.join(token, timeout_s=15)
+        finally:
+            traces = [(n.daemon.identity, n.daemon.trace) for n in (a, b)]
+            for n in (c, b, a):
+                await n.close()
+        (a_id, a_trace), (b_id, b_trace) = traces
+        assert a_trace is not None and b_trace is not None
+        a_kinds = {s.method for s in a_trace.steps}
+        assert {"admit_channel", "redeemed", "link_up"} <= a_kinds
+        a_fx = [e for s in a_trace.steps for e in s.effects]
+        assert any(isinstance(e, Redeem) for e in a_fx)
+        assert any(isinstance(e, Close) and e.code == "invite_used" for e in a_fx)
+        b_fx = [e for s in b_trace.steps for e in s.effects]
+        assert any(isinstance(e, TrustEdit) and e.note == "inviter" for e in b_fx)
+        assert {s.args[0].op for s in b_trace.steps if s.method == "command"} >= {"join.start"}
+        assert replay(a_trace, a_id, MemoryStore()) == []
+        assert replay(b_trace, b_id, MemoryStore()) == []
 
     asyncio.run(asyncio.wait_for(main(), 90))

@@ -1,19 +1,23 @@
-"""The pump's inline input path and what it does when a send queue is full.
+"""The daemon's pump: its inline input path and what it does when a send
+queue is full.
 
-Unit tests over fakes of the Peer and the connection manager (the real ones
-are exercised by every e2e test): frames handled inline send what fits at
-once; output that does not fit waits in order in ``_unsent`` for a flush
-task, and inline input is declined meanwhile so nothing overtakes it."""
+Unit tests of a :class:`Daemon` that was never started, with fakes of the
+Peer and the connection manager in place of the ones ``start`` would open
+(the real ones are exercised by every e2e test): frames handled inline send
+what fits at once; output that does not fit waits in order in ``_unsent``
+for a flush task, and inline input is declined meanwhile so nothing
+overtakes it. (The pump was a mixin, ``runtime.pump.Pump``, before it was
+folded into the daemon.)"""
 
 from __future__ import annotations
 
 import asyncio
-from collections import Counter, deque
+from pathlib import Path
 from types import SimpleNamespace
 
+from hivemesh.config import Config
 from hivemesh.core.effects import Effect, Send
-from hivemesh.runtime.pump import Pump
-from hivemesh.runtime.supervise import Supervisor
+from hivemesh.runtime.daemon import Daemon
 
 FAR = 1 << 62
 
@@ -62,22 +66,14 @@ class _Conns:
         return True
 
 
-def _pump() -> tuple[Pump, _Conns]:
-    p = Pump()
+def _pump() -> tuple[Daemon, _Conns]:
+    p = Daemon(Config(data_dir=Path("/nonexistent/never-started")))
     p.peer, conns = _Peer(), _Conns()  # type: ignore[assignment]
     p.node = p.peer.node  # type: ignore[assignment]
     p.conns = conns  # type: ignore[assignment]
-    p.invites = SimpleNamespace(  # type: ignore[assignment]
-        probation={}, awaiting=set(), next_deadline=lambda: None
-    )
     p._store = SimpleNamespace(pending=0)
-    p.counters = Counter()
-    p._subs = []
-    p.supervisor = Supervisor(p.counters, lambda failure: None)
-    p._ready, p._wake, p._flush_lock = asyncio.Event(), asyncio.Event(), asyncio.Lock()
     p._ready.set()
-    p._unsent = deque()
-    p._armed_ms, p._started, p._flush_scheduled, p._commit_timer = FAR, True, False, None
+    p._armed_ms, p._started = FAR, True
     return p, conns
 
 

@@ -22,7 +22,7 @@ from aiotest import eventually, run
 from hivemesh.core.identity import Identity
 from hivemesh.runtime import dialling
 from hivemesh.runtime.connections import ConnectionManager
-from hivemesh.runtime.supervise import FATAL, Policy, Supervisor, TaskFailed
+from hivemesh.runtime.supervise import FATAL, Policy, Supervisor, TaskFailed, reap
 
 QUICK = Policy(restart=True, max_restarts=3, window_s=60.0, backoff_min_s=0.001)
 
@@ -193,16 +193,16 @@ def test_what_reaches_the_event_loop_is_counted_and_the_handler_given_back() -> 
 def _fail_timer_step(node: hivemesh.Node, times: int) -> list[int]:
     """Make the daemon's timer step raise the next ``times`` times."""
     daemon = node.daemon
-    expire = daemon.invites.expire  # called once every timer round
+    sync_trust = daemon.sync_trust  # called once every timer round
     calls: list[int] = []
 
-    def faulty(now_ms: int) -> None:
-        calls.append(now_ms)
+    def faulty() -> bool:
+        calls.append(len(calls))
         if len(calls) <= times:
             raise _Boom(f"timer step {len(calls)}")
-        expire(now_ms)
+        return sync_trust()
 
-    daemon.invites.expire = faulty  # type: ignore[method-assign]
+    daemon.sync_trust = faulty  # type: ignore[method-assign]
     return calls
 
 
@@ -317,5 +317,42 @@ def test_a_bug_in_a_channels_write_loop_ends_the_channel_and_the_link_comes_back
         )
         await a.close()
         await b.close()
+
+    run(scenario())
+
+
+def test_reap_suppresses_only_the_cancellation_it_asked_for() -> None:
+    async def scenario() -> None:
+        async def idle() -> None:
+            await asyncio.sleep(60)
+
+        async def bad_cleanup() -> None:
+            try:
+                await asyncio.sleep(60)
+            finally:
+                raise _Boom("cleanup failed")
+
+        async def failed_early() -> None:
+            raise _Boom("failed before the stop")
+
+        early = asyncio.get_running_loop().create_task(failed_early())
+        await asyncio.sleep(0)
+        assert early.done()
+        quiet = [asyncio.get_running_loop().create_task(idle()) for _ in range(3)]
+        await asyncio.sleep(0)
+        await reap([*quiet, early], "test")  # cancelled ones and one that had failed: quiet
+        assert all(t.cancelled() for t in quiet)
+        loud = asyncio.get_running_loop().create_task(bad_cleanup())
+        await asyncio.sleep(0)
+        with pytest.raises(_Boom, match="cleanup failed"):
+            await reap([loud], "test")  # a failure while ending is not swallowed
+
+        # our own cancellation while reaping propagates
+        stuck = asyncio.get_running_loop().create_task(idle())
+        reaper = asyncio.get_running_loop().create_task(reap([stuck]))
+        await asyncio.sleep(0)
+        reaper.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await reaper
 
     run(scenario())

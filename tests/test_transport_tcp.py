@@ -629,7 +629,7 @@ def _takeover(early: list[bytes], buffered_at_least: int) -> None:
     from hivemesh.transports.channel import ChannelOptions as Opts
     from hivemesh.transports.noise import SecureHandshake, StaticCredentials
     from hivemesh.transports.stats import TransportCounters
-    from hivemesh.transports.tcp import _handshake
+    from hivemesh.transports.tcp import run_handshake as _handshake
 
     async def main() -> None:
         s1, s2 = socket.socketpair()

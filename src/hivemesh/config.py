@@ -80,6 +80,15 @@ class Config:
     mdns: bool = False
     mdns_interfaces: tuple[str, ...] = ("127.0.0.1",)
     dial_timeout_s: float = 5.0
+    #: also listen on UDP (QUIC, same port as ``listen``); advertise it (``udp:host:port``)
+    udp: bool = False
+    #: relays to keep a reservation at and reach NATed peers through: ``address@host:port``
+    relays: tuple[str, ...] = ()
+    #: accept the relay role: forward end-to-end encrypted circuits for trusted peers
+    relay_role: bool = False
+    #: broker mode: ``nats://host:4222?swarm=NAME`` or ``redis://host:6379/0?swarm=NAME``
+    #: carries every frame and the journal's log instead of peer links (docs/broker.md)
+    mesh: str | None = None
     reconnect_min_s: float = 0.2
     reconnect_max_s: float = 10.0
     # [membership]
@@ -170,8 +179,12 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
         "mdns",
         "mdns_interfaces",
         "dial_timeout_s",
+        "udp",
+        "relays",
+        "relay_role",
         "reconnect_min_s",
         "reconnect_max_s",
+        "mesh",
     ),
     "membership": ("probe_interval_ms", "probe_timeout_ms", "suspicion_mult"),
     "replication": ("sync_interval_ms", "commit_delay_ms"),
@@ -350,6 +363,10 @@ def _validate(cfg: Config) -> None:
     if cfg.advertise is not None:
         parse_endpoint(cfg.advertise)
     bootstrap_targets(cfg.bootstrap)
+    if cfg.mesh is not None:
+        from hivemesh.mesh.engine import parse_mesh_url  # no I/O, no broker client
+
+        parse_mesh_url(cfg.mesh)
     if cfg.trust_mode not in _TRUST_MODES:
         raise ConfigError(f"trust_mode must be one of {_TRUST_MODES}")
     if cfg.trust_vouches not in _TRUST_VOUCHES:
@@ -432,6 +449,8 @@ def load_config(
     if "probe_interval_ms" in values and "probe_timeout_ms" not in values:
         values["probe_timeout_ms"] = max(1, values["probe_interval_ms"] // 2)
     values["data_dir"] = base
+    if values.get("mesh") is not None:  # broker mode dials no endpoints (docs/broker.md)
+        values["bootstrap"] = ()
     cfg = Config(**values)
     _validate(cfg)
     return cfg

@@ -29,6 +29,8 @@ __all__ = ["ERROR_MODULES", "all_codes", "error_class", "error_from_wire"]
 ERROR_MODULES: tuple[str, ...] = (
     "hivemesh.errors",
     "hivemesh.audit.errors",
+    "hivemesh.faces.dashboard.errors",
+    "hivemesh.faces.langgraph.errors",
     "hivemesh.leases.errors",
     "hivemesh.llm.errors",
     "hivemesh.netlab.errors",

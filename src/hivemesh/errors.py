@@ -62,7 +62,9 @@ So the core, which imports this module, knows nothing about them.
     │   ├── OpsOutOfOrder
     │   ├── InvalidName
     │   ├── BadRecord
-    │   └── ForgedSender
+    │   ├── ForgedSender
+    │   ├── BrokerMisrouted       (broker mode: a message on another author's subject)
+    │   └── StaleEnvelope         (broker mode: a signed envelope outside its time window)
     ├── StoreError
     │   └── StoreCorrupt
     ├── TransportError
@@ -107,6 +109,7 @@ __all__ = [
     "BenchWorkerFailed",
     "BlobMismatch",
     "BrokenChain",
+    "BrokerMisrouted",
     "ChannelSuperseded",
     "ClockAhead",
     "ConfigError",
@@ -154,6 +157,7 @@ __all__ = [
     "ReplayError",
     "SelfConnection",
     "StaleBoot",
+    "StaleEnvelope",
     "StoreCorrupt",
     "StoreError",
     "TransportError",
@@ -415,6 +419,21 @@ class ForgedSender(RemoteProtocolError):
     """A peer sent a direct message claiming another sender without relaying."""
 
     code = "forged_sender"
+
+
+class BrokerMisrouted(RemoteProtocolError):
+    """Broker mode: a message arrived on a subject (or for a recipient) that
+    does not match its signed content -- published under another author's
+    subject, or replayed to another node. The broker is not trusted."""
+
+    code = "broker_misrouted"
+
+
+class StaleEnvelope(RemoteProtocolError):
+    """Broker mode: a signed node-to-node envelope stamped too far from our
+    clock (a replay of an old one, or a sender's clock far off)."""
+
+    code = "stale_envelope"
 
 
 class InviteError(LocalProtocolError, ValueError):

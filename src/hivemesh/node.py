@@ -224,7 +224,7 @@ class Node:
     async def join(self, token: str, *, timeout_s: float = 30.0) -> Mapping[str, Any]:
         """Join the swarm of the node that issued ``token``; returns once it
         admitted us, or raises the typed cause of its refusal
-        (:meth:`hivemesh.runtime.daemon_api.DaemonAPI.join`)."""
+        (:meth:`hivemesh.runtime.daemon.Daemon.join`)."""
         return await self.daemon.join(token, timeout_s=timeout_s)
 
     async def claim_name(self, name: str) -> bool:
@@ -325,7 +325,11 @@ class Node:
         A :class:`~hivemesh.leases.LeaseClient` whose holder id is this
         node's address: ``async with node.leases.hold("r") as held: ...``.
         """
-        return self.daemon.leases.client()
+        if self.daemon.config.mesh is not None:  # broker mode: the broker's KV
+            from hivemesh.runtime.broker import lease_client
+
+            return lease_client(self.daemon)
+        return self.daemon.leases
 
     @property
     def claims(self) -> MeshClaims:

@@ -223,7 +223,13 @@ def join_proof(invite: Invite, joiner_address: str) -> bytes:
 class TrustStore:
     """Trusted and revoked addresses and issued invites, in ``data_dir/trust.json``."""
 
-    def __init__(self, data_dir: str | os.PathLike[str]) -> None:
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        *,
+        min_refresh_s: float = 0.0,
+        on_load_error: Callable[[StoreCorrupt], None] | None = None,
+    ) -> None:
         self.dir = Path(data_dir)
         self.path = self.dir / _FILE
         self._lock_path = self.dir / (_FILE + ".lock")
@@ -234,13 +240,13 @@ class TrustStore:
         #: Queries look at the file at most this often (seconds); 0 = every
         #: query. :meth:`poll` and our own edits always look. A daemon on the
         #: hot path sets it (one ``stat`` per received frame otherwise).
-        self.min_refresh_s = 0.0
+        self.min_refresh_s = min_refresh_s
         #: If set, a file that no longer parses (a hand edit gone wrong) is
         #: reported here once per version of it, and the trust last read stays
         #: in force until the file parses again; if None, queries raise
         #: :class:`StoreCorrupt`. Edits (``add``, ``revoke``, ...) always raise:
         #: they never write over a file they cannot read.
-        self.on_load_error: Callable[[StoreCorrupt], None] | None = None
+        self.on_load_error = on_load_error
         self._checked_s = float("-inf")
         self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._refresh(force=True)

@@ -54,9 +54,20 @@ from hivemesh.core.hlc import LOGICAL_BITS
 from hivemesh.errors import DeadlineExceeded, HivemeshError
 from hivemesh.runtime.swarm import LocalSwarm, NodeProc
 
-__all__ = ["AuditRun", "Progress", "run_audit", "start_fixture"]
+__all__ = ["AuditRun", "Operator", "Progress", "fixture_operator", "run_audit", "start_fixture"]
 
 Progress = Callable[[dict[str, Any]], None]
+#: Who answers an escalation: called with the question and the operator's
+#: brief from the fixture (``{"shop", "code"}``: the human-only shop and its
+#: access code); returns the answer, or None to leave the question open for
+#: another operator (one answering from ``hivemesh dashboard``, say).
+Operator = Callable[[dict[str, Any], dict[str, Any]], str | None]
+
+
+def fixture_operator(question: dict[str, Any], brief: dict[str, Any]) -> str | None:
+    """The demo's own operator: the access code for the human-only shop,
+    ``skip`` for any other question."""
+    return str(brief["code"]) if question["shop"] == brief["shop"] else "skip"
 
 
 @dataclass
@@ -78,6 +89,7 @@ class AuditRun:
     export: dict[str, Any] = field(default_factory=dict)
     error: str = ""
     events: list[str] = field(default_factory=list)
+    dashboard: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """A machine-readable summary (without the full export)."""
@@ -93,6 +105,7 @@ class AuditRun:
             "paused": self.paused,
             "answers": self.answers,
             "telemetry": self.telemetry,
+            "dashboard": self.dashboard,
         }
 
 
@@ -114,24 +127,43 @@ def _read_line(proc: subprocess.Popen[bytes], timeout_s: float, what: str) -> di
     return doc
 
 
+def _start_child(
+    args: list[str], log_path: Path, env: dict[str, str], what: str
+) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
+    """Start ``hivemesh ARGS`` (which prints a JSON ready line); ``(process, ready line)``."""
+    cmd = [sys.executable, "-m", "hivemesh", *args]
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, env=env
+        )
+    try:
+        return proc, _read_line(proc, 30.0, what)
+    except BaseException:
+        proc.kill()
+        proc.wait(5)
+        raise
+
+
+def _stop_child(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
 def start_fixture(
     root: Path, env: dict[str, str], *, seed: int = 7, slow_ms: int = 1500
 ) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
     """Start ``hivemesh fixture shops`` in its own process; ``(process, ready line)``."""
     out = root / "fixture"
     out.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "hivemesh", "fixture", "shops", "--json", "--seed", str(seed)]
-    cmd += ["--out", str(out), "--slow-ms", str(slow_ms)]
-    with open(out / "fixture.log", "ab") as log:
-        proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, env=env
-        )
-    try:
-        return proc, _read_line(proc, 30.0, "the fixture")
-    except BaseException:
-        proc.kill()
-        proc.wait(5)
-        raise
+    args = ["fixture", "shops", "--json", "--seed", str(seed)]
+    args += ["--out", str(out), "--slow-ms", str(slow_ms)]
+    return _start_child(args, out / "fixture.log", env, "the fixture")
 
 
 def _identity(data_dir: Path) -> str:
@@ -183,10 +215,19 @@ def run_audit(
     max_concurrent: int = 4,
     progress: Progress | None = None,
     operator_cli: bool = False,
+    operator: Operator = fixture_operator,
+    dashboard_port: int | None = None,
+    on_finished: Callable[[AuditRun], None] | None = None,
     say: Callable[[str], None] = lambda _line: None,
     total_timeout_s: float = 240.0,
 ) -> AuditRun:
-    """Run the whole audit (see the module docs)."""
+    """Run the whole audit (see the module docs). ``operator`` answers the
+    escalations (:data:`Operator`; a question it leaves open waits for an
+    answer from elsewhere, within ``total_timeout_s``). With
+    ``dashboard_port`` the collector serves ``hivemesh dashboard`` on that
+    loopback port (0: any) for the run (its URL in ``AuditRun.dashboard``).
+    ``on_finished`` is called with the finished run before its processes
+    are stopped (to look at the dashboard's last picture, say)."""
     if executors < (3 if kill else 1) + int(pause):
         raise ValueError("need at least 3 executors to kill one (and one more to pause one)")
     tmp = None
@@ -206,6 +247,7 @@ def run_audit(
     for key in [k for k in swarm.env if k.startswith("OPENAI_")]:
         del swarm.env[key]  # no LLM, no internet: the reflector's rules decide
     fixture: subprocess.Popen[bytes] | None = None
+    dashboard: subprocess.Popen[bytes] | None = None
     release = threading.Event()
     try:
         fixture, ready = start_fixture(root, swarm.env, seed=seed, slow_ms=slow_ms)
@@ -214,6 +256,13 @@ def run_audit(
         collector = swarm.start("collector", extra_args=["--collector"])
         boot = [collector.endpoint]
         say(f"metrics-collector {collector.address[:12]}… up")
+        if dashboard_port is not None:
+            args = ["dashboard", "--data-dir", str(collector.data_dir), "--json"]
+            args += ["--port", str(dashboard_port)]
+            log_path = root / "dashboard.log"
+            dashboard, ready_dash = _start_child(args, log_path, swarm.env, "the dashboard")
+            run.dashboard = str(ready_dash["url"])
+            say(f"dashboard: {run.dashboard}")
 
         def role(label: str, name: str, *extra: str) -> NodeProc:
             args = ["--role", name, "--fixture", fx, "--lease-ttl-ms", str(lease_ttl_ms), *extra]
@@ -251,7 +300,7 @@ def run_audit(
         role("supervisor", "supervisor", "--batch-size", str(batch_size))
         t_audit = time.monotonic()
         client = observer.client
-        code = ready["operator"]["code"]
+        brief = dict(ready["operator"])
         answered: set[str] = set()
         doc: dict[str, Any] = {}
         while True:
@@ -278,7 +327,9 @@ def run_audit(
                 open_qs = _cli(swarm, observer, "inbox", "--questions")
             for q in open_qs:
                 if q["id"] not in answered:
-                    text = code if q["shop"] == ready["operator"]["shop"] else "skip"
+                    text = operator(q, brief)
+                    if text is None:  # left to another operator
+                        continue
                     if operator_cli:
                         _cli(swarm, observer, "answer", q["id"], text)
                     else:
@@ -312,6 +363,8 @@ def run_audit(
         run.ok = (
             run.summary["mismatches"] == 0 and run.summary["shops_done"] == run.summary["shops"]
         )
+        if on_finished is not None:  # the swarm (and its dashboard) still runs meanwhile
+            on_finished(run)
     except (HivemeshError, OSError, ValueError, KeyError, subprocess.SubprocessError) as exc:
         run.error = f"{type(exc).__name__}: {exc}"
     finally:
@@ -321,15 +374,9 @@ def run_audit(
                 os.kill(node.proc.pid, signal.SIGCONT)
         swarm.close()
         release.set()
-        if fixture is not None:
-            fixture.terminate()
-            try:
-                fixture.wait(10)
-            except subprocess.TimeoutExpired:
-                fixture.kill()
-                fixture.wait(5)
-            if fixture.stdout is not None:
-                fixture.stdout.close()
+        for child in (dashboard, fixture):
+            if child is not None:
+                _stop_child(child)
         if tmp is not None:
             run.root = ""
             tmp.cleanup()

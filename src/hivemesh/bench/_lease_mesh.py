@@ -37,6 +37,7 @@ from hivemesh.bench.lease import (
     lease_pair,
     vs_raw_redis,
 )
+from hivemesh.commands import LeaseVoters
 from hivemesh.leases import LeaseClient, open_backend
 from hivemesh.runtime.swarm import FAST_TIMINGS, OPEN_TRUST, LocalSwarm, wait_until
 
@@ -174,7 +175,8 @@ def run_node_api(args: argparse.Namespace) -> Measured:
                     async with asyncio.timeout(60):
                         await node.wait_peers(args.voters - 1, timeout_s=30)
                         await asyncio.to_thread(_wait_formed, swarm, {node.address})
-                    voters = node.daemon.leases.voters()
+                    answer = await node.call(LeaseVoters())
+                    voters = answer.to_wire()["voters"]
                     if len(voters) != args.voters:
                         raise TimeoutError(f"voter set {voters}: wanted {args.voters} voters")
                     tag = uuid.uuid4().hex[:8]

@@ -78,6 +78,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--skip-nats", action="store_true", help="no NATS baseline")
     a("--skip-libp2p", action="store_true", help="no py-libp2p gossipsub baseline")
     a("--libp2p-venv", default=None, help=f"venv with libp2p (default {_DEFAULT_VENV})")
+    a(
+        "--mode",
+        choices=["p2p", "nats"],
+        default="p2p",
+        help="nats: hivemesh in broker mode beside raw JetStream publish+consume "
+        "(throughput and late-join catch-up; hivemesh.bench._fanout_broker)",
+    )
 
 
 def libp2p_python(venv: str | None = None) -> Path | None:
@@ -356,7 +363,9 @@ def _port_open(host: str, port: int) -> bool:
     return False
 
 
-async def _private_nats(tmp: Path) -> tuple[asyncio.subprocess.Process, str]:
+async def _private_nats(
+    tmp: Path, *, jetstream: bool = False
+) -> tuple[asyncio.subprocess.Process, str]:
     exe = shutil.which("nats-server")
     if exe is None:
         raise FileNotFoundError("no nats-server answering at 127.0.0.1:4222 and none installed")
@@ -364,9 +373,11 @@ async def _private_nats(tmp: Path) -> tuple[asyncio.subprocess.Process, str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     log = (tmp / "nats-server.log").open("wb")
+    js = ["-js", "-sd", str(tmp / "jetstream")] if jetstream else []
     proc = await asyncio.create_subprocess_exec(
-        exe, "-a", "127.0.0.1", "-p", str(port), stdout=log, stderr=log, start_new_session=True
-    )
+        exe, "-a", "127.0.0.1", "-p", str(port), *js, stdout=log, stderr=log,
+        start_new_session=True,
+    )  # fmt: skip
     deadline = time.monotonic() + 10
     while not _port_open("127.0.0.1", port):
         if time.monotonic() > deadline or proc.returncode is not None:
@@ -546,5 +557,10 @@ def _metrics(
 
 
 def run(args: argparse.Namespace) -> BenchResult:
-    """Run all three systems (see module docs)."""
+    """Run all three systems (see module docs); ``--mode nats``: broker mode
+    beside raw JetStream instead (:mod:`hivemesh.bench._fanout_broker`)."""
+    if args.mode == "nats":
+        from hivemesh.bench._fanout_broker import run_broker
+
+        return run_broker(args)
     return asyncio.run(_run(args))

@@ -44,6 +44,7 @@ END = "<!-- bench-all:end -->"
 QUICK: dict[str, list[str]] = {
     "audit": ["--executors", "1", "--slots", "2"],
     "cli": ["--runs", "2"],
+    "dashboard": ["--clients", "3", "--writes", "5", "--gap-ms", "100"],
     "fanout": [
         "--nodes",
         "3",
@@ -59,6 +60,7 @@ QUICK: dict[str, list[str]] = {
     "ingest": ["--events", "4000", "--authors", "2"],
     "lease": ["--rounds", "30", "--max-seconds", "3", "--voters", "3"],
     "memory": ["--writes", "50", "--settle-s", "0.5"],
+    "paths": ["--rounds", "100", "--frames", "300", "--max-s", "5"],
     "plan": [
         "--fanout",
         "2,2",

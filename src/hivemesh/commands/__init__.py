@@ -35,7 +35,12 @@ if TYPE_CHECKING:
     from hivemesh.commands.audit import AuditInbox as AuditInbox
     from hivemesh.commands.audit import AuditStatus as AuditStatus
     from hivemesh.commands.context import CtxAdd as CtxAdd
+    from hivemesh.commands.context import CtxAppend as CtxAppend
+    from hivemesh.commands.context import CtxAppendReply as CtxAppendReply
+    from hivemesh.commands.context import CtxContexts as CtxContexts
     from hivemesh.commands.context import CtxGet as CtxGet
+    from hivemesh.commands.context import CtxIncr as CtxIncr
+    from hivemesh.commands.context import CtxIncrReply as CtxIncrReply
     from hivemesh.commands.context import CtxMembers as CtxMembers
     from hivemesh.commands.context import CtxRemove as CtxRemove
     from hivemesh.commands.context import CtxSet as CtxSet
@@ -86,6 +91,8 @@ if TYPE_CHECKING:
     from hivemesh.commands.plan import PlanGoal as PlanGoal
     from hivemesh.commands.plan import PlanGoalReply as PlanGoalReply
     from hivemesh.commands.plan import PlanShow as PlanShow
+    from hivemesh.commands.sync import SyncMajority as SyncMajority
+    from hivemesh.commands.sync import SyncMajorityReply as SyncMajorityReply
     from hivemesh.commands.table import COMMANDS as COMMANDS
     from hivemesh.commands.table import command_class as command_class
     from hivemesh.commands.trust import Invite as Invite
@@ -118,7 +125,12 @@ __all__ = [
     "ClaimWaitReply",
     "Command",
     "CtxAdd",
+    "CtxAppend",
+    "CtxAppendReply",
+    "CtxContexts",
     "CtxGet",
+    "CtxIncr",
+    "CtxIncrReply",
     "CtxMembers",
     "CtxRemove",
     "CtxSet",
@@ -165,6 +177,8 @@ __all__ = [
     "Status",
     "Stop",
     "StopReply",
+    "SyncMajority",
+    "SyncMajorityReply",
     "TrustAdmit",
     "TrustAdmitReply",
     "TrustList",
@@ -186,6 +200,11 @@ _WHERE = {
     "AuditInbox": "hivemesh.commands.audit",
     "AuditStatus": "hivemesh.commands.audit",
     "CtxAdd": "hivemesh.commands.context",
+    "CtxAppend": "hivemesh.commands.context",
+    "CtxAppendReply": "hivemesh.commands.context",
+    "CtxIncr": "hivemesh.commands.context",
+    "CtxIncrReply": "hivemesh.commands.context",
+    "CtxContexts": "hivemesh.commands.context",
     "CtxGet": "hivemesh.commands.context",
     "CtxMembers": "hivemesh.commands.context",
     "CtxRemove": "hivemesh.commands.context",
@@ -237,6 +256,8 @@ _WHERE = {
     "PlanGoal": "hivemesh.commands.plan",
     "PlanGoalReply": "hivemesh.commands.plan",
     "PlanShow": "hivemesh.commands.plan",
+    "SyncMajority": "hivemesh.commands.sync",
+    "SyncMajorityReply": "hivemesh.commands.sync",
     "COMMANDS": "hivemesh.commands.table",
     "command_class": "hivemesh.commands.table",
     "Invite": "hivemesh.commands.trust",

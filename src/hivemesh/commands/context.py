@@ -1,7 +1,9 @@
-"""Commands on shared contexts: registers, add-wins and grow-only sets, watch."""
+"""Commands on shared contexts: registers, lists, counters, add-wins and
+grow-only sets, watch."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -9,9 +11,17 @@ from hivemesh.commands._base import Command, Reply
 from hivemesh.commands.node import WRITE_ERRORS
 from hivemesh.errors import InvalidArgument
 
+#: Most items one ``ctx.append`` may add.
+MAX_APPEND_ITEMS = 1000
+
 __all__ = [
     "CtxAdd",
+    "CtxAppend",
+    "CtxAppendReply",
+    "CtxContexts",
     "CtxGet",
+    "CtxIncr",
+    "CtxIncrReply",
     "CtxMembers",
     "CtxRemove",
     "CtxSet",
@@ -30,6 +40,16 @@ class CtxGet(Command):
     errors: ClassVar[tuple[str, ...]] = ("context_broken",)
     context: str = "default"
     key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CtxContexts(Command):
+    """The contexts this replica holds, with how many keys each has
+    (registers, lists, counters, texts and sets together):
+    ``{"contexts": {name: keys}}`` (names sorted)."""
+
+    op: ClassVar[str] = "ctx.contexts"
+    errors: ClassVar[tuple[str, ...]] = ("context_broken",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +72,58 @@ class CtxSet(Command):
     key: str
     value: Any
     context: str = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class CtxAppendReply(Reply):
+    """The list's length after the append and the events appended."""
+
+    length: int
+    events: int
+
+
+@dataclass(frozen=True, slots=True)
+class CtxAppend(Command):
+    """Append JSON ``values`` to list ``list`` of ``context`` (concurrent
+    appends all land; their order is the merge's)."""
+
+    op: ClassVar[str] = "ctx.append"
+    reply: ClassVar[type[Reply]] = CtxAppendReply
+    errors: ClassVar[tuple[str, ...]] = WRITE_ERRORS
+    list: str
+    values: tuple[Any, ...]
+    context: str = "default"
+
+    def check(self) -> None:
+        """1..1000 values."""
+        if not 0 < len(self.values) <= MAX_APPEND_ITEMS:
+            raise InvalidArgument(f"values must be a list of 1..{MAX_APPEND_ITEMS} JSON values")
+
+
+@dataclass(frozen=True, slots=True)
+class CtxIncrReply(Reply):
+    """The counter's value after the increment and the events appended."""
+
+    value: float
+    events: int
+
+
+@dataclass(frozen=True, slots=True)
+class CtxIncr(Command):
+    """Add ``by`` (may be negative) to counter ``counter`` of ``context``
+    (concurrent increments all count)."""
+
+    op: ClassVar[str] = "ctx.incr"
+    reply: ClassVar[type[Reply]] = CtxIncrReply
+    errors: ClassVar[tuple[str, ...]] = WRITE_ERRORS
+    counter: str
+    by: float = 1.0
+    context: str = "default"
+
+    def check(self) -> None:
+        """A finite increment."""
+        if not math.isfinite(self.by):
+            raise InvalidArgument("by must be a finite number")
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,17 @@ from types import MappingProxyType
 
 from hivemesh.commands._base import Command
 from hivemesh.commands.audit import AuditAnswer, AuditExport, AuditInbox, AuditStatus
-from hivemesh.commands.context import CtxAdd, CtxGet, CtxMembers, CtxRemove, CtxSet, CtxWatch
+from hivemesh.commands.context import (
+    CtxAdd,
+    CtxAppend,
+    CtxContexts,
+    CtxGet,
+    CtxIncr,
+    CtxMembers,
+    CtxRemove,
+    CtxSet,
+    CtxWatch,
+)
 from hivemesh.commands.coordination import (
     Claim,
     ClaimDone,
@@ -39,6 +49,7 @@ from hivemesh.commands.node import (
     Stop,
 )
 from hivemesh.commands.plan import PlanCancel, PlanGoal, PlanShow
+from hivemesh.commands.sync import SyncMajority
 from hivemesh.commands.trust import Invite, Join, TrustAdmit, TrustList, TrustRevoke
 from hivemesh.errors import UnknownCommand
 
@@ -56,7 +67,10 @@ _ALL: tuple[type[Command], ...] = (
     ClaimShow,
     ClaimWait,
     CtxAdd,
+    CtxAppend,
+    CtxContexts,
     CtxGet,
+    CtxIncr,
     CtxMembers,
     CtxRemove,
     CtxSet,
@@ -85,6 +99,7 @@ _ALL: tuple[type[Command], ...] = (
     Send,
     Status,
     Stop,
+    SyncMajority,
     TrustAdmit,
     TrustList,
     TrustRevoke,

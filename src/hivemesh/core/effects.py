@@ -23,6 +23,16 @@ frozen record, drained in order with :meth:`Peer.effects`:
   then call :meth:`Peer.persisted`;
 * :class:`Handle`   -- run the driver's handler for a request or plain
   message, then call :meth:`Peer.handled`;
+* :class:`LeaseLog` -- write one change of the lease voter's durable state
+  to the voter log (``resource``'s token bound, the longest TTL);
+* :class:`LeaseSync` -- sync the voter log, then call
+  :meth:`Peer.lease_synced` with ``upto`` (replies wait for it);
+* :class:`SaveVoters` -- save the lease voter set the node fixed
+  (``lease_voters.json``), for its next lives;
+* :class:`Redeem`   -- check a join proof with the trust store (and mark
+  its invite used), then call :meth:`Peer.redeemed`;
+* :class:`TrustEdit` -- trust an address, or record a swarm joined, in
+  ``trust.json`` (the Peer's copy changed already);
 * :class:`Log`      -- a line for the operator (``level`` as in :mod:`logging`);
 * :class:`Count`    -- add ``n`` to the driver's counter ``name``.
 
@@ -47,11 +57,16 @@ __all__ = [
     "Effect",
     "Fsync",
     "Handle",
+    "LeaseLog",
+    "LeaseSync",
     "Log",
     "MessageOutcome",
     "Persist",
+    "Redeem",
     "Reply",
+    "SaveVoters",
     "Send",
+    "TrustEdit",
 ]
 
 
@@ -156,6 +171,51 @@ class Handle:
 
 
 @dataclass(frozen=True, slots=True)
+class LeaseLog:
+    """Write ``(resource, bound, max_ttl_ms)`` to the lease voter's log (not
+    yet synced: :class:`LeaseSync` follows before any reply depends on it)."""
+
+    resource: str
+    bound: int
+    max_ttl_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseSync:
+    """Sync the lease voter's log, then report with
+    ``Peer.lease_synced(upto, error, now)`` (``upto``: the writes asked for
+    so far; a failed write or sync is reported with its ``error``)."""
+
+    upto: int
+
+
+@dataclass(frozen=True, slots=True)
+class SaveVoters:
+    """Save the lease voter set this node fixed (read again at its next start)."""
+
+    voters: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Redeem:
+    """Check ``proof`` from ``peer`` against the invites we issued (marking
+    the one it matches used), then report with ``Peer.redeemed``."""
+
+    peer: str
+    proof: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class TrustEdit:
+    """Trust ``address`` (``note`` says why), or, with ``swarm``, record that
+    this node joined ``swarm`` through ``address``, in ``trust.json``."""
+
+    address: str
+    note: str = ""
+    swarm: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Log:
     """A line for the operator's log (``level``: ``debug``, ``info``, ``warning``)."""
 
@@ -176,5 +236,20 @@ def _error_key(error: HivemeshError | None) -> tuple[str, str, str] | None:
 
 
 Effect = (
-    Send | Dial | Close | Fsync | Deliver | Reply | MessageOutcome | Persist | Handle | Log | Count
+    Send
+    | Dial
+    | Close
+    | Fsync
+    | Deliver
+    | Reply
+    | MessageOutcome
+    | Persist
+    | Handle
+    | LeaseLog
+    | LeaseSync
+    | SaveVoters
+    | Redeem
+    | TrustEdit
+    | Log
+    | Count
 )

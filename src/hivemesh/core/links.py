@@ -65,13 +65,19 @@ MAX_PEERS = 4096
 Rank = tuple[int, bytes]
 
 
-def channel_rank(local: str, peer: str, dialer: str, handshake_hash: bytes) -> Rank:
+def channel_rank(
+    local: str, peer: str, dialer: str, handshake_hash: bytes, *, relayed: bool = False
+) -> Rank:
     """The tie-break rank of a channel between ``local`` and ``peer`` (smaller wins).
 
-    Both ends compute the same value for the same channel: the pair's smaller
-    address dialling first, then the Noise handshake hash.
+    Both ends compute the same value for the same channel: a direct channel
+    before a relayed one (both ends know a channel is relayed: it runs
+    through a relay circuit on both), then the pair's smaller address
+    dialling first, then the Noise handshake hash. So a punched or direct
+    channel replaces a relayed link in place.
     """
-    return (0 if dialer == min(local, peer) else 1, bytes(handshake_hash))
+    first = 0 if dialer == min(local, peer) else 1
+    return ((2 if relayed else 0) + first, bytes(handshake_hash))
 
 
 class Verdict(enum.Enum):

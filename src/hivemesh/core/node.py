@@ -133,6 +133,10 @@ class NodeConfig:
     max_want_events: int = 16384
     max_pending_events: int = 100_000
     push_grace_ms: int = 1000
+    #: Push new batches to peers (and forward pushed ones). False in broker
+    #: mode, where a shared log (JetStream, Redis Streams) is the push half
+    #: and peers only pull (anti-entropy) what it lacks.
+    push: bool = True
     #: Ingest batches received from their own author unverified, settling
     #: their signatures in runs (module docs). Only when ``receive``'s
     #: ``peer`` is authenticated.
@@ -503,6 +507,8 @@ class Node:
     # -- push --------------------------------------------------------------------
 
     def _push(self, author: bytes, raws: list[bytes], sig: bytes, exclude: str | None) -> None:
+        if not self.config.push:
+            return
         peers = [p for p in self._peers if p != exclude and self._shared(p, author)]
         if not peers:
             return
@@ -516,7 +522,7 @@ class Node:
             self.send(p, frame)
 
     def _forward(self, peer: str, author: bytes, raws: list[bytes], sig: bytes, hops: int) -> None:
-        if hops <= 0:
+        if hops <= 0 or not self.config.push:
             return
         peers = [p for p in self._peers if p != peer and self._shared(p, author)]
         if not peers:

@@ -5,37 +5,44 @@ Theory of operation
 A :class:`Peer` owns everything a node decides: the journal node
 (:class:`~hivemesh.core.node.Node`: feeds, replication, the own feed's gate),
 SWIM membership, direct messages, blob fetching, claims, names, endpoints,
-trust (``trust.json`` content plus the journal's web of vouches) and
-settlement of attested batches. A driver moves bytes, time and files and
+trust (``trust.json`` content plus the journal's web of vouches), invite
+probation and joins, the lease voter and proposer, and settlement of
+attested batches. A driver moves bytes, time and files and
 decides nothing: the asyncio daemon (:mod:`hivemesh.runtime.daemon`), the
 simulator, or a test with a list for a network. Like aioquic's
 ``QuicConnection``, it is a plain object:
 
 **Construction.** ``Peer(identity, store, rng, now_ms=..., config=PeerConfig(...),
-trust=TrustFile(...), marks=...)``. ``store`` is the node's
+trust=TrustFile(...), marks=..., leases=LeaseSetup(...))``. ``store`` is the node's
 :class:`~hivemesh.core.store.FeedStore`, ``rng`` a ``random.Random`` (seeded
 from :mod:`secrets` by the daemon, from the seed by the simulator), ``marks``
-the own feed's durable mark. Each part draws its own random stream from
-``rng`` (``rng.getrandbits(128)``, in this order: node, membership, direct
-messages, blob fetcher). Then
+the own feed's durable mark, ``leases`` the lease voter's durable state
+and saved voter set. Each part draws its own random stream from ``rng``
+(``rng.getrandbits(128)``, in this order: node, membership, direct
+messages, blob fetcher, ping nonces, leases). Then
 :meth:`Peer.rehydrate` with the stored events, then :meth:`Peer.start`
 with the endpoints the node listens on (this runs the appends of the new
 life: see below).
 
 **Inputs** (each takes ``now``: the driver's clock in ms; the daemon's is
-wall-clock time, since HLC stamps are physical time):
+monotonic, anchored at wall-clock time, since HLC stamps are physical time):
 
 * :meth:`receive` -- a frame from the link to ``peer``;
 * :meth:`link_up` / :meth:`link_down` -- a link to ``peer`` (with its boot
   id) is up and both sides admit each other, or it is gone;
-* :meth:`command` -- a typed command (:mod:`hivemesh.core.peer_commands`);
+* :meth:`command` -- a typed command (a :class:`hivemesh.commands.Command`:
+  the public table's, or a driver's of :mod:`hivemesh.commands.peer`);
   returns a request id that the :class:`~hivemesh.core.effects.Reply` carries;
 * :meth:`settle` -- the group commit is due: verify attested runs, then ask
   for :class:`~hivemesh.core.effects.Fsync`;
 * :meth:`trust_changed` -- ``trust.json`` changed (its parsed content);
 * :meth:`handle_timer` -- time passed (call at :meth:`next_deadline`);
-* :meth:`expect_inviter` / :meth:`forget_inviter` -- a join through that
-  inviter started or ended (it may connect meanwhile).
+* :meth:`admit_channel` -- a handshake: may this address's link come up
+  (members, or an unknown peer on probation)? :meth:`redeemed` -- the trust
+  store's answer to a join proof (:class:`Redeem`); :meth:`join_refused`
+  -- a peer refused our link (:mod:`hivemesh.core.joins`);
+* :meth:`lease_synced` -- the lease voter's log is synced
+  (:mod:`hivemesh.core.lease_swarm`);
 * :meth:`inbox_room`, :meth:`persisted`, :meth:`handled` -- the driver's
   durable inbox and message handlers (see *Direct messages* below).
 
@@ -67,6 +74,10 @@ to call :meth:`handle_timer` next.
   journal), linked peers no longer admitted are closed and forgotten, and
   newly admitted known ones are dialled.
 * *Endpoints.* A ``node.hello`` from another node dials it.
+* *Invites and joins* (:mod:`hivemesh.core.joins`): probation of unknown
+  peers, the answer to a join proof, pending joins.
+* *Leases* (:mod:`hivemesh.core.lease_swarm`): the quorum voter and
+  proposer over ``LEASE`` frames; a reply waits for its voter-log sync.
 * *Views.* context, names, endpoints, trust, claims, the blob index and
   max-registers (``reg.max``, for fencing tokens) are the Peer's; a driver
   may add application views to :attr:`node` before :meth:`rehydrate`.
@@ -86,10 +97,24 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from random import Random
 from typing import Any
 
+from hivemesh.commands import coordination as coord
+from hivemesh.commands import messages as msgs
+from hivemesh.commands.names import NameClaim, NameClaimReply
+from hivemesh.commands.node import Append, FeedAcceptLoss
+from hivemesh.commands.peer import (
+    AppendMany,
+    FetchBlob,
+    Leave,
+    Request,
+    Serve,
+    StartJoin,
+    Vouch,
+)
+from hivemesh.commands.trust import TrustRevoke, TrustRevokeReply
 from hivemesh.core.claims import DEFAULT_WINDOW_MS, ClaimsView
 from hivemesh.core.direct import Direct, DirectAcked, DirectConfig
 from hivemesh.core.effects import (
@@ -108,26 +133,13 @@ from hivemesh.core.event import Event
 from hivemesh.core.frames import FrameType, encode_frame
 from hivemesh.core.hlc import hlc_ms
 from hivemesh.core.identity import Identity, address_of, public_key_of
+from hivemesh.core.joins import Joins
+from hivemesh.core.lease_quorum import Acquire, Op, Release, Renew, Show
+from hivemesh.core.lease_swarm import KIND_VOTERS, LeaseSetup, SwarmLeases
 from hivemesh.core.mailbox import Mailbox
 from hivemesh.core.membership import Membership
 from hivemesh.core.node import Node, NodeConfig
 from hivemesh.core.ownfeed import FeedState, MarkStore
-from hivemesh.core.peer_commands import (
-    AcceptFeedLoss,
-    Append,
-    Claim,
-    ClaimDone,
-    FetchBlob,
-    Leave,
-    Ping,
-    ReleaseClaim,
-    Request,
-    Revoke,
-    SendDirect,
-    Serve,
-    Vouch,
-    WaitDecided,
-)
 from hivemesh.core.pex import MembershipConfig, MemberState
 from hivemesh.core.store import FeedStore
 from hivemesh.core.trace import Trace
@@ -179,6 +191,9 @@ class PeerConfig:
     claim_settle_ms: int = DEFAULT_WINDOW_MS
     #: the name this node claims when it starts (None: none)
     name: str | None = None
+    #: the lease quorum's voters (empty: fixed at first use,
+    #: :mod:`hivemesh.core.lease_swarm`)
+    lease_voters: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -206,15 +221,18 @@ class Peer:
         config: PeerConfig | None = None,
         trust: TrustFile | None = None,
         marks: MarkStore | None = None,
+        leases: LeaseSetup | None = None,
         trace: Trace | None = None,
     ) -> None:
-        """``trace``: record every input and effect for a replay
-        (:mod:`hivemesh.core.trace`; tests and debugging)."""
+        """``leases``: the lease voter's durable state and saved voter set
+        (:mod:`hivemesh.core.lease_swarm`); ``trace``: record every input and
+        effect for a replay (:mod:`hivemesh.core.trace`; tests and debugging)."""
         self.config = cfg = config or PeerConfig()
         self._trace = trace
+        lease_setup = leases or LeaseSetup()
         if trace is not None:
             saved = None if marks is None else (marks.load(),)
-            trace.begin(now_ms, cfg, trust or TrustFile(), saved)
+            trace.begin(now_ms, cfg, trust or TrustFile(), saved, lease_setup)
         self.identity = identity
         self.address = identity.address
         self.store = store
@@ -285,6 +303,37 @@ class Peer:
         self._rng = Random(rng.getrandbits(128))  # ping nonces
         node.register_handler(FrameType.RT_PING, self._on_ping)
         node.register_handler(FrameType.RT_PONG, self._on_pong)
+        lease_rng = Random(rng.getrandbits(128))
+        self.leases = SwarmLeases(
+            self.address,
+            lease_setup,
+            cfg.lease_voters,
+            now_ms,
+            fx=self._fx,
+            authorize=self.authorize,
+            live=self._live_voters,
+            members_up=self._members_up,
+            publish=self._publish_voters,
+            nonce=lambda: lease_rng.getrandbits(48),
+        )
+        node.add_view(self.leases.published)
+        node.register_handler(FrameType.LEASE, self.leases.on_frame)
+        self.joins = Joins(
+            self._fx,
+            authorize=self.authorize,
+            revoked=lambda address: address in self._trust.revoked,
+            count=self._count,
+            log=self._log,
+            send=node.send,
+            vouch=self._vouch_into,
+            swarm_members=self._swarm_members,
+            trust_changed=self._trust_learnt,
+            inviters=self._inviters,
+            link=self._link_up,
+        )
+        node.register_handler(FrameType.RT_JOIN, self.joins.on_join)
+        node.register_handler(FrameType.RT_JOINED, self.joins.on_joined)
+        node.register_handler(FrameType.RT_JOIN_REFUSED, self.joins.on_join_refused)
         self._feed_state = node.feed_gate.state
         self._trust_version = self.trust_view.version
 
@@ -319,7 +368,10 @@ class Peer:
         """A frame from the link to ``peer``."""
         if self._trace is not None:
             self._trace.record("receive", peer, frame, now_ms)
-        self.node.receive(peer, frame, now_ms)
+        if self.joins.held(peer):
+            self.joins.probation_frame(peer, frame, now_ms)
+        else:
+            self.node.receive(peer, frame, now_ms)
         self._after(now_ms)
 
     def receive_many(self, peer: str, frames: Iterable[bytes], now_ms: int) -> None:
@@ -329,7 +381,10 @@ class Peer:
             self._trace.record("receive_many", peer, frames, now_ms)
         receive = self.node.receive
         for frame in frames:
-            receive(peer, frame, now_ms)
+            if self.joins.held(peer):
+                self.joins.probation_frame(peer, frame, now_ms)
+            else:
+                receive(peer, frame, now_ms)
         self._after(now_ms)
 
     def link_up(self, peer: str, boot_id: bytes, now_ms: int, endpoint: str | None = None) -> None:
@@ -339,6 +394,11 @@ class Peer:
         resend direct messages waiting for it."""
         if self._trace is not None:
             self._trace.record("link_up", peer, boot_id, now_ms, endpoint)
+        if self.joins.link_up(peer, boot_id, now_ms, endpoint):
+            self._link_up(peer, boot_id, now_ms, endpoint)
+        self._after(now_ms)
+
+    def _link_up(self, peer: str, boot_id: bytes, now_ms: int, endpoint: str | None) -> None:
         self._links[peer] = boot_id
         eps = self.endpoints.endpoints(peer)
         if not eps and endpoint is not None:
@@ -351,29 +411,51 @@ class Peer:
             self.node.add_peer(peer)
             self.node.sync_with(peer)
         self.direct.link_up(peer, now_ms)
-        self._after(now_ms)
 
     def link_down(self, peer: str, boot_id: bytes, now_ms: int) -> None:
         """The link to ``peer`` is gone: stop replicating, keep dialling it."""
         if self._trace is not None:
             self._trace.record("link_down", peer, boot_id, now_ms)
+        self.joins.link_down(peer)
         if self._links.get(peer) == boot_id:
             del self._links[peer]
         self.node.remove_peer(peer)
         self._dial(peer, self.endpoints.endpoints(peer))
         self._after(now_ms)
 
-    def expect_inviter(self, inviter: str) -> None:
-        """A join through ``inviter`` started: it may connect until it ends."""
+    def admit_channel(self, address: str, invites_open: bool, now_ms: int) -> bool:
+        """The handshake with ``address``: may its link come up? Members as
+        usual; an unknown, unrevoked address on probation while
+        ``invites_open`` (this node remembers invites it issued; see
+        :mod:`hivemesh.core.joins`)."""
         if self._trace is not None:
-            self._trace.record("expect_inviter", inviter)
-        self._inviters.add(inviter)
+            self._trace.record("admit_channel", address, invites_open, now_ms)
+        admitted = self.joins.admit_channel(address, invites_open, now_ms)
+        self._after(now_ms)
+        return admitted
 
-    def forget_inviter(self, inviter: str) -> None:
-        """The join through ``inviter`` ended."""
+    def redeemed(
+        self,
+        peer: str,
+        swarm: str | None,
+        new: bool,
+        error: HivemeshError | None,
+        now_ms: int,
+    ) -> None:
+        """The trust store answered :class:`Redeem` for ``peer``: admitted
+        into ``swarm`` (``new``: its invite was unused), or ``error``."""
         if self._trace is not None:
-            self._trace.record("forget_inviter", inviter)
-        self._inviters.discard(inviter)
+            self._trace.record("redeemed", peer, swarm, new, error, now_ms)
+        self.joins.redeemed(peer, swarm, new, error, now_ms)
+        self._after(now_ms)
+
+    def join_refused(self, peer: str, error: HivemeshError, exhausted: bool, now_ms: int) -> None:
+        """``peer`` refused our link (its CLOSE code, or the handshake;
+        ``exhausted``: every endpoint dialled for it proved another node)."""
+        if self._trace is not None:
+            self._trace.record("join_refused", peer, error, exhausted, now_ms)
+        self.joins.refused(peer, error, exhausted, now_ms)
+        self._after(now_ms)
 
     def trust_changed(self, trust: TrustFile, now_ms: int) -> None:
         """``trust.json`` changed: act on who is admitted now."""
@@ -403,6 +485,8 @@ class Peer:
         self.membership.handle_timer(now_ms)
         self.direct.handle_timer(now_ms)
         self.fetcher.handle_timer(now_ms)
+        self.leases.handle_timer(now_ms)
+        self.joins.handle_timer(now_ms)
         self._fx += self.mailbox.expire(now_ms)
         self._after(now_ms)
 
@@ -429,6 +513,17 @@ class Peer:
         self.mailbox.handled(key, reply, error, now_ms)
         self._after(now_ms)
 
+    def lease_synced(self, upto: int, error: str | None, now_ms: int) -> None:
+        """The driver synced the lease voter's log up to write ``upto``
+        (:class:`LeaseSync`), or a write or the sync failed with ``error``
+        (the voter stops: :mod:`hivemesh.core.lease_swarm`)."""
+        if self._trace is not None:
+            self._trace.record("lease_synced", upto, error, now_ms)
+        if error is not None:
+            self._log("warning", f"lease voter log failed, voter stopped: {error}")
+        self.leases.synced(upto, error, now_ms)
+        self._after(now_ms)
+
     def command(self, cmd: Any, now_ms: int) -> int:
         """Run a typed command; returns the id its :class:`Reply` carries.
 
@@ -453,12 +548,13 @@ class Peer:
     def effects(self) -> list[Effect]:
         """What to do, in order (drains).
 
-        Output that parts still driven from outside queued on :attr:`node`
-        directly since the last input (the daemon's messaging, invites and
-        lease frames) is collected here too, at the last input's time."""
+        Output queued on :attr:`node` outside an input (an application
+        view added by the driver) is collected here too, at the last
+        input's time."""
         if self.node.has_output:
             self._after(self._now)
-        out, self._fx = self._fx, []
+        out = self._fx[:]  # the list itself is shared with the parts that append to it
+        self._fx.clear()
         if self._trace is not None:
             self._trace.drained(out)
         return out
@@ -470,6 +566,8 @@ class Peer:
             self.direct.next_deadline(),
             self.fetcher.next_deadline(),
             self.mailbox.next_deadline(),
+            self.leases.next_deadline(),
+            self.joins.next_deadline(),
         ):
             if extra is not None and extra < d:
                 d = extra
@@ -533,6 +631,39 @@ class Peer:
             for m in self.membership.members()
         }
 
+    def _live_voters(self, voters: list[str]) -> list[str]:
+        """Self, then the voters linked now that membership sees up."""
+        live = [
+            v for v in voters if v in self._links and self.member_state(v) in (MemberState.UP, None)
+        ]
+        return [self.address, *live]
+
+    def _vouch_into(self, address: str, swarm: str, now_ms: int) -> None:
+        self.node.append(KIND_TRUST_ADD, {"address": address, "swarm": swarm}, now_ms)
+
+    def _swarm_members(self, swarm: str) -> frozenset[str] | None:
+        members = self.web().swarms.get(swarm)
+        return None if members is None else frozenset(members)
+
+    def _trust_learnt(self, address: str, swarm: str | None) -> None:
+        """This node trusted ``address``, or joined ``swarm`` through it: the
+        driver writes it to ``trust.json`` (whose next content will agree)."""
+        t = self._trust
+        if swarm is None:
+            self._trust = replace(t, trusted=t.trusted | {address})
+        elif swarm not in t.swarms:
+            self._trust = replace(t, swarms=(*t.swarms, swarm))
+
+    def _publish_voters(self, voters: list[str], now_ms: int) -> None:
+        self.node.append(KIND_VOTERS, {"v": voters}, now_ms)
+
+    def _members_up(self) -> list[str]:
+        return [
+            m.address
+            for m in self.membership.members()
+            if m.state in (MemberState.UP, MemberState.SUSPECT)
+        ]
+
     def detection_bound_ms(self) -> int:
         """Worst case from a crash until every live member marks it down."""
         live = sum(
@@ -554,6 +685,8 @@ class Peer:
             self._on_fetcher()
             self._on_direct_results()
             fx += self.mailbox.route(now_ms)
+            for rid, outcome in self.leases.outcomes():
+                fx.append(Reply(rid, outcome))
             if self.trust_view.version != self._trust_version:
                 self._trust_version = self.trust_view.version
                 self._recheck_trust(now_ms)
@@ -561,8 +694,10 @@ class Peer:
             events = node.events()
             if not out and not events:
                 break
+            allowed = self.joins.allowed if self.joins.awaiting else None
             for peer, frame in out:
-                fx.append(Send(peer, frame))
+                if allowed is None or allowed(peer, frame):
+                    fx.append(Send(peer, frame))
             if events:
                 me = self.identity.public
                 for ev in events:
@@ -658,6 +793,7 @@ class Peer:
         for address, eps in self.endpoints.known().items():
             if address not in self._links:
                 self._dial(address, eps)
+        self.joins.trust_rechecked(now_ms)
 
     def _cut_off(self, peer: str, now_ms: int) -> None:
         self._fx.append(Close(peer, "revoked", code=UnknownPeer.code, forget=True))
@@ -765,7 +901,10 @@ class Peer:
                 got = self.claims.decided(w.resource, now_ms, self.config.claim_settle_ms)
                 if got is not None:
                     del self._waits[rid]
-                    self._fx.append(Reply(rid, self._address_of(got)))
+                    winner = self._address_of(got)
+                    ours = winner == self.address
+                    reply = coord.ClaimWaitReply(resource=w.resource, winner=winner, ours=ours)
+                    self._fx.append(Reply(rid, reply))
                     continue
             if w.deadline_ms <= now_ms:
                 del self._waits[rid]
@@ -784,28 +923,39 @@ class Peer:
     def _do_append(self, rid: int, cmd: Append, now_ms: int) -> None:
         self._fx.append(Reply(rid, self.node.append(cmd.kind, cmd.body, now_ms)))
 
-    def _do_claim(self, rid: int, cmd: Claim, now_ms: int) -> None:
-        r = _resource(cmd.resource)
-        for res, seq in self.claims.own_live(self.identity.public):
-            if res == r:
-                self._fx.append(Reply(rid, seq))
-                return
-        self._fx.append(Reply(rid, self.node.append("claim.intent", {"r": r}, now_ms).seq))
+    def _do_append_many(self, rid: int, cmd: AppendMany, now_ms: int) -> None:
+        self._fx.append(Reply(rid, self.node.append_many(list(cmd.items), now_ms)))
 
-    def _do_release_claim(self, rid: int, cmd: ReleaseClaim, now_ms: int) -> None:
+    def _do_name_claim(self, rid: int, cmd: NameClaim, now_ms: int) -> None:
+        self.node.append(*NamesView.claim(cmd.name), now_ms)
+        owner = self.names.resolve(cmd.name) or self.address
+        reply = NameClaimReply(name=cmd.name, owner=owner, ours=owner == self.address)
+        self._fx.append(Reply(rid, reply))
+
+    def _do_claim(self, rid: int, cmd: coord.Claim, now_ms: int) -> None:
+        r = _resource(cmd.resource)
+        seq = next((s for res, s in self.claims.own_live(self.identity.public) if res == r), None)
+        if seq is None:
+            seq = self.node.append("claim.intent", {"r": r}, now_ms).seq
+        w = self.claims.winner(r)
+        winner = None if w is None else self._address_of(w.author)
+        self._fx.append(Reply(rid, coord.ClaimReply(resource=r, seq=seq, winner=winner)))
+
+    def _do_claim_release(self, rid: int, cmd: coord.ClaimRelease, now_ms: int) -> None:
         r = _resource(cmd.resource)
         own = [(res, seq) for res, seq in self.claims.own_live(self.identity.public) if res == r]
         if own:
             self.node.append_many([("claim.release", {"r": r, "seq": s}) for _, s in own], now_ms)
-        self._fx.append(Reply(rid, len(own)))
+        self._fx.append(Reply(rid, coord.ClaimReleaseReply(released=len(own))))
 
-    def _do_claim_done(self, rid: int, cmd: ClaimDone, now_ms: int) -> None:
+    def _do_claim_done(self, rid: int, cmd: coord.ClaimDone, now_ms: int) -> None:
         r = _resource(cmd.resource)
-        self._fx.append(Reply(rid, self.node.append("claim.done", {"r": r}, now_ms)))
+        self.node.append("claim.done", {"r": r}, now_ms)
+        self._fx.append(Reply(rid, coord.ClaimDoneReply(done=True)))
 
-    def _do_wait_decided(self, rid: int, cmd: WaitDecided, now_ms: int) -> None:
+    def _do_claim_wait(self, rid: int, cmd: coord.ClaimWait, now_ms: int) -> None:
         r = _resource(cmd.resource)
-        self._waits[rid] = _Wait(rid, now_ms + max(0, cmd.timeout_ms), "claim", resource=r)
+        self._waits[rid] = _Wait(rid, now_ms + _ms(cmd.timeout_s, 0), "claim", resource=r)
 
     def _do_fetch_blob(self, rid: int, cmd: FetchBlob, now_ms: int) -> None:
         local = self.store.get_blob(cmd.digest)
@@ -814,26 +964,27 @@ class Peer:
             return
         if not self.fetcher.want(cmd.digest, now_ms, self.blob_index.holders(cmd.digest)):
             raise DeadlineExceeded("too many blob fetches in flight; retry later")
-        self._waits[rid] = _Wait(rid, now_ms + max(0, cmd.timeout_ms), "blob", digest=cmd.digest)
+        due = now_ms + _ms(cmd.timeout_s, 1)
+        self._waits[rid] = _Wait(rid, due, "blob", digest=cmd.digest)
 
-    def _do_send_direct(self, rid: int, cmd: SendDirect, now_ms: int) -> None:
-        msg_id = self.direct.send(cmd.to, cmd.data, now_ms, deadline_ms=cmd.timeout_ms)
+    def _do_send(self, rid: int, cmd: msgs.Send, now_ms: int) -> None:
+        msg_id = self.direct.send(cmd.to, cmd.data, now_ms, deadline_ms=_ms(cmd.timeout_s, 0))
         self._sends[msg_id] = rid
 
-    def _do_revoke(self, rid: int, cmd: Revoke, now_ms: int) -> None:
+    def _do_revoke(self, rid: int, cmd: TrustRevoke, now_ms: int) -> None:
         public_key_of(cmd.address)
         self.node.append(KIND_TRUST_REVOKE, {"address": cmd.address}, now_ms)
         if cmd.address in self._links or cmd.address in self.node.peers:
             self._count("disconnected_revoked")
         self._cut_off(cmd.address, now_ms)
-        self._fx.append(Reply(rid, True))
+        self._fx.append(Reply(rid, TrustRevokeReply(revoked=cmd.address)))
 
     def _do_vouch(self, rid: int, cmd: Vouch, now_ms: int) -> None:
         public_key_of(cmd.address)
         self.node.append(KIND_TRUST_ADD, {"address": cmd.address, "swarm": cmd.swarm}, now_ms)
         self._fx.append(Reply(rid, True))
 
-    def _do_accept_feed_loss(self, rid: int, cmd: AcceptFeedLoss, now_ms: int) -> None:
+    def _do_accept_feed_loss(self, rid: int, cmd: FeedAcceptLoss, now_ms: int) -> None:
         reason = self._reason()
         lost = self.node.accept_feed_loss(now_ms)
         self._log(
@@ -846,16 +997,16 @@ class Peer:
         self._fx.append(Reply(rid, lost))
 
     def _do_request(self, rid: int, cmd: Request, now_ms: int) -> None:
-        self.mailbox.request(rid, cmd.to, cmd.kind, cmd.body, max(1, cmd.timeout_ms), now_ms)
+        self.mailbox.request(rid, cmd.to, cmd.kind, cmd.body, _ms(cmd.timeout_s, 1), now_ms)
 
     def _do_serve(self, rid: int, cmd: Serve, now_ms: int) -> None:
         self.mailbox.serve(cmd.kind, plain=cmd.plain)
         self._fx.append(Reply(rid, True))
 
-    def _do_ping(self, rid: int, cmd: Ping, now_ms: int) -> None:
+    def _do_ping(self, rid: int, cmd: msgs.Ping, now_ms: int) -> None:
         nonce = self._rng.getrandbits(62)
-        self.node.send(cmd.to, encode_frame(FrameType.RT_PING, nonce))
-        self._waits[rid] = _Wait(rid, now_ms + max(1, cmd.timeout_ms), "ping", nonce=nonce)
+        self.node.send(cmd.address, encode_frame(FrameType.RT_PING, nonce))
+        self._waits[rid] = _Wait(rid, now_ms + _ms(cmd.timeout_s, 1), "ping", nonce=nonce)
 
     def _on_ping(self, peer: str, fields: list[Any], now_ms: int) -> None:
         if len(fields) != 1 or type(fields[0]) is not int:
@@ -873,9 +1024,46 @@ class Peer:
                 return
         self.mailbox.counters["stale_pong"] += 1
 
+    def _do_start_join(self, rid: int, cmd: StartJoin, now_ms: int) -> None:
+        if cmd.inviter == self.address:
+            raise InvalidArgument("this node issued the invite: run join on the new node")
+        public_key_of(cmd.inviter)
+        linked = cmd.inviter in self._links
+        timeout = _ms(cmd.timeout_s, 1)
+        self.joins.start(rid, cmd.inviter, cmd.endpoints, cmd.proof, timeout, linked, now_ms)
+
     def _do_leave(self, rid: int, cmd: Leave, now_ms: int) -> None:
         self.membership.leave(now_ms)
         self._fx.append(Reply(rid, True))
+
+    def _lease(self, rid: int, op: Op, timeout_s: float, now_ms: int) -> None:
+        """Run a lease operation; its :class:`Reply` carries the
+        :class:`~hivemesh.core.lease_quorum.Outcome`."""
+        self.leases.start(rid, op, _ms(timeout_s, 1), now_ms)
+
+    def _do_lease_acquire(self, rid: int, cmd: coord.LeaseAcquire, now_ms: int) -> None:
+        self._lease(rid, Acquire(cmd.resource, cmd.holder, cmd.ttl_ms), cmd.timeout_s, now_ms)
+
+    def _do_lease_renew(self, rid: int, cmd: coord.LeaseRenew, now_ms: int) -> None:
+        op = Renew(cmd.resource, cmd.holder, cmd.token, cmd.ttl_ms)
+        self._lease(rid, op, cmd.timeout_s, now_ms)
+
+    def _do_lease_release(self, rid: int, cmd: coord.LeaseRelease, now_ms: int) -> None:
+        op = Release(cmd.resource, cmd.holder, cmd.token)
+        self._lease(rid, op, cmd.timeout_s, now_ms)
+
+    def _do_lease_show(self, rid: int, cmd: coord.LeaseShow, now_ms: int) -> None:
+        self._lease(rid, Show(cmd.resource), cmd.timeout_s, now_ms)
+
+    def _do_lease_voters(self, rid: int, cmd: coord.LeaseVoters, now_ms: int) -> None:
+        voters = self.leases.voters(now_ms)
+        stats = self.leases.statistics()
+        self._fx.append(Reply(rid, {**stats, "voters": voters, "majority": len(voters) // 2 + 1}))
+
+
+def _ms(timeout_s: float, least: int) -> int:
+    """A command's ``timeout_s`` in whole milliseconds, at least ``least``."""
+    return max(least, int(timeout_s * 1000))
 
 
 def _resource(resource: object) -> str:
@@ -887,17 +1075,25 @@ def _resource(resource: object) -> str:
 #: command type -> its handler (the Peer's one command table)
 _COMMANDS: dict[type, Callable[[Peer, int, Any, int], None]] = {
     Append: Peer._do_append,
-    Claim: Peer._do_claim,
-    ReleaseClaim: Peer._do_release_claim,
-    ClaimDone: Peer._do_claim_done,
-    WaitDecided: Peer._do_wait_decided,
+    AppendMany: Peer._do_append_many,
+    NameClaim: Peer._do_name_claim,
+    coord.Claim: Peer._do_claim,
+    coord.ClaimRelease: Peer._do_claim_release,
+    coord.ClaimDone: Peer._do_claim_done,
+    coord.ClaimWait: Peer._do_claim_wait,
     FetchBlob: Peer._do_fetch_blob,
-    SendDirect: Peer._do_send_direct,
-    Revoke: Peer._do_revoke,
+    msgs.Send: Peer._do_send,
+    TrustRevoke: Peer._do_revoke,
     Vouch: Peer._do_vouch,
     Leave: Peer._do_leave,
-    AcceptFeedLoss: Peer._do_accept_feed_loss,
+    StartJoin: Peer._do_start_join,
+    FeedAcceptLoss: Peer._do_accept_feed_loss,
     Request: Peer._do_request,
     Serve: Peer._do_serve,
-    Ping: Peer._do_ping,
+    msgs.Ping: Peer._do_ping,
+    coord.LeaseAcquire: Peer._do_lease_acquire,
+    coord.LeaseRenew: Peer._do_lease_renew,
+    coord.LeaseRelease: Peer._do_lease_release,
+    coord.LeaseShow: Peer._do_lease_show,
+    coord.LeaseVoters: Peer._do_lease_voters,
 }

@@ -44,8 +44,9 @@ INPUTS = frozenset(
         "receive_many",
         "link_up",
         "link_down",
-        "expect_inviter",
-        "forget_inviter",
+        "admit_channel",
+        "redeemed",
+        "join_refused",
         "trust_changed",
         "settle",
         "handle_timer",
@@ -53,6 +54,7 @@ INPUTS = frozenset(
         "inbox_room",
         "persisted",
         "handled",
+        "lease_synced",
         "effects",
     }
 )
@@ -74,13 +76,20 @@ class Trace:
 
     seed: int
     steps: list[Step] = field(default_factory=list)
-    #: what the Peer was built with: now_ms, PeerConfig, TrustFile, and its
-    #: mark store's content (None: it had no mark store)
+    #: what the Peer was built with: now_ms, PeerConfig, TrustFile, its
+    #: mark store's content (None: it had no mark store), its LeaseSetup
     setup: tuple[Any, ...] = ()
 
-    def begin(self, now_ms: int, config: Any, trust: Any, marks: tuple[Mark | None] | None) -> None:
+    def begin(
+        self,
+        now_ms: int,
+        config: Any,
+        trust: Any,
+        marks: tuple[Mark | None] | None,
+        leases: Any = None,
+    ) -> None:
         """Record the Peer's construction (the Peer calls this)."""
-        self.setup = (now_ms, config, trust, marks)
+        self.setup = (now_ms, config, trust, marks, leases)
 
     def record(self, method: str, *args: Any) -> None:
         """Record one input (the Peer calls this)."""
@@ -100,7 +109,7 @@ def replay(trace: Trace, identity: Identity, store: FeedStore) -> list[str]:
     trace; the differences found (empty: the same effects at every drain)."""
     from hivemesh.core.peer import Peer  # the Peer imports this module
 
-    now_ms, config, trust, marks = trace.setup
+    now_ms, config, trust, marks, leases = trace.setup
     peer = Peer(
         identity,
         store,
@@ -109,6 +118,7 @@ def replay(trace: Trace, identity: Identity, store: FeedStore) -> list[str]:
         config=config,
         trust=trust,
         marks=None if marks is None else MemoryMarkStore(marks[0]),
+        leases=leases,
     )
     diffs: list[str] = []
     for n, step in enumerate(trace.steps):

@@ -24,7 +24,7 @@ import asyncio
 import ipaddress
 import socket
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +62,7 @@ class LanDiscovery:
         resolve_timeout_ms: int = 3000,
         max_resolving: int = 64,
         max_found: int = 1024,
+        spawn: Callable[[str, Coroutine[Any, Any, None]], asyncio.Task[None]] | None = None,
     ) -> None:
         public_key_of(address)
         if not 0 < port < 65536:
@@ -87,6 +88,9 @@ class LanDiscovery:
         self._resolve_timeout_ms = resolve_timeout_ms
         self._max_resolving = max_resolving
         self._max_found = max_found
+        #: starts the resolver tasks (a daemon passes its supervisor's
+        #: ``watch``: a resolver that fails is logged and counted)
+        self._spawn = spawn or _create_task
         self._found: dict[str, Discovered] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._changed = asyncio.Event()
@@ -163,7 +167,7 @@ class LanDiscovery:
         if len(self._tasks) >= self._max_resolving:
             self.counters["mdns_resolve_dropped"] += 1
             return
-        task = asyncio.get_running_loop().create_task(self._resolve(name))
+        task = self._spawn("mdns_resolve", self._resolve(name))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -208,3 +212,7 @@ class LanDiscovery:
         self._changed.set()
         if self._on_found is not None:
             self._on_found(found)
+
+
+def _create_task(name: str, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    return asyncio.get_running_loop().create_task(coro, name=f"hm-{name}")

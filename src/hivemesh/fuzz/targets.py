@@ -60,10 +60,11 @@ def _rng_bytes(seed: str) -> Callable[[int], bytes]:
 
 
 def _peer_target() -> Target:
+    from hivemesh.commands.messages import Send as SendDirect
+    from hivemesh.commands.node import Append
     from hivemesh.core.effects import Send
     from hivemesh.core.identity import Identity
     from hivemesh.core.peer import Peer
-    from hivemesh.core.peer_commands import Append, SendDirect
     from hivemesh.core.store import MemoryStore
 
     ids = [Identity.from_seed(bytes([70 + i]) * 32) for i in range(3)]
@@ -83,8 +84,8 @@ def _peer_target() -> Target:
         x.link_up(y.address, b"boot", now)
     for i in range(6):
         a.command(Append("app.note", {"i": i, "text": "x" * i}), now)
-    a.command(SendDirect(b.address, {"hello": [1, 2, 3]}, 5000), now)
-    b.command(Append("ctx.set", {"k": "v"}), now)
+    a.command(SendDirect(b.address, {"hello": [1, 2, 3]}, timeout_s=5.0), now)
+    b.command(Append("app.set", {"k": "v"}), now)
     t = now
     for _ in range(40):
         t += 250
@@ -448,6 +449,47 @@ def _mcp_target() -> Target:
     )
 
 
+# -- tool calls of the mesh's MCP server (hivemesh mcp) -------------------------------
+
+
+def _mesh_mcp_target() -> Target:
+    from hivemesh.faces.mcp.server import MeshMcp
+    from hivemesh.faces.mcp.tools import TOOLS
+    from hivemesh.runtime.aclient import AsyncClient
+
+    face = MeshMcp(AsyncClient("/nonexistent/hivemesh-fuzz"))  # checks only: never connects
+    names = [t.name for t in TOOLS] + ["ctx_watch"]
+    corpus = [
+        json.dumps(c).encode()
+        for c in (
+            {"tool": "ctx_set", "args": {"context": "c", "key": "k", "value": {"v": [1, 2]}}},
+            {"tool": "ctx_append", "args": {"list": "chat", "values": ["hi", 2]}},
+            {"tool": "ctx_incr", "args": {"counter": "n", "by": -2.5}},
+            {"tool": "ctx_add", "args": {"set": "who", "elements": ["ann"]}},
+            {"tool": "plan_goal", "args": {"title": "t", "max_depth": 2, "settle_ms": 0}},
+            {"tool": "lease_renew", "args": {"resource": "r", "holder": "h", "token": 3}},
+            {"tool": "metrics_record", "args": {"name": "m", "value": 1, "attrs": {"a": 1}}},
+            {"tool": "ctx_watch", "args": {"context": "c", "timeout_s": 5}},
+        )
+    ]
+
+    def feed(data: bytes) -> None:
+        try:
+            obj = json.loads(data)
+        except (ValueError, RecursionError):
+            obj = {"tool": names[len(data) % len(names)], "args": data.decode("utf-8", "replace")}
+        if not isinstance(obj, dict):
+            obj = {"args": obj}
+        tool = obj.get("tool")
+        face.request_of(
+            tool if isinstance(tool, str) else names[len(data) % len(names)], obj.get("args")
+        )
+
+    return Target(
+        "mesh_mcp_tools", "the mesh MCP server's tool arguments into typed commands", corpus, feed
+    )
+
+
 _BUILDERS: dict[str, Callable[[], Target]] = {
     "peer_frames": _peer_target,
     "codec": _codec_target,
@@ -459,6 +501,7 @@ _BUILDERS: dict[str, Callable[[], Target]] = {
     "control_request": _control_target,
     "cli_fields": _cli_target,
     "mcp_tools": _mcp_target,
+    "mesh_mcp_tools": _mesh_mcp_target,
 }
 
 

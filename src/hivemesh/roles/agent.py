@@ -29,7 +29,6 @@ it serves ``plan.show``/``plan.goal``/``plan.cancel`` (:mod:`hivemesh.roles.mesh
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import Counter
@@ -45,6 +44,7 @@ from hivemesh.roles.decomposer import Decomposer
 from hivemesh.roles.executor import Executor, ToolBox
 from hivemesh.roles.observer import Observer
 from hivemesh.roles.scorer import Scorer
+from hivemesh.runtime.supervise import reap
 
 __all__ = ["ROLE_NAMES", "RoleDriver", "make_role"]
 
@@ -170,9 +170,4 @@ class RoleDriver:
 
     async def aclose(self) -> None:
         """Cancel running jobs."""
-        tasks = list(self._tasks)
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(BaseException):
-                await t
+        await reap(list(self._tasks), "agent job")

@@ -14,9 +14,10 @@ names in its table and imports on a node's first plan command:
 
 * ``plan.goal {title, detail?, quorum?, quorum_value?, scorers?, max_depth?,
   settle_ms?, max_attempts?}`` -> ``{"goal": id}``: append a new root goal;
-* ``plan.show {goal?}`` -> ``{"goals", "tree", "answer", "digest", "stats"}``:
-  the replica's tree (one goal, or all as ``snapshot``) and a digest of the
-  whole snapshot, equal on replicas holding the same plan events;
+* ``plan.show {goal?}`` -> ``{"goals", "tree", "answer", "digest", "stats",
+  "roles"}``: the replica's tree (one goal, or all as ``snapshot``), a digest
+  of the whole snapshot, equal on replicas holding the same plan events, and
+  how many live agents announced each role;
 * ``plan.cancel {goal, reason?}`` -> ``{"cancelled": id}``: append a cancel.
 
 Unknown goals and bad arguments are :class:`~hivemesh.errors.InvalidArgument`.
@@ -35,6 +36,7 @@ from hivemesh.core.plan import PlanView
 from hivemesh.core.plan_events import (
     KIND_CANCEL,
     KIND_GOAL,
+    ROLES,
     cancel_body,
     goal_body,
     goal_id,
@@ -85,6 +87,7 @@ def show(view: PlanView, goal: str | None = None) -> dict[str, Any]:
         "goals": view.goals(),
         "digest": plan_digest(snap),
         "stats": view.stats(),
+        "roles": {r: view.live_with_role(r) for r in ROLES},
         "tree": None,
         "answer": None,
     }

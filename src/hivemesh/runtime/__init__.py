@@ -2,18 +2,21 @@
 
 Modules
 -------
-* :mod:`~hivemesh.runtime.daemon` -- :class:`Daemon`: wiring and lifecycle
-  around the sans-IO :class:`~hivemesh.core.peer.Peer`, which decides;
-  :mod:`~hivemesh.runtime.pump` -- its pump (inputs in, effects carried out,
-  group commit, one timer at the Peer's deadline).
+* :mod:`~hivemesh.runtime.daemon` -- :class:`Daemon`: wiring, lifecycle
+  and the pump (inputs in, effects carried out, group commit, one timer at
+  the Peer's deadline) around the sans-IO :class:`~hivemesh.core.peer.Peer`,
+  which decides.
 * :mod:`~hivemesh.runtime.connections` -- one secure channel per peer: dial
   with deadlines and backoff, accept, resolve simultaneous dials, bounded
   send queues with backpressure and counted drops.
 * :mod:`~hivemesh.runtime.messaging` -- direct messages, the durable inbox,
   ping.
 * :mod:`~hivemesh.runtime.blobs` -- content-addressed blobs fetched on demand.
-* :mod:`~hivemesh.runtime.invites` -- invite/join over live channels (the
-  web of trust is the Peer's: :mod:`hivemesh.core.views.trust`).
+* :mod:`~hivemesh.runtime.invites` -- invite tokens and ``trust.json`` for
+  the Peer's probation and joins (:mod:`hivemesh.core.joins`).
+* :mod:`~hivemesh.runtime.leases` -- the lease voter's log and the quorum
+  as a lease backend (the voter and proposer are the Peer's:
+  :mod:`hivemesh.core.lease_swarm`).
 * :mod:`~hivemesh.runtime.control`, :mod:`~hivemesh.runtime.client` -- the
   JSON-lines control socket and its blocking client.
 * :mod:`~hivemesh.runtime.status` -- what ``status`` and ``peers`` report.

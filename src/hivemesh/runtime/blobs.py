@@ -11,7 +11,7 @@ it completes. This module is the daemon's side:
 * :meth:`Blobs.put` stores the bytes in the node's store and appends a
   ``blob.put`` announcement; only the announcement is gossiped.
 * :meth:`Blobs.get` returns local bytes, or runs the Peer's
-  :class:`~hivemesh.core.peer_commands.FetchBlob` (the announced holders,
+  :class:`~hivemesh.commands.peer.FetchBlob` (the announced holders,
   else every peer) and waits for its reply: the verified bytes, or the
   fetcher's give-up, or the caller's deadline.
 """
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hivemesh.core.peer_commands import FetchBlob
+from hivemesh.commands.peer import FetchBlob
 from hivemesh.core.views.blobs import BlobFetcher, BlobIndex, blob_digest
 from hivemesh.errors import InvalidArgument
 
@@ -64,5 +64,5 @@ class Blobs:
         local = self.daemon.node.journal.store.get_blob(digest)
         if local is not None:
             return local
-        data: bytes = await self.daemon.call(FetchBlob(digest, max(1, int(timeout_s * 1000))))
+        data: bytes = await self.daemon.call(FetchBlob(digest, timeout_s))
         return data

@@ -6,23 +6,24 @@ The node's :class:`~hivemesh.core.peer.Peer` holds the
 :class:`~hivemesh.core.claims.ClaimsView` and its rules: a ``member.down``
 event (written by SWIM failure detection) releases the dead member's
 claims, and a restarted node releases the live claims of its previous life.
-:class:`MeshClaims` is the daemon's API over it: it appends ``claim.intent``
-/ ``claim.release`` / ``claim.done`` events and waits for the view's
-decision: the earliest live claim by ``(hlc, author)`` wins once it is older
-than the settle window. Cheap and leaderless; a rare duplicate is possible and is detected
+:class:`MeshClaims` is the daemon's API over it: each call is one Peer
+command (``Claim``, ``ClaimRelease``, ``ClaimDone``, ``ClaimWait``: the Peer
+appends the events and answers ``ClaimWait`` once the view decided): the
+earliest live claim by ``(hlc, author)`` wins once it is older than the
+settle window. Cheap and leaderless; a rare duplicate is possible and is detected
 (``claim.done`` by two nodes), which is what leases with fencing tokens
 (:mod:`hivemesh.runtime.leases`) are for when it must not happen.
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any
 
+from hivemesh import commands as c
 from hivemesh.core.claims import DEFAULT_WINDOW_MS as DEFAULT_SETTLE_MS
 from hivemesh.core.claims import ClaimsView
 from hivemesh.core.identity import address_of
-from hivemesh.errors import DeadlineExceeded, InvalidArgument
+from hivemesh.errors import InvalidArgument
 
 if TYPE_CHECKING:
     from hivemesh.runtime.daemon import Daemon
@@ -54,12 +55,8 @@ class MeshClaims:
 
         If this node already has a live claim on it, returns that claim's seq.
         """
-        r = self._resource(resource)
-        for res, seq in self.view.own_live(self.d.identity.public):
-            if res == r:
-                return seq
-        ev = await self.d.append("claim.intent", {"r": r})
-        return ev.seq
+        reply: c.ClaimReply = await self.d.call(c.Claim(self._resource(resource)))
+        return reply.seq
 
     def winner(self, resource: str) -> str | None:
         """The address of the current earliest live claim (may still change)."""
@@ -76,32 +73,19 @@ class MeshClaims:
 
         Raises DeadlineExceeded after ``timeout_s`` (no live claim, or not settled).
         """
-        from hivemesh.runtime.daemon import now_ms
-
         r = self._resource(resource)
-        loop = asyncio.get_running_loop()
-        end = loop.time() + timeout_s
-        while True:
-            got = self.decided(r, now_ms())
-            if got is not None:
-                return got
-            if loop.time() >= end:
-                raise DeadlineExceeded(f"claim on {r!r} not decided within {timeout_s}s")
-            await asyncio.sleep(min(0.02, max(0.0, end - loop.time())))
+        reply: c.ClaimWaitReply = await self.d.call(c.ClaimWait(r, timeout_s))
+        assert reply.winner is not None
+        return reply.winner
 
     async def release(self, resource: str) -> int:
         """Release this node's live claims on ``resource``; returns how many."""
-        r = self._resource(resource)
-        n = 0
-        for res, seq in self.view.own_live(self.d.identity.public):
-            if res == r:
-                await self.d.append("claim.release", {"r": r, "seq": seq})
-                n += 1
-        return n
+        reply: c.ClaimReleaseReply = await self.d.call(c.ClaimRelease(self._resource(resource)))
+        return reply.released
 
     async def done(self, resource: str) -> None:
         """Report ``resource`` finished (ends claiming; duplicates are detected)."""
-        await self.d.append("claim.done", {"r": self._resource(resource)})
+        await self.d.call(c.ClaimDone(self._resource(resource)))
 
     def snapshot(self) -> dict[str, Any]:
         """Per resource: winner and done_by (addresses), live claim count;

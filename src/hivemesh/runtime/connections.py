@@ -122,6 +122,7 @@ from hivemesh.errors import (
 )
 from hivemesh.runtime.dialling import REFUSALS, Dialling, Target
 from hivemesh.runtime.hostutil import handshake_slots
+from hivemesh.runtime.supervise import reap
 from hivemesh.transports import ChannelOptions, SecureChannel, TransportCounters, serve
 from hivemesh.transports.channel import CLOSE_GRACE_S
 from hivemesh.transports.tcp import PROCESS_BOOT_ID
@@ -294,12 +295,19 @@ class ConnectionManager(Dialling):
         if self._notifier is not None:
             self._notifier.cancel()
         tasks = [t.task for t in self._targets.values() if t.task is not None]
-        for task in [*tasks, *readers, *([self._notifier] if self._notifier else [])]:
-            with contextlib.suppress(BaseException):
-                await task
+        await reap([*tasks, *readers, *([self._notifier] if self._notifier else [])], "link")
 
     async def _accepted(self, channel: Any) -> None:
         self._adopt(channel, dialer=channel.peer_address, endpoint=None)
+        await self._deliver()
+
+    async def adopt_inbound(self, channel: Any) -> None:
+        """Take a channel the peer opened over another transport (QUIC, a relay)."""
+        await self._accepted(channel)
+
+    async def adopt_outbound(self, channel: Any) -> None:
+        """Take a channel this node opened over another transport (QUIC, a relay)."""
+        self._adopt(channel, dialer=self.address, endpoint=channel.remote_endpoint)
         await self._deliver()
 
     # -- channels ------------------------------------------------------------
@@ -317,7 +325,13 @@ class ConnectionManager(Dialling):
             dialer=dialer,
             endpoint=endpoint,
             since_s=time.time(),
-            rank=channel_rank(self.address, peer, dialer, channel.handshake_hash),
+            rank=channel_rank(
+                self.address,
+                peer,
+                dialer,
+                channel.handshake_hash,
+                relayed=str(getattr(channel, "path", "tcp")).startswith("relay"),
+            ),
             opened_mono=time.monotonic(),
             last_rx_mono=time.monotonic(),
             boot_id=channel.peer_boot_id,
@@ -675,6 +689,7 @@ class ConnectionManager(Dialling):
                 "endpoint": f"{link.endpoint[0]}:{link.endpoint[1]}" if link.endpoint else None,
                 "since_s": round(link.since_s, 3),
                 "channel_id": link.channel.handshake_hash[:8].hex(),
+                "path": getattr(link.channel, "path", "tcp"),
                 "boot_id": link.boot_id.hex(),
                 "frames_in": st.frames_in,
                 "frames_out": st.frames_out,

@@ -71,6 +71,7 @@ from hivemesh.errors import (
     PeerBusy,
 )
 from hivemesh.runtime.handlers import execute, open_stream
+from hivemesh.runtime.supervise import reap
 from hivemesh.runtime.wirejson import MAX_LINE_BYTES, decode
 
 if TYPE_CHECKING:
@@ -125,11 +126,7 @@ class ControlServer:
         """Stop accepting, end client sessions, remove the socket file."""
         if self._server is not None:
             self._server.close()
-        for t in list(self._clients):
-            t.cancel()
-        for t in list(self._clients):
-            with contextlib.suppress(BaseException):
-                await t
+        await reap(list(self._clients), "control client")
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
 

@@ -2,6 +2,11 @@
 
 Theory of operation
 -------------------
+One class, no mixins: the wiring and lifecycle, the client API (what the
+control socket's handlers and :class:`hivemesh.Node` ask of a running node:
+views and subscriptions, context writes, appends, names, direct messages,
+status) and the pump below.
+
 A :class:`Daemon` owns one node's I/O -- identity, SQLite store, the trust
 file, the connection manager and the control socket -- around the sans-IO
 :class:`~hivemesh.core.peer.Peer`, which decides everything (membership,
@@ -17,13 +22,27 @@ asyncio package wraps its sans-IO connection:
   ``peer.effects()``: frames into the per-peer bounded send queues (waiting
   when one is full: backpressure reaches the readers that caused the
   traffic), dials, closes, replies, events into subscribers' bounded queues.
-* **Time.** One timer task sleeps until ``peer.next_deadline()`` (or invite
-  probation's), then calls ``peer.handle_timer(now_ms)``. Time is
-  wall-clock milliseconds; randomness is a ``random.Random`` seeded from
+* **Time.** One timer task sleeps until ``peer.next_deadline()``, then
+  calls ``peer.handle_timer(now_ms)``. Time is the monotonic clock in
+  milliseconds, anchored at wall-clock time (:mod:`hivemesh.runtime.clock`);
+  randomness is a ``random.Random`` seeded from
   :mod:`secrets`.
 
-The pump itself (input, output, timers, group commit) is the
-:class:`~hivemesh.runtime.pump.Pump` mixin.
+* **Inline input.** Frames reach :meth:`Daemon._on_frames_now` straight
+  from a channel's read callback while that link's reader is idle and nothing
+  waits in the pump (no task woken per read); otherwise the link's reader
+  task hands them to :meth:`Daemon._on_frames`, in order behind what is
+  queued (see :mod:`hivemesh.runtime.connections`). The inline path never
+  waits: a frame the connection manager cannot take at once (a full send
+  queue, no link yet, a handover) goes to ``_unsent``, and a flush task
+  sends it (and everything after it, in order) through
+  :meth:`ConnectionManager.send`, waiting for room -- the backpressure
+  reaches the readers, since inline input is declined while anything is
+  unsent.
+* **Group commit.** Batches received from peers, our own logged appends and
+  attested runs' signature checks are committed together at most
+  ``commit_delay_ms`` after the first of them (``peer.settle``, whose
+  ``Fsync`` effect syncs the store).
 
 **Start.** Make the data dir private (0700, every file 0600; loose modes
 found there are fixed and logged as a warning), open (or create) the key
@@ -86,38 +105,71 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import inspect
 import logging
 import os
 import random
 import secrets
 from collections import Counter, deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from hivemesh import commands as c
+from hivemesh.commands.names import NameClaim, NameClaimReply
+from hivemesh.commands.peer import AppendMany, Leave, Vouch
+from hivemesh.commands.trust import TrustRevoke
 from hivemesh.config import Config, bootstrap_targets, parse_endpoint
 from hivemesh.core.direct import DirectConfig
+from hivemesh.core.effects import (
+    Close,
+    Count,
+    Deliver,
+    Dial,
+    Effect,
+    Fsync,
+    Handle,
+    LeaseLog,
+    LeaseSync,
+    Log,
+    Persist,
+    Redeem,
+    Reply,
+    SaveVoters,
+    Send,
+    TrustEdit,
+)
 from hivemesh.core.event import Event
-from hivemesh.core.identity import Identity, public_key_of, short
+from hivemesh.core.frames import FrameType
+from hivemesh.core.identity import Identity, address_of, public_key_of, short
 from hivemesh.core.node import Node, NodeConfig
 from hivemesh.core.peer import Peer, PeerConfig, TrustFile
-from hivemesh.core.peer_commands import Leave, Revoke, Vouch
 from hivemesh.core.pex import MembershipConfig
 from hivemesh.core.trace import Trace
-from hivemesh.core.views.context import ContextView
+from hivemesh.core.views.context import Context, ContextView
 from hivemesh.core.views.endpoints import EndpointsView
 from hivemesh.core.views.names import NamesView
 from hivemesh.core.views.trust import TrustView, TrustWeb
-from hivemesh.errors import ConfigError, HivemeshError
+from hivemesh.error_codes import error_class
+from hivemesh.errors import (
+    ConfigError,
+    DeadlineExceeded,
+    HivemeshError,
+    InvalidAddress,
+    InvalidArgument,
+    LocalProtocolError,
+    UnknownPeer,
+)
+from hivemesh.leases import LeaseClient
 from hivemesh.runtime.blobs import Blobs
 from hivemesh.runtime.clock import now_ms
 from hivemesh.runtime.connections import ConnectionManager
-from hivemesh.runtime.daemon_api import DaemonAPI
 from hivemesh.runtime.hostutil import lock_data_dir, primary_ipv4, raise_open_files_limit
 from hivemesh.runtime.invites import Invites
-from hivemesh.runtime.messaging import Messaging
-from hivemesh.runtime.pump import Pump
+from hivemesh.runtime.leases import MeshClaims, VoterDisk, lease_client
+from hivemesh.runtime.majority import serve_heads
+from hivemesh.runtime.messaging import Messaging, ping, request, send_direct
 from hivemesh.runtime.rehydration import Rehydration
-from hivemesh.runtime.status import Subscription
+from hivemesh.runtime.status import Subscription, peers_of, status_of
 from hivemesh.runtime.supervise import RESTART_WATCHED, Supervisor, TaskFailed
 from hivemesh.stores.feedmark import FileMarkStore, open_mark
 from hivemesh.transports import ChannelOptions
@@ -127,6 +179,10 @@ from hivemesh.trust import TrustStore
 __all__ = ["Daemon", "Subscription", "membership_config", "now_ms"]
 
 log = logging.getLogger("hivemesh.runtime")
+_NAME_POLL_S = 0.5  # wait_resolved re-checks at least this often
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
+#: Byte 2 of an encoded EVENTS frame (msgpack ``[version, type, ...]``).
+_EVENTS_TYPE_BYTE = bytes([FrameType.EVENTS])
 
 
 def membership_config(
@@ -143,9 +199,8 @@ def membership_config(
     )
 
 
-class Daemon(Pump, DaemonAPI):
-    """One running node (see module docs; the client API is in
-    :mod:`hivemesh.runtime.daemon_api`)."""
+class Daemon:
+    """One running node (see module docs)."""
 
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -184,10 +239,22 @@ class Daemon(Pump, DaemonAPI):
         self._lock_fd: int | None = None
         self._trust_generation = 0
         self._calls: dict[int, asyncio.Future[Any]] = {}  # command rid -> its caller
+        #: group commits failed in a row (a full disk, I/O errors); 0 when healthy
+        self._commit_failing = 0
         self._lives: dict[str, bytes] = {}  # linked peer -> the boot id given to the Peer
         #: the Peer's recorded inputs and effects (``trace_peer`` only)
         self.trace: Trace | None = None
         self.advertised = ""
+        #: the lease voter's files (:mod:`hivemesh.runtime.leases`)
+        self.voter_disk = VoterDisk(config.data_dir, synced=self._lease_synced)
+        #: what a start opened so far, with its closer (undone if the start fails)
+        self._opened: list[tuple[str, Callable[[], object]]] = []
+        self._lease_client: LeaseClient | None = None
+        self.claims: MeshClaims
+        #: broker mode's journal log (:mod:`hivemesh.mesh.feedlog`), else None
+        self.feedlog: Any = None
+        #: QUIC, relays and hole punching (runtime.paths), when configured
+        self.paths: Any = None
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -205,29 +272,18 @@ class Daemon(Pump, DaemonAPI):
             raise
 
     async def _abort_start(self) -> None:
+        """Close what :meth:`_start` opened, the newest first (each part
+        registered its closer in ``_opened`` as it opened); a closer that
+        fails is logged, and the rest still run."""
         await self.supervisor.close()
-        with contextlib.suppress(Exception):
-            if self._control is not None:
-                await self._control.close()
-        with contextlib.suppress(Exception):
-            if self._mdns is not None:
-                await self._mdns.close()
-        if hasattr(self, "conns"):
-            with contextlib.suppress(Exception):
-                await self.conns.close()
-        if hasattr(self, "messaging"):
-            with contextlib.suppress(Exception):
-                self.messaging.close()
-        if hasattr(self, "leases"):
-            with contextlib.suppress(Exception):
-                self.leases.close()
-        if hasattr(self, "node"):
-            with contextlib.suppress(Exception):
-                self.node.settle()
-            with contextlib.suppress(Exception):
-                self.node.journal.store.close()
-        if hasattr(self, "_marks"):
-            self._marks.close()
+        while self._opened:
+            what, close = self._opened.pop()
+            try:
+                result = close()
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:
+                log.exception("closing the %s after a failed start", what)
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
@@ -244,17 +300,22 @@ class Daemon(Pump, DaemonAPI):
         self._lock_fd = lock_data_dir(cfg.data_dir)
         raise_open_files_limit()
         self.identity = load_or_create_identity(cfg.data_dir)
-        self.trust = TrustStore(cfg.data_dir)
-        self.trust.min_refresh_s = 1.0  # the timer loop's poll() catches edits
-        self.trust.on_load_error = self._trust_unreadable  # keeps the last good trust
+        self.trust = TrustStore(
+            cfg.data_dir,
+            min_refresh_s=1.0,  # the timer loop's poll() catches edits
+            on_load_error=self._trust_unreadable,  # keeps the last good trust
+        )
         self._trust_generation = self.trust.generation
-        store = self._store = SQLiteStore(cfg.store_path)
         # Received batches and our own (logged) join one commit per commit_delay_ms.
-        store.write_behind = store.append_log = cfg.commit_delay_ms > 0
+        store = self._store = SQLiteStore(cfg.store_path, group_commit=cfg.commit_delay_ms > 0)
+        self._opened.append(("store", store.close))
         power = store.durability == "power"
         self._marks = open_mark(cfg.data_dir, self.identity.public, store, fsync=power)
+        self._opened.append(("own feed's mark", self._marks.close))
         self.started_ms = now_ms()
         seed = secrets.randbits(128)
+        lease_setup = self.voter_disk.open()
+        self._opened.append(("lease voter log", self.voter_disk.close))
         self.trace = Trace(seed) if cfg.trace_peer else None
         self.peer = Peer(
             self.identity,
@@ -266,8 +327,11 @@ class Daemon(Pump, DaemonAPI):
                     sync_interval_ms=cfg.sync_interval_ms,
                     # Batches straight from their author (our channels authenticate
                     # it) are verified per run at the group commit (core.journal).
-                    defer_direct_verify=cfg.commit_delay_ms > 0,
+                    # (in broker mode every batch is verified before it is
+                    # applied: the broker is not trusted; its log is the push half)
+                    defer_direct_verify=cfg.commit_delay_ms > 0 and cfg.mesh is None,
                     settle_delay_ms=None,
+                    push=cfg.mesh is None,
                 ),
                 membership=membership_config(
                     cfg.probe_interval_ms, cfg.probe_timeout_ms, cfg.suspicion_mult
@@ -278,26 +342,27 @@ class Daemon(Pump, DaemonAPI):
                 trust_mode=cfg.trust_mode,
                 trust_vouches=cfg.trust_vouches,
                 name=cfg.name,
+                lease_voters=tuple(cfg.lease_voters),
             ),
             trust=self._trust_file(),
             marks=self._marks,
+            leases=lease_setup,
             trace=self.trace,
         )
         peer = self.peer
         self.node = peer.node
+        self._opened.append(("verified runs", self.node.settle))  # stored before the store closes
         self.context_view = peer.context
         self.names = peer.names
         self.endpoints = peer.endpoints
         self.trust_view = peer.trust_view
-        self.invites.attach(self.node)
-        from hivemesh.runtime.leases import attach as attach_leases
-
-        self.leases, self.claims = attach_leases(self)  # quorum voter/proposer, claims
+        self.claims = MeshClaims(self)  # over the Peer's claims view
         self.blobs = Blobs(self)
         from hivemesh.runtime.control import ControlServer
 
         self._control = ControlServer(self, cfg.control_path, timeout_s=cfg.control_timeout_s)
         await self._control.start()  # answers status while the views are rebuilt
+        self._opened.append(("control socket", self._control.close))
         self.rehydrated = await self.rehydration.run(store)  # into the Peer, in slices
         if store.log_torn_bytes or store.log_orphaned:  # a damaged append log: never only a counter
             log.warning(
@@ -312,7 +377,7 @@ class Daemon(Pump, DaemonAPI):
             )
         self.conns = ConnectionManager(
             self.identity,
-            authorize=lambda a: self.invites.admit_channel(a, now_ms()),
+            authorize=self.invites.admit_channel,
             on_frame=self._on_frame,
             on_frames=self._on_frames,
             on_frames_now=self._on_frames_now,
@@ -323,15 +388,27 @@ class Daemon(Pump, DaemonAPI):
             slow_peer_timeout_s=cfg.slow_peer_timeout_s,
             rng=random.Random(secrets.randbits(128)),
             options=ChannelOptions(send_queue_frames=cfg.send_queue_frames),
-            on_refused=self.invites.on_refused,
+            on_refused=self.invites.refused,
             boot_id=secrets.token_bytes(BOOT_ID_BYTES),  # one per node start (a life)
             spawn=self.supervisor.watch,  # readers, diallers: a failure is logged and counted
         )
+        if cfg.mesh is not None:  # broker mode: links over the broker (runtime.broker)
+            from hivemesh.runtime.broker import open_links
+
+            self.conns = open_links(self)  # type: ignore[assignment]
         host, port = cfg.listen_endpoint()
+        self._opened.append(("connections", self.conns.close))
         self.listen_port = await self.conns.listen(host, port)
+        if cfg.udp or cfg.relays or cfg.relay_role:
+            from hivemesh.runtime.paths import NodePaths
+
+            self.paths = NodePaths(self)
+            self._opened.append(("paths", self.paths.close))
+            await self.paths.start(host, self.listen_port)
         endpoint = self.advertised = self._announce(host)
         t = now_ms()
         self.messaging = Messaging(self, cfg.data_dir / "inbox.db", inbox_max=cfg.inbox_max)
+        self._opened.append(("inbox", self.messaging.close))
         self._ready.set()
         if cfg.mdns:
             from hivemesh.discovery.mdns import LanDiscovery
@@ -341,8 +418,10 @@ class Daemon(Pump, DaemonAPI):
                 self.listen_port,
                 interfaces=cfg.mdns_interfaces,
                 on_found=lambda found: self.learn(found.address, list(found.endpoints)),
+                spawn=self.supervisor.watch,  # resolvers: a failure is logged and counted
             )
             await self._mdns.start()
+            self._opened.append(("mDNS discovery", self._mdns.close))
         peer.start([endpoint], t)  # the appends of a new life (errors: no start)
         for address, eps in self.endpoints.known().items():
             self.learn(address, eps)
@@ -352,9 +431,15 @@ class Daemon(Pump, DaemonAPI):
 
         self.telemetry = DaemonTelemetry(self)
         await self.telemetry.start()  # -- end telemetry --
+        self._opened.append(("telemetry", self.telemetry.stop))
+        serve_heads(self)  # majority barriers (sync.majority) ask every voter
         self.supervisor.install(asyncio.get_running_loop())
         self._started = True
         self.supervisor.spawn("timer", self._timer_loop, RESTART_WATCHED)  # beats each round
+        if cfg.mesh is not None:  # the journal's push half on the broker's log
+            from hivemesh.runtime.broker import start_feedlog
+
+            self.feedlog = start_feedlog(self)
         self.rehydration.complete()  # control operations waiting for the views go on
         await self.flush()
         # Everything loaded so far (modules, rehydrated views) lives as long as
@@ -371,6 +456,7 @@ class Daemon(Pump, DaemonAPI):
             self.listen_port,
             self.rehydrated,
         )
+        self._opened.clear()  # started: stop() closes everything from now on
 
     async def stop(self) -> None:
         """Shut down cleanly: stop serving, close channels, close the store."""
@@ -384,7 +470,7 @@ class Daemon(Pump, DaemonAPI):
             await self._control.close()
         await self.supervisor.stop_loops()
         await self.supervisor.drain()  # the flushes, disconnects and trust re-checks under way
-        self.leases.close()
+        self.voter_disk.close()  # replies waiting for a sync are never sent
         if self._commit_timer is not None:
             self._commit_timer.cancel()
         self.commit_nowait()
@@ -393,7 +479,13 @@ class Daemon(Pump, DaemonAPI):
         if self._mdns is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._mdns.close(), 3.0)
+        if self.paths is not None:
+            self.paths.close()
         await self.conns.close()
+        if self.config.mesh is not None:
+            from hivemesh.runtime.broker import stop_broker
+
+            await stop_broker(self)
         self.messaging.close()
         try:
             failed = self.node.settle()  # store what was verified; a bad run is dropped
@@ -412,6 +504,29 @@ class Daemon(Pump, DaemonAPI):
             os.close(self._lock_fd)  # releases the data dir lock
             self._lock_fd = None
         log.info("node %s stopped", short(self.address))
+
+    @property
+    def running(self) -> bool:
+        """Started and not stopping."""
+        return self._started
+
+    @property
+    def leases(self) -> LeaseClient:
+        """A :class:`~hivemesh.leases.LeaseClient` over the swarm's quorum
+        (holder id: this node's address; :mod:`hivemesh.runtime.leases`)."""
+        if self._lease_client is None:
+            self._lease_client = lease_client(self)
+        return self._lease_client
+
+    def _lease_synced(self, upto: int, error: str | None) -> None:
+        """The voter log synced (or failed): the held votes may leave."""
+        if not self._started:
+            return
+        self.peer.lease_synced(upto, error, now_ms())
+        if self._flush_lock.locked():
+            self._schedule_flush()
+        else:
+            self._flush_now(deadlines=True)
 
     def request_stop(self) -> None:
         """Ask :meth:`run_until_stopped` to return (signal handlers, ``stop`` op)."""
@@ -485,7 +600,7 @@ class Daemon(Pump, DaemonAPI):
         public_key_of(address)
         self.trust.revoke(address, now_ms() // 1000)
         self.sync_trust()
-        self.peer.command(Revoke(address), now_ms())
+        self.peer.command(TrustRevoke(address), now_ms())
         await self.flush()
 
     def admit(self, address: str) -> None:
@@ -504,26 +619,433 @@ class Daemon(Pump, DaemonAPI):
         self.peer.command(Vouch(address, swarm), now_ms())
         self._schedule_flush()
 
-    async def _promote_probation(self) -> None:
-        """After trust changed: a peer on probation vouched for meanwhile is
-        a peer like any other."""
-        for peer in sorted(self.conns.links):
-            if peer in self.invites.probation and self.authorize(peer):
-                del self.invites.probation[peer]
-                await self._on_peer(peer, True)
+    # -- the client API: what the control socket and hivemesh.Node ask ----------------
 
-    # -- membership and peers (the pump is in hivemesh.runtime.pump) --------------
+    @property
+    def address(self) -> str:
+        """This node's address."""
+        return self.node.address
+
+    def add_view(self, view: Any) -> int:
+        """Register an application view (a reducer with ``kinds`` and
+        ``apply(event)``); it first gets every stored event of its kinds
+        (verified replay), then every new one. Returns the replayed count."""
+        kinds = frozenset(view.kinds)
+        n = 0
+        self.node.settle()  # every applied event is in the store, so none is missed
+        for ev in self._replay(self.node.journal.store):
+            if "*" in kinds or ev.kind in kinds:
+                view.apply(ev)
+                n += 1
+        self.node.add_view(view)
+        return n
+
+    def subscribe(self, kinds: Iterable[str] | None = None) -> Subscription:
+        """A bounded queue receiving new events (of ``kinds``, or all)."""
+        sub = Subscription(frozenset(kinds) if kinds is not None else None)
+        self._subs.append(sub)
+        return sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        """Stop feeding ``sub``; its drops are added to the counters."""
+        if sub in self._subs:
+            self._subs.remove(sub)
+            self.counters["subscriber_dropped"] += sub.dropped
+
+    def context(self, name: str = "default") -> Context:
+        """A handle on a shared context; call :meth:`commit` after writing."""
+        return self.context_view.context(name)
+
+    async def commit(self) -> int:
+        """Append pending local context writes to our feed and send them."""
+        n = self.commit_nowait()
+        await self.flush()
+        return n
+
+    def commit_nowait(self) -> int:
+        """Append pending local context writes (sent by the next flush).
+
+        If the append fails (a full disk, a feed that takes no writes yet),
+        the writes it did not store stay pending in the context and go out
+        with the next commit that succeeds; the error propagates."""
+        items = []
+        while (upd := self.context_view.pending_update()) is not None:
+            items.append(upd)
+        if items:
+            me = self.node.identity.public
+            before = self.node.journal.head(me).seq
+            try:
+                self.call_now(AppendMany(tuple(items)))
+            except BaseException:
+                self.context_view.unexport(items[self.node.journal.head(me).seq - before :])
+                raise
+        return len(items)
+
+    async def append(self, kind: str, body: Any) -> Event:
+        """Append one event of our own and send it."""
+        ev: Event = await self.call(c.Append(kind, body))
+        return ev
+
+    async def claim_name(self, name: str) -> str:
+        """Claim ``name`` for this node; returns the current owner."""
+        reply: NameClaimReply = await self.call(NameClaim(name))
+        return reply.owner
+
+    def resolve(self, target: str) -> str:
+        """An address for ``target`` (an address or a claimed name)."""
+        if target.startswith("hm") and len(target) == 58:
+            try:
+                public_key_of(target)
+                return target
+            except InvalidAddress:
+                pass
+        owner = self.names.resolve(target)
+        if owner is None:
+            raise UnknownPeer(
+                f"no node has claimed the name {target!r} (as far as this node knows yet)"
+            )
+        return owner
+
+    async def wait_resolved(self, target: str, *, timeout_s: float) -> str:
+        """:meth:`resolve` ``target``, waiting up to ``timeout_s`` for a name
+        that is not known yet (a fresh node learns names as it catches up);
+        raises :class:`DeadlineExceeded` then."""
+        sub = self.subscribe(NamesView.kinds)
+        try:
+            async with asyncio.timeout(timeout_s):
+                while True:
+                    with contextlib.suppress(UnknownPeer):
+                        return self.resolve(target)
+                    # woken by a name event; the poll covers a full (dropping) queue
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(_NAME_POLL_S):
+                            await sub.queue.get()
+        except TimeoutError:
+            raise DeadlineExceeded(
+                f"no node claimed the name {target!r} within {timeout_s}s"
+            ) from None
+        finally:
+            self.unsubscribe(sub)
+
+    def status(self) -> dict[str, Any]:
+        """Everything ``hivemesh status`` shows (see :mod:`hivemesh.runtime.status`),
+        with every feed's head under ``journal.heads``: ``{address: {"seq",
+        "hash"}}``, the hash of the feed's last event (hex) -- equal on two
+        nodes exactly when they hold the same history of that feed."""
+        st = status_of(self)
+        heads = self.node.journal.heads
+        st["journal"]["heads"] = {
+            address_of(a): {"seq": h.seq, "hash": h.hash.hex()} for a, h in sorted(heads.items())
+        }
+        if not self.rehydration.is_complete:  # starting: the parts below do not exist yet
+            return st
+        st["telemetry"] = self.telemetry.status()  # -- telemetry --
+        return st
+
+    def peers(self) -> list[dict[str, Any]]:
+        """Known members with their channel figures."""
+        return peers_of(self)
+
+    async def send_direct(self, to: str, data: Any, *, timeout_s: float) -> dict[str, Any]:
+        """Send an acknowledged direct message to an address or a name.
+
+        Returns when the receiver acknowledged (it is in its inbox); raises
+        :class:`DeadlineExceeded` if no ack came within ``timeout_s``. To the
+        name ``metrics-collector`` it is telemetry: returns once the collector
+        stored it, or raises its reason (``DaemonTelemetry.submit``).
+        """
+        if self.telemetry.takes(to):  # -- telemetry --
+            return await self.telemetry.submit(data, timeout_s=timeout_s)
+        return await send_direct(self, to, data, timeout_s=timeout_s)
+
+    def inbox(self, limit: int = 100, *, remove: bool = False) -> list[dict[str, Any]]:
+        """Direct messages received, oldest first (removed if ``remove``)."""
+        return self.messaging.inbox.list(limit, remove=remove)
+
+    async def request(self, to: str, kind: str, body: Any, *, timeout_s: float) -> Any:
+        """Send a request to a handler of ``kind`` on ``to``; return its reply."""
+        return await request(self, to, kind, body, timeout_s=timeout_s)
+
+    async def ping(self, target: str, *, timeout_s: float) -> dict[str, Any]:
+        """Round-trip time to a connected peer (by address or name)."""
+        return await ping(self, target, timeout_s=timeout_s)
+
+    def invite(self, ttl_s: int = 3600, swarm: str | None = None) -> dict[str, Any]:
+        """A single-use invite token for a new node into ``swarm`` (default:
+        our home swarm): ``{token, inviter, expires_s, swarm}``."""
+        return self.invites.issue(ttl_s, now_ms(), swarm)
+
+    async def join(self, token: str, *, timeout_s: float) -> dict[str, Any]:
+        """Join the swarm of the node that issued ``token``.
+
+        Returns ``{inviter, endpoints, seconds}`` once the inviter admitted
+        this node; raises the cause of a refusal (:class:`InviteUsed`,
+        :class:`InviteExpired`, :class:`InviteUnknown`, :class:`InviteRevoked`,
+        :class:`UnknownPeer`, :class:`PeerIdentityMismatch`, a bad token's
+        :class:`InviteError`) or :class:`DeadlineExceeded` after ``timeout_s``
+        (see :mod:`hivemesh.runtime.invites`).
+        """
+        if not 0 < timeout_s <= 3600:
+            raise InvalidArgument("timeout_s must be in (0, 3600]")
+        d = self
+        result: dict[str, Any] = await d.invites.join(token, now_ms(), timeout_s=timeout_s)
+        return result
+
+    def check_address(self, address: str) -> str:
+        """Validate an address argument (raises :class:`InvalidArgument`)."""
+        try:
+            public_key_of(address)
+        except InvalidAddress as exc:
+            raise InvalidArgument(str(exc)) from None
+        return address
+
+    # -- the pump: frames in, effects out, timers, group commit ---------------------
+
+    async def _on_frame(self, peer: str, frame: bytes) -> None:
+        await self._ready.wait()
+        self.peer.receive(peer, frame, now_ms())
+        await self.flush()
+
+    async def _on_frames(self, peer: str, frames: list[bytes]) -> None:
+        """A batch of frames read from ``peer`` at once: handle them all, then
+        flush once (outputs wait at most one batch, 64 frames)."""
+        await self._ready.wait()
+        receive = self.peer.receive
+        only_events = True
+        for frame in frames:
+            only_events = only_events and frame[2:3] == _EVENTS_TYPE_BYTE
+            receive(peer, frame, now_ms())
+        await self.flush(deadlines=not only_events)
+
+    def _on_frames_now(self, peer: str, frames: list[bytes]) -> bool:
+        """:meth:`_on_frames` inline from the channel's read callback, when
+        nothing could make it wait (else False: the reader task takes them)."""
+        if self._flush_lock.locked() or self._unsent or not self._ready.is_set():
+            return False
+        self._flush_now(deadlines=not self._receive_all(peer, frames))
+        return True
+
+    def _receive_all(self, peer: str, frames: list[bytes]) -> bool:
+        """Hand ``frames`` to the Peer; True if all were EVENTS frames."""
+        only_events = all(frame[2:3] == _EVENTS_TYPE_BYTE for frame in frames)
+        self.peer.receive_many(peer, frames, now_ms())
+        return only_events
+
+    def disconnect_later(self, peer: str, reason: str, error: HivemeshError | None = None) -> None:
+        """Close the channel to ``peer`` from synchronous code (the peer's CLOSE
+        carries ``error``'s code)."""
+        self.supervisor.spawn_once("disconnect", self.conns.disconnect(peer, reason, error=error))
+
+    async def flush(self, *, deadlines: bool = True) -> None:
+        """Drain the core's outbox and events (see module docs).
+
+        ``deadlines=False`` (a flush after EVENTS frames only) skips looking
+        for a new earlier timer unless the flush sent something: applying
+        pushed events moves no deadline earlier, and a gap's pull sends a WANT.
+        """
+        async with self._flush_lock:
+            sent = self._drain()
+            unsent = self._unsent
+            while unsent:  # a send queue was full: wait for room, in order
+                peer, frame = unsent.popleft()
+                await self.conns.send(peer, frame)
+                if not unsent:
+                    sent = self._drain() or sent
+        self._after_flush(deadlines or sent)
+
+    def _flush_now(self, *, deadlines: bool) -> None:
+        """:meth:`flush` without waiting: what cannot be sent at once is left
+        in ``_unsent`` for a flush task (scheduled here) to send in order."""
+        sent = self._drain()
+        if self._unsent:
+            self._schedule_flush()
+        self._after_flush(deadlines or sent)
+
+    def _drain(self, *, queue: bool = False) -> bool:
+        """Carry out the Peer's effects: frames to the send queues (or, once
+        one is full, to ``_unsent``; every frame with ``queue``, for a flush
+        that waits for room to send in order), events to subscribers, the rest
+        by kind (:meth:`_execute`); True if it sent."""
+        sent = False
+        unsent = self._unsent
+        send_fast = self.conns.send_fast
+        peer_fx = self.peer.effects
+        while True:
+            fx = peer_fx()
+            if not fx:
+                break
+            for e in fx:
+                if type(e) is Send:
+                    sent = True
+                    peer, frame = e.peer, e.frame
+                    if queue or unsent or not send_fast(peer, frame):
+                        unsent.append((peer, frame))
+                else:
+                    self._execute(e)
+        self._group_commit()
+        return sent
+
+    def _execute(self, e: Effect) -> None:
+        """Carry out one effect other than :class:`Send`."""
+        if isinstance(e, Deliver):
+            for sub in self._subs:
+                for ev in e.events:
+                    sub.offer(ev)
+        elif isinstance(e, Count):
+            self.counters[e.name] += e.n
+        elif isinstance(e, Dial):
+            self.learn(e.address, list(e.endpoints))
+        elif isinstance(e, Close):
+            if e.forget:
+                self.conns.forget(e.peer)
+            if e.if_silent_ms is not None:
+                self.conns.drop_if_silent(e.peer, e.if_silent_ms / 1000)
+            else:  # the peer's CLOSE carries the code
+                error = None if e.code is None else error_class(e.code)(e.reason)
+                self.disconnect_later(e.peer, e.reason, error)
+        elif isinstance(e, Redeem):
+            self.invites.redeem(e)
+        elif isinstance(e, TrustEdit):
+            self.invites.edit(e)
+        elif isinstance(e, Reply):
+            fut = self._calls.pop(e.rid, None)
+            if fut is not None and not fut.done():
+                if e.error is not None:
+                    fut.set_exception(e.error)
+                else:
+                    fut.set_result(e.value)
+        elif isinstance(e, Persist):
+            self.messaging.persist(e)
+        elif isinstance(e, Handle):
+            self.messaging.handle(e)
+        elif isinstance(e, LeaseLog):
+            self.voter_disk.write(e.resource, e.bound, e.max_ttl_ms)
+        elif isinstance(e, LeaseSync):
+            self.voter_disk.sync_soon(e.upto)
+        elif isinstance(e, SaveVoters):
+            self.voter_disk.save_voters(e.voters)
+        elif isinstance(e, Log):
+            log.log(_LEVELS.get(e.level, logging.WARNING), "%s", e.message)
+        elif isinstance(e, Fsync):
+            # the group commit's write: a store error is counted and retried,
+            # anything else (a bug) ends the node (runtime.daemon's task table)
+            self.supervisor.guard("group_commit", self._fsync, fatal=True)()
+
+    def _fsync(self) -> None:
+        try:
+            self._store.sync()
+        except HivemeshError as exc:  # disk full, I/O error: retried at the next commit
+            self._commit_failed(exc)
+            return
+        if self._commit_failing:
+            log.warning("group commit works again after %d failures", self._commit_failing)
+            self._commit_failing = 0
+
+    def _commit_failed(self, exc: HivemeshError) -> None:
+        """Count a failed commit; log it once, then every 100th in a row: a
+        typed store error retried every few ms must not flood the log (on a
+        full disk the log may be on that disk), nor hide (it is counted)."""
+        self.counters["group_commit_failed"] += 1
+        self._commit_failing += 1
+        if self._commit_failing == 1 or self._commit_failing % 100 == 0:
+            log.warning(
+                "group commit failed (%s, %d in a row, retried at the next commit): %s",
+                exc.code,
+                self._commit_failing,
+                exc,
+            )
+
+    def call(self, cmd: Any) -> asyncio.Future[Any]:
+        """Run a Peer command now; the future resolves with its reply (the
+        next flush carries it out)."""
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._calls[self.peer.command(cmd, now_ms())] = fut
+        self._carry_out()  # lease frames leave now (latency)
+        return fut
+
+    def call_now(self, cmd: Any) -> Any:
+        """Run a Peer command that the Peer answers at once (a local append);
+        its reply's value, or its error raised."""
+        fut = self.call(cmd)
+        if not fut.done():  # a bug: the command waits for an input
+            raise LocalProtocolError(f"{type(cmd).__name__} is not answered at once")
+        return fut.result()
+
+    def _carry_out(self) -> None:
+        """Carry out the Peer's effects now; while a flush waits for room,
+        its frames queue behind that flush's (the order of sends holds)."""
+        if self._flush_lock.locked():
+            self._drain(queue=True)
+            self._schedule_flush()
+        else:
+            self._flush_now(deadlines=True)
+
+    def _after_flush(self, deadlines: bool) -> None:
+        if self._started and deadlines and self._next_deadline() < self._armed_ms:
+            self._wake.set()
+
+    def _group_commit(self) -> None:
+        """Commit batches received from peers and our own logged appends at
+        most ``commit_delay_ms`` after the first of them (one commit for many
+        frames; see the store's module docs)."""
+        if (self._store.pending or self.node.journal.unsettled) and self._commit_timer is None:
+            self._commit_timer = asyncio.get_running_loop().call_later(
+                self.config.commit_delay_ms / 1000,
+                # a store error is counted and retried; anything else ends the node
+                self.supervisor.guard("group_commit", self._commit_group, fatal=True),
+            )
+
+    def _commit_group(self) -> None:
+        self._commit_timer = None
+        if not self._started:
+            return  # stop() closes the store, which commits
+        try:
+            self.peer.settle(now_ms())  # verify attested runs, store them; then Fsync
+        except HivemeshError as exc:  # disk full, I/O error: retried at the next commit
+            self._commit_failed(exc)
+        if self._flush_lock.locked():  # a flush waits for room: the Fsync goes after it
+            self._schedule_flush()
+        else:
+            self._flush_now(deadlines=False)  # the Fsync (and any Close) now
+
+    async def _timer_loop(self) -> None:
+        while self._started:
+            self.supervisor.beat("timer")  # a round that hangs is reported (runtime.supervise)
+            t = now_ms()
+            self.peer.handle_timer(t)
+            self.sync_trust()  # trust.json edited: the Peer rechecks whom it admits
+            await self.flush()
+            self._wake.clear()
+            self._armed_ms = min(self._next_deadline(), now_ms() + 1000)
+            delay_s = max(0.0, (self._armed_ms - now_ms()) / 1000)
+            try:
+                async with asyncio.timeout(delay_s):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+
+    def _next_deadline(self) -> int:
+        return self.peer.next_deadline()
+
+    def _schedule_flush(self) -> None:
+        """Flush soon from a synchronous caller (coalesced into one task)."""
+        if self._flush_scheduled or not self._started:
+            return
+        self._flush_scheduled = True
+
+        async def run() -> None:
+            self._flush_scheduled = False
+            await self.flush()
+
+        self.supervisor.spawn_once("flush", run())
+
+    # -- membership and peers ---------------------------------------------------------
 
     async def _on_peer(self, peer: str, up: bool) -> None:
         await self._ready.wait()
-        if up and peer in self.invites.probation:
-            return  # not a member until it presents a valid join proof
-        if up:
-            self.invites.send_proof(peer)
-            if peer not in self.invites.awaiting:  # else: once it admits us
-                self.member_up(peer)
+        if up:  # on probation, or an inviter not admitting us yet: the Peer holds it
+            self.member_up(peer)
         else:
-            self.invites.probation.pop(peer, None)
             self.peer.link_down(peer, self._lives.pop(peer, b""), now_ms())
         await self.flush()
 

@@ -92,8 +92,10 @@ def run_demo(
     root: str | Path | None = None,
     say: Callable[[str], None] = print,
     total_timeout_s: float = 55.0,
+    broker: str | None = None,
 ) -> DemoReport:
-    """Run the demo (see module docs) and return its report."""
+    """Run the demo (see module docs) and return its report; ``broker``: a
+    broker URL to run every node in broker mode (docs/broker.md)."""
     if nodes < 3:
         raise ValueError("the demo needs at least 3 nodes")
     tmp = None
@@ -120,7 +122,8 @@ def run_demo(
         n.line(f"{'✔' if ok else '✘'} {name}: {detail}")
         return ok
 
-    swarm = LocalSwarm(root, trust_mode="invite")  # private, as every node by default
+    env = {} if broker is None else {"HIVEMESH_MESH": broker}
+    swarm = LocalSwarm(root, trust_mode="invite", env=env)  # private, as every node by default
     try:
         labels = [f"node{i + 1}" for i in range(nodes)]
         victim, writer, named = labels[-1], labels[0], labels[1]

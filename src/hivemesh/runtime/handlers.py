@@ -26,9 +26,8 @@ from hivemesh import commands as c
 from hivemesh.commands import Command, Record, Reply, jsonable
 from hivemesh.core.event import Event
 from hivemesh.core.identity import address_of
-from hivemesh.core.peer_commands import AcceptFeedLoss
 from hivemesh.errors import DeadlineExceeded, LocalProtocolError, UnknownCommand
-from hivemesh.runtime import leases_ops
+from hivemesh.runtime import leases_ops, majority
 from hivemesh.telemetry.errors import SpoolFull
 
 if TYPE_CHECKING:
@@ -75,7 +74,7 @@ async def _feed_status(d: Daemon, req: c.FeedStatus) -> Record:
 
 
 async def _feed_accept_loss(d: Daemon, req: c.FeedAcceptLoss) -> Record:
-    lost = await d.call(AcceptFeedLoss())  # the Peer logs it as a warning
+    lost = await d.call(req)  # the Peer logs it as a warning
     return Record({**lost, "own_feed": d.node.feed_gate.status()})
 
 
@@ -93,11 +92,30 @@ async def _ctx_get(d: Daemon, req: c.CtxGet) -> Record:
     return Record({"key": req.key, "found": req.key in ctx, "value": ctx.get(req.key)})
 
 
+async def _ctx_contexts(d: Daemon, req: c.CtxContexts) -> Record:
+    snap = d.context_view.snapshot()  # {context: {kind: {name: value}}}
+    keys = {name: sum(len(v) for v in snap[name].values()) for name in sorted(snap)}
+    return Record({"contexts": keys})
+
+
 async def _ctx_set(d: Daemon, req: c.CtxSet) -> c.CtxSetReply:
     d.context(req.context)[req.key] = req.value
     n = await d.commit()
     seq = d.node.journal.head(d.identity.public).seq
     return c.CtxSetReply(context=req.context, key=req.key, events=n, seq=seq)
+
+
+async def _ctx_append(d: Daemon, req: c.CtxAppend) -> c.CtxAppendReply:
+    handle = d.context(req.context).list(req.list)
+    for value in req.values:
+        handle.append(value)
+    return c.CtxAppendReply(length=len(handle), events=await d.commit())
+
+
+async def _ctx_incr(d: Daemon, req: c.CtxIncr) -> c.CtxIncrReply:
+    handle = d.context(req.context).counter(req.counter)
+    handle.add(int(req.by) if req.by.is_integer() else req.by)
+    return c.CtxIncrReply(value=float(handle.value), events=await d.commit())
 
 
 def _set_handle(d: Daemon, context: str, name: str, grow_only: bool) -> Any:
@@ -292,7 +310,10 @@ HANDLERS: Mapping[type[Command], Handler] = {
     c.ClaimShow: leases_ops.claim_show,
     c.ClaimWait: leases_ops.claim_wait,
     c.CtxAdd: _ctx_add,
+    c.CtxAppend: _ctx_append,
+    c.CtxContexts: _ctx_contexts,
     c.CtxGet: _ctx_get,
+    c.CtxIncr: _ctx_incr,
     c.CtxMembers: _ctx_members,
     c.CtxRemove: _ctx_remove,
     c.CtxSet: _ctx_set,
@@ -319,6 +340,7 @@ HANDLERS: Mapping[type[Command], Handler] = {
     c.Send: _send,
     c.Status: _status,
     c.Stop: _stop,
+    c.SyncMajority: majority.sync_majority,
     c.TrustAdmit: _admit,
     c.TrustList: _trust_list,
     c.TrustRevoke: _revoke,

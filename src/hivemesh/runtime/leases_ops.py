@@ -33,7 +33,11 @@ __all__ = [
 
 
 def _backend(d: Daemon) -> Any:
-    return d.leases.client().backend
+    if d.config.mesh is not None:  # broker mode: the broker's KV (runtime.broker)
+        from hivemesh.runtime.broker import lease_client
+
+        return lease_client(d).backend
+    return d.leases.backend
 
 
 async def acquire(d: Daemon, req: c.LeaseAcquire) -> c.LeaseAcquireReply:
@@ -74,31 +78,31 @@ async def show(d: Daemon, req: c.LeaseShow) -> c.LeaseShowReply:
 
 async def voters(d: Daemon, req: c.LeaseVoters) -> Record:
     """``lease.voters``: the voters, the majority and the proposer's figures."""
-    vs = d.leases.voters()
-    return Record({"voters": vs, "majority": len(vs) // 2 + 1, **d.leases.statistics()})
+    return Record(await d.call(req))  # the Peer fixes the set if it is not yet
 
 
 async def claim(d: Daemon, req: c.Claim) -> c.ClaimReply:
-    """``claim``: register this node's claim."""
-    seq = await d.claims.claim(req.resource)
-    return c.ClaimReply(resource=req.resource, seq=seq, winner=d.claims.winner(req.resource))
+    """``claim``: register this node's claim (the Peer's command)."""
+    reply: c.ClaimReply = await d.call(req)
+    return reply
 
 
 async def claim_wait(d: Daemon, req: c.ClaimWait) -> c.ClaimWaitReply:
-    """``claim.wait``: the winner once decided."""
-    winner = await d.claims.wait_decided(req.resource, timeout_s=req.timeout_s)
-    return c.ClaimWaitReply(resource=req.resource, winner=winner, ours=winner == d.address)
+    """``claim.wait``: the winner once decided (the Peer's command)."""
+    reply: c.ClaimWaitReply = await d.call(req)
+    return reply
 
 
 async def claim_release(d: Daemon, req: c.ClaimRelease) -> c.ClaimReleaseReply:
-    """``claim.release``: release this node's live claims on the resource."""
-    return c.ClaimReleaseReply(released=await d.claims.release(req.resource))
+    """``claim.release``: release this node's live claims (the Peer's command)."""
+    reply: c.ClaimReleaseReply = await d.call(req)
+    return reply
 
 
 async def claim_done(d: Daemon, req: c.ClaimDone) -> c.ClaimDoneReply:
-    """``claim.done``: report the work finished."""
-    await d.claims.done(req.resource)
-    return c.ClaimDoneReply(done=True)
+    """``claim.done``: report the work finished (the Peer's command)."""
+    reply: c.ClaimDoneReply = await d.call(req)
+    return reply
 
 
 async def claim_show(d: Daemon, req: c.ClaimShow) -> Record:

@@ -38,11 +38,13 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hivemesh.commands.messages import Ping, Send
+from hivemesh.commands.peer import Request, Serve
 from hivemesh.core.codec import pack, unpack
 from hivemesh.core.direct import InboxMessage
 from hivemesh.core.effects import Handle, Persist
-from hivemesh.core.peer_commands import Ping, Request, SendDirect, Serve
 from hivemesh.errors import DecodeError, StoreError, UnknownPeer
+from hivemesh.runtime.clock import now_ms as _now_ms
 from hivemesh.stores.private import create_private
 
 if TYPE_CHECKING:
@@ -168,7 +170,9 @@ class Messaging:
     def handle(self, e: Handle) -> None:
         """Carry out a ``Handle`` effect: run the handler in a task."""
         handler = (self.plain_handlers if e.plain else self.handlers).get(e.kind)
-        task = asyncio.get_running_loop().create_task(self._run(handler, e))
+        # a handler's failure is its requester's answer; anything escaping
+        # that (a bug here) is logged and counted by the supervisor
+        task = self.d.supervisor.watch("message_handler", self._run(handler, e))
         self._handling.add(task)
         task.add_done_callback(self._handling.discard)
 
@@ -191,15 +195,11 @@ class Messaging:
         self.inbox.close()
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 async def send_direct(d: Daemon, to: str, data: Any, *, timeout_s: float) -> dict[str, Any]:
     """Send through ``d`` and wait for the acknowledgement (see Daemon.send_direct)."""
     address = d.resolve(to)
     t0 = time.perf_counter()
-    result: dict[str, Any] = await d.call(SendDirect(address, data, int(timeout_s * 1000)))
+    result: dict[str, Any] = await d.call(Send(address, data, timeout_s))
     result["rtt_ms"] = round((time.perf_counter() - t0) * 1000, 3)
     return result
 
@@ -207,7 +207,7 @@ async def send_direct(d: Daemon, to: str, data: Any, *, timeout_s: float) -> dic
 async def request(d: Daemon, to: str, kind: str, body: Any, *, timeout_s: float) -> Any:
     """Send a request of ``kind`` and return the handler's reply (see module docs)."""
     address = d.resolve(to)
-    return await d.call(Request(address, kind, body, max(1, int(timeout_s * 1000))))
+    return await d.call(Request(address, kind, body, timeout_s))
 
 
 async def ping(d: Daemon, target: str, *, timeout_s: float) -> dict[str, Any]:
@@ -218,5 +218,5 @@ async def ping(d: Daemon, target: str, *, timeout_s: float) -> dict[str, Any]:
         state = "unknown" if st is None else st.value
         raise UnknownPeer(f"no channel to {address[:12]} (state: {state})")
     t0 = time.perf_counter()
-    await d.call(Ping(address, max(1, int(timeout_s * 1000))))
+    await d.call(Ping(address, timeout_s))
     return {"address": address, "rtt_ms": round((time.perf_counter() - t0) * 1000, 3)}

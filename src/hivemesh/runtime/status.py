@@ -70,6 +70,8 @@ def status_of(d: Daemon) -> dict[str, Any]:
     counters["name_takeovers_refused"] = len(takeovers)
     counters["claim_takeovers_refused"] = len(d.claims.view.takeovers())
     counters.update(d.conns.counters)
+    if d.feedlog is not None:  # broker mode: the journal log's counters
+        counters.update(d.feedlog.counters)
     counters.update(d.counters)
     counters.update({f"membership_{k}": v for k, v in d.peer.membership.counters.items()})
     counters.update({f"direct_{k}": v for k, v in d.peer.direct.counters.items()})
@@ -132,11 +134,17 @@ def status_of(d: Daemon) -> dict[str, Any]:
         "tasks": d.supervisor.statistics(),
         "transport": transport,
         "dropped_total": sum(dropped.values()),
+        # broker mode: the journal's log (runtime.broker); None peer to peer
+        "mesh": None if d.feedlog is None else d.feedlog.statistics(),
+        # UDP/QUIC, relays, hole punching and path changes (runtime.paths); None if off
+        "paths": None if d.paths is None else d.paths.statistics(),
     }
 
 
 def peers_of(d: Daemon) -> list[dict[str, Any]]:
     """Known members with their channel figures."""
+    from hivemesh.runtime.paths import path_of
+
     chans = d.conns.statistics()
     members = d.peer.members_snapshot()
     out = []
@@ -149,6 +157,9 @@ def peers_of(d: Daemon) -> list[dict[str, Any]]:
                 "state": m["state"] if m else "connecting",
                 "endpoints": m["endpoints"] if m else d.endpoints.endpoints(addr),
                 "channel": chans.get(addr),
+                # direct TCP, direct UDP, punched, relayed via <relay>; RTT where measured
+                "path": path_of(link.channel) if (link := d.conns.links.get(addr)) else None,
+                "rtt_ms": getattr(link.channel, "rtt_ms", None) if link else None,
                 "revoked": d.trust.is_revoked(addr),
             }
         )

@@ -42,6 +42,10 @@ replaces: logged as before, and counted as ``loop_exception``.
 ``CancelledError``, ``KeyboardInterrupt`` and ``SystemExit`` pass through;
 any other ``BaseException`` (loro reports a panic as one) is a failure like
 an ``Exception``.
+
+Stopping tasks one owns goes through :func:`reap`: cancel, then wait, with
+only their ``CancelledError`` suppressed (never ``BaseException``): a task
+that fails while it ends raises, and one that had failed before is logged.
 """
 
 from __future__ import annotations
@@ -50,13 +54,21 @@ import asyncio
 import logging
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from hivemesh.errors import HivemeshError
 
-__all__ = ["FATAL", "RESTART", "RESTART_WATCHED", "Policy", "Supervisor", "TaskFailed"]
+__all__ = [
+    "FATAL",
+    "RESTART",
+    "RESTART_WATCHED",
+    "Policy",
+    "Supervisor",
+    "TaskFailed",
+    "reap",
+]
 
 log = logging.getLogger("hivemesh.runtime")
 
@@ -358,3 +370,28 @@ class Supervisor:
         self.failure = failure
         log.critical("%s: stopping the node", failure)
         self._on_fatal(failure)
+
+
+async def reap(tasks: Iterable[asyncio.Task[Any]], what: str = "task") -> None:
+    """Cancel ``tasks`` and wait until each has ended.
+
+    Only their cancellation is suppressed: an error a task raises while it
+    ends propagates (a bug in its cleanup), and a task that had already
+    failed is logged here (at debug level when a supervisor's ``watch``
+    reported it already: its exception is then retrieved). Our own
+    cancellation while waiting propagates too.
+    """
+    tasks = list(tasks)
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        if task.done():
+            if not task.cancelled() and task.exception() is not None:
+                log.debug("%s %s had failed: %r", what, task.get_name(), task.exception())
+            continue
+        try:
+            await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # we are cancelled ourselves, not only the task

@@ -76,6 +76,7 @@ from hivemesh.errors import (
     NoHandler,
 )
 from hivemesh.extras import missing
+from hivemesh.runtime.supervise import reap
 from hivemesh.telemetry.errors import TelemetryRefused
 from hivemesh.telemetry.health import NodeStatus, Thresholds
 from hivemesh.telemetry.node import COLLECTOR_NAME, CollectorNode, NodeTelemetry
@@ -178,6 +179,10 @@ class DaemonTelemetry:
             self.d.messaging.on_message(MESSAGE_KIND, self._on_request)
             self.d.messaging.on_plain(MESSAGE_KIND, self._on_plain)
             await self.collector.start(self.d.supervisor.watch)
+            if self.d.config.mesh is not None:  # broker mode: read the shared queue too
+                from hivemesh.runtime.broker import start_telemetry_consumer
+
+                start_telemetry_consumer(self.d, self.collector)
             if self.d.names.resolve(COLLECTOR_NAME) != self.d.address:
                 await self.d.claim_name(COLLECTOR_NAME)
         if self.d.config.telemetry:
@@ -198,9 +203,7 @@ class DaemonTelemetry:
             return
         self._stopped = True
         if self._hb_task is not None:
-            self._hb_task.cancel()
-            with contextlib.suppress(BaseException):
-                await self._hb_task
+            await reap([self._hb_task], "telemetry heartbeat")
         await self.node.stop(flush_timeout_s=1.0 if self._hb_task is not None else 0.0)
         if self.collector is not None:
             await self.collector.stop()
@@ -210,6 +213,10 @@ class DaemonTelemetry:
     async def _deliver(self, payload: bytes) -> Mapping[str, Any]:
         if self.collector is not None:  # we are the collector: no mesh hop
             return await self.collector.handle_message(self.d.address, payload)
+        if self.d.config.mesh is not None:  # broker mode: the collectors' shared queue
+            from hivemesh.runtime.broker import publish_telemetry
+
+            return await publish_telemetry(self.d, payload)
         reply = await self._request(payload, self.d.config.telemetry_timeout_s)
         if not isinstance(reply, Mapping):
             raise LocalProtocolError(f"collector replied {type(reply).__name__}, not a map")

@@ -35,6 +35,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
+from hivemesh.commands.node import FeedAcceptLoss
 from hivemesh.core.effects import Fsync, Send
 from hivemesh.core.event import Event
 from hivemesh.core.identity import Identity
@@ -42,7 +43,6 @@ from hivemesh.core.membership import MembershipConfig
 from hivemesh.core.node import NodeConfig
 from hivemesh.core.ownfeed import MarkStore
 from hivemesh.core.peer import Peer, PeerConfig, TrustFile
-from hivemesh.core.peer_commands import AcceptFeedLoss
 from hivemesh.core.views import View
 from hivemesh.core.views.trust import KIND_TRUST_ADD
 from hivemesh.sim.cluster import Cluster, SimNode
@@ -125,7 +125,7 @@ class PeerAdapter:
 
     def accept_feed_loss(self, now_ms: int) -> None:
         """The operator's ``hivemesh feed accept-loss``."""
-        self.peer.command(AcceptFeedLoss(), now_ms)
+        self.peer.command(FeedAcceptLoss(confirm=True), now_ms)
 
     def sends(self, now_ms: int) -> list[tuple[str, bytes]]:
         """The Peer's effects: frames to send; an fsync syncs the disk."""

@@ -151,7 +151,16 @@ class SQLiteStore:
     writers across processes).
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, durability: Durability = "process") -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        durability: Durability = "process",
+        group_commit: bool = False,
+    ) -> None:
+        """``group_commit`` sets both :attr:`write_behind` and :attr:`append_log`
+        (the daemon's group commit; see the module docs) once the append log
+        left by the last run was recovered, which commits each batch."""
         if durability not in ("process", "power"):
             raise InvalidArgument(f"durability must be 'process' or 'power', not {durability!r}")
         self.path = Path(path)
@@ -189,6 +198,7 @@ class SQLiteStore:
         except BaseException:
             self.close()
             raise
+        self.write_behind = self.append_log = group_commit
 
     # -- opening ----------------------------------------------------------------
 

@@ -53,16 +53,13 @@ from types import MappingProxyType
 from typing import cast
 
 from hivemesh.core.codec import MAX_FRAME_BYTES
+from hivemesh.core.joins import JOIN_REFUSALS
 from hivemesh.errors import (
     ChannelSuperseded,
     ConnectionClosed,
     DeadlineExceeded,
     HivemeshError,
     InvalidArgument,
-    InviteExpired,
-    InviteRevoked,
-    InviteUnknown,
-    InviteUsed,
     StaleBoot,
     UnknownPeer,
     WouldBlock,
@@ -103,12 +100,7 @@ class ChannelOptions:
 
 
 #: CLOSE codes by which a peer refuses a join, each raised as its own type.
-_JOIN_REFUSALS: dict[str, tuple[type[HivemeshError], str]] = {
-    InviteUsed.code: (InviteUsed, "the invite was already used by another node"),
-    InviteExpired.code: (InviteExpired, "the invite expired (by the inviter's clock)"),
-    InviteUnknown.code: (InviteUnknown, "the inviter holds no such invite (foreign or forgotten)"),
-    InviteRevoked.code: (InviteRevoked, "the inviter revoked this node"),
-}
+_JOIN_REFUSALS = JOIN_REFUSALS  # the Peer's table (core.joins): one text per cause
 
 
 def peer_close_error(code: str) -> HivemeshError:
@@ -145,6 +137,7 @@ class SecureChannel:
         counters: TransportCounters,
         initial_frames: list[bytes],
         peer_boot_id: bytes = b"",
+        path: str = "tcp",
     ) -> None:
         #: The peer's proven hivemesh address.
         self.peer_address = peer_address
@@ -153,6 +146,9 @@ class SecureChannel:
         #: The peer's proven boot id: random per start of the peer, so a new
         #: one means the peer restarted (see :mod:`hivemesh.transports.noise`).
         self.peer_boot_id = peer_boot_id
+        #: How the bytes travel: ``"tcp"``, ``"udp"`` (QUIC), ``"punched"``
+        #: (QUIC through a punched NAT) or ``"relay:<relay address>"``.
+        self.path = path
         self._reader = reader
         self._writer = writer
         self._session = session
@@ -191,6 +187,22 @@ class SecureChannel:
     def close_reason(self) -> HivemeshError | None:
         """Why the channel ended (``None`` while open)."""
         return self._close_reason
+
+    @property
+    def remote_endpoint(self) -> tuple[str, int] | None:
+        """The ``(ip, port)`` the channel's bytes come from (a relayed
+        channel: ``None``); what a peer reports as our observed address."""
+        peer = self._writer.get_extra_info("peername")
+        if isinstance(peer, tuple) and len(peer) >= 2:
+            return (str(peer[0]), int(peer[1]))
+        return None
+
+    @property
+    def rtt_ms(self) -> float | None:
+        """The round-trip time its transport measured (QUIC), or ``None``."""
+        probe = self._writer.get_extra_info("rtt_ms")
+        value = probe() if callable(probe) else None
+        return None if value is None else round(float(value), 3)
 
     @property
     def is_closed(self) -> bool:

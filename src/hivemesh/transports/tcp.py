@@ -84,7 +84,16 @@ from hivemesh.transports.noise import (
 from hivemesh.transports.session import FrameSession
 from hivemesh.transports.stats import TransportCounters
 
-__all__ = ["PROCESS_BOOT_ID", "ChannelOptions", "Listener", "SecureChannel", "connect", "serve"]
+__all__ = [
+    "PROCESS_BOOT_ID",
+    "ChannelOptions",
+    "Listener",
+    "SecureChannel",
+    "connect",
+    "open_channel",
+    "run_handshake",
+    "serve",
+]
 
 _log = logging.getLogger(__name__)
 _U16 = struct.Struct(">H")
@@ -145,14 +154,16 @@ async def _read_record(
     return await reader.readexactly(size)
 
 
-async def _handshake(
+async def run_handshake(
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
     hs: SecureHandshake,
     options: ChannelOptions,
     progress: Callable[[int], None] | None = None,
 ) -> tuple[FrameSession, list[bytes]]:
-    """Run ``hs`` to completion; raise typed errors only.
+    """Run ``hs`` to completion over any byte stream (TCP, a QUIC stream, a
+    relayed circuit); raise typed errors only. Returns the session and the
+    frames that arrived with the responder's ACCEPT.
 
     The responder calls ``progress(i)`` when handshake message ``i`` (0 or
     2) has arrived complete.
@@ -214,6 +225,33 @@ async def _handshake(
         raise HandshakeError(f"connection failed during the handshake: {exc}") from None
 
 
+def open_channel(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    session: FrameSession,
+    hs: SecureHandshake,
+    options: ChannelOptions,
+    counters: TransportCounters,
+    frames: list[bytes],
+    path: str = "tcp",
+) -> SecureChannel:
+    """The channel of a finished handshake ``hs`` (counted ``handshakes_ok``)."""
+    counters.incr("handshakes_ok")
+    result = hs.result()
+    return SecureChannel(
+        reader,
+        writer,
+        session,
+        peer_address=result.peer_address,
+        handshake_hash=result.handshake_hash,
+        peer_boot_id=result.peer_boot_id,
+        options=options,
+        counters=counters,
+        initial_frames=frames,
+        path=path,
+    )
+
+
 async def connect(
     host: str,
     port: int,
@@ -260,7 +298,7 @@ async def connect(
                     reader, writer = await asyncio.open_connection(host, port)
                 except OSError as exc:
                     raise PeerUnreachable(f"cannot connect to {host}:{port}: {exc}") from None
-                session, frames = await _handshake(reader, writer, hs, opts)
+                session, frames = await run_handshake(reader, writer, hs, opts)
         except TimeoutError:
             raise DeadlineExceeded(
                 f"connect+handshake to {host}:{port} over {timeout_s}s"
@@ -270,19 +308,7 @@ async def connect(
         if writer is not None:
             writer.close()
         raise
-    counters.incr("handshakes_ok")
-    result = hs.result()
-    return SecureChannel(
-        reader,
-        writer,
-        session,
-        peer_address=result.peer_address,
-        handshake_hash=result.handshake_hash,
-        peer_boot_id=result.peer_boot_id,
-        options=opts,
-        counters=counters,
-        initial_frames=frames,
-    )
+    return open_channel(reader, writer, session, hs, opts, counters, frames)
 
 
 @dataclass(eq=False, slots=True)
@@ -366,7 +392,7 @@ class Listener:
         try:
             try:
                 async with asyncio.timeout(self._opts.handshake_timeout_s) as me.deadline:
-                    session, _ = await _handshake(reader, writer, hs, self._opts, progress)
+                    session, _ = await run_handshake(reader, writer, hs, self._opts, progress)
             except TimeoutError:
                 if me.evicted:
                     self.counters.incr("handshakes_evicted")
@@ -385,19 +411,7 @@ class Listener:
             raise
         finally:
             self._admission.finish(me)
-        self.counters.incr("handshakes_ok")
-        result = hs.result()
-        channel = SecureChannel(
-            reader,
-            writer,
-            session,
-            peer_address=result.peer_address,
-            handshake_hash=result.handshake_hash,
-            peer_boot_id=result.peer_boot_id,
-            options=self._opts,
-            counters=self.counters,
-            initial_frames=[],
-        )
+        channel = open_channel(reader, writer, session, hs, self._opts, self.counters, [])
         self._channels[id(channel)] = channel
         try:
             await self._on_channel(channel)

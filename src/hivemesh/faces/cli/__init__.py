@@ -28,6 +28,7 @@ __all__ = ["SUBCOMMANDS", "build_parser", "main"]
 
 #: Every subcommand and the module of :mod:`hivemesh.faces.cli.commands` that defines it.
 SUBCOMMANDS: dict[str, str] = {
+    "a2a": "a2a",
     "agent": "agent",
     "alerts": "alerts",
     "answer": "answer",
@@ -37,6 +38,7 @@ SUBCOMMANDS: dict[str, str] = {
     "chaos": "chaos",
     "claim": "claim",
     "ctx": "ctx",
+    "dashboard": "dashboard",
     "demo": "demo",
     "feed": "feed",
     "fixture": "fixture",
@@ -46,6 +48,7 @@ SUBCOMMANDS: dict[str, str] = {
     "invite": "invite",
     "join": "join",
     "lease": "lease",
+    "mcp": "mcp",
     "metrics": "metrics",
     "name": "name",
     "peers": "peers",

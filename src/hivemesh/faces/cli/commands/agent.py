@@ -5,7 +5,8 @@ The node is a full hivemesh node (its own identity and store in
 The LLM comes from ``HIVEMESH_LLM_*`` (or ``--base-url``/``--model``); an
 observer needs none. With ``--json`` it prints ``up --json``'s ready line
 ``{"address", "listen", "control", "role", "tools"}``. SIGINT/SIGTERM stop it
-cleanly.
+cleanly. Without ``--json`` an observer draws the plan trees live on
+stdout (:mod:`hivemesh.faces.plan_watch`; rich on a terminal).
 
 An executor's tools come from MCP servers: the ``[mcp]`` table of the node's
 config file and ``--mcp CONFIG`` (a JSON or TOML file, or inline JSON, in the
@@ -112,13 +113,41 @@ async def _serve(args: argparse.Namespace) -> int:
             print(json.dumps(ready, sort_keys=True), flush=True)
         else:
             print(f"{args.role} {node.address} up on {node.endpoint} (Ctrl-C to stop)", flush=True)
+        shown = None
+        if args.role == "observer" and not args.json:  # the observer shows the tree live
+            shown = asyncio.ensure_future(_show_live(node.config.data_dir, stop))
         try:
             await driver.run(stop)
+            if shown is not None:
+                await shown  # raises why the display stopped, if it failed
         finally:
+            if shown is not None and not shown.done():
+                shown.cancel()
             close = getattr(llm, "aclose", None)
             if close is not None:
                 await close()
     return 0
+
+
+async def _show_live(data_dir: Any, stop: asyncio.Event) -> None:
+    """Redraw the node's plan trees on stdout until ``stop`` (see
+    :mod:`hivemesh.faces.plan_watch`); a failure stops the agent too."""
+    from hivemesh.faces.plan_watch import ClientSource, TreeDisplay, watch
+    from hivemesh.runtime.aclient import AsyncClient
+
+    async def stopping() -> bool:
+        return stop.is_set()
+
+    display = TreeDisplay(sys.stdout)
+    source = ClientSource(AsyncClient(data_dir, timeout_s=10.0))
+    try:
+        await watch(source, display, stop=stopping)
+    except BaseException:
+        stop.set()
+        raise
+    finally:
+        display.close()
+        await source.aclose()
 
 
 def _mcp_specs(value: str) -> tuple[Any, ...]:

@@ -1,5 +1,8 @@
-"""``hivemesh ctx get|set|watch|add|remove|members``: shared context replicated
-over the swarm.
+"""``hivemesh ctx get|set|append|incr|watch|add|remove|members``: shared
+context replicated over the swarm.
+
+``append`` adds JSON values (plain text if not JSON) to the list NAME;
+``incr`` adds a number (default 1, may be negative) to the counter NAME.
 
 ``add``/``remove``/``members`` work on a context's sets: the add-wins
 observed-remove set called NAME by default (an add concurrent with a remove of
@@ -13,7 +16,7 @@ import argparse
 import json
 from typing import Any
 
-from hivemesh.commands import CtxAdd, CtxGet, CtxMembers, CtxRemove, CtxSet
+from hivemesh.commands import CtxAdd, CtxAppend, CtxGet, CtxIncr, CtxMembers, CtxRemove, CtxSet
 from hivemesh.errors import HivemeshError, InputTooDeep, InvalidArgument, InvalidEncoding
 from hivemesh.runtime.cliutil import add_common, data_dir_of, emit_error, run_command
 from hivemesh.runtime.wirejson import decode
@@ -35,6 +38,18 @@ def register(sub: Any) -> None:
     s.add_argument("--context", "-c", default="default")
     add_common(s)
     s.set_defaults(func=_set)
+    ap = csub.add_parser("append", help="append JSON VALUEs to the list NAME")
+    ap.add_argument("list", metavar="NAME")
+    ap.add_argument("values", metavar="VALUE", nargs="+")
+    ap.add_argument("--context", "-c", default="default")
+    add_common(ap)
+    ap.set_defaults(func=_append)
+    inc = csub.add_parser("incr", help="add BY (default 1) to the counter NAME")
+    inc.add_argument("counter", metavar="NAME")
+    inc.add_argument("by", metavar="BY", nargs="?", type=float, default=1.0)
+    inc.add_argument("--context", "-c", default="default")
+    add_common(inc)
+    inc.set_defaults(func=_incr)
     a = csub.add_parser("add", help="add ELEMENTs to the set NAME")
     a.add_argument("set", metavar="NAME")
     a.add_argument("elements", metavar="ELEMENT", nargs="+")
@@ -100,13 +115,35 @@ def _get(args: argparse.Namespace) -> int:
     )
 
 
+def _value(text: str) -> Any:
+    """``text`` as JSON, or as plain text if it is not JSON (JSON we refuse raises)."""
+    try:
+        return decode(text, what="VALUE")
+    except (InputTooDeep, InvalidEncoding):  # JSON we refuse, not plain text
+        raise
+    except InvalidArgument:
+        return text  # not JSON: plain text (checked when it is sent)
+
+
+def _append(args: argparse.Namespace) -> int:
+    try:
+        values = tuple(_value(v) for v in args.values)
+    except HivemeshError as exc:
+        return emit_error(args, exc)
+    request = CtxAppend(list=args.list, values=values, context=args.context)
+    return run_command(args, request, lambda r: f"{args.list}: {r['length']} items")
+
+
+def _incr(args: argparse.Namespace) -> int:
+    request = CtxIncr(counter=args.counter, by=args.by, context=args.context)
+    return run_command(args, request, lambda r: f"{args.counter} = {r['value']:g}")
+
+
 def _set(args: argparse.Namespace) -> int:
     try:
-        value = decode(args.value, what="VALUE")
-    except (InputTooDeep, InvalidEncoding) as exc:  # JSON we refuse, not plain text
+        value = _value(args.value)
+    except HivemeshError as exc:
         return emit_error(args, exc)
-    except InvalidArgument:
-        value = args.value  # not JSON: plain text (checked when it is sent)
     return run_command(
         args,
         CtxSet(key=args.key, value=value, context=args.context),

@@ -25,7 +25,12 @@ def _text(peers: list[dict[str, Any]]) -> str:
         link = f"{ch['direction']} {ch['frames_in']}/{ch['frames_out']} frames" if ch else "-"
         names = ",".join(p["names"]) or "-"
         eps = ",".join(p["endpoints"]) or "-"
-        lines.append(f"{p['address'][:16]}  {p['state']:<8} {names:<20} {eps:<22} {link}")
+        path = p.get("path") or "-"  # direct TCP, direct UDP, punched, relayed via R
+        rtt = f"{p['rtt_ms']:.1f}ms" if p.get("rtt_ms") is not None else "-"
+        lines.append(
+            f"{p['address'][:16]}  {p['state']:<8} {names:<20} {eps:<22} "
+            f"{path:<24} {rtt:>8}  {link}"
+        )
     return "\n".join(lines)
 
 

@@ -46,6 +46,20 @@ def _text(st: dict[str, Any]) -> str:
             + f"   (a crash is detected within {st['detection_bound_ms'] / 1000:.1f}s)"
         )
     lines.append(f"inbox     {st['inbox']} messages   blobs {st['blobs']['known']} known")
+    paths = st.get("paths")
+    if paths:  # UDP/QUIC, relays, punching (runtime.paths)
+        relays = ", ".join(
+            f"{a[:12]} {'up' if up else 'down'}" for a, up in paths["relays"].items()
+        )
+        lines.append(
+            f"udp       port {paths['udp_port']}   relays: {relays or 'none'}"
+            f"   observed: {', '.join(paths['observed']) or '-'}"
+            + ("   relay role on" if paths["relay"] is not None else "")
+        )
+        lines.extend(
+            f"path      {e['peer'][:12]} {e['from']} -> {e['to']}"
+            for e in paths["path_events"][-5:]
+        )
     lines.append(f"dropped   {st['dropped_total']} (every drop is counted below)")
     for addr, row in sorted(st.get("clock_ahead", {}).items()):  # whose clock is wrong
         waiting = row.get("waiting_from_seq")

@@ -36,6 +36,12 @@ def register(sub: Any) -> None:
         action="append",
         help="[address@]host:port of a node to join through (repeatable)",
     )
+    p.add_argument(
+        "--mesh",
+        metavar="URL",
+        help="broker mode: nats://host:4222?swarm=NAME or redis://host:6379/0?swarm=NAME "
+        "carries the swarm instead of peer links (docs/broker.md)",
+    )
     p.add_argument("--name", help="claim this name at startup")
     p.add_argument(
         "--mdns", action="store_true", default=None, help="find peers on the LAN with mDNS"
@@ -77,6 +83,7 @@ def _run(args: argparse.Namespace) -> int:
         "advertise": args.advertise,
         "bootstrap": tuple(args.bootstrap) if args.bootstrap else None,
         "name": args.name,
+        "mesh": args.mesh,
         "mdns": args.mdns,
         "mdns_interfaces": tuple(args.mdns_interface) if args.mdns_interface else None,
         "collector": args.collector,

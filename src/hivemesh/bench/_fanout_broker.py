@@ -1,0 +1,182 @@
+"""``hivemesh bench fanout --mode nats``: broker mode beside raw JetStream, same run.
+
+Two systems on the same nats-server (127.0.0.1:4222 with JetStream, else a
+private ``nats-server -js`` on a free port), one after the other, each as
+``--nodes`` processes driven by this one (:mod:`hivemesh.bench._fanout_procs`):
+
+* **hivemesh in broker mode** -- node processes
+  (:mod:`hivemesh.bench._fanout_node` with ``--mesh nats://…?swarm=<fresh>``):
+  the publisher appends events in batches of ``--batch``; each node gets
+  them from the swarm's stream and verifies, stores and applies them (an
+  event is *delivered* when its journal applied it);
+* **raw JetStream** -- nats-py processes (:mod:`hivemesh.bench._fanout_js`):
+  one JetStream message per event on a fresh stream, published with acks
+  (256 in flight), read by an ordered push consumer per process.
+
+Phases: *throughput* -- ``--events`` events from one publisher, the figure is
+events / (last arrival at the slowest node - first send); *late join* -- a
+new process starts after the throughput phase and reads everything from the
+stream: events / (its last arrival - its process start, imports excluded:
+the clock starts when its module is loaded). The raw late joiner replays
+the same number of messages of the same size, one event per message; ours
+reads the same events as signed batches (that is the point: one signature
+and one stream message cover many events). Goals (issue 17): throughput at
+least 0.5x raw JetStream; late-join catch-up at least 2x its replay.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from hivemesh.bench import BenchResult, Metric
+from hivemesh.bench._fanout_procs import Fleet
+
+__all__ = ["GOAL_CATCHUP_VS_REPLAY", "GOAL_THROUGHPUT_VS_JS", "run_broker"]
+
+GOAL_THROUGHPUT_VS_JS = 0.5
+GOAL_CATCHUP_VS_REPLAY = 2.0
+
+
+async def _late_join(fleet: Fleet, name: str, argv: list[str], env: dict[str, str], n: int,
+                     args: argparse.Namespace) -> dict[str, Any]:  # fmt: skip
+    """Start one more process that reads the whole stream; its catch-up rate."""
+    from hivemesh.bench.fanout import _until
+
+    worker = await fleet.spawn(name, argv, env=env)
+    start_ns = int(worker.hello["start_ns"])
+    rep: dict[str, Any] = {}
+
+    async def caught_up() -> bool:
+        nonlocal rep
+        rep = await worker.call("report", 30.0, phase="tp", samples=False)
+        return int(rep["count"]) >= n
+
+    await _until(f"{name} catches up", caught_up, args.timeout_s, 0.02)
+    seconds = max(1e-9, (int(rep["last_ns"]) - start_ns) / 1e9)
+    return {"events": n, "seconds": round(seconds, 3), "events_per_s": n / seconds}
+
+
+async def _hivemesh(args: argparse.Namespace, tmp: Path, url: str) -> dict[str, Any]:
+    from hivemesh.bench.fanout import _phase_throughput, _python_env, _until
+
+    env = _python_env()
+    mesh = f"{url}?swarm=bench{uuid.uuid4().hex[:10]}"
+    argv = [sys.executable, "-m", "hivemesh.bench._fanout_node", "--mesh", mesh]
+    async with Fleet(tmp) as fleet:
+        await asyncio.gather(
+            *(
+                fleet.spawn(
+                    f"hm{i}", [*argv, "--index", str(i), "--data-dir", str(tmp / f"n{i}")], env=env
+                )
+                for i in range(args.nodes)
+            )
+        )
+        fleet.workers.sort(key=lambda w: int(w.name[2:]))
+        want = args.nodes - 1
+
+        async def linked() -> bool:
+            return all(s["links"] >= want for s in await fleet.gather("status", 10.0))
+
+        await _until("every broker-mode node linked to every other", linked, 60.0)
+        tp = await _phase_throughput(fleet, args, args.events, "tp")
+        late_argv = [*argv, "--index", str(args.nodes), "--data-dir", str(tmp / "late")]
+        late = await _late_join(fleet, "late", late_argv, env, args.events, args)
+        return {"swarm": mesh, "throughput": tp, "late_join": late}
+
+
+async def _raw(args: argparse.Namespace, tmp: Path, url: str) -> dict[str, Any]:
+    import nats
+    from nats.js.api import StorageType, StreamConfig
+
+    from hivemesh.bench.fanout import _phase_throughput, _python_env, _until
+
+    stream = f"HMBENCH_{uuid.uuid4().hex[:10]}"
+    nc = await nats.connect(url, connect_timeout=5)
+    js = nc.jetstream(timeout=10.0)
+    await js.add_stream(
+        StreamConfig(name=stream, subjects=[f"{stream}.events"], storage=StorageType.FILE)
+    )
+    env = _python_env()
+    argv = [sys.executable, "-m", "hivemesh.bench._fanout_js", "--url", url, "--stream", stream]
+    try:
+        async with Fleet(tmp) as fleet:
+            await asyncio.gather(
+                *(fleet.spawn(f"js{i}", [*argv, "--index", str(i)], env=env)
+                  for i in range(args.nodes))
+            )  # fmt: skip
+            fleet.workers.sort(key=lambda w: int(w.name[2:]))
+
+            async def connected() -> bool:
+                return all(s["connected"] for s in await fleet.gather("status", 10.0))
+
+            await _until("raw JetStream clients connected", connected, 30.0)
+            tp = await _phase_throughput(fleet, args, args.events, "tp")
+            late_argv = [*argv, "--index", str(args.nodes), "--replay"]
+            late = await _late_join(fleet, "jslate", late_argv, env, args.events, args)
+            return {"stream": stream, "throughput": tp, "late_join": late}
+    finally:
+        with contextlib.suppress(Exception):
+            await js.delete_stream(stream)
+        await nc.close()
+
+
+async def _run(args: argparse.Namespace) -> BenchResult:
+    import tempfile
+
+    from hivemesh.bench.fanout import NATS_URL, _port_open, _private_nats
+
+    if args.nodes < 2:
+        raise ValueError("need --nodes >= 2")
+    args.publishers = 1
+    details: dict[str, Any] = {"mode": "nats", "nodes": args.nodes, "events": args.events,
+                               "batch": args.batch}  # fmt: skip
+    server = None
+    with tempfile.TemporaryDirectory(prefix="hivemesh-fanout-broker-") as d:
+        tmp = Path(d)
+        url = NATS_URL
+        try:
+            if not _port_open("127.0.0.1", 4222):
+                server, url = await _private_nats(tmp, jetstream=True)
+            (tmp / "hm").mkdir()
+            (tmp / "js").mkdir()
+            ours = await _hivemesh(args, tmp / "hm", url)
+            raw = await _raw(args, tmp / "js", url)
+        finally:
+            if server is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    server.kill()
+                await server.wait()
+    details["hivemesh"] = ours
+    details["jetstream"] = raw
+    details["server"] = url + (" (private)" if server is not None else "")
+    details["load_average_1m"] = round(os.getloadavg()[0], 2)
+    tp = Metric(
+        "throughput to all nodes",
+        ours["throughput"]["events_per_s"],
+        raw["throughput"]["events_per_s"],
+        "events/s",
+        "raw JetStream pub+consume",
+    )
+    tp.goal = f">= {GOAL_THROUGHPUT_VS_JS}x raw JetStream"
+    tp.goal_met = bool(ours["throughput"]["complete"]) and (tp.ratio or 0) >= GOAL_THROUGHPUT_VS_JS
+    lj = Metric("late-join catch-up", ours["late_join"]["events_per_s"],
+                raw["late_join"]["events_per_s"], "events/s", "raw JetStream replay")  # fmt: skip
+    lj.goal = f">= {GOAL_CATCHUP_VS_REPLAY}x raw JetStream replay"
+    lj.goal_met = (lj.ratio or 0) >= GOAL_CATCHUP_VS_REPLAY
+    return BenchResult("fanout", [tp, lj], details)
+
+
+def run_broker(args: argparse.Namespace) -> BenchResult:
+    """Run both systems (module docs)."""
+    started = time.monotonic()
+    result = asyncio.run(_run(args))
+    result.details["wall_s"] = round(time.monotonic() - started, 1)
+    return result

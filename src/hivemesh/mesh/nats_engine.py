@@ -1,0 +1,340 @@
+"""The broker interface on NATS: a JetStream stream for feeds, core subjects for the rest.
+
+Subjects of swarm ``S`` (one stream ``HM_S`` holds ``hm.S.feed.*``):
+
+* ``hm.S.feed.<author address>`` -- the author's signed batches (JetStream,
+  file storage, the limits of :class:`~hivemesh.mesh.engine.MeshOptions`,
+  discard old; message id ``<author>:<first>:<last>`` so a retried publish
+  is stored once within the 2-minute duplicate window);
+* ``hm.S.node.<address>`` -- envelopes for one node (core NATS);
+* ``hm.S.hello`` -- presence envelopes (core NATS);
+* ``hm.S.tel.<sender>`` -- telemetry batches in the stream ``HM_S_TEL``
+  (work-queue retention: an entry is removed once a collector acknowledged
+  it), read by the durable pull consumer ``collectors`` that every collector
+  shares (explicit acks, redelivered after ``ack_wait`` 30 s).
+
+Reading: an ephemeral *pull* consumer from the stream sequence after the
+last one handed over (``ack_policy`` none: the node's own store is its
+durable copy and its cursor), fetched in batches of up to 256. Any error
+(server restarted, consumer gone, connection lost) drops the consumer and
+makes a new one from the same position after a short backoff, so no entry
+is skipped and none is handed over twice by this reader. nats-py reconnects
+by itself (unbounded attempts, 50 ms apart); ``on_state`` reports the
+connection going and coming back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+from collections.abc import Callable
+from typing import Any
+
+import nats
+import nats.errors
+import nats.js.errors
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    DiscardPolicy,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+
+from hivemesh.errors import DeadlineExceeded, PeerUnreachable, TransportError
+from hivemesh.mesh.engine import DataHandler, FeedHandler, MeshOptions, WorkHandler, backoff
+
+__all__ = ["NatsEngine"]
+
+log = logging.getLogger("hivemesh.mesh")
+_FETCH = 256
+
+
+class NatsEngine:
+    """:class:`~hivemesh.mesh.engine.BrokerEngine` on NATS JetStream (module docs)."""
+
+    def __init__(self, options: MeshOptions) -> None:
+        self.options = options
+        s = options.swarm
+        self.stream = f"HM_{s}"
+        self._feed_prefix = f"hm.{s}.feed."
+        self._node_prefix = f"hm.{s}.node."
+        self._hello = f"hm.{s}.hello"
+        self.tel_stream = f"HM_{s}_TEL"
+        self._tel_prefix = f"hm.{s}.tel."
+        self._nc: Any = None
+        self._js: Any = None
+        self._on_state: Callable[[bool], None] = lambda up: None
+        #: connection errors nats-py reported (it reconnects by itself), and the last
+        self.errors = 0
+        self.last_error = ""
+
+    def _wrap(self, what: str, exc: BaseException) -> TransportError:
+        if isinstance(exc, TimeoutError | nats.errors.TimeoutError):
+            return DeadlineExceeded(f"nats {what}: no answer within {self.options.timeout_s}s")
+        return PeerUnreachable(f"nats {what}: {type(exc).__name__}: {exc}")
+
+    async def start(
+        self,
+        me: str,
+        on_node: DataHandler,
+        on_presence: DataHandler,
+        on_state: Callable[[bool], None],
+    ) -> None:
+        """Connect, make sure the stream exists, subscribe (see module docs)."""
+        o = self.options
+        self._on_state = on_state
+
+        async def disconnected() -> None:
+            on_state(False)
+
+        async def reconnected() -> None:
+            on_state(True)
+
+        async def error(exc: Exception) -> None:
+            self.errors += 1
+            self.last_error = f"{type(exc).__name__}: {exc}"[:200]
+
+        kw: dict[str, Any] = {}
+        if o.username:
+            kw.update(user=o.username, password=o.password or "")
+        if o.creds:
+            kw["user_credentials"] = o.creds
+        if o.nkey:
+            kw["nkeys_seed"] = o.nkey
+        if o.tls:
+            kw["tls"] = ssl.create_default_context()
+        scheme = "tls" if o.tls else "nats"
+        try:
+            async with asyncio.timeout(o.timeout_s):
+                self._nc = await nats.connect(
+                    servers=[f"{scheme}://{o.host}:{o.port}"],
+                    connect_timeout=min(2.0, o.timeout_s),
+                    allow_reconnect=True,
+                    max_reconnect_attempts=-1,
+                    reconnect_time_wait=0.05,
+                    disconnected_cb=disconnected,
+                    reconnected_cb=reconnected,
+                    error_cb=error,
+                    **kw,
+                )
+                self._js = self._nc.jetstream(timeout=o.timeout_s)
+                await self._ensure_stream()
+
+                async def node_cb(msg: Any) -> None:
+                    await on_node(msg.data)
+
+                async def hello_cb(msg: Any) -> None:
+                    await on_presence(msg.data)
+
+                await self._nc.subscribe(self._node_prefix + me, cb=node_cb)
+                await self._nc.subscribe(self._hello, cb=hello_cb)
+        except (TimeoutError, nats.errors.Error, OSError) as exc:
+            await self.close()
+            if self.last_error:  # e.g. an authorization violation: say it, not "timeout"
+                raise PeerUnreachable(f"nats connect: {self.last_error}") from exc
+            raise self._wrap("connect", exc) from exc
+
+    async def _ensure_stream(self) -> None:
+        o = self.options
+        cfg = StreamConfig(
+            name=self.stream,
+            subjects=[self._feed_prefix + "*"],
+            storage=StorageType.FILE,
+            discard=DiscardPolicy.OLD,
+            max_age=o.max_age_s or None,
+            max_bytes=o.max_bytes,
+            max_msgs=o.max_msgs,
+            duplicate_window=120.0,
+        )
+        try:
+            await self._js.stream_info(self.stream)
+        except nats.js.errors.NotFoundError:
+            with contextlib.suppress(nats.js.errors.BadRequestError):  # created meanwhile
+                await self._js.add_stream(cfg)
+
+    async def run(self) -> None:
+        """Nothing to do: nats-py runs its own reader and reconnects by itself."""
+        await asyncio.Event().wait()
+
+    async def close(self) -> None:
+        """Close the connection (pending publishes are flushed briefly)."""
+        nc, self._nc, self._js = self._nc, None, None
+        if nc is not None:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(2.0):
+                    await nc.close()
+
+    def _conn(self) -> Any:
+        if self._nc is None:
+            raise PeerUnreachable("nats: not connected")
+        return self._nc
+
+    async def send_node(self, to: str, data: bytes) -> None:
+        """Publish on ``hm.S.node.<to>`` (buffered by nats-py while reconnecting)."""
+        try:
+            await self._conn().publish(self._node_prefix + to, data)
+        except (nats.errors.Error, OSError) as exc:
+            raise self._wrap("publish", exc) from exc
+
+    async def send_presence(self, data: bytes) -> None:
+        """Publish on ``hm.S.hello``."""
+        try:
+            await self._conn().publish(self._hello, data)
+        except (nats.errors.Error, OSError) as exc:
+            raise self._wrap("publish", exc) from exc
+
+    async def publish_feed(self, author: str, first: int, last: int, data: bytes) -> str:
+        """JetStream publish with a message id; the stream sequence once acknowledged."""
+        self._conn()
+        try:
+            ack = await self._js.publish(
+                self._feed_prefix + author,
+                data,
+                timeout=self.options.timeout_s,
+                stream=self.stream,
+                headers={"Nats-Msg-Id": f"{author}:{first}:{last}"},
+            )
+        except (TimeoutError, nats.errors.Error, OSError) as exc:
+            raise self._wrap("feed publish", exc) from exc
+        return str(ack.seq)
+
+    async def last_feed(self, author: str) -> bytes | None:
+        """The stream's last message on the author's subject."""
+        self._conn()
+        try:
+            msg = await self._js.get_last_msg(self.stream, self._feed_prefix + author)
+        except nats.js.errors.NotFoundError:
+            return None
+        except (TimeoutError, nats.errors.Error, OSError) as exc:
+            raise self._wrap("get last", exc) from exc
+        data: bytes = msg.data or b""
+        return data
+
+    async def log_id(self) -> str:
+        """The stream's creation time."""
+        self._conn()
+        try:
+            info = await self._js.stream_info(self.stream)
+        except nats.js.errors.NotFoundError:
+            await self._ensure_stream()
+            info = await self._js.stream_info(self.stream)
+        except (TimeoutError, nats.errors.Error, OSError) as exc:
+            raise self._wrap("stream info", exc) from exc
+        return str(info.created or "")
+
+    async def consume_feeds(self, after: str | None, on_msg: FeedHandler) -> None:
+        """Pull from the stream after ``after``, forever (module docs)."""
+        pos = int(after) if after else 0
+        failures = 0
+        while True:
+            sub = None
+            try:
+                self._conn()
+                if not self._nc.is_connected:
+                    raise PeerUnreachable("nats: reconnecting")
+                sub = await self._js.pull_subscribe(
+                    self._feed_prefix + "*",
+                    durable=None,
+                    stream=self.stream,
+                    config=ConsumerConfig(
+                        deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                        opt_start_seq=pos + 1,
+                        ack_policy=AckPolicy.NONE,
+                        inactive_threshold=60.0,
+                        max_waiting=1,
+                    ),
+                )
+                while True:
+                    try:
+                        msgs = await sub.fetch(batch=_FETCH, timeout=1.0)
+                    except nats.errors.TimeoutError:
+                        if not self._nc.is_connected:
+                            raise PeerUnreachable("nats: reconnecting") from None
+                        continue
+                    failures = 0
+                    for msg in msgs:
+                        seq = int(msg.metadata.sequence.stream)
+                        if seq <= pos:
+                            continue
+                        author = msg.subject[len(self._feed_prefix) :]
+                        await on_msg(str(seq), author, msg.data)
+                        pos = seq
+            except asyncio.CancelledError:
+                raise
+            except (TransportError, nats.errors.Error, OSError, TimeoutError) as exc:
+                self.errors += 1
+                log.debug("feed consumer restarts after %s: %s", type(exc).__name__, exc)
+            finally:
+                if sub is not None:
+                    with contextlib.suppress(Exception):
+                        async with asyncio.timeout(1.0):
+                            await sub.unsubscribe()
+            await backoff(failures)
+            failures += 1
+
+    async def _ensure_tel_stream(self) -> None:
+        try:
+            await self._js.stream_info(self.tel_stream)
+        except nats.js.errors.NotFoundError:
+            cfg = StreamConfig(
+                name=self.tel_stream,
+                subjects=[self._tel_prefix + "*"],
+                storage=StorageType.FILE,
+                retention=RetentionPolicy.WORK_QUEUE,
+                max_bytes=self.options.max_bytes,
+                duplicate_window=120.0,
+            )
+            with contextlib.suppress(nats.js.errors.BadRequestError):  # created meanwhile
+                await self._js.add_stream(cfg)
+
+    async def publish_telemetry(self, sender: str, msg_id: str, data: bytes) -> None:
+        """JetStream publish into the collectors' work queue (deduplicated by ``msg_id``)."""
+        self._conn()
+        try:
+            async with asyncio.timeout(self.options.timeout_s):
+                await self._ensure_tel_stream()
+                await self._js.publish(
+                    self._tel_prefix + sender,
+                    data,
+                    stream=self.tel_stream,
+                    headers={"Nats-Msg-Id": msg_id},
+                )
+        except (TimeoutError, nats.errors.Error, OSError) as exc:
+            raise self._wrap("telemetry publish", exc) from exc
+
+    async def consume_telemetry(self, consumer: str, on_record: WorkHandler) -> None:
+        """Fetch from the shared durable consumer; ack what ``on_record`` finished."""
+        failures = 0
+        while True:
+            try:
+                self._conn()
+                await self._ensure_tel_stream()
+                sub = await self._js.pull_subscribe(
+                    self._tel_prefix + "*",
+                    durable="collectors",
+                    stream=self.tel_stream,
+                    config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, ack_wait=30.0),
+                )
+                while True:
+                    try:
+                        msgs = await sub.fetch(batch=16, timeout=1.0)
+                    except nats.errors.TimeoutError:
+                        continue
+                    failures = 0
+                    for msg in msgs:
+                        if await on_record(msg.data):
+                            await msg.ack_sync(timeout=self.options.timeout_s)
+                        else:
+                            await msg.nak(delay=0.5)
+            except asyncio.CancelledError:
+                raise
+            except (TransportError, nats.errors.Error, OSError, TimeoutError) as exc:
+                self.errors += 1
+                log.debug("telemetry consumer restarts after %s: %s", type(exc).__name__, exc)
+            await backoff(failures)
+            failures += 1

@@ -1,0 +1,190 @@
+"""Broker mode's hooks into the daemon: links and the journal's log over a broker.
+
+``hivemesh up --mesh nats://127.0.0.1:4222?swarm=team`` (or ``mesh = ...`` in
+``config.toml``) runs the same Peer with a broker in place of peer links
+(:mod:`hivemesh.mesh`): the daemon calls :func:`open_links` for its
+connection manager and :func:`start_feedlog` once it runs; everything above
+(context, planner, names, leases, telemetry, faces) is unchanged.
+docs/broker.md has the whole picture.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from hivemesh.core.codec import unpack
+from hivemesh.core.event import Event
+from hivemesh.errors import HivemeshError, RemoteProtocolError
+from hivemesh.leases import LeaseClient, open_backend
+from hivemesh.mesh import BrokerLinks, FeedLog, MeshOptions, open_engine, parse_mesh_url
+from hivemesh.mesh.envelope import TELEMETRY, open_envelope, seal_envelope
+from hivemesh.runtime.clock import now_ms
+from hivemesh.runtime.supervise import RESTART
+from hivemesh.transports.noise import BOOT_ID_BYTES
+
+if TYPE_CHECKING:
+    from hivemesh.runtime.daemon import Daemon
+
+__all__ = [
+    "lease_client",
+    "lease_url",
+    "open_links",
+    "publish_telemetry",
+    "start_feedlog",
+    "start_telemetry_consumer",
+    "stop_broker",
+]
+
+
+def open_links(d: Daemon) -> BrokerLinks:
+    """The daemon's ``conns`` in broker mode (connected by ``listen``), with
+    a boot id of its own for this life of the node."""
+    assert d.config.mesh is not None
+    engine = open_engine(parse_mesh_url(d.config.mesh))
+    return BrokerLinks(
+        d.identity,
+        engine,
+        authorize=d.invites.admit_channel,
+        on_frames=d._on_frames,
+        on_peer=d._on_peer,
+        boot_id=secrets.token_bytes(BOOT_ID_BYTES),
+        spawn_loop=lambda name, factory: d.supervisor.spawn(name, factory, RESTART),
+        now_ms=now_ms,
+        send_queue_frames=d.config.send_queue_frames,
+    )
+
+
+class _OwnEvents:
+    """A subscriber of the daemon's delivered events that wakes the publisher
+    when our own feed grows (its ``dropped`` is always 0: it keeps nothing)."""
+
+    kinds = None
+    dropped = 0
+
+    def __init__(self, me: bytes, feedlog: FeedLog) -> None:
+        self._me = me
+        self._feedlog = feedlog
+
+    def offer(self, ev: Event) -> None:
+        if ev.author == self._me:
+            self._feedlog.grew()
+
+
+def start_feedlog(d: Daemon) -> FeedLog:
+    """Publish our feed to the broker's log and read the swarm's (supervised loops)."""
+    conns: Any = d.conns
+    store = d._store
+    journal = d.node.journal
+
+    def commit() -> bool:
+        """Commit what was handed over (the cursor may pass it only then)."""
+        if journal.unsettled:
+            return False
+        try:
+            store.sync()
+        except HivemeshError:
+            return False
+        return not store.pending
+
+    feedlog = FeedLog(
+        d.node, conns.engine, d.config.data_dir, on_frames=d._on_frames, committed=commit
+    )
+    d._subs.append(_OwnEvents(d.identity.public, feedlog))  # type: ignore[arg-type]
+    sup = d.supervisor
+    sup.spawn("mesh_publish", feedlog.publish_loop, RESTART)
+    sup.spawn("mesh_read", feedlog.read_loop, RESTART)
+    sup.spawn("mesh_cursor", feedlog.cursor_loop, RESTART)
+    return feedlog
+
+
+def lease_url(o: MeshOptions) -> str:
+    """The lease backend of a mesh: the JetStream KV bucket ``hm_<swarm>_leases``
+    on the same NATS, or keys ``hm:<swarm>:lease:*`` on the same Redis."""
+    auth = f"{o.username}:{o.password or ''}@" if o.username else ""
+    if o.engine == "redis":
+        scheme = "rediss" if o.tls else "redis"
+        return f"{scheme}://{auth}{o.host}:{o.port}/{o.db}?prefix=hm:{o.swarm}:lease:"
+    scheme = "tls" if o.tls else "nats"
+    return f"{scheme}://{auth}{o.host}:{o.port}/hm_{o.swarm}_leases"
+
+
+def lease_client(d: Daemon) -> LeaseClient:
+    """In broker mode the node's leases live on the broker's own lease engine
+    (:func:`lease_url`), not on the embedded quorum; holder id = our address."""
+    client: LeaseClient | None = getattr(d, "_broker_leases", None)
+    if client is None:
+        assert d.config.mesh is not None
+        client = LeaseClient(open_backend(lease_url(parse_mesh_url(d.config.mesh))), d.address)
+        d._broker_leases = client  # type: ignore[attr-defined]
+    return client
+
+
+async def stop_broker(d: Daemon) -> None:
+    """At stop, after the links closed: save the log position, close the lease client."""
+    if d.feedlog is not None:
+        d.feedlog.close()
+    client: LeaseClient | None = getattr(d, "_broker_leases", None)
+    if client is not None:
+        await client.aclose()
+
+
+# -- telemetry through the collectors' shared queue ----------------------------------
+#
+# In broker mode a sender's spooled batches go into a durable queue that every
+# collector reads through one shared consumer group (JetStream durable consumer
+# "collectors" / Redis consumer group "collectors"): each batch reaches one
+# collector and leaves the queue only when that collector acknowledged it stored.
+# The sender drops a batch from its spool once the *queue* holds it durably.
+# Gaps: a sender's seqs are split between the collectors, so one collector's
+# holes (``metrics gaps``) are what the others stored; a gap is a seq no
+# collector holds once the queue is drained (docs/broker.md).
+
+_FOREVER_MS = 10**15  # queued telemetry may wait long: no time window (envelope docs)
+
+
+async def publish_telemetry(d: Daemon, payload: bytes) -> Mapping[str, Any]:
+    """Deliver one spooled batch into the collectors' queue (signed by us);
+    the ack the sender expects, once the queue holds it durably."""
+    conns: Any = d.conns
+    env = seal_envelope(d.identity, conns.swarm, TELEMETRY, conns.boot_id, "", now_ms(), [payload])
+    digest = hashlib.blake2b(payload, digest_size=16).hexdigest()
+    await conns.engine.publish_telemetry(d.address, f"{d.address}:{digest}", env)
+    head = unpack(payload)
+    hi = head.get("hi") if isinstance(head, dict) else None
+    if type(hi) is not int:
+        return {"ok": False, "error": "malformed", "detail": "batch without its spool head"}
+    # the whole batch is in the queue: the sender acks up to its last seq (<= hi)
+    return {"ok": True, "acked_through": hi}
+
+
+def start_telemetry_consumer(d: Daemon, collector: Any) -> None:
+    """On a collector node: take batches from the shared queue (a supervised loop)."""
+    conns: Any = d.conns
+    engine, swarm = conns.engine, conns.swarm
+    counters = conns.counters
+
+    async def on_record(data: bytes) -> bool:
+        try:
+            env = open_envelope(data, swarm, d.address, now_ms(), window_ms=_FOREVER_MS)
+        except RemoteProtocolError as exc:
+            counters[f"mesh_telemetry_{exc.code}"] += 1
+            return True  # never valid: drop it from the queue
+        if env.kind != TELEMETRY or len(env.frames) != 1:
+            counters["mesh_telemetry_malformed"] += 1
+            return True
+        ack = await collector.handle_message(env.sender, env.frames[0])
+        if ack.get("ok"):
+            counters["mesh_telemetry_batches"] += 1
+            return True
+        if ack.get("error") in ("busy", "store_error", "store_corrupt", "internal_error"):
+            counters["mesh_telemetry_retry"] += 1
+            return False  # delivered again (to us or another collector)
+        counters["mesh_telemetry_refused"] += 1
+        return True
+
+    d.supervisor.spawn(
+        "mesh_telemetry", lambda: engine.consume_telemetry(d.address, on_record), RESTART
+    )

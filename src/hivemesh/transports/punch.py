@@ -1,0 +1,124 @@
+"""Hole punching and address discovery decisions, sans-IO.
+
+Theory of operation
+-------------------
+**Observed addresses** (:class:`ObservedAddresses`). Every peer we hold a
+UDP channel with (a relay says so in OBSERVED) reports the ``ip:port`` it
+sees our socket come from. One report proves little (a peer may lie, a NAT
+may map per destination), so an address is *believed* once ``quorum``
+distinct reporters agree on it (default 2; a node that knows a single relay
+may set 1); reports older than ``ttl_s`` are forgotten, and a reporter's
+newer report replaces its older one. Several agreeing reporters with the
+same port mean an endpoint-independent mapping (punchable); reporters that
+disagree on the port point to a symmetric NAT (:meth:`ObservedAddresses.symmetric`).
+
+**Punch plans** (:func:`plan_punch`). Two nodes that share a relay circuit
+exchange candidates through the relay (PUNCH). Both first prime their own
+NAT towards every candidate with low-TTL datagrams; then the one with the
+smaller address dials (QUIC) after ``dial_after_s``, the other waits for it
+(both ends compute the same roles). Candidates are de-duplicated, capped
+and tried in the order given (the relay's observation first).
+
+**Retries** (:class:`PunchSchedule`). A relayed link keeps trying to
+upgrade: after a failed punch the next is due after ``base_s`` doubling up
+to ``max_s``; a success or a direct link resets it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+__all__ = ["ObservedAddresses", "PunchPlan", "PunchSchedule", "plan_punch"]
+
+HostPort = tuple[str, int]
+
+
+@dataclass
+class ObservedAddresses:
+    """Reports of our public address by peers (see the module docs)."""
+
+    quorum: int = 2
+    ttl_s: float = 300.0
+    _reports: dict[str, tuple[HostPort, float]] = field(default_factory=dict)
+
+    def report(self, reporter: str, observed: HostPort, now: float) -> None:
+        """``reporter`` sees our socket as ``observed`` at ``now``."""
+        self._reports[reporter] = (observed, now)
+
+    def _live(self, now: float) -> list[HostPort]:
+        self._reports = {r: v for r, v in self._reports.items() if now - v[1] <= self.ttl_s}
+        return [v[0] for _, v in sorted(self._reports.items())]
+
+    def believed(self, now: float) -> list[HostPort]:
+        """Addresses at least ``quorum`` reporters agree on, most reported first."""
+        counts = Counter(self._live(now))
+        return [
+            a for a, n in sorted(counts.items(), key=lambda x: (-x[1], x[0])) if n >= self.quorum
+        ]
+
+    def candidates(self, now: float) -> list[HostPort]:
+        """Every address reported lately (believed first): what to offer a peer."""
+        believed = self.believed(now)
+        rest = sorted(set(self._live(now)) - set(believed))
+        return believed + rest
+
+    def symmetric(self, now: float) -> bool:
+        """Reporters see one IP behind several ports: a symmetric NAT."""
+        seen = self._live(now)
+        ports: dict[str, set[int]] = {}
+        for ip, port in seen:
+            ports.setdefault(ip, set()).add(port)
+        return any(len(p) > 1 for p in ports.values())
+
+
+@dataclass(frozen=True, slots=True)
+class PunchPlan:
+    """What this node does in one punch: prime ``candidates``; dial them if ``dial``."""
+
+    candidates: tuple[HostPort, ...]
+    dial: bool
+    prime_ttl: int = 2
+    dial_after_s: float = 0.3
+
+
+def plan_punch(
+    local: str, peer: str, candidates: list[HostPort], *, max_candidates: int = 8
+) -> PunchPlan:
+    """The plan for punching towards ``peer`` (see the module docs)."""
+    seen: list[HostPort] = []
+    for c in candidates:
+        if c not in seen and 0 < c[1] < 65536:
+            seen.append(c)
+    return PunchPlan(tuple(seen[:max_candidates]), dial=local < peer)
+
+
+@dataclass
+class PunchSchedule:
+    """When the next punch towards each peer is due (see the module docs)."""
+
+    base_s: float = 5.0
+    max_s: float = 120.0
+    _failures: dict[str, int] = field(default_factory=dict)
+    _due: dict[str, float] = field(default_factory=dict)
+
+    def due(self, peer: str, now: float) -> bool:
+        """Whether a punch towards ``peer`` may start now."""
+        return now >= self._due.get(peer, float("-inf"))
+
+    def started(self, peer: str, now: float) -> None:
+        """A punch started: no other until it ends or ``max_s`` passes."""
+        self._due[peer] = now + self.max_s
+
+    def failed(self, peer: str, now: float) -> float:
+        """A punch failed; returns the delay until the next."""
+        n = self._failures.get(peer, 0)
+        self._failures[peer] = n + 1
+        delay = min(self.base_s * float(2**n), self.max_s)
+        self._due[peer] = now + delay
+        return delay
+
+    def succeeded(self, peer: str) -> None:
+        """A direct link exists: start over next time."""
+        self._failures.pop(peer, None)
+        self._due.pop(peer, None)

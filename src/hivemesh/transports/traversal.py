@@ -1,0 +1,239 @@
+"""A node's UDP paths to its peers: direct QUIC, relayed, punched.
+
+Theory of operation
+-------------------
+:class:`Traversal` owns the node's :class:`~hivemesh.transports.quic.QuicEndpoint`
+and one :class:`~hivemesh.transports.relay.RelayClient` per relay it uses,
+and hands every channel it makes to its owner: ``on_inbound(channel)`` for
+channels the peer opened, ``on_outbound(channel)`` for ours (the connection
+manager adopts them; its tie-break prefers a direct channel to a relayed
+one, so a punched channel replaces a relayed one in place and the relayed
+one is retired, its unsent frames moved).
+
+* Address discovery: relays report what they observe (OBSERVED) into
+  :class:`~hivemesh.transports.punch.ObservedAddresses`.
+* :meth:`Traversal.connect_relayed` opens a relayed channel to a peer that
+  holds a reservation on one of our relays, then starts a punch.
+* Punching: the circuit's opener sends PUNCH with our candidates; the relay
+  forwards them (our observed address first) and answers with the peer's
+  observed address. Both ends then follow :func:`~hivemesh.transports.punch.plan_punch`:
+  prime their own NAT with TTL-2 datagrams to every candidate; the smaller
+  address dials (channel path ``"punched"``), the other waits for it.
+* While a peer is reachable only through a relay (``has_direct(peer)`` is
+  false), the opener punches again on :class:`~hivemesh.transports.punch.PunchSchedule`
+  (backoff after failures), so a link keeps trying to upgrade and recovers
+  after a NAT forgot its mapping.
+
+Counters (``punch_started``, ``punch_ok``, ``punch_failed``, ...) are in
+:attr:`Traversal.counters`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from hivemesh.core.identity import Identity
+from hivemesh.errors import HivemeshError, PeerUnreachable
+from hivemesh.transports.channel import Authorize, ChannelOptions, SecureChannel
+from hivemesh.transports.punch import ObservedAddresses, PunchSchedule, plan_punch
+from hivemesh.transports.quic import QuicEndpoint
+from hivemesh.transports.relay import RelayClient
+from hivemesh.transports.stats import TransportCounters
+
+__all__ = ["Traversal"]
+
+_log = logging.getLogger(__name__)
+HostPort = tuple[str, int]
+OnChannel = Callable[[SecureChannel], Awaitable[None]]
+
+
+class Traversal:
+    """Direct, relayed and punched UDP paths of one node (see module docs)."""
+
+    def __init__(
+        self,
+        endpoint: QuicEndpoint,
+        identity: Identity,
+        *,
+        authorize: Authorize,
+        on_inbound: OnChannel,
+        on_outbound: OnChannel,
+        has_direct: Callable[[str], bool],
+        observed: ObservedAddresses | None = None,
+        schedule: PunchSchedule | None = None,
+        options: ChannelOptions | None = None,
+        boot_id: bytes | None = None,
+        punch_wait_s: float = 3.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.endpoint = endpoint
+        self.identity = identity
+        self.address = identity.address
+        self.observed = observed if observed is not None else ObservedAddresses(quorum=1)
+        self.schedule = schedule if schedule is not None else PunchSchedule()
+        self.counters = TransportCounters()
+        self.relays: dict[str, RelayClient] = {}
+        self._authorize = authorize
+        self._on_inbound = on_inbound
+        self._on_outbound = on_outbound
+        self._has_direct = has_direct
+        self._opts = options
+        self._boot_id = boot_id
+        self._punch_wait_s = punch_wait_s
+        self._clock = clock
+        self._circuits: dict[str, tuple[RelayClient, int]] = {}  # peer -> circuit we opened
+        self._punching: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._waiters: dict[str, asyncio.Event] = {}
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            self.counters.incr("errors.traversal_task")
+            _log.error("a traversal task failed", exc_info=exc)
+
+    async def inbound(self, channel: SecureChannel) -> None:
+        """Every inbound channel (QUIC direct or punched, relayed) goes here first."""
+        event = self._waiters.get(channel.peer_address)
+        if event is not None and channel.path == "punched":
+            event.set()
+        await self._on_inbound(channel)
+
+    async def add_relay(
+        self, relay_address: str, host: str, port: int, *, reserve: bool = True
+    ) -> RelayClient:
+        """Use the relay at ``host:port``; with ``reserve``, be reachable through it."""
+        client = RelayClient(
+            self.endpoint,
+            self.identity,
+            relay_address,
+            (host, port),
+            authorize=self._authorize,
+            on_channel=self.inbound,
+            on_punch=self._on_punch,
+            on_observed=self._on_observed,
+            options=self._opts,
+            counters=self.counters,
+            boot_id=self._boot_id,
+        )
+        await client.start(reserve=reserve)
+        self.relays[relay_address] = client
+        return client
+
+    def _on_observed(self, reporter: str, observed: HostPort) -> None:
+        self.observed.report(reporter, observed, self._clock())
+        self.counters.incr("observed_reports")
+
+    async def connect_relayed(self, peer: str, *, timeout_s: float = 5.0) -> SecureChannel:
+        """A relayed channel to ``peer`` through the first relay that has it."""
+        errors = []
+        for relay_address, client in sorted(self.relays.items()):
+            if not client.is_up:
+                continue
+            try:
+                channel, cid = await client.open(peer, timeout_s=timeout_s)
+            except HivemeshError as exc:
+                errors.append(f"{relay_address[:12]}: {exc}")
+                continue
+            self._circuits[peer] = (client, cid)
+            self.counters.incr("relayed_opened")
+            await self._on_outbound(channel)
+            self.upgrade(peer)
+            return channel
+        raise PeerUnreachable(f"no relay reaches {peer[:12]}: {'; '.join(errors) or 'none up'}")
+
+    def upgrade(self, peer: str) -> bool:
+        """Start a punch towards ``peer`` if one is due; whether one started."""
+        now = self._clock()
+        entry = self._circuits.get(peer)
+        if entry is None or peer in self._punching or self._has_direct(peer):
+            return False
+        if not self.schedule.due(peer, now):
+            return False
+        client, cid = entry
+        if not client.is_up or client.circuit_of(peer) != cid:
+            self._circuits.pop(peer, None)
+            return False
+        self.schedule.started(peer, now)
+        self.counters.incr("punch_requested")
+        self._spawn(client.punch(cid, tuple(self.observed.candidates(now))))
+        return True
+
+    def tick(self) -> None:
+        """Re-try upgrades that are due (call about once a second)."""
+        for peer in sorted(self._circuits):
+            self.upgrade(peer)
+
+    def _on_punch(
+        self, client: RelayClient, peer: str, cid: int, candidates: tuple[HostPort, ...]
+    ) -> None:
+        if peer in self._punching or self._has_direct(peer):
+            self.counters.incr("punch_skipped")
+            return
+        self._spawn(self._punch(peer, candidates))
+
+    async def _punch(self, peer: str, candidates: tuple[HostPort, ...]) -> None:
+        plan = plan_punch(self.address, peer, list(candidates))
+        if not plan.candidates:
+            self.counters.incr("punch_no_candidates")
+            self.schedule.failed(peer, self._clock())
+            return
+        self._punching.add(peer)
+        self.counters.incr("punch_started")
+        try:
+            for host, port in plan.candidates:
+                self.endpoint.prime(host, port, ttl=plan.prime_ttl)
+            ok = await (
+                self._dial(peer, plan.candidates, plan.dial_after_s)
+                if plan.dial
+                else self._await_punch(peer, plan.candidates)
+            )
+        finally:
+            self._punching.discard(peer)
+        if ok:
+            self.counters.incr("punch_ok")
+            self.schedule.succeeded(peer)
+        else:
+            self.counters.incr("punch_failed")
+            self.schedule.failed(peer, self._clock())
+
+    async def _dial(self, peer: str, candidates: tuple[HostPort, ...], after_s: float) -> bool:
+        await asyncio.sleep(after_s)
+        for host, port in candidates:
+            try:
+                channel = await self.endpoint.dial(
+                    host, port, expect_address=peer, timeout_s=2.0, path="punched"
+                )
+            except HivemeshError as exc:
+                _log.debug("punch dial of %s:%d failed: %r", host, port, exc)
+                continue
+            await self._on_outbound(channel)
+            return True
+        return False
+
+    async def _await_punch(self, peer: str, candidates: tuple[HostPort, ...]) -> bool:
+        self.endpoint.punch_sources.update(candidates)
+        event = self._waiters.setdefault(peer, asyncio.Event())
+        try:
+            async with asyncio.timeout(self._punch_wait_s):
+                await event.wait()
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            self._waiters.pop(peer, None)
+
+    def close(self) -> None:
+        """Close the relay clients and tasks (not the endpoint)."""
+        for client in self.relays.values():
+            client.close()
+        for task in list(self._tasks):
+            task.cancel()

@@ -1,0 +1,137 @@
+"""The sans-IO parts of NAT traversal: relay messages, the relay's rules,
+observed addresses, punch plans and retries."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hivemesh.errors import DecodeError, InvalidArgument
+from hivemesh.transports.punch import ObservedAddresses, PunchSchedule, plan_punch
+from hivemesh.transports.relay_policy import RelayLimits, RelayTable
+from hivemesh.transports.relay_wire import Kind, Message, Punch, decode, encode
+
+
+def test_every_message_round_trips() -> None:
+    msgs = [
+        Message(Kind.RESERVE),
+        Message(Kind.RESERVED),
+        Message(Kind.CONNECT, 7, text="hmabc"),
+        Message(Kind.CONNECTED, 7),
+        Message(Kind.INCOMING, 9, text="hmdef"),
+        Message(Kind.DATA, 9, data=b"\x00\x01" * 100),
+        Message(Kind.CLOSE, 9, text="normal"),
+        Message(Kind.REFUSED, 0, text="reservations"),
+        Message(Kind.OBSERVED, text="198.18.101.2:7420"),
+        Message(Kind.PUNCH, 3, punch=Punch("hmabc", (("198.18.0.2", 1), ("1.2.3.4", 65535)))),
+    ]
+    for msg in msgs:
+        assert decode(encode(msg)) == msg
+
+
+@given(st.binary(max_size=200))
+def test_garbage_never_crashes_the_decoder(data: bytes) -> None:
+    with contextlib.suppress(DecodeError):
+        decode(data)
+
+
+def test_malformed_punches_are_refused() -> None:
+    head = bytes([Kind.PUNCH]) + (1).to_bytes(4, "big")
+    for body in (
+        b"",
+        b"\x05hm",
+        b"\x02hm",
+        b"\x02hm\x01\x03a:b",
+        b"\x02hm\x00extra",
+        b"\x02hm\x40",
+    ):
+        with pytest.raises(DecodeError):
+            decode(head + body)
+
+
+def test_relay_rules_count_every_refusal() -> None:
+    t = RelayTable(RelayLimits(max_reservations=1, max_circuits_per_peer=1, max_data_bytes=10))
+    assert t.reserve("b") is None
+    assert t.reserve("x") == "reservations"
+    code, circuit = t.connect("a", 1, "b")
+    assert code is None and circuit is not None
+    assert t.connect("a", 2, "b")[0] == "circuits_per_peer"
+    assert t.connect("a", 3, "nobody")[0] == "no_reservation"
+    assert t.connect("a", 1, "b")[0] == "bad_circuit"
+    v = t.data("a", 1, 10, 0.0)
+    assert v.refused is None and (v.peer, v.cid) == ("b", circuit.b_cid)
+    assert t.data("b", circuit.b_cid, 5, 0.0).peer == "a"
+    assert t.punch("a", 1, "m", 0, 0.0)[0] == "spoofed"
+    assert t.punch("a", 99, "a", 0, 0.0)[0] == "foreign"
+    assert t.punch("a", 1, "a", 9, 0.0)[0] == "candidates"
+    assert t.punch("a", 1, "a", 1, 0.0) == (None, ("b", circuit.b_cid))
+    assert t.punch("a", 1, "a", 1, 0.5)[0] == "punch_rate"
+    assert t.data("a", 1, 11, 0.0).refused == "oversize"  # and the circuit is gone
+    assert t.data("b", circuit.b_cid, 1, 0.0).refused == "unknown_circuit"
+    refused = {k: v for k, v in t.counters.items() if k.startswith("relay_refused_")}
+    assert refused == {
+        f"relay_refused_{c}": 1
+        for c in (
+            "reservations",
+            "circuits_per_peer",
+            "no_reservation",
+            "bad_circuit",
+            "spoofed",
+            "foreign",
+            "candidates",
+            "punch_rate",
+            "oversize",
+            "unknown_circuit",
+        )
+    }
+    with pytest.raises(InvalidArgument):
+        RelayLimits(bytes_per_s=0)
+
+
+def test_the_token_bucket_shapes_instead_of_dropping() -> None:
+    t = RelayTable(RelayLimits(bytes_per_s=1000, burst_bytes=1000, max_data_bytes=1000))
+    t.reserve("b")
+    t.connect("a", 1, "b")
+    assert t.data("a", 1, 1000, 0.0).delay_s == 0.0
+    assert t.data("a", 1, 500, 0.0).delay_s == pytest.approx(0.5)
+    assert t.data("a", 1, 500, 2.0).delay_s == 0.0  # refilled
+    assert t.counters["relay_throttled"] == 1
+    assert t.drop_peer("a") == [("b", 1)]
+    assert t.data("b", 1, 1, 3.0).refused == "unknown_circuit"
+
+
+def test_observed_addresses_need_agreement_and_spot_symmetric_nats() -> None:
+    obs = ObservedAddresses(quorum=2, ttl_s=10)
+    obs.report("r1", ("1.1.1.1", 5000), 0)
+    assert obs.believed(0) == [] and obs.candidates(0) == [("1.1.1.1", 5000)]
+    obs.report("r2", ("1.1.1.1", 5000), 1)
+    assert obs.believed(1) == [("1.1.1.1", 5000)] and not obs.symmetric(1)
+    obs.report("r3", ("1.1.1.1", 6001), 2)
+    assert obs.symmetric(2)
+    assert obs.believed(20) == []  # forgotten
+
+
+def test_punch_plans_agree_on_roles_and_bound_candidates() -> None:
+    cands = [("1.1.1.1", 1), ("1.1.1.1", 1), ("2.2.2.2", 0)] + [
+        ("3.3.3.3", p) for p in range(1, 20)
+    ]
+    pa, pb = plan_punch("a", "b", cands), plan_punch("b", "a", cands)
+    assert pa.dial and not pb.dial
+    assert pa.candidates[0] == ("1.1.1.1", 1) and len(pa.candidates) == 8
+    assert ("2.2.2.2", 0) not in pa.candidates
+
+
+def test_punch_retries_back_off_and_reset() -> None:
+    s = PunchSchedule(base_s=1, max_s=8)
+    assert s.due("p", 0)
+    s.started("p", 0)
+    assert not s.due("p", 1)
+    assert s.failed("p", 1) == 1
+    assert s.failed("p", 2) == 2
+    assert s.failed("p", 4) == 4 and s.failed("p", 8) == 8 and s.failed("p", 16) == 8
+    assert not s.due("p", 23) and s.due("p", 24)
+    s.succeeded("p")
+    assert s.due("p", 0)
