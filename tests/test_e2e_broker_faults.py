@@ -419,3 +419,76 @@ def test_redis_restarted_mid_run_loses_nothing(tmp_path: Path) -> None:
             assert counter(a, "mesh_disconnected") >= 1 and counter(a, "mesh_reconnected") >= 1
     finally:
         server.stop()
+
+
+def _pki(d: Path) -> tuple[Path, Path, Path]:
+    """A private CA and a server certificate for 127.0.0.1 signed by it."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "hivemesh test CA")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    pem = serialization.Encoding.PEM
+    paths = (d / "ca.pem", d / "server.pem", d / "server.key")
+    paths[0].write_bytes(ca.public_bytes(pem))
+    paths[1].write_bytes(cert.public_bytes(pem))
+    paths[2].write_bytes(
+        key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return paths
+
+
+def test_nats_over_tls_with_a_private_ca(tmp_path: Path) -> None:
+    ca, cert, key = _pki(tmp_path)
+    server = OwnNats(tmp_path, ("--tls", "--tlscert", str(cert), "--tlskey", str(key)))
+    server.start()
+    try:
+        url = swarm_url(f"tls://127.0.0.1:{server.port}", ca=ca)
+        with LocalSwarm(tmp_path / "s", env={"HIVEMESH_MESH": url}) as s:
+            a, b = start(s, "a", "b")
+            a.client.ctx_set("f", "k", 1)
+            wait_until(lambda: found(b, "k") == 1, 15, what="replicated over TLS")
+            untrusted = url.split("&ca=")[0]  # the system CAs do not know ours
+            out = subprocess.run(
+                [sys.executable, "-m", "hivemesh", "up", "--json", "--data-dir",
+                 str(tmp_path / "c"), "--mesh", untrusted],
+                env=s.env,
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )  # fmt: skip
+            assert out.returncode != 0 and "certificate" in out.stdout.lower(), out.stdout
+    finally:
+        server.stop()

@@ -118,7 +118,11 @@ def test_mesh_urls() -> None:
     r = parse_mesh_url("rediss://h/3?swarm=x")
     assert (r.engine, r.tls, r.db, r.port, r.max_msgs) == ("redis", True, 3, 6379, 1_000_000)
     assert parse_mesh_url("tls://h").tls and parse_mesh_url("nats://h").swarm == "hivemesh"
+    t = parse_mesh_url("tls://h?ca=/x/ca.pem&cert=/x/c.pem&key=/x/c.key")
+    assert (t.tls, t.ca, t.cert, t.key) == (True, "/x/ca.pem", "/x/c.pem", "/x/c.key")
     for bad in (
+        "tls://h?cert=/x/c.pem",
+        "nats://h?ca=/x/ca.pem",
         "http://h",
         "nats://h?swarm=bad.name",
         "nats://h?nope=1",

@@ -58,7 +58,7 @@ QUICK: dict[str, list[str]] = {
     ],
     "heal": ["--nodes", "5", "--events", "300"],
     "ingest": ["--events", "4000", "--authors", "2"],
-    "langgraph": ["--nodes", "3", "--steps", "3", "--runs", "2", "--max-s", "20"],
+    "langgraph": ["--nodes", "3", "--steps", "4", "--runs", "2", "--max-s", "20"],
     "lease": ["--rounds", "30", "--max-seconds", "3", "--voters", "3"],
     "mcp": ["--calls", "20", "--max-s", "10"],
     "memory": ["--writes", "50", "--settle-s", "0.5"],

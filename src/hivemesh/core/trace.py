@@ -18,22 +18,30 @@ the trace (the asyncio daemon, the simulator) and the replaying one wired
 the same machine: nothing the driver did outside the Peer's inputs changed
 what the Peer decided.
 
+:func:`feed` is that replay's one loop, over anything that takes the Peer's
+inputs under the Peer's method names and drains with ``effects()``: the Peer
+itself (:func:`replay`), or a driver's wiring of it, such as the simulator's
+:class:`~hivemesh.sim.peer_adapter.PeerAdapter`, so a trace recorded by the
+daemon also checks that the simulator hands every input to the Peer as the
+daemon does.
+
 A trace holds every frame and stored event, so it grows with the run; it is
 for tests and for replaying a bug, not for production.
 """
 
 from __future__ import annotations
 
+from copy import deepcopy
 from dataclasses import dataclass, field
 from random import Random
-from typing import Any
+from typing import Any, Protocol
 
 from hivemesh.core.effects import Effect
 from hivemesh.core.identity import Identity
 from hivemesh.core.ownfeed import Mark, MemoryMarkStore
 from hivemesh.core.store import FeedStore
 
-__all__ = ["Step", "Trace", "replay"]
+__all__ = ["Driven", "Step", "Trace", "feed", "replay"]
 
 #: The Peer's input methods a trace may name (anything else is refused on replay).
 INPUTS = frozenset(
@@ -96,12 +104,42 @@ class Trace:
         self.steps.append(Step(method, args))
 
     def drained(self, effects: list[Effect]) -> None:
-        """Record one ``effects()`` result (the Peer calls this)."""
-        self.steps.append(Step("effects", (), tuple(effects)))
+        """Record one ``effects()`` result (the Peer calls this), as it is
+        now: a copy, since a driver may change what it was handed (the
+        daemon adds ``rtt_ms`` to a direct send's reply value)."""
+        self.steps.append(Step("effects", (), tuple(deepcopy(effects))))
 
     def inputs(self) -> int:
         """How many inputs (not drains) were recorded."""
         return sum(1 for s in self.steps if s.method != "effects")
+
+
+class Driven(Protocol):
+    """What :func:`feed` drives: the Peer's input methods (looked up by the
+    names in :data:`INPUTS`) and its drain."""
+
+    def effects(self) -> list[Effect]:
+        """What to do, in order (drains)."""
+        ...
+
+
+def feed(machine: Driven, steps: list[Step]) -> list[str]:
+    """Give ``machine`` the recorded inputs in order, calling its method of
+    each input's name; at every recorded drain, drain it and compare. The
+    differences found (empty: the same effects at every drain; at most 10)."""
+    diffs: list[str] = []
+    for n, step in enumerate(steps):
+        if step.method not in INPUTS:
+            raise ValueError(f"step {n}: {step.method!r} is not a Peer input")
+        if step.method == "effects":
+            got = tuple(machine.effects())
+            if got != step.effects:
+                diffs.append(_describe(n, step.effects, got))
+                if len(diffs) >= 10:
+                    break
+            continue
+        getattr(machine, step.method)(*step.args)
+    return diffs
 
 
 def replay(trace: Trace, identity: Identity, store: FeedStore) -> list[str]:
@@ -120,19 +158,7 @@ def replay(trace: Trace, identity: Identity, store: FeedStore) -> list[str]:
         marks=None if marks is None else MemoryMarkStore(marks[0]),
         leases=leases,
     )
-    diffs: list[str] = []
-    for n, step in enumerate(trace.steps):
-        if step.method not in INPUTS:
-            raise ValueError(f"step {n}: {step.method!r} is not a Peer input")
-        if step.method == "effects":
-            got = tuple(peer.effects())
-            if got != step.effects:
-                diffs.append(_describe(n, step.effects, got))
-                if len(diffs) >= 10:
-                    break
-            continue
-        getattr(peer, step.method)(*step.args)
-    return diffs
+    return feed(peer, trace.steps)
 
 
 def _describe(n: int, want: tuple[Effect, ...], got: tuple[Effect, ...]) -> str:

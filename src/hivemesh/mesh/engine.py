@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -38,7 +39,14 @@ from urllib.parse import parse_qs, urlsplit
 
 from hivemesh.errors import ConfigError
 
-__all__ = ["BrokerEngine", "FeedHandler", "MeshOptions", "backoff", "parse_mesh_url"]
+__all__ = [
+    "BrokerEngine",
+    "FeedHandler",
+    "MeshOptions",
+    "backoff",
+    "parse_mesh_url",
+    "tls_context",
+]
 
 #: ``on_msg(position, author_address, data)`` for one log entry.
 FeedHandler = Callable[[str, str, bytes], Awaitable[None]]
@@ -83,6 +91,9 @@ class MeshOptions:
     tls: bool = False
     creds: str | None = None  # NATS: a .creds file (JWT + NKey seed)
     nkey: str | None = None  # NATS: an NKey seed file
+    ca: str | None = None  # TLS: trust this CA file (else the system's)
+    cert: str | None = None  # TLS: client certificate file (mutual TLS) ...
+    key: str | None = None  # ... and its private key file
     db: int = 0  # Redis database
     max_age_s: float = 7 * 86_400.0
     max_bytes: int = 1 << 30
@@ -92,7 +103,8 @@ class MeshOptions:
 
 def parse_mesh_url(url: str) -> MeshOptions:
     """Parse ``nats://[user:pass@]host:4222?swarm=NAME&max_age_s=..``
-    (``tls://`` for TLS; ``creds=FILE`` or ``nkey=FILE`` for NATS
+    (``tls://`` for TLS, with ``ca=FILE`` to trust a private CA and
+    ``cert=FILE&key=FILE`` for a client certificate; ``creds=FILE`` or ``nkey=FILE`` for NATS
     credentials) or ``redis://[user:pass@]host:6379/DB?swarm=NAME``
     (``rediss://`` for TLS); raises :class:`~hivemesh.errors.ConfigError`."""
     if not isinstance(url, str):
@@ -107,6 +119,7 @@ def parse_mesh_url(url: str) -> MeshOptions:
         raise ConfigError(f"bad port in mesh URL {url!r}") from None
     q = {k: v[-1] for k, v in parse_qs(parts.query).items()}
     known = {"swarm", "max_age_s", "max_bytes", "max_msgs", "timeout_s", "creds", "nkey"}
+    known |= {"ca", "cert", "key"}
     unknown = set(q) - known
     if unknown:
         raise ConfigError(f"unknown mesh URL options {sorted(unknown)} in {url!r}")
@@ -129,6 +142,10 @@ def parse_mesh_url(url: str) -> MeshOptions:
         raise ConfigError(f"mesh URL limits must be numbers in {url!r}") from None
     if max_age_s < 0 or timeout_s <= 0 or max_bytes == 0 or max_msgs == 0:
         raise ConfigError(f"mesh URL limits out of range in {url!r}")
+    if ("cert" in q) != ("key" in q):
+        raise ConfigError(f"mesh URL: cert and key go together in {url!r}")
+    if any(k in q for k in ("ca", "cert")) and parts.scheme not in ("tls", "rediss"):
+        raise ConfigError(f"mesh URL: ca/cert need tls:// or rediss:// in {url!r}")
     host = parts.hostname or "127.0.0.1"
     clean = f"{parts.scheme}://{host}:{port}"
     if engine == "redis":
@@ -144,6 +161,9 @@ def parse_mesh_url(url: str) -> MeshOptions:
         tls=parts.scheme in ("tls", "rediss"),
         creds=q.get("creds"),
         nkey=q.get("nkey"),
+        ca=q.get("ca"),
+        cert=q.get("cert"),
+        key=q.get("key"),
         db=db,
         max_age_s=max_age_s,
         max_bytes=max_bytes,
@@ -217,3 +237,15 @@ class BrokerEngine(Protocol):
         """As collector ``consumer``, take entries from the shared queue and
         acknowledge each one ``on_record`` says is done, until cancelled."""
         ...
+
+
+def tls_context(o: MeshOptions) -> ssl.SSLContext:
+    """The client TLS context of ``o``: the system's CAs or ``o.ca``, and
+    ``o.cert``/``o.key`` as client certificate (files read now)."""
+    try:
+        ctx = ssl.create_default_context(cafile=o.ca)
+        if o.cert is not None:
+            ctx.load_cert_chain(o.cert, o.key)
+    except OSError as exc:  # a missing or unreadable file (ssl.SSLError is one too)
+        raise ConfigError(f"mesh TLS files: {exc}") from None
+    return ctx

@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import ssl
 from collections.abc import Callable
 from typing import Any
 
@@ -46,7 +45,14 @@ from nats.js.api import (
 )
 
 from hivemesh.errors import DeadlineExceeded, PeerUnreachable, TransportError
-from hivemesh.mesh.engine import DataHandler, FeedHandler, MeshOptions, WorkHandler, backoff
+from hivemesh.mesh.engine import (
+    DataHandler,
+    FeedHandler,
+    MeshOptions,
+    WorkHandler,
+    backoff,
+    tls_context,
+)
 
 __all__ = ["NatsEngine"]
 
@@ -107,7 +113,7 @@ class NatsEngine:
         if o.nkey:
             kw["nkeys_seed"] = o.nkey
         if o.tls:
-            kw["tls"] = ssl.create_default_context()
+            kw["tls"] = tls_context(o)
         scheme = "tls" if o.tls else "nats"
         try:
             async with asyncio.timeout(o.timeout_s):

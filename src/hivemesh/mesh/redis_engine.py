@@ -96,6 +96,9 @@ class RedisEngine:
             username=options.username,
             password=options.password,
             ssl=options.tls,
+            ssl_ca_certs=options.ca,
+            ssl_certfile=options.cert,
+            ssl_keyfile=options.key,
             socket_connect_timeout=min(2.0, options.timeout_s),
             socket_timeout=None,  # every call has its own deadline
             retry=Retry(NoBackoff(), 0),

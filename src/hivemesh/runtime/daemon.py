@@ -486,6 +486,8 @@ class Daemon:
             from hivemesh.runtime.broker import stop_broker
 
             await stop_broker(self)
+        if self._lease_client is not None:
+            await self._lease_client.aclose()
         self.messaging.close()
         try:
             failed = self.node.settle()  # store what was verified; a bad run is dropped
@@ -513,9 +515,15 @@ class Daemon:
     @property
     def leases(self) -> LeaseClient:
         """A :class:`~hivemesh.leases.LeaseClient` over the swarm's quorum
-        (holder id: this node's address; :mod:`hivemesh.runtime.leases`)."""
+        (holder id: this node's address; :mod:`hivemesh.runtime.leases`), or in
+        broker mode over the broker's lease engine (:mod:`hivemesh.runtime.broker`)."""
         if self._lease_client is None:
-            self._lease_client = lease_client(self)
+            if self.config.mesh is not None:  # broker mode: the broker's KV
+                from hivemesh.runtime.broker import lease_client as broker_leases
+
+                self._lease_client = broker_leases(self)
+            else:
+                self._lease_client = lease_client(self)
         return self._lease_client
 
     def _lease_synced(self, upto: int, error: str | None) -> None:

@@ -29,14 +29,16 @@ other workloads still run this class, until they move too. The mapping:
 ==========================  ==============================================
 adapter                     Peer
 ==========================  ==============================================
-``__init__`` + ``start``    ``Peer(...)``, ``rehydrate``, ``start``, then
+``__init__`` + ``boot``     ``Peer(...)``, ``rehydrate``, ``start``, then
                             ``link_up`` for every peer (every link is up
                             in the simulated network; a partition only
                             drops frames, as a real one does)
+``link_up``                 ``link_up`` (the boot id of the life it reaches)
 ``receive``                 ``receive``
-``handle_timer``            ``handle_timer``; and ``settle`` at the group
-                            commit the simulator already schedules
-``append``                  ``command(Append)``, its ``Reply``
+``handle_timer``            ``handle_timer``
+``settle``                  ``settle`` at the group commit the simulator
+                            schedules (its ``Fsync`` syncs the disk)
+``append``                  ``command(AppendMany)``, its ``Reply``
 ``observe_down``            gone: the Peer's own SWIM (as ``swim`` here)
 ``accept_feed_loss``        ``command(AcceptFeedLoss)``
 ``sends``                   the ``Send`` effects of ``effects()``
@@ -71,11 +73,16 @@ class Adapter(Protocol):
     claims: ClaimsView
     views: list[View]
 
-    def start(self, stored: Iterable[Event], peers: Iterable[str], now_ms: int) -> None:
-        """Boot: replay the store, then replicate with ``peers``."""
+    def boot(self, stored: Iterable[Event], peers: dict[str, bytes], now_ms: int) -> None:
+        """Boot: replay the store, then replicate with ``peers`` (address ->
+        the boot id of its life)."""
 
-    def link_up(self, peer: str, now_ms: int) -> None:
-        """A link to ``peer`` came up (it restarted and dialled us)."""
+    def link_up(self, peer: str, boot_id: bytes, now_ms: int, endpoint: str | None = None) -> None:
+        """A link to ``peer`` (of life ``boot_id``) came up (it restarted
+        and dialled us)."""
+
+    def settle(self, now_ms: int) -> None:
+        """The group commit is due (the store syncs)."""
 
     def receive(self, peer: str, frame: bytes, now_ms: int) -> None:
         """A frame from ``peer``."""
@@ -124,6 +131,7 @@ class NodeAdapter:
         claim_settle_ms: int,
     ) -> None:
         self.identity = identity
+        self.store = store
         #: The core node (read by checkers and workloads; driven only here).
         self.node = Node(
             identity, store, rng, now_ms=now_ms, config=config, trusted=trusted, marks=marks
@@ -142,15 +150,20 @@ class NodeAdapter:
 
     # -- inputs -------------------------------------------------------------------
 
-    def start(self, stored: Iterable[Event], peers: Iterable[str], now_ms: int) -> None:
+    def boot(self, stored: Iterable[Event], peers: dict[str, bytes], now_ms: int) -> None:
         """Boot: replay the store, then replicate with ``peers``."""
         self.node.rehydrate(stored)
         for peer in peers:
             self.node.add_peer(peer)
 
-    def link_up(self, peer: str, now_ms: int) -> None:
+    def link_up(self, peer: str, boot_id: bytes, now_ms: int, endpoint: str | None = None) -> None:
         """A link to ``peer`` came up: nothing to do (the core node replicates
         with every configured peer)."""
+
+    def settle(self, now_ms: int) -> None:
+        """The group commit: sync the store (the core node settles attested
+        runs on its own delay)."""
+        self.store.sync()
 
     def receive(self, peer: str, frame: bytes, now_ms: int) -> None:
         """A frame from ``peer``."""

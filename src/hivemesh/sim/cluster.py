@@ -31,9 +31,9 @@ Every node is driven through its :class:`~hivemesh.sim.adapter.NodeAdapter`
 frames to send and the next deadline out): the one place where the
 simulator wires a node, so that the sans-IO ``Peer`` can take its place.
 Stores are a simulated disk with a write cache (:mod:`hivemesh.sim.disk`),
-synced by a group commit ``commit_delay_ms`` after replicated batches
-arrive; a crash may lose the cache. Clocks may step and processes pause
-(:class:`~hivemesh.sim.options.FaultOptions`).
+synced by a group commit (the adapter's ``settle``) ``commit_delay_ms`` after
+replicated batches or unsettled runs arrive; a crash may lose the cache.
+Clocks may step and processes pause (:class:`~hivemesh.sim.options.FaultOptions`).
 
 The checkers (:mod:`hivemesh.sim.checkers`) then look for violations. A
 digest of the whole trace (every delivery, drop, crash) is returned so two
@@ -130,6 +130,11 @@ class SimNode:
     past_counters: Counter[str] = field(default_factory=Counter)
 
     @property
+    def boot_id(self) -> bytes:
+        """The id of this life (a link up names the life it reaches)."""
+        return f"{self.index}/{self.incarnation}".encode()
+
+    @property
     def node(self) -> Node | None:
         """This life's core node, for inspection (None while down)."""
         return self.adapter.node if self.adapter is not None else None
@@ -224,9 +229,9 @@ class Cluster:
         sn.incarnation += 1
         adapter = self._new_adapter(sn)
         sn.digest, sn.claims, sn.views = adapter.digest, adapter.claims, adapter.views
-        adapter.start(
+        adapter.boot(
             replay_store(sn.store),
-            [other.identity.address for other in self.nodes],
+            {other.identity.address: other.boot_id for other in self.nodes},
             self.now + sn.skew_ms,
         )
         sn.adapter = adapter
@@ -242,7 +247,7 @@ class Cluster:
         self._flush(sn)
         for other in self.nodes:  # it dialled every configured peer: their links come up
             if other is not sn and other.adapter is not None:
-                other.adapter.link_up(sn.identity.address, self.now + other.skew_ms)
+                other.adapter.link_up(sn.identity.address, sn.boot_id, self.now + other.skew_ms)
                 self._flush(other)
 
     def _flush(self, sn: SimNode) -> None:
@@ -251,7 +256,7 @@ class Cluster:
             return
         for peer, frame in adapter.sends(self.now + sn.skew_ms):
             self._send(sn, self.by_addr[peer], frame)
-        if sn.store.cached and not sn.commit_pending:
+        if (sn.store.cached or adapter.node.journal.unsettled) and not sn.commit_pending:
             sn.commit_pending = True
             self._at(self.now + self.opts.commit_delay_ms, _COMMIT, (sn.index, sn.incarnation))
         deadline = adapter.next_deadline() - sn.skew_ms
@@ -678,9 +683,10 @@ class Cluster:
         index, arg = data
         sn = self.nodes[index]
         if kind == _COMMIT:
-            if sn.node is not None and sn.incarnation == arg:
-                sn.store.sync()
+            if sn.adapter is not None and sn.incarnation == arg:
                 sn.commit_pending = False
+                sn.adapter.settle(self.now + sn.skew_ms)
+                self._flush(sn)
             return
         if sn.node is None:
             return

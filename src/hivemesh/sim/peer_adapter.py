@@ -9,6 +9,21 @@ its new life releases a restarted node's claims, its settlement and trust
 decide, and only its ``Send`` effects reach the network (``Fsync`` syncs the
 simulated disk). :class:`PeerCluster` is the journal workload on it.
 
+**One wiring, checked against the daemon's.** Every call the simulator makes
+on the Peer goes through one method of the adapter named as the Peer's input
+and taking its arguments (``rehydrate``, ``start``, ``link_up``,
+``receive``, ``handle_timer``, ``settle``, ``command``, ...), and every drain
+through :meth:`PeerAdapter.effects`. The cluster's own verbs are made of
+those: :meth:`~PeerAdapter.boot` is ``rehydrate``, ``start`` and a
+``link_up`` per peer; an application's append is the daemon's
+``command(AppendMany)``; the group commit is ``settle``, whose ``Fsync``
+syncs the disk (the node does not settle on a delay of its own, as the
+daemon's does not). So :func:`hivemesh.core.trace.feed` can drive the
+adapter with a trace a real daemon recorded, and its effects must equal the
+daemon's at every drain (``tests/test_sim_trace_equivalence.py``); inputs
+the simulated network never produces (the invite flow's, the inbox's, the
+lease log's) pass through unchanged.
+
 **Links.** The simulated network has no connections: at boot a node reports
 a link up to every configured peer, and every live node reports a link up
 from it (the restarted node dials them all, with a new boot id); a crash or
@@ -22,10 +37,9 @@ run starts with the vouches an invite flow writes: the founder (node 0) brings
 every other node into the swarm, and each brings in the founder. An outsider
 (the forging adversary's spam author) is refused as before.
 
-What still goes around the Peer: the workload's appends are written on
-``peer.node`` and collected by :meth:`~hivemesh.core.peer.Peer.effects` (the
-escape hatch the daemon's leases and messaging use), and a batch of context
-updates is one append, as in the journal workload.
+What still goes around the Peer: the workload's context writes edit
+``peer.context`` (as the daemon's ``hivemesh.Node`` does) before their
+updates are appended; a batch of them is one append.
 """
 
 from __future__ import annotations
@@ -36,15 +50,19 @@ from dataclasses import replace
 from typing import Any
 
 from hivemesh.commands.node import FeedAcceptLoss
-from hivemesh.core.effects import Fsync, Send
+from hivemesh.commands.peer import AppendMany
+from hivemesh.core.effects import Effect, Fsync, Reply, Send
 from hivemesh.core.event import Event
 from hivemesh.core.identity import Identity
+from hivemesh.core.lease_swarm import LeaseSetup
 from hivemesh.core.membership import MembershipConfig
-from hivemesh.core.node import NodeConfig
-from hivemesh.core.ownfeed import MarkStore
+from hivemesh.core.ownfeed import MarkStore, MemoryMarkStore
 from hivemesh.core.peer import Peer, PeerConfig, TrustFile
+from hivemesh.core.store import FeedStore
+from hivemesh.core.trace import Trace
 from hivemesh.core.views import View
 from hivemesh.core.views.trust import KIND_TRUST_ADD
+from hivemesh.errors import HivemeshError
 from hivemesh.sim.cluster import Cluster, SimNode
 from hivemesh.sim.disk import DiskStore
 from hivemesh.sim.options import SimOptions
@@ -62,15 +80,15 @@ class PeerAdapter:
     def __init__(
         self,
         identity: Identity,
-        store: DiskStore,
+        store: FeedStore,
         rng: random.Random,
         now_ms: int,
         *,
-        config: NodeConfig,
-        members: frozenset[str],
-        marks: MarkStore,
-        claim_settle_ms: int,
-        swim: MembershipConfig,
+        config: PeerConfig,
+        trust: TrustFile,
+        marks: MarkStore | None,
+        leases: LeaseSetup | None = None,
+        trace: Trace | None = None,
     ) -> None:
         self.identity = identity
         self.store = store
@@ -79,14 +97,11 @@ class PeerAdapter:
             store,
             rng,
             now_ms=now_ms,
-            config=PeerConfig(
-                node=config,
-                membership=swim,
-                trust_mode="invite",
-                claim_settle_ms=claim_settle_ms,
-            ),
-            trust=TrustFile(trusted=members - {identity.address}, swarms=(SWARM,)),
+            config=config,
+            trust=trust,
             marks=marks,
+            leases=leases,
+            trace=trace,
         )
         #: The core node, for inspection (driven through the Peer).
         self.node = self.peer.node
@@ -94,30 +109,126 @@ class PeerAdapter:
         self.node.add_view(self.digest)
         self.claims = self.peer.claims
         self.views: list[View] = [self.peer.context, self.peer.registers, self.peer.names]
+        self._held: list[Effect] = []  # drained while waiting for a Reply
 
-    def start(self, stored: Iterable[Event], peers: Iterable[str], now_ms: int) -> None:
-        """Boot: replay, listen, and a link up to every configured peer."""
-        self.peer.rehydrate(stored, now_ms)
-        self.peer.start([], now_ms)
-        for peer in peers:
-            if peer != self.identity.address:
-                self.link_up(peer, now_ms)
+    @classmethod
+    def from_trace(cls, trace: Trace, identity: Identity, store: FeedStore) -> PeerAdapter:
+        """The adapter over a Peer built as ``trace``'s was (as
+        :func:`hivemesh.core.trace.replay` builds it, ``store`` holding what
+        the traced one's did), recording nothing."""
+        now_ms, config, trust, marks, leases = trace.setup
+        return cls(
+            identity,
+            store,
+            random.Random(trace.seed),
+            now_ms,
+            config=config,
+            trust=trust,
+            marks=None if marks is None else MemoryMarkStore(marks[0]),
+            leases=leases,
+        )
 
-    def link_up(self, peer: str, now_ms: int) -> None:
-        """A link to ``peer`` came up (it, or we, restarted and dialled)."""
-        self.peer.link_up(peer, b"sim", now_ms)
+    # -- the Peer's inputs (its names and arguments: core.trace.feed calls them) ------
+
+    def rehydrate(self, events: Iterable[Event], now_ms: int) -> int:
+        """Stored events replayed into the views."""
+        return self.peer.rehydrate(events, now_ms)
+
+    def start(self, endpoints: Iterable[str], now_ms: int) -> None:
+        """The node listens (the simulated network has no endpoints)."""
+        self.peer.start(endpoints, now_ms)
+
+    def link_up(self, peer: str, boot_id: bytes, now_ms: int, endpoint: str | None = None) -> None:
+        """A link to ``peer`` (of life ``boot_id``) came up."""
+        self.peer.link_up(peer, boot_id, now_ms, endpoint)
+
+    def link_down(self, peer: str, boot_id: bytes, now_ms: int) -> None:
+        """The link to ``peer`` went (never in the simulated network)."""
+        self.peer.link_down(peer, boot_id, now_ms)
 
     def receive(self, peer: str, frame: bytes, now_ms: int) -> None:
         """A frame from ``peer``."""
         self.peer.receive(peer, frame, now_ms)
 
+    def receive_many(self, peer: str, frames: Iterable[bytes], now_ms: int) -> None:
+        """Frames read from ``peer`` at once."""
+        self.peer.receive_many(peer, frames, now_ms)
+
     def handle_timer(self, now_ms: int) -> None:
         """Time passed."""
         self.peer.handle_timer(now_ms)
 
+    def settle(self, now_ms: int) -> None:
+        """The group commit (its ``Fsync`` syncs the disk: :meth:`sends`)."""
+        self.peer.settle(now_ms)
+
+    def command(self, cmd: Any, now_ms: int) -> int:
+        """A typed command; the id its ``Reply`` carries."""
+        return self.peer.command(cmd, now_ms)
+
+    def admit_channel(self, address: str, invites_open: bool, now_ms: int) -> bool:
+        """A handshake (passed through: the simulated network has none)."""
+        return self.peer.admit_channel(address, invites_open, now_ms)
+
+    def redeemed(
+        self, peer: str, swarm: str | None, new: bool, error: HivemeshError | None, now_ms: int
+    ) -> None:
+        """An invite redeemed (passed through)."""
+        self.peer.redeemed(peer, swarm, new, error, now_ms)
+
+    def join_refused(self, peer: str, error: HivemeshError, exhausted: bool, now_ms: int) -> None:
+        """A join refused (passed through)."""
+        self.peer.join_refused(peer, error, exhausted, now_ms)
+
+    def trust_changed(self, trust: TrustFile, now_ms: int) -> None:
+        """``trust.json`` changed (passed through)."""
+        self.peer.trust_changed(trust, now_ms)
+
+    def inbox_room(self, n: int, now_ms: int) -> None:
+        """The durable inbox's room (passed through)."""
+        self.peer.inbox_room(n, now_ms)
+
+    def persisted(self, batch: int, ok: bool, now_ms: int) -> None:
+        """A direct message batch stored (passed through)."""
+        self.peer.persisted(batch, ok, now_ms)
+
+    def handled(self, key: int, reply: Any, error: str | None, now_ms: int) -> None:
+        """A request handler returned (passed through)."""
+        self.peer.handled(key, reply, error, now_ms)
+
+    def lease_synced(self, upto: int, error: str | None, now_ms: int) -> None:
+        """The lease voter's log synced (passed through)."""
+        self.peer.lease_synced(upto, error, now_ms)
+
+    def effects(self) -> list[Effect]:
+        """The Peer's effects, in order (drains; what :meth:`append` drained
+        while waiting for its reply comes first)."""
+        out, self._held = self._held, []
+        out += self.peer.effects()
+        return out
+
+    # -- the cluster's verbs, made of those --------------------------------------
+
+    def boot(self, stored: Iterable[Event], peers: dict[str, bytes], now_ms: int) -> None:
+        """Boot: replay, listen, and a link up to every configured peer
+        (address -> the boot id of its life)."""
+        self.rehydrate(stored, now_ms)
+        self.start([], now_ms)
+        for peer, boot_id in peers.items():
+            if peer != self.identity.address:
+                self.link_up(peer, boot_id, now_ms)
+
     def append(self, items: list[tuple[str, Any]], now_ms: int) -> list[Event]:
-        """The application appends ``items`` (one batch)."""
-        return self.node.append_many(items, now_ms)
+        """The application appends ``items`` (one batch): the daemon's
+        ``command(AppendMany)``; its reply's events (or its error raised)."""
+        rid = self.command(AppendMany(tuple(items)), now_ms)
+        fx = self.peer.effects()
+        reply = next(e for e in fx if isinstance(e, Reply) and e.rid == rid)
+        self._held += [e for e in fx if e is not reply]
+        if reply.error is not None:
+            raise reply.error
+        events: list[Event] = reply.value
+        return events
 
     def observe_down(self, victim: bytes, now_ms: int) -> list[Event]:
         """Never asked: the Peer's SWIM finds crashes itself."""
@@ -125,12 +236,12 @@ class PeerAdapter:
 
     def accept_feed_loss(self, now_ms: int) -> None:
         """The operator's ``hivemesh feed accept-loss``."""
-        self.peer.command(FeedAcceptLoss(confirm=True), now_ms)
+        self.command(FeedAcceptLoss(confirm=True), now_ms)
 
     def sends(self, now_ms: int) -> list[tuple[str, bytes]]:
         """The Peer's effects: frames to send; an fsync syncs the disk."""
         out: list[tuple[str, bytes]] = []
-        for fx in self.peer.effects():
+        for fx in self.effects():
             if isinstance(fx, Send):
                 out.append((fx.peer, fx.frame))
             elif isinstance(fx, Fsync):
@@ -152,9 +263,14 @@ class PeerCluster(Cluster):
 
     detects_failures = True
 
-    def __init__(self, seed: str, opts: SimOptions) -> None:
+    def __init__(self, seed: str, opts: SimOptions, *, trace: bool = False) -> None:
+        """``trace``: every life's Peer records a :class:`~hivemesh.core.trace.Trace`
+        (kept in :attr:`traces`, for :func:`~hivemesh.core.trace.replay`; tests)."""
         if opts.swim is None:
             opts = replace(opts, swim=MembershipConfig.lan())
+        #: (node index, incarnation) -> that life's trace and a copy of its
+        #: store as the Peer was built on it (``trace`` only)
+        self.traces: dict[tuple[int, int], tuple[Trace, DiskStore]] | None = {} if trace else None
         super().__init__(seed, opts)
         # the invite flow's vouches: the founder brings everyone in, each the founder
         founder = self.nodes[0].identity.address
@@ -168,14 +284,25 @@ class PeerCluster(Cluster):
 
     def _new_adapter(self, sn: SimNode) -> PeerAdapter:
         assert self.opts.swim is not None
+        seed = random.Random(f"{self.seed}/node/{sn.index}/{sn.incarnation}").getrandbits(128)
+        trace = None
+        if self.traces is not None:
+            trace = Trace(seed)
+            self.traces[sn.index, sn.incarnation] = (trace, sn.store.copy())
+        members = frozenset(n.identity.address for n in self.nodes)
         return PeerAdapter(
             sn.identity,
             sn.store,
-            random.Random(f"{self.seed}/node/{sn.index}/{sn.incarnation}"),
+            random.Random(seed),
             self.now + sn.skew_ms,
-            config=self._config(),
-            members=frozenset(n.identity.address for n in self.nodes),
+            config=PeerConfig(
+                # settled at the group commit, as the daemon's (module docs)
+                node=replace(self._config(), settle_delay_ms=None),
+                membership=self.opts.swim,
+                trust_mode="invite",
+                claim_settle_ms=self.opts.claim_settle_ms,
+            ),
+            trust=TrustFile(trusted=members - {sn.identity.address}, swarms=(SWARM,)),
             marks=sn.marks,
-            claim_settle_ms=self.opts.claim_settle_ms,
-            swim=self.opts.swim,
+            trace=trace,
         )
