@@ -449,6 +449,10 @@ def test_ping_answers_at_the_pong_and_times_out_without_one() -> None:
     net.run(600)
     got = net.reply(0, rid)
     assert got is not None and isinstance(got.error, DeadlineExceeded)
+    rid = net.command(0, Ping(IDS[3].address, timeout_s=0.5))  # never linked
+    got = net.reply(0, rid)
+    assert got is not None and isinstance(got.error, UnknownPeer)
+    assert "state: unknown" in str(got.error)
 
 
 def test_the_same_inputs_give_the_same_effects() -> None:

@@ -14,7 +14,6 @@ and the main demo. Run it alone with ``pytest -m broker``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import signal
@@ -28,8 +27,8 @@ from typing import Any
 import pytest
 
 import hivemesh
+from broker_cleanup import drop_swarm
 from hivemesh.leases import open_backend
-from hivemesh.mesh import parse_mesh_url
 from hivemesh.roles.demo import DemoPlanner
 from hivemesh.roles.meshplan import TERMINAL, started_swarm
 from hivemesh.runtime.swarm import LocalSwarm, NodeProc, wait_until
@@ -48,11 +47,24 @@ TELEMETRY = {
 }
 
 
+_MADE: list[str] = []  # swarms this module made on the shared servers
+
+
 def mesh_url(mode: str) -> str | None:
-    """A fresh swarm on the mode's broker (None peer to peer)."""
+    """A fresh swarm on the mode's broker (None peer to peer); dropped from
+    the server when the module is done (tests/broker_cleanup.py)."""
     if mode == "p2p":
         return None
-    return f"{BROKERS[mode]}?swarm=e2e{uuid.uuid4().hex[:10]}"
+    url = f"{BROKERS[mode]}?swarm=e2e{uuid.uuid4().hex[:10]}"
+    _MADE.append(url)
+    return url
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _drop_swarms() -> Iterator[None]:
+    yield
+    while _MADE:
+        drop_swarm(_MADE.pop())
 
 
 def env_for(mode: str) -> dict[str, str]:
@@ -93,11 +105,7 @@ def mode(
 ) -> Iterator[Mode]:
     name: str = request.param
     root: Path = tmp_path_factory.mktemp(f"broker-{name}")
-    env = env_for(name)
-    with contextlib.ExitStack() as stack:
-        if name == "nats":  # each stream reserves 1 GiB of the server's storage
-            stack.callback(_delete_nats_swarm, env["HIVEMESH_MESH"])
-        swarm = stack.enter_context(LocalSwarm(root, env={**env, **TELEMETRY}))
+    with LocalSwarm(root, env={**env_for(name), **TELEMETRY}) as swarm:
         m = Mode(name, swarm)
         c = m.start("c", extra_args=["--collector"])
         a, b = m.start("a"), m.start("b")
@@ -112,12 +120,6 @@ def mode(
                 what=f"{n.label} sees every member up",
             )
         yield m
-
-
-def _delete_nats_swarm(url: str) -> None:
-    from hivemesh.mesh.nats_engine import delete_swarm
-
-    asyncio.run(delete_swarm(parse_mesh_url(url)))
 
 
 def up_members(n: NodeProc) -> set[str]:

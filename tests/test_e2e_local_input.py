@@ -101,6 +101,10 @@ def test_the_client_refuses_what_the_daemon_would_before_sending(node: NodeProc)
         client.ctx_set("default", "k", json.loads("[" * 500 + "]" * 500))
     with pytest.raises(InvalidEncoding):
         client.ctx_set("default", "\udcff", 1)
+    # found by hivemesh fuzz (mesh_mcp_tools): a lone surrogate outside
+    # surrogateescape's range made the error message itself raise
+    with pytest.raises(InvalidEncoding):
+        client.ctx_set("default", "\ud800", 1)
 
 
 def cli(*args: str, data_dir: Path) -> subprocess.CompletedProcess[str]:

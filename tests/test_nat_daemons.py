@@ -123,6 +123,9 @@ def test_nodes_behind_two_nats_replicate_and_message_over_a_punched_link(
     # nothing went through C after the upgrade
     assert cc.status()["paths"]["relay"].get("relay_bytes", 0) == relayed_before
     assert _path(ca, addr_b) == "punched"
+    rtts = {p["address"]: p["rtt_ms"] for p in ca.peers()}
+    assert rtts[addr_b] is not None and rtts[addr_b] > 0  # punched: QUIC's RTT
+    assert all(v is not None for v in rtts.values())  # C over TCP: the kernel's
 
 
 def test_symmetric_nats_end_relayed_and_the_mesh_works_through_the_relay(
@@ -168,3 +171,32 @@ def test_a_nat_that_forgets_its_mapping_mid_run_loses_nothing(
         what="every event a appended, at b",
     )
     wait_until(lambda: _path(ca, addr_b) is not None, 60, what="a link a-b again")
+
+
+def test_endpoint_records_advertise_udp_and_a_peer_without_tcp_is_reached_over_quic(
+    lab: Lab, tmp_path: pathlib.Path
+) -> None:
+    """A and B refuse inbound TCP (a firewall); each reaches C. They learn each
+    other's ``udp:`` endpoint record from the journal and link over QUIC."""
+    a, b, c = lab.add_host("a"), lab.add_host("b"), lab.add_host("c")
+    for h in (a, b):
+        h.nft(
+            "table ip fw {\n  chain tcp_in {\n    type filter hook input priority 0;\n"
+            f"    tcp dport {PORT} drop\n  }}\n}}\n"
+        )
+    _up(c, tmp_path / "c")
+    common = {"HIVEMESH_BOOTSTRAP": f"{c.ip}:{PORT}"}
+    ra = _up(a, tmp_path / "a", **common)
+    rb = _up(b, tmp_path / "b", **common)
+    ca = Client(tmp_path / "a", timeout_s=10)
+    cb = Client(tmp_path / "b", timeout_s=10)
+    wait_until(lambda: _path(ca, rb["address"]) == "direct UDP", 60, what="a-b over QUIC")
+    wait_until(lambda: _path(cb, ra["address"]) == "direct UDP", 20, what="b sees it")
+    eps = next(p["endpoints"] for p in ca.peers() if p["address"] == rb["address"])
+    assert f"udp:{b.ip}:{PORT}" in eps and f"{b.ip}:{PORT}" in eps
+    assert (
+        _path(ca, next(p["address"] for p in ca.peers() if p["address"] not in (rb["address"],)))
+        == "direct TCP"
+    )
+    ca.ctx_set("default", "over-udp", 1)
+    wait_until(lambda: cb.ctx_get("default", "over-udp").get("value") == 1, 20, what="replicated")

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from hivemesh.errors import DecodeError, InvalidArgument
 from hivemesh.transports.punch import ObservedAddresses, PunchSchedule, plan_punch
-from hivemesh.transports.relay_policy import RelayLimits, RelayTable
+from hivemesh.transports.relay_policy import RELAY_CIRCUIT_BIT, RelayLimits, RelayTable
 from hivemesh.transports.relay_wire import Kind, Message, Punch, decode, encode
 
 
@@ -94,13 +94,29 @@ def test_relay_rules_count_every_refusal() -> None:
 def test_the_token_bucket_shapes_instead_of_dropping() -> None:
     t = RelayTable(RelayLimits(bytes_per_s=1000, burst_bytes=1000, max_data_bytes=1000))
     t.reserve("b")
-    t.connect("a", 1, "b")
+    _, circuit = t.connect("a", 1, "b")
+    assert circuit is not None
     assert t.data("a", 1, 1000, 0.0).delay_s == 0.0
     assert t.data("a", 1, 500, 0.0).delay_s == pytest.approx(0.5)
     assert t.data("a", 1, 500, 2.0).delay_s == 0.0  # refilled
     assert t.counters["relay_throttled"] == 1
-    assert t.drop_peer("a") == [("b", 1)]
-    assert t.data("b", 1, 1, 3.0).refused == "unknown_circuit"
+    assert t.drop_peer("a") == [("b", circuit.b_cid)]
+    assert t.data("b", circuit.b_cid, 1, 3.0).refused == "unknown_circuit"
+
+
+def test_ids_a_node_picks_and_ids_the_relay_picks_never_collide() -> None:
+    """A node that opens circuit 1 and is then offered one by the relay must
+    see two ids (a collision made both ends route one circuit's bytes to the
+    other, and the link to the peer went half-open)."""
+    t = RelayTable()
+    t.reserve("a")
+    t.reserve("b")
+    _, ab = t.connect("a", 1, "b")
+    _, ba = t.connect("b", 1, "a")
+    assert ab is not None and ba is not None
+    assert ba.b_cid != 1 and ab.b_cid != 1 and ba.b_cid >= RELAY_CIRCUIT_BIT
+    assert t.data("a", 1, 1, 0.0).peer == "b" and t.data("a", ba.b_cid, 1, 0.0).peer == "b"
+    assert t.connect("a", RELAY_CIRCUIT_BIT | 5, "b")[0] == "bad_circuit"
 
 
 def test_observed_addresses_need_agreement_and_spot_symmetric_nats() -> None:
@@ -128,7 +144,7 @@ def test_punch_retries_back_off_and_reset() -> None:
     s = PunchSchedule(base_s=1, max_s=8)
     assert s.due("p", 0)
     s.started("p", 0)
-    assert not s.due("p", 1)
+    assert not s.due("p", 1) and s.due("p", 10)  # never reported back: retried
     assert s.failed("p", 1) == 1
     assert s.failed("p", 2) == 2
     assert s.failed("p", 4) == 4 and s.failed("p", 8) == 8 and s.failed("p", 16) == 8

@@ -59,6 +59,7 @@ def test_frames_round_trip_over_quic_with_the_noise_identity() -> None:
                 await ch.send(big)
             for _ in range(8):
                 assert await ch.recv() == big[::-1]
+            assert ch.rtt_ms is not None and ch.rtt_ms > 0  # QUIC's smoothed RTT
             (inbound,) = b.channels()
             assert inbound.peer_address == A.address
             assert inbound.handshake_hash == ch.handshake_hash

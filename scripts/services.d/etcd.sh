@@ -13,7 +13,7 @@ if ! command -v etcd >/dev/null; then
 fi
 DIR="${TMPDIR:-/tmp}/hivemesh-etcd-$PORT"
 mkdir -p "$DIR"
-nohup etcd --name hivemesh --data-dir "$DIR/data" \
+setsid nohup etcd --name hivemesh --data-dir "$DIR/data" \
   --listen-client-urls "http://127.0.0.1:${PORT}" --advertise-client-urls "http://127.0.0.1:${PORT}" \
   --listen-peer-urls "http://127.0.0.1:${PEER_PORT}" \
   --initial-advertise-peer-urls "http://127.0.0.1:${PEER_PORT}" \

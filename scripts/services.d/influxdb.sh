@@ -34,7 +34,7 @@ bind-address = "127.0.0.1:${RPC_PORT}"
 [monitor]
   store-enabled = false
 CONF
-nohup influxd -config "${DIR}/influxdb.conf" >"${DIR}/influxdb.log" 2>&1 &
+setsid nohup influxd -config "${DIR}/influxdb.conf" >"${DIR}/influxdb.log" 2>&1 &
 for _ in $(seq 1 150); do
   if curl -fsS -m 2 -o /dev/null "http://127.0.0.1:${PORT}/ping" 2>/dev/null; then
     echo "influxdb: ready on 127.0.0.1:${PORT}"

@@ -9,7 +9,7 @@ if ! command -v nats-server >/dev/null; then
 fi
 DIR="${TMPDIR:-/tmp}/hivemesh-nats-$PORT"
 mkdir -p "$DIR"
-nohup nats-server -a 127.0.0.1 -p "$PORT" -js -sd "$DIR" -l "$DIR/nats.log" >/dev/null 2>&1 &
+setsid nohup nats-server -a 127.0.0.1 -p "$PORT" -js -sd "$DIR" -l "$DIR/nats.log" >/dev/null 2>&1 &
 for _ in $(seq 50); do answering && exit 0; sleep 0.1; done
 echo "nats-server did not start on 127.0.0.1:$PORT" >&2
 exit 1

@@ -31,7 +31,7 @@ scrape_configs:
       - files: ['${DIR}/targets/*.json']
         refresh_interval: 5s
 YML
-nohup prometheus --config.file="${DIR}/prometheus.yml" --storage.tsdb.path="${DIR}/data" \
+setsid nohup prometheus --config.file="${DIR}/prometheus.yml" --storage.tsdb.path="${DIR}/data" \
   --web.listen-address="127.0.0.1:${PORT}" >"${DIR}/prometheus.log" 2>&1 &
 for _ in $(seq 1 150); do
   if curl -fsS -m 2 "http://127.0.0.1:${PORT}/-/ready" >/dev/null 2>&1; then

@@ -56,7 +56,17 @@ from typing import Any
 from hivemesh.errors import ConfigError
 from hivemesh.tools.spec import MCPServerSpec, parse_mcp_config
 
-__all__ = ["Config", "SinkSpecs", "bootstrap_targets", "load_config", "parse_endpoint"]
+__all__ = [
+    "UDP_PREFIX",
+    "Config",
+    "SinkSpecs",
+    "bootstrap_targets",
+    "load_config",
+    "parse_endpoint",
+]
+
+#: An endpoint record for QUIC over UDP reads ``udp:host:port`` (plain ``host:port`` is TCP).
+UDP_PREFIX = "udp:"
 
 #: Telemetry sinks as ``((name, ((option, value), ...)), ...)`` (hashable, like Config).
 SinkSpecs = tuple[tuple[str, tuple[tuple[str, str], ...]], ...]

@@ -325,11 +325,7 @@ class Node:
         A :class:`~hivemesh.leases.LeaseClient` whose holder id is this
         node's address: ``async with node.leases.hold("r") as held: ...``.
         """
-        if self.daemon.config.mesh is not None:  # broker mode: the broker's KV
-            from hivemesh.runtime.broker import lease_client
-
-            return lease_client(self.daemon)
-        return self.daemon.leases
+        return self.daemon.leases  # in broker mode: on the broker's KV
 
     @property
     def claims(self) -> MeshClaims:

@@ -81,32 +81,12 @@ async def _late_join(fleet: Fleet, name: str, argv: list[str], env: dict[str, st
 
 
 async def _hivemesh(args: argparse.Namespace, tmp: Path, url: str) -> dict[str, Any]:
-    from hivemesh.bench.fanout import _python_env
+    from hivemesh.bench.fanout import _phase_throughput, _python_env, _until
 
     env = _python_env()
     swarm = f"bench{uuid.uuid4().hex[:10]}"
     mesh = f"{url}?swarm={swarm}"
     argv = [sys.executable, "-m", "hivemesh.bench._fanout_node", "--mesh", mesh]
-    try:
-        return await _hivemesh_fleet(args, tmp, argv, env, mesh)
-    finally:
-        await _drop_swarm(url, swarm)
-
-
-async def _drop_swarm(url: str, swarm: str) -> None:
-    """Delete the bench swarm's streams (each reserves 1 GiB of the server's
-    JetStream storage while it exists)."""
-    from hivemesh.mesh import parse_mesh_url
-    from hivemesh.mesh.nats_engine import delete_swarm
-
-    with contextlib.suppress(Exception):  # best effort: the figures are in hand
-        await delete_swarm(parse_mesh_url(f"{url}?swarm={swarm}"))
-
-
-async def _hivemesh_fleet(args: argparse.Namespace, tmp: Path, argv: list[str],
-                          env: dict[str, str], mesh: str) -> dict[str, Any]:  # fmt: skip
-    from hivemesh.bench.fanout import _phase_throughput, _until
-
     async with Fleet(tmp) as fleet:
         await asyncio.gather(
             *(
@@ -123,10 +103,28 @@ async def _hivemesh_fleet(args: argparse.Namespace, tmp: Path, argv: list[str],
             return all(s["links"] >= want for s in await fleet.gather("status", 10.0))
 
         await _until("every broker-mode node linked to every other", linked, 60.0)
-        tp = await _phase_throughput(fleet, args, args.events, "tp")
-        late_argv = [*argv, "--index", str(args.nodes), "--data-dir", str(tmp / "late")]
-        late = await _late_join(fleet, "late", late_argv, env, args.events, args)
+        try:
+            tp = await _phase_throughput(fleet, args, args.events, "tp")
+            late_argv = [*argv, "--index", str(args.nodes), "--data-dir", str(tmp / "late")]
+            late = await _late_join(fleet, "late", late_argv, env, args.events, args)
+        finally:
+            await _drop_swarm(url, swarm)
         return {"swarm": mesh, "throughput": tp, "late_join": late}
+
+
+async def _drop_swarm(url: str, swarm: str) -> None:
+    """Delete the bench swarm's streams: a file stream reserves its max_bytes
+    (1 GiB by default) on the server, so swarms left behind fill it."""
+    import nats
+
+    nc = await nats.connect(url, connect_timeout=5)
+    try:
+        js = nc.jetstream(timeout=10.0)
+        for name in (f"HM_{swarm}", f"HM_{swarm}_TEL", f"KV_hm_{swarm}_leases"):
+            with contextlib.suppress(nats.js.errors.NotFoundError):
+                await js.delete_stream(name)
+    finally:
+        await nc.close()
 
 
 async def _raw(args: argparse.Namespace, tmp: Path, url: str) -> dict[str, Any]:

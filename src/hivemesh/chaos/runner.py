@@ -1,6 +1,8 @@
 """One chaos run: cluster up, workload on, faults by the seed, heal, checks.
 
-Phases, each under a deadline:
+Phases, each under a deadline (so a run takes at most its duration plus
+about four minutes: 30 s per node start, 60 s for the acknowledged writes
+to converge, 30 s for each of the other checks):
 
 1. **Up.** One ``hivemesh up`` per namespace (:mod:`hivemesh.chaos.hosts`);
    the run waits until every node has a channel to every other.
@@ -316,7 +318,9 @@ def run_scenario(
         report.error = f"{type(exc).__name__}: {exc}"
     finally:
         report.wall_s = time.monotonic() - t_start
-        if made_root and not keep:
+        if keep:
+            report.stats["data_dirs"] = str(base)  # data dirs and daemon logs
+        elif made_root:
             shutil.rmtree(base, ignore_errors=True)
     return report
 

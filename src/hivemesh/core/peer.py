@@ -1004,6 +1004,10 @@ class Peer:
         self._fx.append(Reply(rid, True))
 
     def _do_ping(self, rid: int, cmd: msgs.Ping, now_ms: int) -> None:
+        if cmd.address not in self._links:
+            st = self.member_state(cmd.address)
+            state = "unknown" if st is None else st.value
+            raise UnknownPeer(f"no link to {cmd.address[:12]} (state: {state})")
         nonce = self._rng.getrandbits(62)
         self.node.send(cmd.address, encode_frame(FrameType.RT_PING, nonce))
         self._waits[rid] = _Wait(rid, now_ms + _ms(cmd.timeout_s, 1), "ping", nonce=nonce)

@@ -5,10 +5,11 @@ batches, have/want, blobs, direct and relayed messages, membership, leases,
 join frames), the msgpack codec and signed events, the three Noise handshake
 messages, encrypted session records, telemetry batch envelopes, append-log
 files imported into a journal, invite tokens, control-socket request lines,
-``hivemesh call`` FIELD=VALUE words and the web-tools MCP server's tool
-inputs. The engine (:mod:`hivemesh.fuzz.engine`) counts inputs and outcomes
-per target: a typed error (:class:`~hivemesh.errors.HivemeshError`) is the
-contract; anything else is a finding.
+``hivemesh call`` FIELD=VALUE words, the web-tools and mesh MCP servers'
+tool inputs and relay channel messages. The engine
+(:mod:`hivemesh.fuzz.engine`) counts inputs and outcomes per target: a
+typed error (:class:`~hivemesh.errors.HivemeshError`) is the contract;
+anything else is a finding.
 
 CI feeds a fixed budget through hypothesis (``tests/test_fuzz_budget.py``);
 a longer run, with no hypothesis needed, is one command away::

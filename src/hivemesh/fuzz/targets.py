@@ -490,6 +490,31 @@ def _mesh_mcp_target() -> Target:
     )
 
 
+# -- relay messages (QUIC relay channels) -------------------------------------------
+
+
+def _relay_target() -> Target:
+    from hivemesh.transports.relay_wire import Kind, Message, Punch, decode, encode
+
+    addr = "hm" + "a" * 56
+    corpus = [
+        encode(Message(Kind.RESERVE)),
+        encode(Message(Kind.CONNECT, 7, text=addr)),
+        encode(Message(Kind.INCOMING, 9, text=addr)),
+        encode(Message(Kind.DATA, 7, data=b"\x00noise stream bytes")),
+        encode(Message(Kind.CLOSE, 7, text="unknown_peer")),
+        encode(Message(Kind.OBSERVED, 0, text="198.18.0.2:7000")),
+        encode(Message(Kind.PUNCH, 3, punch=Punch(addr, (("198.18.0.2", 7000), ("10.0.0.1", 1))))),
+    ]
+
+    def feed(data: bytes) -> None:
+        decode(data)
+
+    return Target(
+        "relay_frames", "relay channel messages (reserve, connect, data, punch...)", corpus, feed
+    )
+
+
 _BUILDERS: dict[str, Callable[[], Target]] = {
     "peer_frames": _peer_target,
     "codec": _codec_target,
@@ -502,6 +527,7 @@ _BUILDERS: dict[str, Callable[[], Target]] = {
     "cli_fields": _cli_target,
     "mcp_tools": _mcp_target,
     "mesh_mcp_tools": _mesh_mcp_target,
+    "relay_frames": _relay_target,
 }
 
 

@@ -54,7 +54,7 @@ from hivemesh.mesh.engine import (
     tls_context,
 )
 
-__all__ = ["NatsEngine", "delete_swarm"]
+__all__ = ["NatsEngine"]
 
 log = logging.getLogger("hivemesh.mesh")
 _FETCH = 256
@@ -347,32 +347,3 @@ class NatsEngine:
                 log.debug("telemetry consumer restarts after %s: %s", type(exc).__name__, exc)
             await backoff(failures)
             failures += 1
-
-
-async def delete_swarm(options: MeshOptions) -> None:
-    """Delete a swarm's journal and telemetry streams and its lease bucket.
-
-    For tests and benchmarks that make a fresh swarm per run: JetStream
-    reserves each stream's ``max_bytes`` (1 GiB by default) of the server's
-    storage for as long as the stream exists, so swarms left behind soon
-    make every new stream fail with "insufficient storage resources".
-    Raises :class:`~hivemesh.errors.PeerUnreachable` if the server cannot
-    be reached; what is already gone is skipped.
-    """
-    engine = NatsEngine(options)
-
-    async def ignore(data: bytes) -> None:
-        return None
-
-    await engine.start(f"cleanup-{options.swarm}", ignore, ignore, lambda up: None)
-    try:
-        js = engine._js
-        for name in (engine.stream, engine.tel_stream):
-            with contextlib.suppress(nats.js.errors.NotFoundError):
-                await js.delete_stream(name)
-        with contextlib.suppress(nats.js.errors.NotFoundError, nats.js.errors.BucketNotFoundError):
-            await js.delete_key_value(f"hm_{options.swarm}_leases")
-    except (TimeoutError, nats.errors.Error, OSError) as exc:
-        raise engine._wrap("delete swarm", exc) from exc
-    finally:
-        await engine.close()

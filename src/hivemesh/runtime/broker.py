@@ -118,22 +118,16 @@ def lease_url(o: MeshOptions) -> str:
 
 def lease_client(d: Daemon) -> LeaseClient:
     """In broker mode the node's leases live on the broker's own lease engine
-    (:func:`lease_url`), not on the embedded quorum; holder id = our address."""
-    client: LeaseClient | None = getattr(d, "_broker_leases", None)
-    if client is None:
-        assert d.config.mesh is not None
-        client = LeaseClient(open_backend(lease_url(parse_mesh_url(d.config.mesh))), d.address)
-        d._broker_leases = client  # type: ignore[attr-defined]
-    return client
+    (:func:`lease_url`), not on the embedded quorum; holder id = our address
+    (the daemon keeps it and closes it at stop)."""
+    assert d.config.mesh is not None
+    return LeaseClient(open_backend(lease_url(parse_mesh_url(d.config.mesh))), d.address)
 
 
 async def stop_broker(d: Daemon) -> None:
-    """At stop, after the links closed: save the log position, close the lease client."""
+    """At stop, after the links closed: save the log position."""
     if d.feedlog is not None:
         d.feedlog.close()
-    client: LeaseClient | None = getattr(d, "_broker_leases", None)
-    if client is not None:
-        await client.aclose()
 
 
 # -- telemetry through the collectors' shared queue ----------------------------------

@@ -118,7 +118,7 @@ from hivemesh import commands as c
 from hivemesh.commands.names import NameClaim, NameClaimReply
 from hivemesh.commands.peer import AppendMany, Leave, Vouch
 from hivemesh.commands.trust import TrustRevoke
-from hivemesh.config import Config, bootstrap_targets, parse_endpoint
+from hivemesh.config import UDP_PREFIX, Config, bootstrap_targets, parse_endpoint
 from hivemesh.core.direct import DirectConfig
 from hivemesh.core.effects import (
     Close,
@@ -422,7 +422,10 @@ class Daemon:
             )
             await self._mdns.start()
             self._opened.append(("mDNS discovery", self._mdns.close))
-        peer.start([endpoint], t)  # the appends of a new life (errors: no start)
+        endpoints = [endpoint]
+        if self.paths is not None and cfg.udp:  # QUIC on the same port over UDP
+            endpoints.append(f"{UDP_PREFIX}{endpoint}")
+        peer.start(endpoints, t)  # the appends of a new life (errors: no start)
         for address, eps in self.endpoints.known().items():
             self.learn(address, eps)
         for addr, h, p in bootstrap_targets(cfg.bootstrap):
@@ -486,6 +489,8 @@ class Daemon:
             from hivemesh.runtime.broker import stop_broker
 
             await stop_broker(self)
+        if self._lease_client is not None:
+            await self._lease_client.aclose()
         self.messaging.close()
         try:
             failed = self.node.settle()  # store what was verified; a bad run is dropped
@@ -513,9 +518,15 @@ class Daemon:
     @property
     def leases(self) -> LeaseClient:
         """A :class:`~hivemesh.leases.LeaseClient` over the swarm's quorum
-        (holder id: this node's address; :mod:`hivemesh.runtime.leases`)."""
+        (holder id: this node's address; :mod:`hivemesh.runtime.leases`), or in
+        broker mode over the broker's lease engine (:mod:`hivemesh.runtime.broker`)."""
         if self._lease_client is None:
-            self._lease_client = lease_client(self)
+            if self.config.mesh is not None:  # broker mode: the broker's KV
+                from hivemesh.runtime.broker import lease_client as broker_leases
+
+                self._lease_client = broker_leases(self)
+            else:
+                self._lease_client = lease_client(self)
         return self._lease_client
 
     def _lease_synced(self, upto: int, error: str | None) -> None:
@@ -1066,6 +1077,10 @@ class Daemon:
         if address == self.address or not self.authorize(address):
             return
         for ep in endpoints:
+            if ep.startswith(UDP_PREFIX):  # a QUIC endpoint: runtime.paths dials it
+                if self.paths is not None:
+                    self.paths.learn_udp(address, ep[len(UDP_PREFIX) :])
+                continue
             try:
                 h, p = parse_endpoint(ep)
             except ConfigError:

@@ -33,11 +33,7 @@ __all__ = [
 
 
 def _backend(d: Daemon) -> Any:
-    if d.config.mesh is not None:  # broker mode: the broker's KV (runtime.broker)
-        from hivemesh.runtime.broker import lease_client
-
-        return lease_client(d).backend
-    return d.leases.backend
+    return d.leases.backend  # the quorum, or in broker mode the broker's KV
 
 
 async def acquire(d: Daemon, req: c.LeaseAcquire) -> c.LeaseAcquireReply:

@@ -12,9 +12,13 @@ a relayed link in place. The decisions live in the transports' sans-IO
 parts (:mod:`~hivemesh.transports.relay_policy`,
 :mod:`~hivemesh.transports.punch`); this module moves bytes and time.
 
-One supervised loop, once a second: a trusted peer we know of (a member or
-an endpoint record) but hold no link to is tried through the relays (at
-most every ``retry_s``); relayed links are offered an upgrade (punch);
+With ``udp`` the node announces ``udp:host:port`` beside its TCP endpoint
+(the TCP dialler skips such records; :meth:`NodePaths.learn_udp` takes
+them). One supervised loop, once a second: a trusted peer we know of (a
+member or an endpoint record) but hold no link to (its TCP endpoints do not
+answer) is dialled over QUIC at its ``udp:`` endpoints, else tried through
+the relays (at most every ``retry_s``): TCP first, then direct UDP, then a
+relay, and a relayed link keeps trying to punch; relayed links are offered an upgrade (punch);
 every link's path is compared with the last seen (a new link is a change
 from ``none``), and a change is logged,
 counted (``path_changes``) and kept in :attr:`NodePaths.events` (the last
@@ -29,9 +33,9 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from hivemesh.config import bootstrap_targets
+from hivemesh.config import bootstrap_targets, parse_endpoint
 from hivemesh.core.identity import short
-from hivemesh.errors import HivemeshError
+from hivemesh.errors import ConfigError, HivemeshError
 
 if TYPE_CHECKING:
     from hivemesh.runtime.daemon import Daemon
@@ -62,6 +66,7 @@ class NodePaths:
         self.traversal: Any = None
         self.events: deque[dict[str, Any]] = deque(maxlen=MAX_EVENTS)
         self._paths: dict[str, str] = {}
+        self._udp: dict[str, set[tuple[str, int]]] = {}  # peer -> its QUIC endpoints
         self._tried: dict[str, float] = {}
         self._retry_s = retry_s
 
@@ -106,6 +111,26 @@ class NodePaths:
                 log.warning("relay %s at %s:%d: %s", short(address), rhost, rport, exc)
         d.supervisor.spawn("paths", self._loop)
 
+    def learn_udp(self, address: str, endpoint: str) -> None:
+        """``address`` announced a QUIC endpoint ``host:port`` (``udp:`` record)."""
+        try:
+            self._udp.setdefault(address, set()).add(parse_endpoint(endpoint))
+        except ConfigError:
+            self.d.counters["bad_endpoint"] += 1
+
+    async def _dial_udp(self, peer: str) -> bool:
+        """A direct QUIC channel to one of ``peer``'s announced endpoints."""
+        for host, port in sorted(self._udp.get(peer, ())):
+            try:
+                channel = await self.endpoint.dial(host, port, expect_address=peer, timeout_s=1.5)
+            except (HivemeshError, OSError) as exc:
+                log.debug("QUIC dial of %s at %s:%d: %s", short(peer), host, port, exc)
+                continue
+            await self.d.conns.adopt_outbound(channel)
+            self.d.counters["udp_links"] += 1
+            return True
+        return False
+
     @property
     def port(self) -> int:
         """The bound UDP port."""
@@ -142,8 +167,6 @@ class NodePaths:
             self.events.append({"peer": peer, "from": before, "to": now, "at": time.time()})
 
     async def _reach_unlinked(self) -> None:
-        if not self.traversal.relays:
-            return
         d = self.d
         known = set(d.endpoints.known()) | set(d.peer.members_snapshot())
         now = time.monotonic()
@@ -153,6 +176,8 @@ class NodePaths:
             if now - self._tried.get(peer, float("-inf")) < self._retry_s:
                 continue
             self._tried[peer] = now
+            if await self._dial_udp(peer) or not self.traversal.relays:
+                continue
             try:
                 await self.traversal.connect_relayed(peer, timeout_s=3.0)
                 d.counters["relayed_links"] += 1

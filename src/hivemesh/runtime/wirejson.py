@@ -66,7 +66,7 @@ def _check_text(text: str, what: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        bad = text[exc.start : exc.end].encode("utf-8", "surrogateescape")
+        bad = text[exc.start : exc.end].encode("utf-8", "backslashreplace")
         raise InvalidEncoding(
             f"{what} is not valid UTF-8 (bytes {bad!r:.40} at character {exc.start})"
         ) from None

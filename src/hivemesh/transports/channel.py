@@ -47,6 +47,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -71,6 +73,10 @@ from hivemesh.transports.stats import ChannelStatistics, TransportCounters
 _log = logging.getLogger(__name__)
 
 __all__ = ["CLOSE_GRACE_S", "Authorize", "ChannelOptions", "SecureChannel", "peer_close_error"]
+
+#: ``struct tcp_info`` (Linux): read this many bytes; ``tcpi_rtt`` (µs) is at this offset.
+_TCP_INFO_BYTES = 104
+_TCP_INFO_RTT_OFFSET = 68
 
 #: How long a closing channel may take to flush its last bytes before it is aborted.
 CLOSE_GRACE_S = 2.0
@@ -199,10 +205,24 @@ class SecureChannel:
 
     @property
     def rtt_ms(self) -> float | None:
-        """The round-trip time its transport measured (QUIC), or ``None``."""
+        """The smoothed round-trip time its transport measured: QUIC's
+        estimator, the kernel's for TCP (``TCP_INFO``); ``None`` where there is
+        none (a relayed channel: its legs are measured, not the whole path)."""
         probe = self._writer.get_extra_info("rtt_ms")
-        value = probe() if callable(probe) else None
-        return None if value is None else round(float(value), 3)
+        if callable(probe):
+            value = probe()
+            return None if value is None else round(float(value), 3)
+        sock = self._writer.get_extra_info("socket")
+        if sock is None or not hasattr(socket, "TCP_INFO"):
+            return None
+        try:
+            info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_BYTES)
+        except OSError:
+            return None
+        if len(info) < _TCP_INFO_RTT_OFFSET + 4:
+            return None
+        rtt_us = int(struct.unpack_from("I", info, _TCP_INFO_RTT_OFFSET)[0])
+        return round(rtt_us / 1000, 3)
 
     @property
     def is_closed(self) -> bool:

@@ -21,7 +21,9 @@ and tried in the order given (the relay's observation first).
 
 **Retries** (:class:`PunchSchedule`). A relayed link keeps trying to
 upgrade: after a failed punch the next is due after ``base_s`` doubling up
-to ``max_s``; a success or a direct link resets it.
+to ``max_s``; a punch that never reports back (its circuit closed before
+the answer) stops blocking the next after ``in_flight_s``; a success or a
+direct link resets it.
 """
 
 from __future__ import annotations
@@ -99,6 +101,9 @@ class PunchSchedule:
 
     base_s: float = 5.0
     max_s: float = 120.0
+    #: A punch that never reports back (its PUNCH lost with a closed circuit)
+    #: blocks the next one this long at most.
+    in_flight_s: float = 10.0
     _failures: dict[str, int] = field(default_factory=dict)
     _due: dict[str, float] = field(default_factory=dict)
 
@@ -107,8 +112,8 @@ class PunchSchedule:
         return now >= self._due.get(peer, float("-inf"))
 
     def started(self, peer: str, now: float) -> None:
-        """A punch started: no other until it ends or ``max_s`` passes."""
-        self._due[peer] = now + self.max_s
+        """A punch started: no other until it ends or ``in_flight_s`` passes."""
+        self._due[peer] = now + self.in_flight_s
 
     def failed(self, peer: str, now: float) -> float:
         """A punch failed; returns the delay until the next."""

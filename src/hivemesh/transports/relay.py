@@ -193,6 +193,7 @@ class _Circuit:
     ready: asyncio.Future[None] | None = None
     writer: asyncio.Task[None] | None = None
     closed: bool = False
+    close_pending: bool = False
 
 
 class RelayClient:
@@ -367,7 +368,7 @@ class RelayClient:
         return circuit.pipe
 
     async def _write(self, circuit: _Circuit) -> None:
-        while not circuit.closed:
+        while True:
             await circuit.wake.wait()
             circuit.wake.clear()
             while circuit.outq and self.channel is not None:
@@ -382,18 +383,31 @@ class RelayClient:
                 circuit.queued -= len(data)
                 if circuit.pipe is not None:
                     circuit.pipe.check_writable()
+            if circuit.closed:
+                if circuit.close_pending:  # our end closed: what it wrote went first
+                    await self._send_close(circuit.cid)
+                return
+
+    async def _send_close(self, cid: int) -> None:
+        if self.channel is None or self.channel.is_closed:
+            return
+        try:
+            await self.channel.send(encode(Message(Kind.CLOSE, cid, text="normal")), timeout_s=5.0)
+        except HivemeshError:
+            self.counters.incr("relay_close_unsent")
 
     def _end(self, circuit: _Circuit, reason: HivemeshError | None, *, notify: bool = True) -> None:
         if circuit.closed:
             return
         circuit.closed = True
-        circuit.wake.set()
         self._circuits.pop(circuit.cid, None)
-        if notify and self.channel is not None and not self.channel.is_closed:
-            try:
-                self.channel.send_nowait(encode(Message(Kind.CLOSE, circuit.cid, text="normal")))
-            except HivemeshError:
-                self.counters.incr("relay_close_unsent")
+        if notify:
+            writer = circuit.writer
+            if circuit.outq and writer is not None and not writer.done():
+                circuit.close_pending = True  # the writer sends the queued bytes, then CLOSE
+            else:
+                self._spawn(self._send_close(circuit.cid))
+        circuit.wake.set()
         if circuit.pipe is not None:
             circuit.pipe.lost(reason)
 

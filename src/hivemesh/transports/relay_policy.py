@@ -14,7 +14,8 @@ in :attr:`RelayTable.counters` under ``relay_refused_<code>``.
 * ``connect(src, src_cid, target)``: a circuit from ``src`` to a reserved
   ``target``; at most ``max_circuits_per_peer`` per peer (either end) and
   ``max_circuits`` in all. Circuits are numbered per leg: ``src`` names
-  its leg, we name the target's.
+  its leg (below :data:`RELAY_CIRCUIT_BIT`), we name the target's (with
+  that bit set), so ids a node picks and ids the relay picks never collide.
 * ``data(src, cid, size, now)``: forward ``size`` bytes of a circuit to its
   other leg. Over ``max_data_bytes`` in one message is refused (the circuit
   closes: its end-to-end stream cannot skip bytes). Each source peer has a
@@ -38,7 +39,12 @@ from dataclasses import dataclass, field
 
 from hivemesh.errors import InvalidArgument
 
-__all__ = ["Circuit", "DataVerdict", "RelayLimits", "RelayTable"]
+__all__ = ["RELAY_CIRCUIT_BIT", "Circuit", "DataVerdict", "RelayLimits", "RelayTable"]
+
+#: Circuit ids on one relay channel: the client numbers the circuits it opens
+#: below this bit, the relay numbers incoming ones with it set, so the two
+#: never collide on a node that both opens and accepts circuits.
+RELAY_CIRCUIT_BIT = 1 << 31
 
 
 @dataclass(frozen=True)
@@ -123,15 +129,15 @@ class RelayTable:
         """Open a circuit ``src -> target``: ``(None, circuit)`` or ``(code, None)``."""
         if target == src or target not in self.reservations:
             return self._refuse("no_reservation"), None
-        if (src, src_cid) in self._legs or src_cid == 0:
+        if (src, src_cid) in self._legs or not 0 < src_cid < RELAY_CIRCUIT_BIT:
             return self._refuse("bad_circuit"), None
         if len(self._legs) // 2 >= self.limits.max_circuits:
             return self._refuse("circuits"), None
         per = self.limits.max_circuits_per_peer
         if self._count(src) >= per or self._count(target) >= per:
             return self._refuse("circuits_per_peer"), None
-        b_cid = self._next_cid
-        self._next_cid = self._next_cid % 0xFFFFFFFF + 1
+        b_cid = RELAY_CIRCUIT_BIT | self._next_cid  # never a number a client picks
+        self._next_cid = self._next_cid % (RELAY_CIRCUIT_BIT - 1) + 1
         circuit = Circuit(src, src_cid, target, b_cid)
         self._legs[(src, src_cid)] = circuit
         self._legs[(target, b_cid)] = circuit
