@@ -178,6 +178,9 @@ def test_a_stopped_node_is_seen_as_left_not_down(mode: Mode) -> None:
     a = s.nodes["a"]
     e = mode.start("e")
     wait_until(lambda: e.address in up_members(a), 20, what="e is up on a")
+    # "left" goes to the members the leaver sees live: a must be one of them
+    # (a fresh node may not have learnt of a yet; then only gossip tells a)
+    wait_until(lambda: a.address in up_members(e), 20, what="a is up on e")
     s.kill("e", signal.SIGTERM)  # a clean stop announces "left" before it goes
 
     def state() -> str | None:
