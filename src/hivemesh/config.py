@@ -57,6 +57,7 @@ from hivemesh.errors import ConfigError
 from hivemesh.tools.spec import MCPServerSpec, parse_mcp_config
 
 __all__ = [
+    "MAX_STUN_SERVERS",
     "UDP_PREFIX",
     "Config",
     "SinkSpecs",
@@ -67,6 +68,9 @@ __all__ = [
 
 #: An endpoint record for QUIC over UDP reads ``udp:host:port`` (plain ``host:port`` is TCP).
 UDP_PREFIX = "udp:"
+
+#: At most this many ``stun`` servers (each is asked every minute).
+MAX_STUN_SERVERS = 8
 
 #: Telemetry sinks as ``((name, ((option, value), ...)), ...)`` (hashable, like Config).
 SinkSpecs = tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
@@ -96,6 +100,9 @@ class Config:
     relays: tuple[str, ...] = ()
     #: accept the relay role: forward end-to-end encrypted circuits for trusted peers
     relay_role: bool = False
+    #: STUN servers (``host:port``) asked for our public UDP address from the
+    #: QUIC socket; empty (the default): STUN is never used (docs/nat.md)
+    stun: tuple[str, ...] = ()
     #: broker mode: ``nats://host:4222?swarm=NAME`` or ``redis://host:6379/0?swarm=NAME``
     #: carries every frame and the journal's log instead of peer links (docs/broker.md)
     mesh: str | None = None
@@ -192,6 +199,7 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
         "udp",
         "relays",
         "relay_role",
+        "stun",
         "reconnect_min_s",
         "reconnect_max_s",
         "mesh",
@@ -373,6 +381,11 @@ def _validate(cfg: Config) -> None:
     if cfg.advertise is not None:
         parse_endpoint(cfg.advertise)
     bootstrap_targets(cfg.bootstrap)
+    if len(cfg.stun) > MAX_STUN_SERVERS:
+        raise ConfigError(f"stun lists more than {MAX_STUN_SERVERS} servers")
+    for server in cfg.stun:
+        if parse_endpoint(server)[1] == 0:
+            raise ConfigError(f"stun server {server!r} needs a port (3478 is STUN's)")
     if cfg.mesh is not None:
         from hivemesh.mesh.engine import parse_mesh_url  # no I/O, no broker client
 

@@ -48,7 +48,9 @@ So the core, which imports this module, knows nothing about them.
     │       └── InviteRevoked
     ├── RemoteProtocolError
     │   ├── DecodeError
-    │   │   └── FrameTooLarge
+    │   │   ├── FrameTooLarge
+    │   │   └── StunMalformed      a STUN response that breaks RFC 8489 framing
+    │   ├── StunMismatch           a well-formed STUN message that does not answer our request
     │   ├── UnsupportedVersion
     │   ├── BadSignature
     │   ├── BrokenChain
@@ -160,6 +162,8 @@ __all__ = [
     "StaleEnvelope",
     "StoreCorrupt",
     "StoreError",
+    "StunMalformed",
+    "StunMismatch",
     "TransportError",
     "UnknownCommand",
     "UnknownPeer",
@@ -223,6 +227,21 @@ class FrameTooLarge(DecodeError):
     """A frame or field is over its size limit."""
 
     code = "oversize"
+
+
+class StunMalformed(DecodeError):
+    """A datagram claiming to be a STUN response breaks RFC 8489's framing:
+    bad length, magic cookie, attribute bounds, address family or FINGERPRINT."""
+
+    code = "stun_malformed"
+
+
+class StunMismatch(RemoteProtocolError):
+    """A well-formed STUN message that is not the success answer to our
+    Binding request: another transaction id, another method or class, an
+    error response, or no mapped address."""
+
+    code = "stun_mismatch"
 
 
 class UnsupportedVersion(RemoteProtocolError):

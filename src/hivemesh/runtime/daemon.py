@@ -399,7 +399,7 @@ class Daemon:
         host, port = cfg.listen_endpoint()
         self._opened.append(("connections", self.conns.close))
         self.listen_port = await self.conns.listen(host, port)
-        if cfg.udp or cfg.relays or cfg.relay_role:
+        if cfg.udp or cfg.relays or cfg.relay_role or cfg.stun:
             from hivemesh.runtime.paths import NodePaths
 
             self.paths = NodePaths(self)

@@ -23,28 +23,59 @@ every link's path is compared with the last seen (a new link is a change
 from ``none``), and a change is logged,
 counted (``path_changes``) and kept in :attr:`NodePaths.events` (the last
 :data:`MAX_EVENTS`, shown by ``status``).
+
+With ``stun`` servers configured, a second supervised loop asks each of them
+in turn, from the QUIC socket (:meth:`QuicEndpoint.send_datagram`; answers
+come back through :attr:`QuicEndpoint.on_other_datagram`), for our mapped
+address: a :class:`~hivemesh.transports.stun.BindingTransaction` with a
+fresh random transaction id, its retransmissions and its deadline, after a
+name lookup bounded by :data:`STUN_RESOLVE_S`. An answer is one report to
+the traversal's :class:`~hivemesh.transports.punch.ObservedAddresses`
+under the reporter ``stun:host:port``, exactly like a relay's OBSERVED: one
+server is one vote (docs/nat.md). Each server is asked again after
+:data:`STUN_INTERVAL_S` (after :data:`STUN_RETRY_S` when it failed);
+malformed or mismatched datagrams are counted by their error code
+(``stun_malformed``, ``stun_mismatch``), timeouts as ``stun_timeout``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import secrets
+import socket
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from hivemesh.config import bootstrap_targets, parse_endpoint
 from hivemesh.core.identity import short
-from hivemesh.errors import ConfigError, HivemeshError
+from hivemesh.errors import ConfigError, HivemeshError, StunMalformed, StunMismatch
+from hivemesh.transports.stun import BindingTransaction, is_stun
 
 if TYPE_CHECKING:
     from hivemesh.runtime.daemon import Daemon
 
-__all__ = ["MAX_EVENTS", "NodePaths", "path_of"]
+__all__ = [
+    "MAX_EVENTS",
+    "STUN_INTERVAL_S",
+    "STUN_RESOLVE_S",
+    "STUN_RETRY_S",
+    "NodePaths",
+    "path_of",
+]
 
 log = logging.getLogger("hivemesh.runtime.paths")
 #: Path changes kept for ``status``.
 MAX_EVENTS = 64
+#: A STUN server that answered is asked again after this long (s): well
+#: inside the observed addresses' 300 s lifetime and a NAT's UDP timeout.
+STUN_INTERVAL_S = 60.0
+#: A STUN server that did not answer is asked again after this long (s).
+STUN_RETRY_S = 15.0
+#: The deadline of a STUN server's name lookup (s).
+STUN_RESOLVE_S = 2.0
 
 
 def path_of(channel: Any) -> str:
@@ -69,6 +100,11 @@ class NodePaths:
         self._udp: dict[str, set[tuple[str, int]]] = {}  # peer -> its QUIC endpoints
         self._tried: dict[str, float] = {}
         self._retry_s = retry_s
+        #: Per ``stun`` server: its last answer (``mapped``) or failure (``error``).
+        self.stun: dict[str, dict[str, Any]] = {}
+        self._stun_pending: dict[bytes, tuple[BindingTransaction, asyncio.Event]] = {}
+        self._stun_finished: deque[bytes] = deque(maxlen=16)  # answers may come late
+        self._family = socket.AF_INET
 
     async def start(self, host: str, port: int) -> None:
         """Listen on UDP ``host:port``, start the relay role and the relay clients."""
@@ -78,6 +114,7 @@ class NodePaths:
 
         logging.getLogger("quic").setLevel(logging.WARNING)  # aioquic's per-connection INFO
         d, cfg = self.d, self.d.config
+        self._family = socket.AF_INET6 if ":" in host else socket.AF_INET
         if cfg.relay_role:
             self.service = RelayService()
         self.endpoint = await QuicEndpoint.open(
@@ -110,6 +147,9 @@ class NodePaths:
                 d.counters["relay_unreachable"] += 1
                 log.warning("relay %s at %s:%d: %s", short(address), rhost, rport, exc)
         d.supervisor.spawn("paths", self._loop)
+        if cfg.stun:
+            self.endpoint.on_other_datagram = self._on_datagram
+            d.supervisor.spawn("stun", self._stun_loop)
 
     def learn_udp(self, address: str, endpoint: str) -> None:
         """``address`` announced a QUIC endpoint ``host:port`` (``udp:`` record)."""
@@ -185,6 +225,78 @@ class NodePaths:
                 d.counters["relayed_link_failed"] += 1
                 log.debug("no relayed link to %s: %s", short(peer), exc)
 
+    async def _stun_loop(self) -> None:
+        due = dict.fromkeys(self.d.config.stun, 0.0)
+        while True:
+            self.d.supervisor.beat("stun")
+            for server in sorted(due):
+                if time.monotonic() >= due[server]:
+                    ok = await self._ask_stun(server)
+                    due[server] = time.monotonic() + (STUN_INTERVAL_S if ok else STUN_RETRY_S)
+            await asyncio.sleep(max(0.0, min(due.values()) - time.monotonic()))
+
+    async def _ask_stun(self, server: str) -> bool:
+        """One Binding transaction with ``server``; its answer is one observed-address vote."""
+        d, loop = self.d, asyncio.get_running_loop()
+        host, port = parse_endpoint(server)
+        family = self._family
+        try:
+            async with asyncio.timeout(STUN_RESOLVE_S):
+                infos = await loop.getaddrinfo(host, port, family=family, type=socket.SOCK_DGRAM)
+        except (OSError, TimeoutError) as exc:
+            d.counters["stun_unresolved"] += 1
+            self.stun[server] = {"error": f"cannot resolve: {exc}", "at": time.time()}
+            return False
+        addr = (str(infos[0][4][0]), int(infos[0][4][1]))
+        tx = BindingTransaction(secrets.token_bytes(12), loop.time())
+        answered = asyncio.Event()
+        self._stun_pending[tx.transaction_id] = (tx, answered)
+        try:
+            while not tx.done:
+                for datagram in tx.datagrams_to_send(loop.time()):
+                    self.endpoint.send_datagram(datagram, addr)
+                    d.counters["stun_requests_sent"] += 1
+                wake = tx.next_deadline()
+                if wake is not None:
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(max(0.0, wake - loop.time())):
+                            await answered.wait()
+                tx.handle_timer(loop.time())
+        finally:
+            self._stun_pending.pop(tx.transaction_id, None)
+            self._stun_finished.append(tx.transaction_id)
+        if tx.mapped is None:
+            d.counters["stun_timeout"] += 1
+            self.stun[server] = {"error": f"no answer from {addr[0]}:{addr[1]}", "at": time.time()}
+            log.warning("STUN server %s did not answer", server)
+            return False
+        mapped = f"{tx.mapped[0]}:{tx.mapped[1]}"
+        if self.stun.get(server, {}).get("mapped") != mapped:
+            log.info("STUN server %s sees us as %s", server, mapped)
+        self.stun[server] = {"mapped": mapped, "at": time.time()}
+        self.traversal.observed.report(f"stun:{server}", tx.mapped, time.monotonic())
+        d.counters["stun_ok"] += 1
+        return True
+
+    def _on_datagram(self, data: bytes, addr: tuple[str, int]) -> bool:
+        """A non-QUIC datagram on the QUIC socket: a STUN answer is ours."""
+        if not is_stun(data):
+            return False
+        pending = self._stun_pending.get(data[8:20])
+        if pending is None and data[8:20] in self._stun_finished:
+            self.d.counters["stun_late_answer"] += 1  # a retransmission's answer
+            return True
+        try:
+            if pending is None:
+                raise StunMismatch(f"a STUN message from {addr[0]}:{addr[1]} answers nothing")
+            pending[0].receive(data)
+        except (StunMalformed, StunMismatch) as exc:
+            self.d.counters[exc.code] += 1
+            log.debug("STUN datagram from %s:%d dropped: %s", addr[0], addr[1], exc)
+            return True
+        pending[1].set()
+        return True
+
     def statistics(self) -> dict[str, Any]:
         """For ``status``: the UDP port, relay and traversal counters, path events."""
         return {
@@ -196,6 +308,7 @@ class NodePaths:
             "observed": [
                 f"{h}:{p}" for h, p in self.traversal.observed.candidates(time.monotonic())
             ],
+            "stun": {k: dict(v) for k, v in sorted(self.stun.items())},
             "path_events": list(self.events),
         }
 

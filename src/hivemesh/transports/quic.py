@@ -26,7 +26,10 @@ and flow control, and a connection the NAT keeps open.
   (:data:`PRIME`, first byte 0: the QUIC fixed bit is clear) with a low TTL
   towards a peer's candidate address: they open our NAT's mapping for that
   peer and die before the peer's NAT sees them (hole punching). Non-QUIC
-  datagrams received are counted (``udp_non_quic``) and dropped.
+  datagrams received go to :attr:`QuicEndpoint.on_other_datagram` (STUN
+  answers, :mod:`hivemesh.transports.stun`); those it does not take are
+  counted (``udp_non_quic``) and dropped. :meth:`QuicEndpoint.send_datagram`
+  sends a raw datagram from the same socket (a STUN request).
 * Flow control: the stream's bytes not yet sent (held by aioquic for the
   congestion window or the peer's credit) above 1 MiB pause the channel's
   writer, as a full socket buffer does on TCP.
@@ -162,6 +165,8 @@ class QuicEndpoint(asyncio.DatagramProtocol):
         self.on_relay_channel = on_relay_channel
         #: Sources of expected hole punches: their inbound channels are "punched".
         self.punch_sources: set[tuple[str, int]] = set()
+        #: Takes a non-QUIC datagram ``(data, addr)``; ``True``: handled.
+        self.on_other_datagram: Callable[[bytes, tuple[str, int]], bool] | None = None
         self._opts = options or ChannelOptions()
         self._random_bytes = random_bytes
         self._boot_id = PROCESS_BOOT_ID if boot_id is None else boot_id
@@ -220,6 +225,8 @@ class QuicEndpoint(asyncio.DatagramProtocol):
 
     def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
         if not data or not data[0] & 0x40:
+            if data and self.on_other_datagram is not None and self.on_other_datagram(data, addr):
+                return
             self.counters.incr("udp_non_quic")
             return
         try:
@@ -519,6 +526,12 @@ class QuicEndpoint(asyncio.DatagramProtocol):
             raise
         conn.channel = channel
         return channel
+
+    def send_datagram(self, data: bytes, addr: tuple[str, int]) -> None:
+        """Send one raw (non-QUIC) datagram from the endpoint's socket."""
+        if self._transport is None or self._closed:
+            return
+        self._transport.sendto(data, addr)
 
     def prime(self, host: str, port: int, *, ttl: int = 2, count: int = 3) -> None:
         """Send ``count`` priming datagrams with IP TTL ``ttl`` to ``host:port``

@@ -56,6 +56,12 @@ def _text(st: dict[str, Any]) -> str:
             f"   observed: {', '.join(paths['observed']) or '-'}"
             + ("   relay role on" if paths["relay"] is not None else "")
         )
+        lines.extend(  # STUN answers, beside the observed address they vote for
+            f"stun      {server} sees us as {row['mapped']}"
+            if "mapped" in row
+            else f"stun      {server}: {row['error']}"
+            for server, row in paths.get("stun", {}).items()
+        )
         lines.extend(
             f"path      {e['peer'][:12]} {e['from']} -> {e['to']}"
             for e in paths["path_events"][-5:]

@@ -1,0 +1,103 @@
+"""A node (``hivemesh up``) behind a real Linux NAT asks a STUN server on the
+public side (tests/stun_responder.py, a separate minimal RFC 5389 responder)
+for its address: ``hivemesh status`` shows the NAT's public address and port
+beside the observed address, which the answer voted for. The responder also
+sends a malformed datagram and an answer to another transaction first: both
+are counted and the answer still lands. Marked ``netns``."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+import netlabtest
+from hivemesh.netlab import Lab, Nat
+from hivemesh.runtime.client import Client
+from hivemesh.runtime.swarm import wait_until
+
+pytest.importorskip("aioquic", reason="aioquic is not installed")
+pytestmark = pytest.mark.netns
+lab = netlabtest.lab  # the fixture
+
+TESTS = pathlib.Path(__file__).parent
+SRC = str(TESTS.parent / "src")
+PORT, STUN_PORT = 7420, 3478
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HIVEMESH_")}
+    env["PYTHONPATH"] = os.pathsep.join([SRC, env.get("PYTHONPATH", "")])
+    env.update(HIVEMESH_TRUST_MODE="open", HIVEMESH_TELEMETRY="false", **extra)
+    return env
+
+
+def _line(proc: subprocess.Popen[bytes]) -> dict[str, Any]:
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line, "the process ended before its first line"
+    return dict(json.loads(line))
+
+
+def test_a_node_behind_a_nat_learns_its_public_address_from_stun(
+    lab: Lab, tmp_path: pathlib.Path
+) -> None:
+    nat = lab.add_nat("nat-a")
+    a = lab.add_host("a", behind=nat)
+    s = lab.add_host("s")  # public side
+    responder = s.popen(
+        [sys.executable, str(TESTS / "stun_responder.py"), "--port", str(STUN_PORT), "--noise"],
+        env=_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert _line(responder) == {"ready": True}
+        server = f"{s.ip}:{STUN_PORT}"
+        data = tmp_path / "a"
+        data.mkdir(mode=0o700)
+        log = open(data / "daemon.log", "ab")  # noqa: SIM115 - handed to the child
+        argv = [sys.executable, "-m", "hivemesh", "up", "--json", "--data-dir", str(data)]
+        node = a.popen(
+            [*argv, "--listen", f"0.0.0.0:{PORT}"],
+            env=_env(HIVEMESH_UDP="true", HIVEMESH_STUN=server),
+            stdout=subprocess.PIPE,
+            stderr=log,
+        )
+        assert _line(node).get("address"), (data / "daemon.log").read_text()[-3000:]
+        client = Client(data, timeout_s=10)
+
+        def stun_row() -> dict[str, Any]:
+            return dict(client.status()["paths"]["stun"].get(server, {}))
+
+        wait_until(lambda: "mapped" in stun_row(), 20, what="a STUN answer")
+        mapped = stun_row()["mapped"]
+        ip, _, port = mapped.rpartition(":")
+        assert ip == nat.wan_ip != a.ip  # the NAT's public address, not the node's own
+        assert _line(responder) == {"saw": mapped}  # and the port the server saw
+        assert isinstance(nat, Nat)
+        assert f"dst={nat.wan_ip} sport={STUN_PORT} dport={port}" in nat.mappings()
+        status = client.status()
+        assert status["paths"]["observed"][0] == mapped  # one vote, believed at quorum 1
+        counters = status["counters"]
+        assert counters["stun_ok"] >= 1 and counters["stun_requests_sent"] >= 1
+        assert counters["stun_malformed"] >= 1 and counters["stun_mismatch"] >= 1
+        text = subprocess.run(
+            [sys.executable, "-m", "hivemesh", "status", "--data-dir", str(data)],
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
+        assert f"observed: {mapped}" in text
+        assert f"stun      {server} sees us as {mapped}" in text
+    finally:
+        assert responder.stdin is not None
+        responder.stdin.close()
+        responder.wait(timeout=10)
