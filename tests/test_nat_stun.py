@@ -3,7 +3,9 @@ public side (tests/stun_responder.py, a separate minimal RFC 5389 responder)
 for its address: ``hivemesh status`` shows the NAT's public address and port
 beside the observed address, which the answer voted for. The responder also
 sends a malformed datagram and an answer to another transaction first: both
-are counted and the answer still lands. Marked ``netns``."""
+are counted and the answer still lands. A second configured server that
+does not answer times out (counted, shown) and changes nothing else: STUN
+is never required. Marked ``netns``."""
 
 from __future__ import annotations
 
@@ -58,25 +60,27 @@ def test_a_node_behind_a_nat_learns_its_public_address_from_stun(
     )
     try:
         assert _line(responder) == {"ready": True}
-        server = f"{s.ip}:{STUN_PORT}"
+        server, silent = f"{s.ip}:{STUN_PORT}", f"{s.ip}:{STUN_PORT + 1}"
         data = tmp_path / "a"
         data.mkdir(mode=0o700)
         log = open(data / "daemon.log", "ab")  # noqa: SIM115 - handed to the child
         argv = [sys.executable, "-m", "hivemesh", "up", "--json", "--data-dir", str(data)]
         node = a.popen(
             [*argv, "--listen", f"0.0.0.0:{PORT}"],
-            env=_env(HIVEMESH_UDP="true", HIVEMESH_STUN=server),
+            env=_env(HIVEMESH_UDP="true", HIVEMESH_STUN=f"{server},{silent}"),
             stdout=subprocess.PIPE,
             stderr=log,
         )
         assert _line(node).get("address"), (data / "daemon.log").read_text()[-3000:]
         client = Client(data, timeout_s=10)
 
-        def stun_row() -> dict[str, Any]:
-            return dict(client.status()["paths"]["stun"].get(server, {}))
+        def stun_row(which: str = server) -> dict[str, Any]:
+            return dict(client.status()["paths"]["stun"].get(which, {}))
 
         wait_until(lambda: "mapped" in stun_row(), 20, what="a STUN answer")
         mapped = stun_row()["mapped"]
+        wait_until(lambda: "error" in stun_row(silent), 20, what="the silent server's timeout")
+        assert "no answer" in stun_row(silent)["error"]
         ip, _, port = mapped.rpartition(":")
         assert ip == nat.wan_ip != a.ip  # the NAT's public address, not the node's own
         assert _line(responder) == {"saw": mapped}  # and the port the server saw
@@ -87,6 +91,7 @@ def test_a_node_behind_a_nat_learns_its_public_address_from_stun(
         counters = status["counters"]
         assert counters["stun_ok"] >= 1 and counters["stun_requests_sent"] >= 1
         assert counters["stun_malformed"] >= 1 and counters["stun_mismatch"] >= 1
+        assert counters["stun_timeout"] >= 1
         text = subprocess.run(
             [sys.executable, "-m", "hivemesh", "status", "--data-dir", str(data)],
             env=_env(),
@@ -97,6 +102,7 @@ def test_a_node_behind_a_nat_learns_its_public_address_from_stun(
         ).stdout
         assert f"observed: {mapped}" in text
         assert f"stun      {server} sees us as {mapped}" in text
+        assert f"stun      {silent}: no answer" in text
     finally:
         assert responder.stdin is not None
         responder.stdin.close()
