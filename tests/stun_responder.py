@@ -4,10 +4,11 @@ hivemesh's own STUN code so the two check each other.
 
 It answers every Binding request with a Binding success carrying
 XOR-MAPPED-ADDRESS (the request's source address) and a SOFTWARE
-attribute, prints ``{"saw": "ip:port"}`` per request and ``{"ready": true}``
-once bound. With ``--noise`` it first sends, to the same source, a
-datagram with the magic cookie but broken framing and an answer to another
-transaction (the client must count both and keep waiting). It ends at
+attribute, prints ``{"saw": "ip:port"}`` per request and
+``{"ready": true, "port": N}`` once bound (``--port 0`` picks one). With
+``--noise`` it first sends, to the same source, a datagram with the magic
+cookie but broken framing and an answer to another transaction (the client
+must count both and keep waiting). It ends at
 ``--deadline`` seconds or when stdin closes.
 """
 
@@ -35,13 +36,14 @@ def answer(txid: bytes, host: str, port: int) -> bytes:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--host", default="0.0.0.0")
     parser.add_argument("--port", type=int, default=3478)
     parser.add_argument("--deadline", type=float, default=60.0)
     parser.add_argument("--noise", action="store_true")
     args = parser.parse_args()
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind(("0.0.0.0", args.port))
-    print(json.dumps({"ready": True}), flush=True)
+    sock.bind((args.host, args.port))
+    print(json.dumps({"ready": True, "port": sock.getsockname()[1]}), flush=True)
     end = time.monotonic() + args.deadline
     while (left := end - time.monotonic()) > 0:
         ready, _, _ = select.select([sock, sys.stdin], [], [], left)

@@ -59,7 +59,7 @@ def test_a_node_behind_a_nat_learns_its_public_address_from_stun(
         stdout=subprocess.PIPE,
     )
     try:
-        assert _line(responder) == {"ready": True}
+        assert _line(responder) == {"ready": True, "port": STUN_PORT}
         server, silent = f"{s.ip}:{STUN_PORT}", f"{s.ip}:{STUN_PORT + 1}"
         data = tmp_path / "a"
         data.mkdir(mode=0o700)
