@@ -34,7 +34,8 @@ the traversal's :class:`~hivemesh.transports.punch.ObservedAddresses`
 under the reporter ``stun:host:port``, exactly like a relay's OBSERVED: one
 server is one vote (docs/nat.md). Each server is asked again after
 :data:`STUN_INTERVAL_S` (after :data:`STUN_RETRY_S` when it failed);
-malformed or mismatched datagrams are counted by their error code
+malformed or mismatched datagrams (an answer must carry the transaction id
+and come from the server's address) are counted by their error code
 (``stun_malformed``, ``stun_mismatch``), timeouts as ``stun_timeout``.
 """
 
@@ -102,7 +103,10 @@ class NodePaths:
         self._retry_s = retry_s
         #: Per ``stun`` server: its last answer (``mapped``) or failure (``error``).
         self.stun: dict[str, dict[str, Any]] = {}
-        self._stun_pending: dict[bytes, tuple[BindingTransaction, asyncio.Event]] = {}
+        # transaction id -> (transaction, the server's address, set when answered)
+        self._stun_pending: dict[
+            bytes, tuple[BindingTransaction, tuple[str, int], asyncio.Event]
+        ] = {}
         self._stun_finished: deque[bytes] = deque(maxlen=16)  # answers may come late
         self._family = socket.AF_INET
 
@@ -250,7 +254,7 @@ class NodePaths:
         addr = (str(infos[0][4][0]), int(infos[0][4][1]))
         tx = BindingTransaction(secrets.token_bytes(12), loop.time())
         answered = asyncio.Event()
-        self._stun_pending[tx.transaction_id] = (tx, answered)
+        self._stun_pending[tx.transaction_id] = (tx, addr, answered)
         try:
             while not tx.done:
                 for datagram in tx.datagrams_to_send(loop.time()):
@@ -289,12 +293,14 @@ class NodePaths:
         try:
             if pending is None:
                 raise StunMismatch(f"a STUN message from {addr[0]}:{addr[1]} answers nothing")
+            if addr[:2] != pending[1]:
+                raise StunMismatch(f"a STUN answer from {addr[0]}:{addr[1]}, not the server")
             pending[0].receive(data)
         except (StunMalformed, StunMismatch) as exc:
             self.d.counters[exc.code] += 1
             log.debug("STUN datagram from %s:%d dropped: %s", addr[0], addr[1], exc)
             return True
-        pending[1].set()
+        pending[2].set()
         return True
 
     def statistics(self) -> dict[str, Any]:
