@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import netlabtest
-from hivemesh.netlab import Lab, Nat
+from hivemesh.netlab import Host, Lab, Nat
 from hivemesh.runtime.client import Client
 from hivemesh.runtime.swarm import wait_until
 
@@ -46,32 +46,59 @@ def _line(proc: subprocess.Popen[bytes]) -> dict[str, Any]:
     return dict(json.loads(line))
 
 
+def _up(host: Host, data: pathlib.Path, **env: str) -> pathlib.Path:
+    """``hivemesh up`` with UDP in ``host``; its data dir once it is ready."""
+    data.mkdir(mode=0o700)
+    log = open(data / "daemon.log", "ab")  # noqa: SIM115 - handed to the child
+    argv = [sys.executable, "-m", "hivemesh", "up", "--json", "--data-dir", str(data)]
+    node = host.popen(
+        [*argv, "--listen", f"0.0.0.0:{PORT}"],
+        env=_env(HIVEMESH_UDP="true", **env),
+        stdout=subprocess.PIPE,
+        stderr=log,
+    )
+    assert _line(node).get("address"), (data / "daemon.log").read_text()[-3000:]
+    return data
+
+
+def _responder(host: Host, *args: str) -> subprocess.Popen[bytes]:
+    proc = host.popen(
+        [sys.executable, str(TESTS / "stun_responder.py"), "--port", str(STUN_PORT), *args],
+        env=_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert _line(proc) == {"ready": True, "port": STUN_PORT}
+    return proc
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    assert proc.stdin is not None
+    proc.stdin.close()
+    proc.wait(timeout=10)
+
+
+def _status_text(data: pathlib.Path) -> str:
+    return subprocess.run(
+        [sys.executable, "-m", "hivemesh", "status", "--data-dir", str(data)],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=True,
+    ).stdout
+
+
 def test_a_node_behind_a_nat_learns_its_public_address_from_stun(
     lab: Lab, tmp_path: pathlib.Path
 ) -> None:
     nat = lab.add_nat("nat-a")
     a = lab.add_host("a", behind=nat)
     s = lab.add_host("s")  # public side
-    responder = s.popen(
-        [sys.executable, str(TESTS / "stun_responder.py"), "--port", str(STUN_PORT), "--noise"],
-        env=_env(),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-    )
+    responder = _responder(s, "--noise")
     try:
-        assert _line(responder) == {"ready": True, "port": STUN_PORT}
         server, silent = f"{s.ip}:{STUN_PORT}", f"{s.ip}:{STUN_PORT + 1}"
-        data = tmp_path / "a"
-        data.mkdir(mode=0o700)
-        log = open(data / "daemon.log", "ab")  # noqa: SIM115 - handed to the child
-        argv = [sys.executable, "-m", "hivemesh", "up", "--json", "--data-dir", str(data)]
-        node = a.popen(
-            [*argv, "--listen", f"0.0.0.0:{PORT}"],
-            env=_env(HIVEMESH_UDP="true", HIVEMESH_STUN=f"{server},{silent}"),
-            stdout=subprocess.PIPE,
-            stderr=log,
-        )
-        assert _line(node).get("address"), (data / "daemon.log").read_text()[-3000:]
+        data = _up(a, tmp_path / "a", HIVEMESH_STUN=f"{server},{silent}")
         client = Client(data, timeout_s=10)
 
         def stun_row(which: str = server) -> dict[str, Any]:
@@ -92,18 +119,35 @@ def test_a_node_behind_a_nat_learns_its_public_address_from_stun(
         assert counters["stun_ok"] >= 1 and counters["stun_requests_sent"] >= 1
         assert counters["stun_malformed"] >= 1 and counters["stun_mismatch"] >= 1
         assert counters["stun_timeout"] >= 1
-        text = subprocess.run(
-            [sys.executable, "-m", "hivemesh", "status", "--data-dir", str(data)],
-            env=_env(),
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=True,
-        ).stdout
+        assert status["paths"]["symmetric"] is False
+        text = _status_text(data)
         assert f"observed: {mapped}" in text
         assert f"stun      {server} sees us as {mapped}" in text
         assert f"stun      {silent}: no answer" in text
     finally:
-        assert responder.stdin is not None
-        responder.stdin.close()
-        responder.wait(timeout=10)
+        _stop(responder)
+
+
+def test_stun_and_a_relay_reveal_a_symmetric_nat(lab: Lab, tmp_path: pathlib.Path) -> None:
+    """Behind a symmetric NAT the STUN server and the relay see different
+    ports for one IP: two votes that disagree, and status says so."""
+    nat = lab.add_nat("nat-a", symmetric=True)
+    a, c, s = lab.add_host("a", behind=nat), lab.add_host("c"), lab.add_host("s")
+    responder = _responder(s)
+    try:
+        relay = _up(c, tmp_path / "c", HIVEMESH_RELAY_ROLE="true")
+        relay_address = Client(relay, timeout_s=10).status()["address"]
+        data = _up(
+            a,
+            tmp_path / "a",
+            HIVEMESH_STUN=f"{s.ip}:{STUN_PORT}",
+            HIVEMESH_RELAYS=f"{relay_address}@{c.ip}:{PORT}",
+        )
+        client = Client(data, timeout_s=10)
+        wait_until(lambda: len(client.status()["paths"]["observed"]) >= 2, 20, what="two votes")
+        paths = client.status()["paths"]
+        ips = {o.rpartition(":")[0] for o in paths["observed"]}
+        assert ips == {nat.wan_ip} and paths["symmetric"] is True
+        assert "(symmetric NAT)" in _status_text(data)
+    finally:
+        _stop(responder)

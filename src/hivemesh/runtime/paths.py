@@ -314,6 +314,8 @@ class NodePaths:
             "observed": [
                 f"{h}:{p}" for h, p in self.traversal.observed.candidates(time.monotonic())
             ],
+            # reporters (relays, STUN servers) see one IP behind several ports
+            "symmetric": self.traversal.observed.symmetric(time.monotonic()),
             "stun": {k: dict(v) for k, v in sorted(self.stun.items())},
             "path_events": list(self.events),
         }

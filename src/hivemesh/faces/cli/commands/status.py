@@ -54,6 +54,7 @@ def _text(st: dict[str, Any]) -> str:
         lines.append(
             f"udp       port {paths['udp_port']}   relays: {relays or 'none'}"
             f"   observed: {', '.join(paths['observed']) or '-'}"
+            + (" (symmetric NAT)" if paths.get("symmetric") else "")
             + ("   relay role on" if paths["relay"] is not None else "")
         )
         lines.extend(  # STUN answers, beside the observed address they vote for
