@@ -9,7 +9,6 @@ filled with a ballast file; it is unmounted on every exit path.
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import subprocess
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from hivemesh.chaos.hosts import fill_file
 from hivemesh.errors import HivemeshError, StoreError
 from hivemesh.runtime.swarm import LocalSwarm, NodeProc, wait_until
 
@@ -40,23 +40,7 @@ def small_disk(path: Path, size_bytes: int) -> Iterator[Path]:
             subprocess.run(["umount", "-l", str(path)], capture_output=True, check=False)
 
 
-def fill(path: Path) -> int:
-    """Write ``path`` until the file system is full; returns the bytes written."""
-    written = 0
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        for size in (1 << 20, 4096, 1):  # big blocks, then top up the last pages
-            block = b"\0" * size
-            while True:
-                try:
-                    written += os.write(fd, block)
-                except OSError as exc:
-                    if exc.errno != errno.ENOSPC:
-                        raise
-                    break
-    finally:
-        os.close(fd)
-    return written
+fill = fill_file  # the chaos runner's full-disk fault writes the same way
 
 
 @pytest.fixture

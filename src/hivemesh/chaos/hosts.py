@@ -372,21 +372,7 @@ class ChaosCluster:
 
     def fill_disk(self, node: ChaosNode) -> int:
         """Fill ``node``'s small disk with a ballast file; the bytes written."""
-        written = 0
-        fd = os.open(node.data_dir / "ballast", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            for size in (1 << 20, 4096, 1):
-                block = b"\0" * size
-                while True:
-                    try:
-                        written += os.write(fd, block)
-                    except OSError as exc:
-                        if exc.errno != errno.ENOSPC:
-                            raise
-                        break
-        finally:
-            os.close(fd)
-        return written
+        return fill_file(node.data_dir / "ballast")
 
     def free_disk(self, node: ChaosNode) -> None:
         """Remove the ballast."""
@@ -404,3 +390,23 @@ class ChaosCluster:
         except (HivemeshError, OSError):
             return None
         return st
+
+
+def fill_file(path: Path) -> int:
+    """Write ``path`` until its file system is full (big blocks, then the last
+    pages); returns the bytes written."""
+    written = 0
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        for size in (1 << 20, 4096, 1):
+            block = b"\0" * size
+            while True:
+                try:
+                    written += os.write(fd, block)
+                except OSError as exc:
+                    if exc.errno != errno.ENOSPC:
+                        raise
+                    break
+    finally:
+        os.close(fd)
+    return written
