@@ -5,8 +5,9 @@
 ``http://HOST:PORT/`` (``SendMessage``, ``SendStreamingMessage``,
 ``GetTask``, ``CancelTask``, ...) are the a2a-sdk's request handler over
 :class:`~hivemesh.faces.a2a.executor.PlanExecutor`, with tasks kept in
-memory (bounded by the number of goals a client submits; a restart forgets
-them, the goals stay in the journal). The server binds to a loopback
+memory, at most ``max_tasks`` of them (:mod:`hivemesh.faces.a2a.tasks`: the
+oldest ended task is forgotten first; when all are running a new one is
+refused; a restart forgets them, the goals stay in the journal). The server binds to a loopback
 address unless a token is configured, and then requires it as a bearer
 token on every request, the card included (:mod:`hivemesh.faces.httpguard`).
 """
@@ -19,6 +20,7 @@ from typing import Any
 
 from hivemesh.faces.a2a.card import refresh
 from hivemesh.faces.a2a.executor import PlanExecutor
+from hivemesh.faces.a2a.tasks import DEFAULT_MAX_TASKS, BoundedTaskStore
 from hivemesh.faces.asgi import serve_asgi
 from hivemesh.faces.httpguard import BearerGate, check_binding
 
@@ -33,11 +35,11 @@ def build_app(
     goal_args: Mapping[str, Any] | None = None,
     timeout_s: float = 3600.0,
     counters: Counter[str] | None = None,
+    max_tasks: int = DEFAULT_MAX_TASKS,
 ) -> Any:
     """The ASGI application of the A2A face of the node ``client`` reaches."""
     from a2a.server.request_handlers import DefaultRequestHandler
     from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
-    from a2a.server.tasks import InMemoryTaskStore
     from a2a.types import AgentCard
     from starlette.applications import Starlette
 
@@ -51,7 +53,7 @@ def build_app(
 
     executor = PlanExecutor(client, goal_args=goal_args, timeout_s=timeout_s)
     handler = DefaultRequestHandler(
-        agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=card
+        agent_executor=executor, task_store=BoundedTaskStore(max_tasks), agent_card=card
     )
     routes = [
         *create_agent_card_routes(card, card_modifier=current),
@@ -73,6 +75,7 @@ async def serve_a2a(
     timeout_s: float = 3600.0,
     public_url: str | None = None,
     on_ready: Callable[[int], None] | None = None,
+    max_tasks: int = DEFAULT_MAX_TASKS,
 ) -> None:
     """Serve the A2A face until cancelled; ``on_ready(port)`` once it listens.
     ``public_url`` is the URL the card gives clients (default
@@ -93,5 +96,7 @@ async def serve_a2a(
             s.bind((host, 0))
             port = s.getsockname()[1]
     url = public_url or f"http://{host}:{port}/"
-    app = build_app(client, url, token=token, goal_args=goal_args, timeout_s=timeout_s)
+    app = build_app(
+        client, url, token=token, goal_args=goal_args, timeout_s=timeout_s, max_tasks=max_tasks
+    )
     await serve_asgi(app, host=host, port=port, on_ready=ready)

@@ -42,6 +42,13 @@ def register(sub: Any) -> None:
     p.add_argument("--max-depth", type=int, default=3)
     p.add_argument("--settle-ms", type=int, default=200)
     p.add_argument("--task-timeout-s", type=float, default=3600.0, help="a goal's deadline")
+    p.add_argument(
+        "--max-tasks",
+        type=int,
+        default=1000,
+        help="tasks kept in memory (default 1000): the oldest ended one is forgotten first; "
+        "when all are running a new task is refused",
+    )
     add_common(p)
     p.set_defaults(func=_run)
 
@@ -81,6 +88,7 @@ def _run(args: argparse.Namespace) -> int:
             token=token,
             goal_args=goal_args,
             timeout_s=args.task_timeout_s,
+            max_tasks=args.max_tasks,
             public_url=args.public_url,
             on_ready=ready,
         )
