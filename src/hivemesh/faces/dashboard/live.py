@@ -322,8 +322,9 @@ class Live:
             link: dict[str, Any] = {"type": "none (known through gossip)"}
             if ch:
                 link = {
-                    # the link's transport, once peers names it (today: TCP + Noise)
-                    "type": ch.get("transport") or "tcp+noise",
+                    # the link's path in words: direct TCP, direct UDP (QUIC), punched,
+                    # relayed via <relay>; every one of them carries a Noise channel
+                    "type": p.get("path") or "direct TCP",
                     "direction": ch.get("direction"),
                     "endpoint": ch.get("endpoint"),
                     "since_s": ch.get("since_s"),
@@ -339,7 +340,8 @@ class Live:
                     "state": "revoked" if p.get("revoked") else p.get("state"),
                     "endpoints": p.get("endpoints") or [],
                     "link": link,
-                    "rtt_ms": self._rtt.get(str(p.get("address"))),
+                    # QUIC's smoothed RTT when the link has one, else our own ping's
+                    "rtt_ms": p.get("rtt_ms") or self._rtt.get(str(p.get("address"))),
                 }
             )
         linked = [p for p in out if p["state"] == "up" and "direction" in p["link"]]
