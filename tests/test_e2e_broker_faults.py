@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
 import signal
 import socket
@@ -421,8 +422,10 @@ def test_redis_restarted_mid_run_loses_nothing(tmp_path: Path) -> None:
         server.stop()
 
 
-def _pki(d: Path) -> tuple[Path, Path, Path]:
-    """A private CA and a server certificate for 127.0.0.1 signed by it."""
+def _pki(d: Path) -> tuple[Path, Path, Path, Path, Path]:
+    """A private CA, a server certificate for 127.0.0.1 and a client
+    certificate, both signed by it: (ca, server cert, server key, client
+    cert, client key)."""
     import datetime
     import ipaddress
 
@@ -445,33 +448,53 @@ def _pki(d: Path) -> tuple[Path, Path, Path]:
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(ca_key, hashes.SHA256())
     )
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
     pem = serialization.Encoding.PEM
-    paths = (d / "ca.pem", d / "server.pem", d / "server.key")
-    paths[0].write_bytes(ca.public_bytes(pem))
-    paths[1].write_bytes(cert.public_bytes(pem))
-    paths[2].write_bytes(
-        key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    return paths
+    (d / "ca.pem").write_bytes(ca.public_bytes(pem))
+
+    def issue(name: str, server: bool) -> tuple[Path, Path]:
+        key = ec.generate_private_key(ec.SECP256R1())
+        cn = "127.0.0.1" if server else "hivemesh test client"
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)]))
+            .issuer_name(ca_name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(hours=1))
+        )
+        if server:
+            builder = builder.add_extension(
+                x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                critical=False,
+            )
+        cert = builder.sign(ca_key, hashes.SHA256())
+        paths = (d / f"{name}.pem", d / f"{name}.key")
+        paths[0].write_bytes(cert.public_bytes(pem))
+        paths[1].write_bytes(
+            key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        )
+        return paths
+
+    return (d / "ca.pem", *issue("server", True), *issue("client", False))
+
+
+def _refused(env: dict[str, str], data_dir: Path, url: str) -> str:
+    """``hivemesh up --mesh url`` must fail to start; its output."""
+    out = subprocess.run(
+        [sys.executable, "-m", "hivemesh", "up", "--json", "--data-dir", str(data_dir),
+         "--mesh", url],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )  # fmt: skip
+    assert out.returncode != 0, out.stdout
+    return out.stdout
 
 
 def test_nats_over_tls_with_a_private_ca(tmp_path: Path) -> None:
-    ca, cert, key = _pki(tmp_path)
+    ca, cert, key, _, _ = _pki(tmp_path)
     server = OwnNats(tmp_path, ("--tls", "--tlscert", str(cert), "--tlskey", str(key)))
     server.start()
     try:
@@ -490,5 +513,54 @@ def test_nats_over_tls_with_a_private_ca(tmp_path: Path) -> None:
                 timeout=30,
             )  # fmt: skip
             assert out.returncode != 0 and "certificate" in out.stdout.lower(), out.stdout
+    finally:
+        server.stop()
+
+
+def test_nats_tls_client_certificate_is_presented_and_required(tmp_path: Path) -> None:
+    ca, cert, key, ccert, ckey = _pki(tmp_path)
+    server = OwnNats(
+        tmp_path,
+        ("--tls", "--tlscert", str(cert), "--tlskey", str(key), "--tlsverify",
+         "--tlscacert", str(ca)),
+    )  # fmt: skip
+    server.start()
+    try:
+        url = swarm_url(f"tls://127.0.0.1:{server.port}", ca=ca, cert=ccert, key=ckey)
+        with LocalSwarm(tmp_path / "s", env={"HIVEMESH_MESH": url}) as s:
+            a, b = start(s, "a", "b")
+            a.client.ctx_set("f", "k", 1)
+            wait_until(lambda: found(b, "k") == 1, 15, what="replicated with client certificates")
+            anonymous = url.split("&cert=")[0]  # trusts the server, shows no certificate
+            out = _refused(s.env, tmp_path / "c", anonymous)
+            assert "unreachable" in out, out
+    finally:
+        server.stop()
+
+
+def test_nats_nkey_user_is_used_and_checked(tmp_path: Path) -> None:
+    import nkeys
+
+    def user(name: str) -> tuple[Path, str]:
+        seed = nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER)
+        path = tmp_path / f"{name}.nk"
+        path.write_bytes(seed + b"\n")
+        path.chmod(0o600)
+        return path, nkeys.from_seed(bytearray(seed)).public_key.decode()
+
+    known, public = user("known")
+    stranger, _ = user("stranger")
+    conf = tmp_path / "nats.conf"
+    conf.write_text(f'authorization {{ users = [ {{ nkey: "{public}" }} ] }}\n')
+    server = OwnNats(tmp_path, ("-c", str(conf)))
+    server.start()
+    try:
+        url = swarm_url(f"nats://127.0.0.1:{server.port}", nkey=known)
+        with LocalSwarm(tmp_path / "s", env={"HIVEMESH_MESH": url}) as s:
+            a, b = start(s, "a", "b")
+            a.client.ctx_set("f", "k", 1)
+            wait_until(lambda: found(b, "k") == 1, 15, what="replicated as an NKey user")
+            out = _refused(s.env, tmp_path / "c", url.replace(str(known), str(stranger)))
+            assert "unreachable" in out and "uthoriz" in out, out
     finally:
         server.stop()

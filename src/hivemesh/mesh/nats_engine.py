@@ -60,6 +60,10 @@ log = logging.getLogger("hivemesh.mesh")
 _FETCH = 256
 
 
+#: How nats-server words a refused user, password, token, NKey or certificate.
+_AUTH_REFUSED = "authorization violation"
+
+
 class NatsEngine:
     """:class:`~hivemesh.mesh.engine.BrokerEngine` on NATS JetStream (module docs)."""
 
@@ -103,9 +107,17 @@ class NatsEngine:
         async def reconnected() -> None:
             on_state(True)
 
+        refused = asyncio.Event()
+        refusal: list[str] = []
+
         async def error(exc: Exception) -> None:
             self.errors += 1
             self.last_error = f"{type(exc).__name__}: {exc}"[:200]
+            if self._nc is None and _AUTH_REFUSED in str(exc).lower() and not refusal:
+                # the server said no (then drops the connection, a later error): retrying
+                # until the deadline changes nothing, and the refusal is the reason to give
+                refusal.append(self.last_error)
+                refused.set()
 
         kw: dict[str, Any] = {}
         if o.username:
@@ -119,17 +131,30 @@ class NatsEngine:
         scheme = "tls" if o.tls else "nats"
         try:
             async with asyncio.timeout(o.timeout_s):
-                self._nc = await nats.connect(
-                    servers=[f"{scheme}://{o.host}:{o.port}"],
-                    connect_timeout=min(2.0, o.timeout_s),
-                    allow_reconnect=True,
-                    max_reconnect_attempts=-1,
-                    reconnect_time_wait=0.05,
-                    disconnected_cb=disconnected,
-                    reconnected_cb=reconnected,
-                    error_cb=error,
-                    **kw,
+                connecting = asyncio.ensure_future(
+                    nats.connect(
+                        servers=[f"{scheme}://{o.host}:{o.port}"],
+                        connect_timeout=min(2.0, o.timeout_s),
+                        allow_reconnect=True,
+                        max_reconnect_attempts=-1,
+                        reconnect_time_wait=0.05,
+                        disconnected_cb=disconnected,
+                        reconnected_cb=reconnected,
+                        error_cb=error,
+                        **kw,
+                    )
                 )
+                said_no = asyncio.ensure_future(refused.wait())
+                try:
+                    await asyncio.wait((connecting, said_no), return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    said_no.cancel()
+                if not connecting.done():  # nats-py would retry a refused NKey until the deadline
+                    connecting.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, nats.errors.Error, OSError):
+                        await connecting
+                    raise PeerUnreachable(f"nats connect: {refusal[0]}")
+                self._nc = connecting.result()
                 self._js = self._nc.jetstream(timeout=o.timeout_s)
                 await self._ensure_stream()
 
@@ -143,8 +168,9 @@ class NatsEngine:
                 await self._nc.subscribe(self._hello, cb=hello_cb)
         except (TimeoutError, nats.errors.Error, OSError) as exc:
             await self.close()
-            if self.last_error:  # e.g. an authorization violation: say it, not "timeout"
-                raise PeerUnreachable(f"nats connect: {self.last_error}") from exc
+            reason = refusal[0] if refusal else self.last_error
+            if reason:  # e.g. an authorization violation: say it, not "timeout"
+                raise PeerUnreachable(f"nats connect: {reason}") from exc
             raise self._wrap("connect", exc) from exc
 
     async def _ensure_stream(self) -> None:
