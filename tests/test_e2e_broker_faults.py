@@ -342,21 +342,8 @@ def test_nats_user_credentials_are_used_and_checked(tmp_path: Path) -> None:
     server.start()
     try:
         good = swarm_url(f"nats://agent:s3cret@127.0.0.1:{server.port}")
-        with LocalSwarm(tmp_path / "s", env={"HIVEMESH_MESH": good}) as s:
-            a, b = start(s, "a", "b")
-            a.client.ctx_set("f", "k", 1)
-            wait_until(lambda: found(b, "k") == 1, 15, what="replicated with credentials")
-            bad = good.replace("s3cret", "wrong")
-            out = subprocess.run(
-                [sys.executable, "-m", "hivemesh", "up", "--json", "--data-dir",
-                 str(tmp_path / "c"), "--mesh", bad],
-                env=s.env,
-                capture_output=True,
-                text=True,
-                timeout=30,
-            )  # fmt: skip
-            assert out.returncode != 0
-            assert "unreachable" in out.stdout and "uthoriz" in out.stdout, out.stdout
+        out = _admitted_then_refused(tmp_path, good, good.replace("s3cret", "wrong"))
+        assert "unreachable" in out and "uthoriz" in out, out
     finally:
         server.stop()
 
@@ -493,26 +480,25 @@ def _refused(env: dict[str, str], data_dir: Path, url: str) -> str:
     return out.stdout
 
 
+def _admitted_then_refused(root: Path, url: str, other: str) -> str:
+    """Two nodes on ``url`` replicate a write; ``hivemesh up`` on ``other``
+    fails to start: its output."""
+    with LocalSwarm(root / "s", env={"HIVEMESH_MESH": url}) as s:
+        a, b = start(s, "a", "b")
+        a.client.ctx_set("f", "k", 1)
+        wait_until(lambda: found(b, "k") == 1, 15, what="replicated")
+        return _refused(s.env, root / "c", other)
+
+
 def test_nats_over_tls_with_a_private_ca(tmp_path: Path) -> None:
     ca, cert, key, _, _ = _pki(tmp_path)
     server = OwnNats(tmp_path, ("--tls", "--tlscert", str(cert), "--tlskey", str(key)))
     server.start()
     try:
         url = swarm_url(f"tls://127.0.0.1:{server.port}", ca=ca)
-        with LocalSwarm(tmp_path / "s", env={"HIVEMESH_MESH": url}) as s:
-            a, b = start(s, "a", "b")
-            a.client.ctx_set("f", "k", 1)
-            wait_until(lambda: found(b, "k") == 1, 15, what="replicated over TLS")
-            untrusted = url.split("&ca=")[0]  # the system CAs do not know ours
-            out = subprocess.run(
-                [sys.executable, "-m", "hivemesh", "up", "--json", "--data-dir",
-                 str(tmp_path / "c"), "--mesh", untrusted],
-                env=s.env,
-                capture_output=True,
-                text=True,
-                timeout=30,
-            )  # fmt: skip
-            assert out.returncode != 0 and "certificate" in out.stdout.lower(), out.stdout
+        untrusted = url.split("&ca=")[0]  # the system CAs do not know ours
+        out = _admitted_then_refused(tmp_path, url, untrusted)
+        assert "certificate" in out.lower(), out
     finally:
         server.stop()
 
@@ -527,13 +513,9 @@ def test_nats_tls_client_certificate_is_presented_and_required(tmp_path: Path) -
     server.start()
     try:
         url = swarm_url(f"tls://127.0.0.1:{server.port}", ca=ca, cert=ccert, key=ckey)
-        with LocalSwarm(tmp_path / "s", env={"HIVEMESH_MESH": url}) as s:
-            a, b = start(s, "a", "b")
-            a.client.ctx_set("f", "k", 1)
-            wait_until(lambda: found(b, "k") == 1, 15, what="replicated with client certificates")
-            anonymous = url.split("&cert=")[0]  # trusts the server, shows no certificate
-            out = _refused(s.env, tmp_path / "c", anonymous)
-            assert "unreachable" in out, out
+        anonymous = url.split("&cert=")[0]  # trusts the server, shows no certificate
+        out = _admitted_then_refused(tmp_path, url, anonymous)
+        assert "unreachable" in out, out
     finally:
         server.stop()
 
@@ -556,11 +538,7 @@ def test_nats_nkey_user_is_used_and_checked(tmp_path: Path) -> None:
     server.start()
     try:
         url = swarm_url(f"nats://127.0.0.1:{server.port}", nkey=known)
-        with LocalSwarm(tmp_path / "s", env={"HIVEMESH_MESH": url}) as s:
-            a, b = start(s, "a", "b")
-            a.client.ctx_set("f", "k", 1)
-            wait_until(lambda: found(b, "k") == 1, 15, what="replicated as an NKey user")
-            out = _refused(s.env, tmp_path / "c", url.replace(str(known), str(stranger)))
-            assert "unreachable" in out and "uthoriz" in out, out
+        out = _admitted_then_refused(tmp_path, url, url.replace(str(known), str(stranger)))
+        assert "unreachable" in out and "uthoriz" in out, out
     finally:
         server.stop()
