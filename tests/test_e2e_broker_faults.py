@@ -351,18 +351,22 @@ def test_nats_user_credentials_are_used_and_checked(tmp_path: Path) -> None:
 class OwnRedis:
     """A redis-server of the test's own on a free loopback port (AOF in its own dir)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, extra: tuple[str, ...] = (), *, tls: bool = False) -> None:
         self.port = free_port()
         self.dir = root / "redis"
         self.dir.mkdir()
+        self.extra = extra
+        self.tls = tls
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         exe = shutil.which("redis-server")
         assert exe is not None, "redis-server is not installed (scripts/services.sh installs it)"
         self.proc = subprocess.Popen(
-            [exe, "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.dir),
-             "--appendonly", "yes", "--save", ""],
+            [exe, "--bind", "127.0.0.1", "--dir", str(self.dir), "--appendonly", "yes",
+             "--save", "",
+             *(("--port", "0", "--tls-port") if self.tls else ("--port",)), str(self.port),
+             *self.extra],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )  # fmt: skip
@@ -371,8 +375,10 @@ class OwnRedis:
     def _answers(self) -> bool:
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                if self.tls:
+                    return True  # it listens; the test's own connection proves the rest
                 s.sendall(b"PING\r\n")
-                return s.recv(16).startswith(b"+PONG")
+                return s.recv(64).startswith((b"+PONG", b"-NOAUTH"))
         except OSError:
             return False
 
@@ -540,5 +546,35 @@ def test_nats_nkey_user_is_used_and_checked(tmp_path: Path) -> None:
         url = swarm_url(f"nats://127.0.0.1:{server.port}", nkey=known)
         out = _admitted_then_refused(tmp_path, url, url.replace(str(known), str(stranger)))
         assert "unreachable" in out and "uthoriz" in out, out
+    finally:
+        server.stop()
+
+
+def test_redis_acl_user_is_used_and_checked(tmp_path: Path) -> None:
+    server = OwnRedis(tmp_path, ("--user", "agent", "on", ">s3cret", "~*", "&*", "+@all",
+                                 "--user", "default", "off"))  # fmt: skip
+    server.start()
+    try:
+        good = swarm_url(f"redis://agent:s3cret@127.0.0.1:{server.port}")
+        out = _admitted_then_refused(tmp_path, good, good.replace("s3cret", "wrong"))
+        assert "unreachable" in out and ("WRONGPASS" in out or "invalid" in out.lower()), out
+    finally:
+        server.stop()
+
+
+def test_redis_over_tls_with_a_private_ca(tmp_path: Path) -> None:
+    ca, cert, key, _, _ = _pki(tmp_path)
+    server = OwnRedis(
+        tmp_path,
+        ("--tls-cert-file", str(cert), "--tls-key-file", str(key), "--tls-ca-cert-file",
+         str(ca), "--tls-auth-clients", "no"),
+        tls=True,
+    )  # fmt: skip
+    server.start()
+    try:
+        url = swarm_url(f"rediss://127.0.0.1:{server.port}", ca=ca)
+        untrusted = url.split("&ca=")[0]  # the system CAs do not know ours
+        out = _admitted_then_refused(tmp_path, url, untrusted)
+        assert "unreachable" in out and "certificate" in out.lower(), out
     finally:
         server.stop()
