@@ -12,7 +12,7 @@ from hivemesh.commands.coordination import Claim, ClaimShow
 from hivemesh.commands.names import NameClaim, Names
 from hivemesh.commands.node import FeedStatus
 from hivemesh.commands.peer import CommitContext
-from hivemesh.core.answers import export_pending
+from hivemesh.core.answers import export_pending, peer_counters, peer_status
 from hivemesh.core.effects import Reply, Send
 from hivemesh.core.identity import Identity
 from hivemesh.core.ownfeed import Mark, MemoryMarkStore
@@ -96,3 +96,15 @@ def test_answers_send_nothing_by_themselves() -> None:
     p.command(ctx.CtxGet(), NOW)
     assert not any(isinstance(e, Send) for e in p.effects())
     assert Peer.answers(ctx.CtxGet) and Peer.answers(Claim) and not Peer.answers(int)
+
+
+def test_the_peers_part_of_status_needs_no_driver() -> None:
+    p = _peer()
+    _ask(p, ctx.CtxSet(key="k", value=1))
+    st = peer_status(p)
+    assert st["address"] == ME.address
+    assert st["journal"]["own_seq"] == p.node.journal.head(ME.public).seq >= 1
+    assert st["journal"]["version_vector"] == {ME.address: st["journal"]["own_seq"]}
+    assert st["members"] == p.members_snapshot() and st["blobs"] == {"known": 0, "fetching": 0}
+    counters = peer_counters(p)
+    assert counters["name_takeovers_refused"] == 0 and counters["claim_takeovers_refused"] == 0

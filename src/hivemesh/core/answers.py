@@ -22,6 +22,7 @@ pending in the view and goes out with the next commit that succeeds.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +38,15 @@ if TYPE_CHECKING:
     from hivemesh.core.peer import Peer
     from hivemesh.core.views.context import ContextView
 
-__all__ = ["ANSWERS", "claims_snapshot", "commit_context", "commit_items", "export_pending"]
+__all__ = [
+    "ANSWERS",
+    "claims_snapshot",
+    "commit_context",
+    "commit_items",
+    "export_pending",
+    "peer_counters",
+    "peer_status",
+]
 
 
 def export_pending(view: ContextView) -> tuple[tuple[str, Any], ...]:
@@ -86,6 +95,57 @@ def claims_snapshot(peer: Peer) -> dict[str, Any]:
         for r, c, w in view.takeovers()
     ]
     return {"resources": res, "duplicates": view.duplicates(), "takeovers": takeovers}
+
+
+def peer_counters(peer: Peer) -> Counter[str]:
+    """Every counter of the Peer's parts, in one flat map: replication,
+    deferrals, membership (``membership_*``), direct messages (``direct_*``),
+    refused takeovers and each view's rejections (``view_rejected_<code>``)."""
+    node = peer.node
+    counters: Counter[str] = Counter()
+    counters.update(node.counters)
+    counters.update(node.deferrals.counters)
+    counters["name_takeovers_refused"] = len(peer.names.takeovers())
+    counters["claim_takeovers_refused"] = len(peer.claims.takeovers())
+    counters.update({f"membership_{k}": v for k, v in peer.membership.counters.items()})
+    counters.update({f"direct_{k}": v for k, v in peer.direct.counters.items()})
+    counters.update({f"direct_{k}": v for k, v in peer.mailbox.counters.items()})
+    views = (peer.context, peer.names, peer.endpoints, peer.blob_index, peer.trust_view)
+    for view in (*views, peer.registers):
+        for code, n in view.rejected.items():
+            counters[f"view_rejected_{code}"] += n
+    return counters
+
+
+def peer_status(peer: Peer) -> dict[str, Any]:
+    """What the Peer decides of ``status``: its journal, own feed, clock
+    deferrals, names, members and failure-detection bound, registers and
+    blobs (the driver adds its channels, store, tasks and counters)."""
+    node, j = peer.node, peer.node.journal
+    return {
+        "address": peer.address,
+        "names": peer.names.names_of(peer.address),
+        "journal": {
+            "events": j.total_events,
+            "feeds": len(j.heads),
+            "own_seq": j.head(peer.identity.public).seq,
+            "version_vector": {address_of(a): s for a, s in sorted(j.version_vector().items())},
+        },
+        # whether the node writes its own feed, and why not (hivemesh.core.ownfeed)
+        "own_feed": {**node.feed_gate.status(), "deferred": node.deferred},
+        # batches stamped beyond our clock bound, by author: held until plausible
+        "clock_ahead": node.deferrals.snapshot(),
+        # backdated name claims that did not take the name (core.views.names)
+        "name_takeovers": peer.names.takeovers(),
+        "members": peer.members_snapshot(),
+        "detection_bound_ms": peer.detection_bound_ms(),
+        # max-registers (``reg.max`` events: fencing tokens), key -> value
+        "registers": peer.registers.snapshot(),
+        "blobs": {
+            "known": len(peer.blob_index.snapshot()["blobs"]),
+            "fetching": len(peer.fetcher.active()),
+        },
+    }
 
 
 def _commit(p: Peer, cmd: CommitContext, now_ms: int) -> Any:
