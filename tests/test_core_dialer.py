@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from hivemesh.core.dialer import Dialer, DialPolicy, Outcome
+from hivemesh.core.dialer import Dialer, DialPolicy, Fallback, Outcome, path_changes
 
 A, B, ME = "hmA", "hmB", "hmME"
 EP = ("10.0.0.1", 7420)
@@ -169,3 +169,23 @@ def test_same_inputs_same_outputs() -> None:
 
     assert run(7) == run(7)
     assert run(7) != run(8)
+
+
+def test_fallback_tries_known_admitted_unlinked_peers_at_most_every_retry() -> None:
+    f = Fallback(ME, retry_ms=5000)
+    known = [B, A, ME, "hmC", A]
+    admits = {A, B}.__contains__
+    assert f.due(known, {B}, admits, 0) == [A]  # B linked, C not admitted, ME is us
+    assert f.due(known, set(), admits, 4999) == [B]  # A tried 4999 ms ago
+    assert f.due(known, set(), admits, 5000) == [A]
+
+
+def test_path_changes_reports_new_changed_and_gone_links() -> None:
+    before = {A: "direct TCP", B: "relayed via x"}
+    now = {B: "punched", "hmC": "direct UDP"}
+    assert path_changes(before, now) == [
+        (A, "direct TCP", "none"),
+        (B, "relayed via x", "punched"),
+        ("hmC", "none", "direct UDP"),
+    ]
+    assert path_changes(now, now) == []

@@ -37,6 +37,11 @@ the link (closed at once)
 the endpoint is this node itself       never: the endpoint is dropped
 =====================================  ======================================
 
+A peer that no TCP endpoint reaches is tried over the other paths:
+:class:`Fallback` says which known, admitted, unlinked peers to try now
+(each at most every ``retry_ms``; the driver tries its QUIC endpoints
+first, then the relays), and :func:`path_changes` which links changed path.
+
 The jittered delay is ``delay * (0.5 + rng.random())``. An endpoint is never
 dialled twice at once. Targets are kept in endpoint order, so the same
 inputs give the same outputs (deterministic under a seeded ``rng``).
@@ -46,9 +51,18 @@ from __future__ import annotations
 
 import enum
 import random
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass
 
-__all__ = ["DialPolicy", "Dialer", "Endpoint", "Outcome", "Target"]
+__all__ = [
+    "DialPolicy",
+    "Dialer",
+    "Endpoint",
+    "Fallback",
+    "Outcome",
+    "Target",
+    "path_changes",
+]
 
 #: ``(host, port)``
 Endpoint = tuple[str, int]
@@ -245,3 +259,42 @@ class Dialer:
         pause = int(t.delay_ms * (0.5 + self._rng.random()))
         t.delay_ms = min(t.delay_ms * 2, limit_ms)
         return pause
+
+
+class Fallback:
+    """Which peers to reach over UDP or a relay now (module docs)."""
+
+    def __init__(self, local: str, retry_ms: int) -> None:
+        self.local = local
+        self.retry_ms = retry_ms
+        self._tried: dict[str, int] = {}
+
+    def due(
+        self,
+        known: Iterable[str],
+        linked: Container[str],
+        admits: Callable[[str], bool],
+        now_ms: int,
+    ) -> list[str]:
+        """The known peers with no link that we admit and did not try within
+        ``retry_ms``, in address order (each counted as tried now)."""
+        out = []
+        for peer in sorted(set(known)):
+            if peer == self.local or peer in linked or not admits(peer):
+                continue
+            last = self._tried.get(peer)
+            if last is not None and now_ms - last < self.retry_ms:
+                continue
+            self._tried[peer] = now_ms
+            out.append(peer)
+        return out
+
+
+def path_changes(before: dict[str, str], now: dict[str, str]) -> list[tuple[str, str, str]]:
+    """``(peer, from, to)`` for every link whose path changed between two
+    looks (``none``: no link), in address order."""
+    return [
+        (peer, before.get(peer, "none"), now.get(peer, "none"))
+        for peer in sorted(set(before) | set(now))
+        if before.get(peer) != now.get(peer)
+    ]
