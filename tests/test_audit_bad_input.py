@@ -30,8 +30,8 @@ from hivemesh.audit.errors import UnknownEscalation
 from hivemesh.audit.node import webtools_spec
 from hivemesh.audit.server import FixtureServer, serve_in_thread
 from hivemesh.audit.world import WorldOptions, build_world
+from hivemesh.client.blocking import Client
 from hivemesh.errors import HivemeshError, InvalidArgument
-from hivemesh.runtime.client import Client
 from hivemesh.tools.errors import ToolTimeout
 from hivemesh.tools.mcp_client import MCPToolSet
 

@@ -53,6 +53,6 @@ def test_status_loads_no_daemon_planner_or_simulator_code(tmp_path: Path) -> Non
     heavy = ("asyncio", "hivemesh.core", "hivemesh.roles", "hivemesh.llm", "hivemesh.sim",
              "hivemesh.runtime.daemon", "hivemesh.leases", "hivemesh.telemetry")  # fmt: skip
     assert not {m for m in loaded if m.startswith(heavy)}, sorted(loaded)
-    assert {"hivemesh.commands.node", "hivemesh.runtime.client"} <= loaded
+    assert {"hivemesh.commands.node", "hivemesh.client.blocking"} <= loaded
     # one command's module, not the whole table
     assert not {"hivemesh.commands.table", "hivemesh.commands.trust"} & loaded

@@ -23,7 +23,7 @@ import pytest
 
 from dashboard_helpers import open_page
 from hivemesh.audit.demo import AuditRun, run_audit
-from hivemesh.runtime.swarm import wait_until
+from hivemesh.client.swarm import wait_until
 
 pytestmark = [pytest.mark.timeout(400), pytest.mark.e2e_slow]
 

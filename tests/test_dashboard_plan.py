@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 
 from dashboard_helpers import dashboard_process, open_page
+from hivemesh.client.swarm import LocalSwarm
 from hivemesh.roles.demo import DemoPlanner
 from hivemesh.roles.meshplan import started_swarm
 from hivemesh.roles.prompts import EXECUTE_TAG, SCORE_TAG, tag_of
-from hivemesh.runtime.swarm import LocalSwarm
 from llm_server import ScriptedServer, Step
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.e2e_slow]

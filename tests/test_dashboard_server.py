@@ -243,8 +243,8 @@ def test_the_command_says_when_no_node_runs(tmp_path: Path) -> None:
 
 
 def test_a_daemon_that_goes_away_shows_as_an_error_and_comes_back_live(tmp_path: Path) -> None:
+    from hivemesh.client.swarm import LocalSwarm
     from hivemesh.faces.dashboard import ControlSource
-    from hivemesh.runtime.swarm import LocalSwarm
 
     swarm = LocalSwarm(tmp_path / "swarm")
     try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hivemesh.runtime.swarm import LocalSwarm
+from hivemesh.client.swarm import LocalSwarm
 from hivemesh.stores.appendlog import read_records
 
 

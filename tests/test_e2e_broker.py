@@ -28,10 +28,10 @@ import pytest
 
 import hivemesh
 from broker_cleanup import drop_swarm
+from hivemesh.client.swarm import LocalSwarm, NodeProc, wait_until
 from hivemesh.leases import open_backend
 from hivemesh.roles.demo import DemoPlanner
 from hivemesh.roles.meshplan import TERMINAL, started_swarm
-from hivemesh.runtime.swarm import LocalSwarm, NodeProc, wait_until
 from hivemesh.verify import check_history
 from lease_workload import run_workload
 from llm_server import ScriptedServer

@@ -29,11 +29,11 @@ from typing import Any
 import nats
 import pytest
 
+from hivemesh.client.swarm import LocalSwarm, NodeProc, wait_until
 from hivemesh.core.event import decode_event, encode_event, event_hash
 from hivemesh.core.feed import head_message
 from hivemesh.core.frames import FrameType, decode_frame, encode_frame
 from hivemesh.core.identity import Identity, public_key_of
-from hivemesh.runtime.swarm import LocalSwarm, NodeProc, wait_until
 
 pytestmark = pytest.mark.broker
 

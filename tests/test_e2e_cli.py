@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import hivemesh
-from hivemesh.runtime.swarm import LocalSwarm, wait_until
+from hivemesh.client.swarm import LocalSwarm, wait_until
 
 SRC = str(Path(hivemesh.__file__).resolve().parent.parent)
 

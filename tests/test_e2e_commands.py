@@ -2,7 +2,7 @@
 
 One in-process :class:`hivemesh.Node` (its daemon, SQLite store and control
 socket are real) is driven three ways for each case: ``await node.call``,
-the control socket (:class:`~hivemesh.runtime.client.Client`, in a thread so
+the control socket (:class:`~hivemesh.client.blocking.Client`, in a thread so
 the node's loop keeps serving) and the ``hivemesh`` CLI in a separate process
 (``hivemesh call``). A command answers the same through each; an error has
 the same code through each, and the CLI's exit code and ``--json`` shape are
@@ -25,11 +25,11 @@ import pytest
 
 import hivemesh
 from hivemesh import commands as c
+from hivemesh.client.blocking import Client
+from hivemesh.client.cli import exit_code
 from hivemesh.commands import COMMANDS, Command
 from hivemesh.errors import HivemeshError
 from hivemesh.faces.cli import SUBCOMMANDS
-from hivemesh.runtime.client import Client
-from hivemesh.runtime.cliutil import exit_code
 
 SRC = str(Path(hivemesh.__file__).resolve().parent.parent)
 ENV = {**os.environ, "PYTHONPATH": SRC}

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
+from hivemesh.client.swarm import LocalSwarm, NodeProc, wait_until
 from hivemesh.core.frames import FrameType, decode_frame, encode_frame
 from hivemesh.core.identity import Identity, public_key_of
-from hivemesh.runtime.swarm import LocalSwarm, NodeProc, wait_until
 from hivemesh.transports import SecureChannel, connect
 from hivemesh.trust import accept_invite, join_proof
 

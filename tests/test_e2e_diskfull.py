@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from hivemesh.chaos.hosts import fill_file
+from hivemesh.client.swarm import LocalSwarm, NodeProc, wait_until
 from hivemesh.errors import HivemeshError, StoreError
-from hivemesh.runtime.swarm import LocalSwarm, NodeProc, wait_until
 
 DISK_BYTES = 24 * 1024 * 1024
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
+from hivemesh.client.swarm import LocalSwarm, NodeProc, wait_until
 from hivemesh.errors import HivemeshError, StoreCorrupt
-from hivemesh.runtime.swarm import LocalSwarm, NodeProc, wait_until
 
 SEED = 18
 

@@ -22,9 +22,9 @@ from typing import Any
 
 import hivemesh
 from flood import HandshakeFlood
-from hivemesh.runtime.client import Client
+from hivemesh.client.blocking import Client
+from hivemesh.client.swarm import LocalSwarm, NodeProc, wait_until
 from hivemesh.runtime.control import MAX_CLIENTS, MAX_STREAMS
-from hivemesh.runtime.swarm import LocalSwarm, NodeProc, wait_until
 
 SRC = str(Path(hivemesh.__file__).resolve().parent.parent)
 

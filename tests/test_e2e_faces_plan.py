@@ -32,10 +32,10 @@ import httpx
 import pytest
 
 import hivemesh
+from hivemesh.client.blocking import Client
+from hivemesh.client.swarm import LocalSwarm, wait_until
 from hivemesh.roles.meshplan import TERMINAL, started_swarm
 from hivemesh.roles.observer import render_text
-from hivemesh.runtime.client import Client
-from hivemesh.runtime.swarm import LocalSwarm, wait_until
 from llm_server import ScriptedServer
 from test_e2e_plan import Script  # the scripted 2 x 3 plan, execution optionally slow
 

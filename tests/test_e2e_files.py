@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 import hivemesh
-from hivemesh.runtime.swarm import LocalSwarm, NodeProc, wait_until
+from hivemesh.client.swarm import LocalSwarm, NodeProc, wait_until
 
 SRC = str(Path(hivemesh.__file__).resolve().parent.parent)
 

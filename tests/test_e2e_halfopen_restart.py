@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 
-from hivemesh.runtime.swarm import LocalSwarm, wait_until
+from hivemesh.client.swarm import LocalSwarm, wait_until
 from hivemesh.stores.keyfile import load_or_create_identity
 
 HOST = "127.0.0.1"

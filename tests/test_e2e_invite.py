@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from hivemesh.client.swarm import LocalSwarm, wait_until
 from hivemesh.errors import InviteUsed
-from hivemesh.runtime.swarm import LocalSwarm, wait_until
 
 INVITE = ["--trust-mode", "invite"]
 

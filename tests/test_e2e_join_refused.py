@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from hivemesh.runtime.swarm import LocalSwarm, NodeProc, wait_until
+from hivemesh.client.swarm import LocalSwarm, NodeProc, wait_until
 from hivemesh.stores.keyfile import load_identity
 from hivemesh.trust import make_invite
 

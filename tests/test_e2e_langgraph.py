@@ -35,7 +35,7 @@ import pytest
 
 pytest.importorskip("langgraph.graph")
 
-from hivemesh.runtime.swarm import LocalSwarm
+from hivemesh.client.swarm import LocalSwarm
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -24,10 +24,10 @@ from typing import Any, TypeVar
 
 import pytest
 
+from hivemesh.client.swarm import LocalSwarm, wait_until
 from hivemesh.errors import BackendUnavailable, InvalidArgument
 from hivemesh.leases import LeaseClient, open_backend
 from hivemesh.leases.errors import LeaseUnavailable
-from hivemesh.runtime.swarm import LocalSwarm, wait_until
 from hivemesh.verify import check_history
 from lease_workload import run_workload
 

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 
 import hivemesh
+from hivemesh.client.blocking import Client
+from hivemesh.client.swarm import LocalSwarm, NodeProc
 from hivemesh.errors import InputTooDeep, InputTooLarge, InvalidEncoding
-from hivemesh.runtime.client import Client
-from hivemesh.runtime.swarm import LocalSwarm, NodeProc
 
 SRC = str(Path(hivemesh.__file__).resolve().parent.parent)
 DEEP = "[" * 30_000 + "]" * 30_000  # fits in one argv string (128 KiB)

@@ -26,8 +26,8 @@ from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp.shared.subscriptions import ResourceUpdated
 from mcp_types import ResourceUpdatedNotification
 
+from hivemesh.client.swarm import LocalSwarm, NodeProc, wait_until
 from hivemesh.faces.mcp import context_uri, plan_uri
-from hivemesh.runtime.swarm import LocalSwarm, NodeProc, wait_until
 
 DEADLINE_S = 20.0
 

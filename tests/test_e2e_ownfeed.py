@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from hivemesh.client.swarm import LocalSwarm, NodeProc, wait_until
 from hivemesh.errors import HivemeshError
-from hivemesh.runtime.swarm import LocalSwarm, NodeProc, wait_until
 from hivemesh.stores.appendlog import read_records
 
 STORE_FILES = ("store.db", "store.db-wal", "store.db-shm", "store.db-appends")

@@ -23,13 +23,13 @@ from typing import Any
 import pytest
 
 import hivemesh
+from hivemesh.client.blocking import Client
+from hivemesh.client.swarm import LocalSwarm, wait_until
 from hivemesh.core.identity import public_key_of
 from hivemesh.errors import InvalidArgument
 from hivemesh.roles.demo import DemoPlanner
 from hivemesh.roles.meshplan import TERMINAL, started_swarm
 from hivemesh.roles.prompts import EXECUTE_TAG, tag_of
-from hivemesh.runtime.client import Client
-from hivemesh.runtime.swarm import LocalSwarm, wait_until
 from llm_server import ScriptedServer, Step
 
 COUNTS = {"decomposers": 2, "scorers": 3, "executors": 3}

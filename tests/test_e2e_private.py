@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from hivemesh.client.swarm import LocalSwarm, NodeProc, wait_until
 from hivemesh.core.frames import FrameType, decode_frame, encode_frame
 from hivemesh.core.identity import Identity, public_key_of
 from hivemesh.errors import HivemeshError, UnknownPeer
-from hivemesh.runtime.swarm import LocalSwarm, NodeProc, wait_until
 from hivemesh.transports import connect
 
 

@@ -18,11 +18,11 @@ from typing import Any
 
 from hivemesh.bench import rehydrate as bench_rehydrate
 from hivemesh.bench._shared_history import CONTEXT, SharedBatch, shared_history
+from hivemesh.client.blocking import Client
+from hivemesh.client.swarm import LocalSwarm, wait_until
 from hivemesh.commands import jsonable
 from hivemesh.core.views import ContextView
 from hivemesh.errors import HivemeshError
-from hivemesh.runtime.client import Client
-from hivemesh.runtime.swarm import LocalSwarm, wait_until
 from hivemesh.stores import viewcheckpoint
 from hivemesh.stores.private import secure_data_dir
 from hivemesh.stores.sqlite import SQLiteStore

@@ -28,8 +28,8 @@ from typing import Any
 
 import pytest
 
+from hivemesh.client.swarm import LocalSwarm, wait_until
 from hivemesh.errors import HivemeshError
-from hivemesh.runtime.swarm import LocalSwarm, wait_until
 
 LABELS = ["s0", "s1", "s2", "s3"]
 CYCLES = 5

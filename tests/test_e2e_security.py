@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from hivemesh.client.blocking import Client
+from hivemesh.client.swarm import LocalSwarm, wait_until
 from hivemesh.core.event import decode_event, encode_event
 from hivemesh.core.feed import head_message
 from hivemesh.core.frames import FrameType, decode_frame, encode_frame
@@ -23,9 +25,7 @@ from hivemesh.core.identity import Identity, public_key_of
 from hivemesh.core.node import Node
 from hivemesh.core.store import MemoryStore
 from hivemesh.errors import HivemeshError
-from hivemesh.runtime.client import Client
 from hivemesh.runtime.daemon import now_ms
-from hivemesh.runtime.swarm import LocalSwarm, wait_until
 from hivemesh.transports import SecureChannel, connect
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from hivemesh.runtime.swarm import LocalSwarm, wait_until
+from hivemesh.client.swarm import LocalSwarm, wait_until
 
 pytest.importorskip("aioquic", reason="aioquic is not installed")
 RESPONDER = pathlib.Path(__file__).parent / "stun_responder.py"

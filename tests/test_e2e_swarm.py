@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hivemesh.runtime.swarm import FAST_TIMINGS, LocalSwarm, wait_until
+from hivemesh.client.swarm import FAST_TIMINGS, LocalSwarm, wait_until
 
 PROBE_INTERVAL_MS = int(FAST_TIMINGS["HIVEMESH_PROBE_INTERVAL_MS"])
 LABELS = ["n0", "n1", "n2", "n3", "n4"]

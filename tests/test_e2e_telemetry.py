@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from hivemesh.runtime.swarm import LocalSwarm, NodeProc, wait_until
+from hivemesh.client.swarm import LocalSwarm, NodeProc, wait_until
 from hivemesh.telemetry.errors import TelemetryRefused
 
 ENV = {

@@ -31,7 +31,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from hivemesh.runtime.swarm import LocalSwarm, NodeProc, wait_until
+from hivemesh.client.swarm import LocalSwarm, NodeProc, wait_until
 
 ENV = {
     "HIVEMESH_TELEMETRY_TIMEOUT_S": "5",

@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
+from hivemesh.client.swarm import LocalSwarm, NodeProc, wait_until
 from hivemesh.core.event import decode_event
 from hivemesh.core.feed import FeedWriter, Head
 from hivemesh.core.frames import FrameType, encode_frame
 from hivemesh.core.hlc import HLC, MAX_DRIFT_MS, hlc_ms, make_hlc
 from hivemesh.core.identity import Identity
 from hivemesh.runtime.daemon import now_ms
-from hivemesh.runtime.swarm import LocalSwarm, NodeProc, wait_until
 from hivemesh.stores.sqlite import SQLiteStore
 from hivemesh.transports import connect
 

@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 
 from hivemesh import errors
+from hivemesh.client.blocking import Client
 from hivemesh.commands import COMMANDS, COMMON_ERRORS
 from hivemesh.error_codes import ERROR_MODULES, all_codes, error_class, error_from_wire
 from hivemesh.errors import HivemeshError, UnknownPeer
 from hivemesh.leases.errors import LeaseUnavailable
 from hivemesh.llm.errors import LLMTimeout
-from hivemesh.runtime.client import Client
 
 
 def test_codes_are_unique_and_cover_every_error_class() -> None:

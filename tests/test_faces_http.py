@@ -21,11 +21,11 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 import hivemesh
+from hivemesh.client.aio import AsyncClient
 from hivemesh.commands import CtxGet
 from hivemesh.errors import ConfigError
 from hivemesh.faces.httpguard import check_binding, is_loopback
 from hivemesh.faces.mcp import MeshMcp, serve_http
-from hivemesh.runtime.aclient import AsyncClient
 
 TOKEN = "s3cret-token"
 

@@ -8,6 +8,7 @@ from typing import Any
 import jsonschema
 import pytest
 
+from hivemesh.client.aio import AsyncClient
 from hivemesh.commands import COMMANDS
 from hivemesh.errors import (
     InputTooDeep,
@@ -18,7 +19,6 @@ from hivemesh.errors import (
 )
 from hivemesh.faces.mcp.server import MAX_ARGUMENT_BYTES, MeshMcp
 from hivemesh.faces.mcp.tools import TOOLS, WATCH_TOOL
-from hivemesh.runtime.aclient import AsyncClient
 from hivemesh.runtime.handlers import HANDLERS, STREAMS
 
 FACE = MeshMcp(AsyncClient("/nonexistent/hivemesh-test"))

@@ -21,9 +21,9 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from hivemesh.client.swarm import LocalSwarm, wait_until
 from hivemesh.leases import Lease, LeaseClient, LocalQuorum, open_backend
 from hivemesh.leases.errors import LeaseLost, LeaseUnavailable
-from hivemesh.runtime.swarm import LocalSwarm, wait_until
 
 #: name -> backend URL; None means 5 fresh quorum voters on loopback per example.
 URLS: dict[str, str | None] = {

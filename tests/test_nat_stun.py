@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 import netlabtest
+from hivemesh.client.blocking import Client
+from hivemesh.client.swarm import wait_until
 from hivemesh.netlab import Host, Lab, Nat
-from hivemesh.runtime.client import Client
-from hivemesh.runtime.swarm import wait_until
 
 pytest.importorskip("aioquic", reason="aioquic is not installed")
 pytestmark = pytest.mark.netns

@@ -105,7 +105,7 @@ def test_a_daemons_recorded_inputs_replay_to_the_same_effects(tmp_path: Path) ->
         assert not any(isinstance(e, Close) and e.code for e in drained)
         assert any(isinstance(e, LeaseLog) for e in drained)
         ops = {s.args[0].op for s in trace.steps if s.method == "command"}
-        assert {"append.many", "claim", "name.claim", "append", "lease.acquire"} <= ops
+        assert {"ctx.commit", "claim", "name.claim", "append", "lease.acquire"} <= ops
         lease_frames = [e for e in drained if isinstance(e, Send) and e.frame[2] == 40]
         assert {decode_frame(e.frame)[1][0] for e in lease_frames} == {0, 1}  # asked, answered
         assert replay(trace, identity, MemoryStore()) == []

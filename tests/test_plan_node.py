@@ -84,7 +84,7 @@ def test_three_nodes_plan_to_the_same_tree() -> None:
 _EMBEDDED = """
 import asyncio, sys, tempfile
 import hivemesh
-from hivemesh.runtime.client import Client
+from hivemesh.client.blocking import Client
 assert "hivemesh.roles.meshops" not in sys.modules
 
 async def main():

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 import hivemesh
+from hivemesh.client.swarm import FAST_TIMINGS, LocalSwarm, wait_until
 from hivemesh.errors import DeadlineExceeded, UnknownPeer
-from hivemesh.runtime.swarm import FAST_TIMINGS, LocalSwarm, wait_until
 
 SRC = str(Path(hivemesh.__file__).resolve().parent.parent)
 README = Path(__file__).resolve().parent.parent / "README.md"

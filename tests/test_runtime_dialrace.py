@@ -43,7 +43,7 @@ from typing import Any
 
 import pytest
 
-import hivemesh.runtime.dialling as connections  # the dialler looks up connect there
+import hivemesh.runtime.connections as connections  # the dialler looks up connect there
 from hivemesh.core.identity import Identity
 from hivemesh.errors import ChannelSuperseded, PeerRestarted
 from hivemesh.runtime.connections import ConnectionManager
@@ -128,9 +128,8 @@ async def crash(p: Peer) -> None:
     m._closing = True
     for link in [*m.links.values(), *m._retired]:
         link.channel._writer.transport.abort()
-    for t in m._targets.values():
-        if t.task is not None:
-            t.task.cancel()
+    for task in [*m._dialling.values(), *([m._dial_loop] if m._dial_loop else [])]:
+        task.cancel()
     m._server._server.close()
     await m.close()
 
@@ -351,9 +350,8 @@ def test_a_handover_that_never_completes_reports_down_and_counts_the_frames() ->
         # B retires the link (as if it held a better channel) and then vanishes
         # before that channel reaches A: no dials, no accepts.
         b.mgr._closing = True
-        for t in b.mgr._targets.values():
-            if t.task is not None:
-                t.task.cancel()
+        for task in [*b.mgr._dialling.values(), *([b.mgr._dial_loop] if b.mgr._dial_loop else [])]:
+            task.cancel()
         b.mgr._server.close()
         b.link_channel(a).retire(ChannelSuperseded("test"))
         await until(lambda: big.address in a.mgr._handovers, "A waits for the winner")
@@ -389,9 +387,8 @@ def test_a_half_open_link_is_dropped_when_the_failure_detector_says_so() -> None
         b_ch = b.link_channel(a)
         for task in b_ch._tasks:
             task.cancel()
-        for t in b.mgr._targets.values():
-            if t.task is not None:
-                t.task.cancel()
+        for task in [*b.mgr._dialling.values(), *([b.mgr._dial_loop] if b.mgr._dial_loop else [])]:
+            task.cancel()
         assert not a.mgr.drop_if_silent(big.address, quiet_s=5.0)  # heard from lately
         await asyncio.sleep(0.3)
         assert a.link_channel(b) is not None and a.link_channel(b).is_sending

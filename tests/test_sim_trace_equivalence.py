@@ -85,7 +85,7 @@ def test_a_daemons_trace_through_the_simulators_driver_gives_the_same_effects(
         delivered = [ev for e in drained if isinstance(e, Deliver) for ev in e.events]
         assert any(ev.kind == "ctx.update" for ev in delivered)
         ops = {s.args[0].op for s in trace.steps if s.method == "command"}
-        assert {"append.many", "claim", "send", "lease.acquire"} <= ops, ops
+        assert {"ctx.commit", "claim", "send", "lease.acquire"} <= ops, ops
 
         adapter = PeerAdapter.from_trace(trace, identity, DiskStore())
         assert feed(adapter, trace.steps) == []

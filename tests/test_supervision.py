@@ -20,7 +20,7 @@ import pytest
 import hivemesh
 from aiotest import eventually, run
 from hivemesh.core.identity import Identity
-from hivemesh.runtime import dialling
+from hivemesh.runtime import connections as dialling
 from hivemesh.runtime.connections import ConnectionManager
 from hivemesh.runtime.supervise import FATAL, Policy, Supervisor, TaskFailed, reap
 

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pytest
 
+from hivemesh.client.swarm import LocalSwarm, NodeProc, wait_until
 from hivemesh.errors import StoreError
-from hivemesh.runtime.swarm import LocalSwarm, NodeProc, wait_until
 
 FAULTS = str(Path(__file__).resolve().parent / "faults")
 ENV = {"HM_TEST_FAULTS": "1", "PYTHONPATH": FAULTS}

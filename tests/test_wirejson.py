@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from hivemesh.commands import wire as wirejson
 from hivemesh.errors import InvalidEncoding
-from hivemesh.runtime import wirejson
 
 
 @pytest.mark.parametrize("bad", ["\ud800", "\udbff", "\udc80", "\udfff", "ok\ud800tail"])

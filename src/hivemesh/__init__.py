@@ -22,12 +22,12 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from hivemesh.client.blocking import Client as Client
     from hivemesh.config import Config as Config
     from hivemesh.config import load_config as load_config
     from hivemesh.errors import HivemeshError as HivemeshError
     from hivemesh.node import EventRecord as EventRecord
     from hivemesh.node import Node as Node
-    from hivemesh.runtime.client import Client as Client
 
 __version__ = "0.1.0"
 
@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 _LAZY = {
-    "Client": "hivemesh.runtime.client",
+    "Client": "hivemesh.client.blocking",
     "Config": "hivemesh.config",
     "EventRecord": "hivemesh.node",
     "HivemeshError": "hivemesh.errors",

@@ -50,9 +50,9 @@ from pathlib import Path
 from typing import Any
 
 from hivemesh.audit.report import build_report, write_report
+from hivemesh.client.swarm import LocalSwarm, NodeProc
 from hivemesh.core.hlc import LOGICAL_BITS
 from hivemesh.errors import DeadlineExceeded, HivemeshError
-from hivemesh.runtime.swarm import LocalSwarm, NodeProc
 
 __all__ = ["AuditRun", "Operator", "Progress", "fixture_operator", "run_audit", "start_fixture"]
 

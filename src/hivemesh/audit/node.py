@@ -20,7 +20,7 @@ Every role node serves the audit control ops (:mod:`hivemesh.audit.ops`):
 ``hivemesh inbox`` and ``hivemesh answer`` work against any of them. With
 ``--json`` the process prints ``up --json``'s ready line (``address``,
 ``listen``, ``control``, ``role``) once it is ready, so
-:class:`~hivemesh.runtime.swarm.LocalSwarm` can start it. SIGINT/SIGTERM
+:class:`~hivemesh.client.swarm.LocalSwarm` can start it. SIGINT/SIGTERM
 stop it cleanly.
 """
 

@@ -37,9 +37,9 @@ from hivemesh.bench.lease import (
     lease_pair,
     vs_raw_redis,
 )
+from hivemesh.client.swarm import FAST_TIMINGS, OPEN_TRUST, LocalSwarm, wait_until
 from hivemesh.commands import LeaseVoters
 from hivemesh.leases import LeaseClient, open_backend
-from hivemesh.runtime.swarm import FAST_TIMINGS, OPEN_TRUST, LocalSwarm, wait_until
 
 __all__ = ["run_node_api", "run_procs"]
 

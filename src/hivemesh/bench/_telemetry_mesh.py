@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hivemesh.client.swarm import LocalSwarm, NodeProc, wait_until
 from hivemesh.errors import DeadlineExceeded
-from hivemesh.runtime.swarm import LocalSwarm, NodeProc, wait_until
 
 __all__ = ["MeshRun", "mesh_run"]
 
@@ -93,7 +93,7 @@ def _ready(node: NodeProc, collector: str) -> bool:
 
 
 def _die_with_parent() -> None:
-    from hivemesh.runtime.swarm import _die_with_parent as die
+    from hivemesh.client.swarm import _die_with_parent as die
 
     die()
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import hivemesh
 from hivemesh.bench import BenchResult, Metric
-from hivemesh.runtime.swarm import LocalSwarm
+from hivemesh.client.swarm import LocalSwarm
 
 DESCRIPTION = "wall time of `hivemesh status` against a running daemon vs `python -c pass`"
 

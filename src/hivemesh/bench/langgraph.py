@@ -140,7 +140,7 @@ async def _measure(args: argparse.Namespace, root: str, endpoint: str) -> dict[s
 
 def run(args: argparse.Namespace) -> BenchResult:
     """Run the benchmark."""
-    from hivemesh.runtime.swarm import LocalSwarm
+    from hivemesh.client.swarm import LocalSwarm
 
     with tempfile.TemporaryDirectory(prefix="hm-bench-lg-") as root, LocalSwarm(root) as swarm:
         first = swarm.start("d0")

@@ -7,7 +7,7 @@ same run, interleaved call by call so a busy machine slows both alike:
 * ours: the MCP tool call (``ctx_get`` for a read, ``ctx_set`` for a
   write), from the client's call to its result;
 * baseline: the same command (``ctx.get`` / ``ctx.set``) sent straight to
-  the node's control socket (:class:`~hivemesh.runtime.aclient.AsyncClient`).
+  the node's control socket (:class:`~hivemesh.client.aio.AsyncClient`).
 
 The ratio is the MCP layer's cost (JSON-RPC over a pipe, the schema and
 argument checks, one more process hop). Also reported: the start of a
@@ -30,9 +30,9 @@ from typing import Any
 
 import hivemesh
 from hivemesh.bench import BenchResult, Metric
+from hivemesh.client.aio import AsyncClient
+from hivemesh.client.swarm import LocalSwarm
 from hivemesh.commands import CtxGet, CtxSet
-from hivemesh.runtime.aclient import AsyncClient
-from hivemesh.runtime.swarm import LocalSwarm
 
 DESCRIPTION = "an MCP tool call through `hivemesh mcp` (stdio) vs the same command on the socket"
 

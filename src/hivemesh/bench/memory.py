@@ -102,7 +102,7 @@ def _baseline(settle_s: float) -> dict[str, float]:
 
 def run(args: argparse.Namespace) -> BenchResult:
     """Run the benchmark."""
-    from hivemesh.runtime.swarm import LocalSwarm, wait_until
+    from hivemesh.client.swarm import LocalSwarm, wait_until
 
     base = _baseline(args.settle_s)
     bare = _import_rss("sys")

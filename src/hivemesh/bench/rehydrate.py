@@ -55,6 +55,7 @@ from loro import LoroDoc
 
 from hivemesh.bench import BenchResult, Metric
 from hivemesh.bench._shared_history import shared_history
+from hivemesh.client.blocking import Client
 from hivemesh.core.causal import causal_merge
 from hivemesh.core.feed import FeedWriter, Head
 from hivemesh.core.hlc import HLC
@@ -62,7 +63,6 @@ from hivemesh.core.identity import Identity
 from hivemesh.core.journal import Journal
 from hivemesh.core.views import ContextView, MaxRegisterView, NamesView, standard_views
 from hivemesh.errors import HivemeshError
-from hivemesh.runtime.client import Client
 from hivemesh.stores.private import secure_data_dir
 from hivemesh.stores.replay import rehydrate, verify_causal
 from hivemesh.stores.sqlite import SQLiteStore

@@ -41,10 +41,10 @@ from types import TracebackType
 from typing import Any
 
 import hivemesh
+from hivemesh.client.blocking import Client
+from hivemesh.client.swarm import FAST_TIMINGS, OPEN_TRUST
 from hivemesh.errors import DeadlineExceeded, HivemeshError
 from hivemesh.netlab import Faults, Host, Lab
-from hivemesh.runtime.client import Client
-from hivemesh.runtime.swarm import FAST_TIMINGS, OPEN_TRUST
 
 __all__ = ["ChaosCluster", "ChaosNode"]
 

@@ -16,7 +16,16 @@ from typing import Any, ClassVar
 
 from hivemesh.commands._base import Command
 
-__all__ = ["AppendMany", "FetchBlob", "Leave", "Request", "Serve", "StartJoin", "Vouch"]
+__all__ = [
+    "AppendMany",
+    "CommitContext",
+    "FetchBlob",
+    "Leave",
+    "Request",
+    "Serve",
+    "StartJoin",
+    "Vouch",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +34,16 @@ class AppendMany(Command):
     (the daemon's local writes: context updates); replies with the events."""
 
     op: ClassVar[str] = "append.many"
+    items: tuple[tuple[str, Any], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CommitContext(Command):
+    """Append ``items``, the shared context's local writes exported by the
+    driver, to the own feed in one batch; replies with how many. Writes the
+    feed does not take go back to pending (:func:`hivemesh.core.answers.commit_items`)."""
+
+    op: ClassVar[str] = "ctx.commit"
     items: tuple[tuple[str, Any], ...]
 
 

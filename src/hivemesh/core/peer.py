@@ -115,6 +115,7 @@ from hivemesh.commands.peer import (
     Vouch,
 )
 from hivemesh.commands.trust import TrustRevoke, TrustRevokeReply
+from hivemesh.core.answers import ANSWERS
 from hivemesh.core.claims import DEFAULT_WINDOW_MS, ClaimsView
 from hivemesh.core.direct import Direct, DirectAcked, DirectConfig
 from hivemesh.core.effects import (
@@ -535,9 +536,12 @@ class Peer:
         rid = self._rid
         handler = _COMMANDS.get(type(cmd))
         try:
-            if handler is None:
+            if handler is not None:
+                handler(self, rid, cmd, now_ms)
+            elif (answer := ANSWERS.get(type(cmd))) is not None:
+                self._fx.append(Reply(rid, answer(self, cmd, now_ms)))
+            else:
                 raise InvalidArgument(f"unknown command {type(cmd).__name__}")
-            handler(self, rid, cmd, now_ms)
         except HivemeshError as exc:
             self._fx.append(Reply(rid, error=exc))
         self._after(now_ms)
@@ -576,6 +580,11 @@ class Peer:
         return d
 
     # -- queries -----------------------------------------------------------------
+
+    @staticmethod
+    def answers(command: type) -> bool:
+        """Whether ``command`` is in the Peer's command table."""
+        return command in _COMMANDS or command in ANSWERS
 
     @property
     def links(self) -> dict[str, bytes]:

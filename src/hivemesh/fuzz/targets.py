@@ -331,7 +331,7 @@ def _invite_target() -> Target:
 
 def _control_target() -> Target:
     from hivemesh.commands import COMMANDS, command_class
-    from hivemesh.runtime.wirejson import decode
+    from hivemesh.commands.wire import decode
 
     corpus = [
         b'{"id": 1, "op": "status", "args": {}}',
@@ -453,9 +453,9 @@ def _mcp_target() -> Target:
 
 
 def _mesh_mcp_target() -> Target:
+    from hivemesh.client.aio import AsyncClient
     from hivemesh.faces.mcp.server import MeshMcp
     from hivemesh.faces.mcp.tools import TOOLS
-    from hivemesh.runtime.aclient import AsyncClient
 
     face = MeshMcp(AsyncClient("/nonexistent/hivemesh-fuzz"))  # checks only: never connects
     names = [t.name for t in TOOLS] + ["ctx_watch"]

@@ -3,13 +3,13 @@
 Theory of operation
 -------------------
 The CLI is a client, never a node: it talks to one node through its control
-socket (:class:`~hivemesh.runtime.client.Client`) and only starts processes.
+socket (:class:`~hivemesh.client.blocking.Client`) and only starts processes.
 
 * **Local swarm** (default): under a temporary root it starts an observer
   agent (``hivemesh agent --role observer``, the node the CLI talks to), then
   the decomposers, scorers and executors as separate ``hivemesh agent``
   processes bootstrapping from it, all on loopback
-  (:class:`~hivemesh.runtime.swarm.LocalSwarm`: every child dies with the
+  (:class:`~hivemesh.client.swarm.LocalSwarm`: every child dies with the
   CLI). Decomposers get different strategies.
 * **--mesh**: the node is the running local daemon (``--data-dir``); agents
   started for the run (``--swarm``, zero of each allowed: the mesh may
@@ -34,11 +34,11 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from hivemesh.client.blocking import Client
+from hivemesh.client.swarm import LocalSwarm, wait_until
 from hivemesh.errors import DeadlineExceeded
 from hivemesh.llm import LLMConfig
 from hivemesh.llm.config import ENV as LLM_ENV
-from hivemesh.runtime.client import Client
-from hivemesh.runtime.swarm import LocalSwarm, wait_until
 
 __all__ = ["STRATEGIES", "TERMINAL", "drive", "llm_env", "mesh_endpoint", "started_swarm"]
 

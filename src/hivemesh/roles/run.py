@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
+from hivemesh.client.blocking import Client
+from hivemesh.client.cli import add_common, data_dir_of, error_json, exit_code, wants_json
 from hivemesh.commands import PlanCancel, PlanShow
 from hivemesh.core.plan import PlanView
 from hivemesh.core.plan_events import KIND_GOAL, goal_body, goal_id
@@ -36,8 +38,6 @@ from hivemesh.roles.local import LocalJournal, author_key
 from hivemesh.roles.observer import render_rich, render_text
 from hivemesh.roles.scorer import Scorer
 from hivemesh.roles.swarm import LocalSwarm
-from hivemesh.runtime.client import Client
-from hivemesh.runtime.cliutil import add_common, data_dir_of, error_json, exit_code, wants_json
 
 __all__ = [
     "UsageTotals",

@@ -7,7 +7,7 @@ Modules
   the Peer's deadline) around the sans-IO :class:`~hivemesh.core.peer.Peer`,
   which decides.
 * :mod:`~hivemesh.runtime.connections` -- one secure channel per peer: dial
-  with deadlines and backoff, accept, resolve simultaneous dials, bounded
+  (when: :mod:`hivemesh.core.dialer`), accept, resolve simultaneous dials, bounded
   send queues with backpressure and counted drops.
 * :mod:`~hivemesh.runtime.messaging` -- direct messages, the durable inbox,
   ping.
@@ -17,11 +17,10 @@ Modules
 * :mod:`~hivemesh.runtime.leases` -- the lease voter's log and the quorum
   as a lease backend (the voter and proposer are the Peer's:
   :mod:`hivemesh.core.lease_swarm`).
-* :mod:`~hivemesh.runtime.control`, :mod:`~hivemesh.runtime.client` -- the
-  JSON-lines control socket and its blocking client.
+* :mod:`~hivemesh.runtime.control` -- the JSON-lines control socket (its
+  clients, the CLI's plumbing and local swarms of node processes are not
+  the daemon's: :mod:`hivemesh.client`).
 * :mod:`~hivemesh.runtime.status` -- what ``status`` and ``peers`` report.
-* :mod:`~hivemesh.runtime.swarm`, :mod:`~hivemesh.runtime.demo` -- local
-  swarms of real node processes (tests, ``hivemesh demo``).
 
 Data dir layout
 ---------------

@@ -17,7 +17,7 @@ settle window. Cheap and leaderless; a rare duplicate is possible and is detecte
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hivemesh import commands as c
 from hivemesh.core.claims import DEFAULT_WINDOW_MS as DEFAULT_SETTLE_MS
@@ -86,21 +86,3 @@ class MeshClaims:
     async def done(self, resource: str) -> None:
         """Report ``resource`` finished (ends claiming; duplicates are detected)."""
         await self.d.call(c.ClaimDone(self._resource(resource)))
-
-    def snapshot(self) -> dict[str, Any]:
-        """Per resource: winner and done_by (addresses), live claim count;
-        duplicate executions (resource -> extra runs); and backdated claims
-        that did not win (:meth:`ClaimsView.takeovers`)."""
-        res: dict[str, dict[str, Any]] = {}
-        for r, row in self.view.snapshot().items():
-            w, done = row["winner"], row["done_by"]
-            res[r] = {
-                "winner": None if w is None else address_of(bytes.fromhex(str(w))),
-                "done_by": [address_of(bytes.fromhex(a)) for a in done],  # type: ignore[attr-defined]
-                "live": row["live"],
-            }
-        takeovers = [
-            {"resource": r, "claimant": address_of(c.author), "owner": address_of(w.author)}
-            for r, c, w in self.view.takeovers()
-        ]
-        return {"resources": res, "duplicates": self.view.duplicates(), "takeovers": takeovers}

@@ -16,13 +16,18 @@ holding its flush lock, and ``on_peer`` flushes), so a callback may send.
 
 * **Dialling.** :meth:`ConnectionManager.want` registers an endpoint to keep a
   channel to: a known ``(address, host, port)`` or a bootstrap ``host:port``
-  whose address is learnt from the handshake. One dialler task per endpoint
-  dials while no link to that peer is up, and sleeps on an event while one is:
-  a link that ends wakes it at once. Failed dials, and links that end sooner
-  than ``2 * reconnect_max_s`` after they opened, back off exponentially
-  (``reconnect_min_s`` doubling to ``reconnect_max_s``, jittered); a link that
-  lived longer is redialled at once. Every dial has a deadline
-  (``dial_timeout_s``).
+  whose address is learnt from the handshake. *When* each endpoint is dialled
+  is decided by the sans-IO :class:`hivemesh.core.dialer.Dialer` (no dial
+  while a link to the peer is up, redial at once after a link that lived,
+  jittered exponential backoff after failed dials and flapping links, a
+  longer one after a refusal, the endpoint dropped when it is this node
+  itself): one ``dialler`` task sleeps until its next deadline, or until an
+  input changes it, and starts a dial for every endpoint due. Every dial has a
+  deadline (``dial_timeout_s``). An endpoint that *turns us away* (the
+  handshake answered ``unknown_peer``, an open channel was closed with a
+  refusal code such as ``invite_used``, or the node there is not the one we
+  dialled: :data:`REFUSALS`) is reported to ``on_refused(address, error)``,
+  logged once per cause and shown as the target's ``refused`` code.
 * **Accepting.** Inbound channels are authorised by the same ``authorize``
   callback (revoked or unknown addresses are refused in the handshake).
 * **Restarts: a new boot id replaces the link at once.** Every channel
@@ -107,6 +112,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+from hivemesh.core.dialer import Dialer, DialPolicy, Endpoint, Outcome
 from hivemesh.core.identity import Identity, short
 from hivemesh.core.links import Link, Lives, Verdict, channel_rank
 from hivemesh.errors import (
@@ -114,22 +120,29 @@ from hivemesh.errors import (
     ConfigError,
     DeadlineExceeded,
     HivemeshError,
+    InviteError,
+    PeerIdentityMismatch,
     PeerRestarted,
+    SelfConnection,
     StaleBoot,
     TransportError,
     UnknownPeer,
     WouldBlock,
 )
-from hivemesh.runtime.dialling import REFUSALS, Dialling, Target
 from hivemesh.runtime.hostutil import handshake_slots
 from hivemesh.runtime.supervise import reap
-from hivemesh.transports import ChannelOptions, SecureChannel, TransportCounters, serve
+from hivemesh.transports import ChannelOptions, SecureChannel, TransportCounters, connect, serve
 from hivemesh.transports.channel import CLOSE_GRACE_S
 from hivemesh.transports.tcp import PROCESS_BOOT_ID
 
-__all__ = ["ConnectionManager", "PeerLink", "channel_rank"]
+__all__ = ["REFUSALS", "REFUSED_BACKOFF_MULT", "ConnectionManager", "PeerLink", "channel_rank"]
 
 log = logging.getLogger("hivemesh.runtime.connections")
+
+#: Errors by which an endpoint turns us away (as opposed to failing to answer).
+REFUSALS = (UnknownPeer, InviteError, PeerIdentityMismatch)
+#: A refused dial backs off up to this many times ``reconnect_max_s``.
+REFUSED_BACKOFF_MULT = 6
 
 FrameCallback = Callable[[str, bytes], Awaitable[None]]
 FramesCallback = Callable[[str, list[bytes]], Awaitable[None]]
@@ -164,6 +177,7 @@ class _Handover:
     max_frames: int
     max_bytes: int
     boot_id: bytes  # the life of the peer that retired our link
+    opened_mono: float  # when the retired link opened
     frames: deque[bytes] = field(default_factory=deque)
     nbytes: int = 0
 
@@ -183,7 +197,11 @@ def _create_task(name: str, coro: Coroutine[Any, Any, None]) -> asyncio.Task[Non
     return asyncio.get_running_loop().create_task(coro, name=f"hm-{name}")
 
 
-class ConnectionManager(Dialling):
+def _mono_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class ConnectionManager:
     """Dial, accept and multiplex one channel per peer (see module docs)."""
 
     def __init__(
@@ -228,18 +246,28 @@ class ConnectionManager(Dialling):
         #: how long a peer's retired link waits for the winning channel
         self._handover_s = dial_timeout_s + 1.0 if handover_s is None else handover_s
         self._linger_s = linger_s
-        self._rng = rng
+        self._dials = Dialer(
+            self.address,
+            DialPolicy(
+                reconnect_min_ms=int(reconnect_min_s * 1000),
+                reconnect_max_ms=int(reconnect_max_s * 1000),
+                handover_ms=int(self._handover_s * 1000),
+                refused_mult=REFUSED_BACKOFF_MULT,
+            ),
+            rng,
+        )
+        self._dialling: dict[Endpoint, asyncio.Task[None]] = {}  # dials in flight
+        self._dial_wake = asyncio.Event()  # the schedule changed
+        self._dial_loop: asyncio.Task[None] | None = None
         self._options = options or ChannelOptions()
         #: the live link per peer address
         self.links: dict[str, PeerLink] = {}
         self.transport_counters = TransportCounters()
         self.counters: Counter[str] = Counter()
         self.listen_port: int | None = None
-        self._targets: dict[tuple[str, int], Target] = {}
         self._retired: set[PeerLink] = set()  # losers of a tie-break, still draining
         self._handovers: dict[str, _Handover] = {}
         self._lives = Lives()  # the peers' boot ids, in the order first seen
-        self._changed: dict[str, asyncio.Event] = {}  # diallers waiting for a link change
         self._events: deque[tuple[str, bool]] = deque()  # on_peer calls, in order
         self._notify_lock = asyncio.Lock()
         self._notifier: asyncio.Task[None] | None = None
@@ -270,9 +298,9 @@ class ConnectionManager(Dialling):
     async def close(self) -> None:
         """Stop dialling and accepting; close every channel."""
         self._closing = True
-        for t in list(self._targets.values()):
-            if t.task is not None:
-                t.task.cancel()
+        dials = [*self._dialling.values(), *([self._dial_loop] if self._dial_loop else [])]
+        for task in dials:
+            task.cancel()
         if self._server is not None:
             with contextlib.suppress(Exception):
                 self._server.close()
@@ -294,8 +322,7 @@ class ConnectionManager(Dialling):
             task.cancel()
         if self._notifier is not None:
             self._notifier.cancel()
-        tasks = [t.task for t in self._targets.values() if t.task is not None]
-        await reap([*tasks, *readers, *([self._notifier] if self._notifier else [])], "link")
+        await reap([*dials, *readers, *([self._notifier] if self._notifier else [])], "link")
 
     async def _accepted(self, channel: Any) -> None:
         self._adopt(channel, dialer=channel.peer_address, endpoint=None)
@@ -309,6 +336,125 @@ class ConnectionManager(Dialling):
         """Take a channel this node opened over another transport (QUIC, a relay)."""
         self._adopt(channel, dialer=self.address, endpoint=channel.remote_endpoint)
         await self._deliver()
+
+    # -- dialling: the schedule is core.dialer's; this starts the dials --------
+
+    def want(self, host: str, port: int, address: str | None = None) -> None:
+        """Keep a channel to ``host:port`` (to ``address`` if known)."""
+        if self._closing:
+            return
+        self._dials.want(host, port, address, _mono_ms())
+        self._kick()
+
+    def forget(self, address: str) -> None:
+        """Stop redialling every endpoint of ``address``."""
+        for ep in self._dials.forget(address):
+            task = self._dialling.pop(ep, None)
+            if task is not None:
+                task.cancel()
+
+    def dial_targets(self) -> list[dict[str, Any]]:
+        """Endpoints we keep dialling, with the last error."""
+        return self._dials.targets()
+
+    def _unlinked(self, address: str, opened_mono: float) -> None:
+        """The link to ``address`` ended: the schedule says when to redial."""
+        if self._closing:
+            return
+        lived_ms = int((time.monotonic() - opened_mono) * 1000)
+        self._dials.unlinked(address, lived_ms, _mono_ms())
+        self._kick()
+
+    def _kick(self) -> None:
+        """Wake the dial loop (starting it if it is not running)."""
+        if self._dial_loop is None or self._dial_loop.done():
+            self._dial_loop = self._spawn("dialler", self._run_dials())
+        self._dial_wake.set()
+
+    async def _run_dials(self) -> None:
+        """Start every dial that is due; sleep until the next, or a change."""
+        while not self._closing:
+            self._dial_wake.clear()
+            for ep in self._dials.due(_mono_ms()):
+                self._dialling[ep] = self._spawn("dialler", self._dial(ep))
+            deadline = self._dials.next_deadline()
+            delay_s = None if deadline is None else max(0, deadline - _mono_ms()) / 1000
+            # asyncio.timeout, not wait_for: wait_for (3.11) can swallow a
+            # cancellation that races with the event being set.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay_s):
+                    await self._dial_wake.wait()
+
+    async def _dial(self, ep: Endpoint) -> None:
+        """Dial ``ep`` once and report how it went to the schedule."""
+        target = self._dials.target(ep)
+        addr = target.address if target is not None else None
+        host, port = ep
+        self.counters["dials"] += 1
+        outcome, peer, error = Outcome.FAILED, None, None
+        try:
+            async with asyncio.timeout(self._dial_timeout_s + 1.0):
+                channel = await connect(
+                    host,
+                    port,
+                    self.identity,
+                    expect_address=addr,
+                    authorize=self._authorize,
+                    timeout_s=self._dial_timeout_s,
+                    counters=self.transport_counters,
+                    options=self._options,
+                    boot_id=self.boot_id,
+                )
+        except SelfConnection:
+            # Our own endpoint (bootstrap lists are often shared by every node).
+            self.counters["dial_self_skipped"] += 1
+            log.info("%s:%d is this node itself: not dialling it", host, port)
+            outcome = Outcome.SELF
+        except ChannelSuperseded:
+            # The peer accepted us and retired the channel at once: it holds
+            # a better one to us, which reaches us as our link shortly.
+            self.counters["dial_superseded"] += 1
+            outcome = Outcome.SUPERSEDED
+        except (OSError, TimeoutError, HivemeshError) as exc:
+            self.counters[f"dial_failed_{getattr(exc, 'code', 'dial_error')}"] += 1
+            error = f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, REFUSALS):
+                outcome = Outcome.REFUSED
+                self._refused(addr, exc, ep)
+        except asyncio.CancelledError:
+            raise  # forgotten, or closing
+        except Exception as exc:  # a bug on the dial path: log, count, back off, dial again
+            log.exception("dialling %s:%d failed", host, port)
+            self.counters["dial_crashed"] += 1
+            outcome, error = Outcome.CRASHED, f"{type(exc).__name__}: {exc}"
+        else:
+            outcome, peer = Outcome.OPENED, channel.peer_address
+            if peer == self.address:
+                channel.close()
+            else:
+                self._adopt(channel, dialer=self.address, endpoint=ep)
+        if self._dialling.get(ep) is asyncio.current_task():
+            del self._dialling[ep]
+        if not self._closing:
+            self._dials.dialled(ep, outcome, _mono_ms(), peer=peer, error=error)
+            self._kick()
+        if outcome is Outcome.OPENED:
+            await self._deliver()
+
+    def _refused(
+        self, address: str | None, error: HivemeshError, endpoint: Endpoint | None
+    ) -> None:
+        """An endpoint turned us away: count, log once per cause, report (module docs)."""
+        self.counters[f"refused_{error.code}"] += 1
+        text = f"{type(error).__name__}: {error}"
+        wrong = isinstance(error, PeerIdentityMismatch)
+        if self._dials.refused(address, error.code, text, endpoint, wrong_node=wrong):
+            where = (
+                short(address) if address else f"{endpoint[0]}:{endpoint[1]}" if endpoint else "?"
+            )
+            log.warning("%s turned this node away: %s [%s]", where, error, error.code)
+        if address is not None and self._on_refused is not None:
+            self._on_refused(address, error)
 
     # -- channels ------------------------------------------------------------
 
@@ -396,7 +542,7 @@ class ConnectionManager(Dialling):
             else:
                 self.counters["handover_completed"] += 1
                 self._move(list(handover.frames), link)
-        self._wake(peer)
+        self._dials.linked(peer)
         log.info("connected %s (%s)", short(peer), "out" if dialer == self.address else "in")
         if restarted:
             self._notify(peer, False)
@@ -502,7 +648,7 @@ class ConnectionManager(Dialling):
             code = reason.code if isinstance(reason, HivemeshError) else None
             self.counters[f"channel_closed_{code or getattr(exc, 'code', 'os_error')}"] += 1
             if link.channel.peer_close_code is not None and isinstance(reason, REFUSALS):
-                self._refused(link.address, reason)
+                self._refused(link.address, reason, None)
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException:  # a bug (or a loro panic) in a handler: log, count, redial
@@ -532,20 +678,24 @@ class ConnectionManager(Dialling):
             # The peer retired our only link: its winner is on the way (module docs).
             link.closed = True
             del self.links[link.address]
-            self._start_handover(link.address, ch.take_unsent(), link.boot_id)
+            self._start_handover(link.address, ch.take_unsent(), link.boot_id, link.opened_mono)
             return
         was_link = self.links.get(link.address) is link
         self._discard(link, reason, error)
         if was_link:
-            self._wake(link.address)
+            self._unlinked(link.address, link.opened_mono)
             if notify:
                 self._notify(link.address, False)
 
-    def _start_handover(self, address: str, frames: list[bytes], boot_id: bytes) -> None:
+    def _start_handover(
+        self, address: str, frames: list[bytes], boot_id: bytes, opened_mono: float
+    ) -> None:
         loop = asyncio.get_running_loop()
         timer = loop.call_later(self._handover_s, self._end_handover, address)
         opts = self._options
-        handover = _Handover(timer, opts.send_queue_frames, opts.send_queue_bytes, boot_id)
+        handover = _Handover(
+            timer, opts.send_queue_frames, opts.send_queue_bytes, boot_id, opened_mono
+        )
         self._handovers[address] = handover
         self.counters["handover_started"] += 1
         for frame in frames:
@@ -561,7 +711,8 @@ class ConnectionManager(Dialling):
         handover.timer.cancel()
         self.counters["handover_expired"] += 1
         self.counters["dropped_on_close"] += len(handover.frames)
-        self._wake(address)
+        if address not in self.links and not self._closing:
+            self._unlinked(address, handover.opened_mono)
         if notify and address not in self.links:
             log.info("disconnected %s: no channel after handover", short(address))
             self._notify(address, False)
@@ -604,7 +755,7 @@ class ConnectionManager(Dialling):
         self.counters["dropped_silent_link"] += 1
         link.closed = True
         self._discard(link, "silent (failure detector)")
-        self._wake(address)
+        self._unlinked(address, link.opened_mono)
         self._notify(address, False)
         return True
 

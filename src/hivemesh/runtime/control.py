@@ -47,7 +47,7 @@ Limits, so that no local client can wedge the daemon or lock out the CLI:
   that is not UTF-8 (``bad_encoding``), a command that is not in the table
   (``unknown_command``), a field of the wrong type, missing, unknown or out
   of range, and anything else that is not a request (``invalid_argument``). The limits are
-  :mod:`hivemesh.runtime.wirejson`'s, which the client checks first.
+  :mod:`hivemesh.commands.wire`'s, which the client checks first.
 """
 
 from __future__ import annotations
@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hivemesh.commands import Command, command_class
+from hivemesh.commands.wire import MAX_LINE_BYTES, decode
 from hivemesh.errors import (
     DeadlineExceeded,
     HivemeshError,
@@ -72,7 +73,6 @@ from hivemesh.errors import (
 )
 from hivemesh.runtime.handlers import execute, open_stream
 from hivemesh.runtime.supervise import reap
-from hivemesh.runtime.wirejson import MAX_LINE_BYTES, decode
 
 if TYPE_CHECKING:
     from hivemesh.runtime.daemon import Daemon

@@ -116,9 +116,10 @@ from typing import Any
 
 from hivemesh import commands as c
 from hivemesh.commands.names import NameClaim, NameClaimReply
-from hivemesh.commands.peer import AppendMany, Leave, Vouch
+from hivemesh.commands.peer import CommitContext, Leave, Vouch
 from hivemesh.commands.trust import TrustRevoke
 from hivemesh.config import UDP_PREFIX, Config, bootstrap_targets, parse_endpoint
+from hivemesh.core.answers import export_pending
 from hivemesh.core.direct import DirectConfig
 from hivemesh.core.effects import (
     Close,
@@ -678,19 +679,11 @@ class Daemon:
 
         If the append fails (a full disk, a feed that takes no writes yet),
         the writes it did not store stay pending in the context and go out
-        with the next commit that succeeds; the error propagates."""
-        items = []
-        while (upd := self.context_view.pending_update()) is not None:
-            items.append(upd)
-        if items:
-            me = self.node.identity.public
-            before = self.node.journal.head(me).seq
-            try:
-                self.call_now(AppendMany(tuple(items)))
-            except BaseException:
-                self.context_view.unexport(items[self.node.journal.head(me).seq - before :])
-                raise
-        return len(items)
+        with the next commit that succeeds; the error propagates
+        (:func:`hivemesh.core.answers.commit_items`)."""
+        items = export_pending(self.context_view)
+        n: int = self.call_now(CommitContext(items)) if items else 0
+        return n
 
     async def append(self, kind: str, body: Any) -> Event:
         """Append one event of our own and send it."""

@@ -56,6 +56,13 @@ def event_json(ev: Event) -> dict[str, Any]:
 # -- the node ------------------------------------------------------------------------
 
 
+async def _by_peer(d: Daemon, req: Command) -> Reply:
+    """A command the Peer answers from its own state (:mod:`hivemesh.core.answers`,
+    :meth:`hivemesh.core.peer.Peer.command`): the daemon only carries it there."""
+    reply: Reply = await d.call(req)
+    return reply
+
+
 async def _status(d: Daemon, req: c.Status) -> Record:
     return Record(d.status())
 
@@ -69,10 +76,6 @@ async def _stop(d: Daemon, req: c.Stop) -> c.StopReply:
     return c.StopReply(stopping=True)
 
 
-async def _feed_status(d: Daemon, req: c.FeedStatus) -> Record:
-    return Record({**d.node.feed_gate.status(), "deferred": d.node.deferred})
-
-
 async def _feed_accept_loss(d: Daemon, req: c.FeedAcceptLoss) -> Record:
     lost = await d.call(req)  # the Peer logs it as a warning
     return Record({**lost, "own_feed": d.node.feed_gate.status()})
@@ -82,75 +85,7 @@ async def _append(d: Daemon, req: c.Append) -> c.EventReply:
     return c.EventReply(**event_json(await d.append(req.kind, req.body)))
 
 
-# -- context -------------------------------------------------------------------------
-
-
-async def _ctx_get(d: Daemon, req: c.CtxGet) -> Record:
-    ctx = d.context(req.context)
-    if req.key is None:
-        return Record(d.context_view.snapshot().get(req.context, {}))
-    return Record({"key": req.key, "found": req.key in ctx, "value": ctx.get(req.key)})
-
-
-async def _ctx_contexts(d: Daemon, req: c.CtxContexts) -> Record:
-    snap = d.context_view.snapshot()  # {context: {kind: {name: value}}}
-    keys = {name: sum(len(v) for v in snap[name].values()) for name in sorted(snap)}
-    return Record({"contexts": keys})
-
-
-async def _ctx_set(d: Daemon, req: c.CtxSet) -> c.CtxSetReply:
-    d.context(req.context)[req.key] = req.value
-    n = await d.commit()
-    seq = d.node.journal.head(d.identity.public).seq
-    return c.CtxSetReply(context=req.context, key=req.key, events=n, seq=seq)
-
-
-async def _ctx_append(d: Daemon, req: c.CtxAppend) -> c.CtxAppendReply:
-    handle = d.context(req.context).list(req.list)
-    for value in req.values:
-        handle.append(value)
-    return c.CtxAppendReply(length=len(handle), events=await d.commit())
-
-
-async def _ctx_incr(d: Daemon, req: c.CtxIncr) -> c.CtxIncrReply:
-    handle = d.context(req.context).counter(req.counter)
-    handle.add(int(req.by) if req.by.is_integer() else req.by)
-    return c.CtxIncrReply(value=float(handle.value), events=await d.commit())
-
-
-def _set_handle(d: Daemon, context: str, name: str, grow_only: bool) -> Any:
-    ctx = d.context(context)
-    return ctx.gset(name) if grow_only else ctx.orset(name)
-
-
-async def _ctx_add(d: Daemon, req: c.CtxAdd) -> c.SetChangeReply:
-    handle = _set_handle(d, req.context, req.set, req.grow_only)
-    for element in req.elements:
-        handle.add(element)
-    return c.SetChangeReply(members=handle.members(), events=await d.commit())
-
-
-async def _ctx_remove(d: Daemon, req: c.CtxRemove) -> c.SetChangeReply:
-    handle = _set_handle(d, req.context, req.set, False)
-    for element in req.elements:
-        handle.discard(element)
-    return c.SetChangeReply(members=handle.members(), events=await d.commit())
-
-
-async def _ctx_members(d: Daemon, req: c.CtxMembers) -> c.MembersReply:
-    return c.MembersReply(_set_handle(d, req.context, req.set, req.grow_only).members())
-
-
 # -- names and trust -----------------------------------------------------------------
-
-
-async def _name_claim(d: Daemon, req: c.NameClaim) -> c.NameClaimReply:
-    owner = await d.claim_name(req.name)
-    return c.NameClaimReply(name=req.name, owner=owner, ours=owner == d.address)
-
-
-async def _names(d: Daemon, req: c.Names) -> Record:
-    return Record(d.names.snapshot())
 
 
 async def _revoke(d: Daemon, req: c.TrustRevoke) -> c.TrustRevokeReply:
@@ -304,21 +239,21 @@ HANDLERS: Mapping[type[Command], Handler] = {
     c.AuditExport: _audit_export,
     c.AuditInbox: _audit_inbox,
     c.AuditStatus: _audit_status,
-    c.Claim: leases_ops.claim,
-    c.ClaimDone: leases_ops.claim_done,
-    c.ClaimRelease: leases_ops.claim_release,
-    c.ClaimShow: leases_ops.claim_show,
-    c.ClaimWait: leases_ops.claim_wait,
-    c.CtxAdd: _ctx_add,
-    c.CtxAppend: _ctx_append,
-    c.CtxContexts: _ctx_contexts,
-    c.CtxGet: _ctx_get,
-    c.CtxIncr: _ctx_incr,
-    c.CtxMembers: _ctx_members,
-    c.CtxRemove: _ctx_remove,
-    c.CtxSet: _ctx_set,
+    c.Claim: _by_peer,
+    c.ClaimDone: _by_peer,
+    c.ClaimRelease: _by_peer,
+    c.ClaimShow: _by_peer,
+    c.ClaimWait: _by_peer,
+    c.CtxAdd: _by_peer,
+    c.CtxAppend: _by_peer,
+    c.CtxContexts: _by_peer,
+    c.CtxGet: _by_peer,
+    c.CtxIncr: _by_peer,
+    c.CtxMembers: _by_peer,
+    c.CtxRemove: _by_peer,
+    c.CtxSet: _by_peer,
     c.FeedAcceptLoss: _feed_accept_loss,
-    c.FeedStatus: _feed_status,
+    c.FeedStatus: _by_peer,
     c.Inbox: _inbox,
     c.Invite: _invite,
     c.Join: _join,
@@ -330,8 +265,8 @@ HANDLERS: Mapping[type[Command], Handler] = {
     c.MetricsQuery: _metrics_query,
     c.MetricsRecord: _metrics_record,
     c.MetricsSend: _metrics_send,
-    c.NameClaim: _name_claim,
-    c.Names: _names,
+    c.NameClaim: _by_peer,
+    c.Names: _by_peer,
     c.Peers: _peers,
     c.Ping: _ping,
     c.PlanCancel: _planner("handle_cancel"),

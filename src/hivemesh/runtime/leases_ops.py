@@ -1,10 +1,11 @@
-"""The daemon's handlers of the lease and claim commands (``lease.*``, ``claim.*``).
+"""The daemon's handlers of the lease commands (``lease.*``).
 
 The requests arrive typed and checked (:mod:`hivemesh.commands.coordination`);
 resource, holder and TTL are checked here by the lease layer's own rules.
-The work is done by :mod:`hivemesh.runtime.leases` (quorum) and
-:mod:`hivemesh.runtime.claims` (journal claims). :mod:`hivemesh.runtime.handlers`
-lists these handlers in the daemon's table.
+The work is done by the node's lease backend: the quorum of
+:mod:`hivemesh.runtime.leases`, or in broker mode the broker's KV.
+:mod:`hivemesh.runtime.handlers` lists these handlers in the daemon's table;
+the claim commands (``claim.*``) are the Peer's own.
 """
 
 from __future__ import annotations
@@ -18,18 +19,7 @@ from hivemesh.leases import validate_holder, validate_resource, validate_ttl_ms
 if TYPE_CHECKING:
     from hivemesh.runtime.daemon import Daemon
 
-__all__ = [
-    "acquire",
-    "claim",
-    "claim_done",
-    "claim_release",
-    "claim_show",
-    "claim_wait",
-    "release",
-    "renew",
-    "show",
-    "voters",
-]
+__all__ = ["acquire", "release", "renew", "show", "voters"]
 
 
 def _backend(d: Daemon) -> Any:
@@ -75,36 +65,3 @@ async def show(d: Daemon, req: c.LeaseShow) -> c.LeaseShowReply:
 async def voters(d: Daemon, req: c.LeaseVoters) -> Record:
     """``lease.voters``: the voters, the majority and the proposer's figures."""
     return Record(await d.call(req))  # the Peer fixes the set if it is not yet
-
-
-async def claim(d: Daemon, req: c.Claim) -> c.ClaimReply:
-    """``claim``: register this node's claim (the Peer's command)."""
-    reply: c.ClaimReply = await d.call(req)
-    return reply
-
-
-async def claim_wait(d: Daemon, req: c.ClaimWait) -> c.ClaimWaitReply:
-    """``claim.wait``: the winner once decided (the Peer's command)."""
-    reply: c.ClaimWaitReply = await d.call(req)
-    return reply
-
-
-async def claim_release(d: Daemon, req: c.ClaimRelease) -> c.ClaimReleaseReply:
-    """``claim.release``: release this node's live claims (the Peer's command)."""
-    reply: c.ClaimReleaseReply = await d.call(req)
-    return reply
-
-
-async def claim_done(d: Daemon, req: c.ClaimDone) -> c.ClaimDoneReply:
-    """``claim.done``: report the work finished (the Peer's command)."""
-    reply: c.ClaimDoneReply = await d.call(req)
-    return reply
-
-
-async def claim_show(d: Daemon, req: c.ClaimShow) -> Record:
-    """``claim.show``: one resource's claim state, or all of them."""
-    snap = d.claims.snapshot()
-    if req.resource is not None:
-        r = req.resource
-        return Record({"resource": r, **snap["resources"].get(r, {"winner": None, "live": 0})})
-    return Record(snap)

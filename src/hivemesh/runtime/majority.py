@@ -8,7 +8,8 @@ seq (``{"a": author_hex, "s": seq, "w": wait_ms}``): the answer is then
 held back until this node holds that feed up to ``s``, or ``w`` ms passed,
 so "do you have my write yet?" costs one round trip, not a polling loop.
 
-:func:`sync_majority` runs the two barriers of
+:func:`sync_majority` runs the two barriers (their rules:
+:class:`hivemesh.core.barrier.Barrier`) of
 :class:`hivemesh.commands.SyncMajority` against the swarm's lease voters
 (:meth:`hivemesh.core.lease_swarm.SwarmLeases.voters`: every proposer uses the
 same set, so any two majorities of it intersect):
@@ -29,10 +30,12 @@ missing events that do not arrive in time :class:`~hivemesh.errors.DeadlineExcee
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from hivemesh.commands.coordination import LeaseVoters
 from hivemesh.commands.sync import SyncMajority, SyncMajorityReply
+from hivemesh.core.barrier import Barrier, author_hex, clean_vv
 from hivemesh.errors import BackendUnavailable, DeadlineExceeded, HivemeshError, InvalidArgument
 
 if TYPE_CHECKING:
@@ -46,104 +49,81 @@ _POLL_S = 0.01
 _MAX_WAIT_MS = 2000
 
 
-def _author_hex(x: object) -> bool:
-    """A feed id as a peer sends it: 64 lowercase hex digits."""
-    return isinstance(x, str) and len(x) == 64 and all(c in "0123456789abcdef" for c in x)
-
-
-def _vv(d: Daemon) -> dict[str, int]:
-    return {a.hex(): s for a, s in d.node.journal.version_vector().items()}
-
-
-def _holds(d: Daemon, author_hex: str, seq: int) -> bool:
-    return d.node.journal.head(bytes.fromhex(author_hex)).seq >= seq
+def _held(d: Daemon) -> Callable[[str], int]:
+    journal = d.node.journal
+    return lambda author_hex: journal.head(bytes.fromhex(author_hex)).seq
 
 
 def serve_heads(d: Daemon) -> None:
     """Answer ``journal.heads`` requests on ``d`` (see module docs)."""
 
     async def on_heads(sender: str, body: Any) -> dict[str, Any]:
-        if isinstance(body, dict) and _author_hex(body.get("a")):
+        if isinstance(body, dict) and author_hex(body.get("a")):
             seq, wait = body.get("s"), body.get("w")
             if isinstance(seq, int) and isinstance(wait, int):
-                loop = asyncio.get_running_loop()
+                loop, held = asyncio.get_running_loop(), _held(d)
                 until = loop.time() + min(max(wait, 0), _MAX_WAIT_MS) / 1000
-                while not _holds(d, body["a"], seq) and loop.time() < until:
+                while held(body["a"]) < seq and loop.time() < until:
                     await asyncio.sleep(_POLL_S)
-        return {"vv": _vv(d)}
+        return {"vv": {a.hex(): s for a, s in d.node.journal.version_vector().items()}}
 
     d.messaging.on_message(HEADS_KIND, on_heads)
 
 
-async def _ask(
-    d: Daemon, voter: str, req: SyncMajority, me: str, until: float
-) -> dict[str, int] | None:
+async def _ask(d: Daemon, voter: str, b: Barrier, until: float) -> dict[str, int] | None:
     """The voter's version vector once it satisfies the own_seq barrier, or None."""
     loop = asyncio.get_running_loop()
     while (left := until - loop.time()) > 0.05:
         body: dict[str, Any] = {}
-        if req.own_seq is not None:
-            body = {"a": me, "s": req.own_seq, "w": int(min(left - 0.05, 1.0) * 1000)}
+        if b.own_seq is not None:
+            body = {"a": b.me_hex, "s": b.own_seq, "w": int(min(left - 0.05, 1.0) * 1000)}
         try:
             answer = await d.request(voter, HEADS_KIND, body, timeout_s=left)
         except HivemeshError:
             await asyncio.sleep(min(0.05, max(0.0, until - loop.time())))
             continue
-        vv = answer.get("vv") if isinstance(answer, dict) else None
-        if not isinstance(vv, dict):
-            return None  # an old node without the handler: it cannot answer
-        clean = {a: s for a, s in vv.items() if _author_hex(a) and type(s) is int}
-        if req.own_seq is None or clean.get(me, 0) >= req.own_seq:
-            return clean
+        vv = clean_vv(answer)
+        if vv is None or b.holds_own(vv):
+            return vv  # None: an old node without the handler, it cannot answer
     return None
 
 
 async def sync_majority(d: Daemon, req: SyncMajority) -> SyncMajorityReply:
-    """Run the barriers of ``req`` on ``d`` (see module docs)."""
+    """Run the barriers of ``req`` on ``d`` (see module docs; the rules are
+    :class:`hivemesh.core.barrier.Barrier`'s)."""
     loop = asyncio.get_running_loop()
     until = loop.time() + req.timeout_s
     own = d.node.journal.head(d.identity.public).seq
     if req.own_seq is not None and req.own_seq > own:
         raise InvalidArgument(f"sync.majority: own_seq {req.own_seq} is past our feed ({own})")
-    voters = list((await d.call(LeaseVoters()))["voters"])  # the Peer fixes the set
-    majority = len(voters) // 2 + 1
-    me = d.identity.public.hex()
-    answered: list[str] = []
-    target: dict[str, int] = {}
-    if d.address in voters:
-        answered.append(d.address)
-    others = [v for v in voters if v != d.address]
-    tasks = {asyncio.ensure_future(_ask(d, v, req, me, until)): v for v in others}
+    voters = (await d.call(LeaseVoters()))["voters"]  # the Peer fixes the set
+    b = Barrier(voters, d.address, d.identity.public.hex(), req.own_seq)
+    tasks = {asyncio.ensure_future(_ask(d, v, b, until)): v for v in b.others}
     try:
         pending = set(tasks)
-        while len(answered) < majority and pending:
+        while not b.reached and pending:
             done, pending = await asyncio.wait(
                 pending, timeout=max(0.0, until - loop.time()), return_when=asyncio.FIRST_COMPLETED
             )
             if not done:
                 break
             for t in done:
-                vv = t.result()
-                if vv is not None:
-                    answered.append(tasks[t])
-                    for a, s in vv.items():
-                        target[a] = max(target.get(a, 0), s)
+                if (vv := t.result()) is not None:
+                    b.answer(tasks[t], vv)
     finally:
         for t in tasks:
             t.cancel()
-    if len(answered) < majority:
+    if not b.reached:
         raise BackendUnavailable(
-            f"sync.majority: {len(answered)} of {len(voters)} voters answered "
-            f"in {req.timeout_s}s (majority {majority})"
+            f"sync.majority: {len(b.answered)} of {len(b.voters)} voters answered "
+            f"in {req.timeout_s}s (majority {b.majority})"
         )
     if req.pull:
-        target.pop(me, None)  # our own feed is ours
-        trusted = d.node.journal.trusted  # feeds we refuse never arrive: not waited for
-        if trusted is not None:
-            target = {a: s for a, s in target.items() if trusted(bytes.fromhex(a))}
-        while not all(_holds(d, a, s) for a, s in target.items()):
+        held, trusted = _held(d), d.node.journal.trusted
+        while missing := b.missing(held, trusted):
             if loop.time() >= until:
-                missing = sum(not _holds(d, a, s) for a, s in target.items())
-                raise DeadlineExceeded(f"sync.majority: {missing} feeds still behind the majority")
+                raise DeadlineExceeded(
+                    f"sync.majority: {len(missing)} feeds still behind the majority"
+                )
             await asyncio.sleep(_POLL_S)
-    return SyncMajorityReply(voters=len(voters), majority=majority, answered=sorted(answered))
+    return SyncMajorityReply(voters=len(b.voters), majority=b.majority, answered=sorted(b.answered))

@@ -10,7 +10,10 @@ whose tie-break prefers a direct channel to a relayed one
 (:func:`hivemesh.core.links.channel_rank`), so a punched channel replaces
 a relayed link in place. The decisions live in the transports' sans-IO
 parts (:mod:`~hivemesh.transports.relay_policy`,
-:mod:`~hivemesh.transports.punch`); this module moves bytes and time.
+:mod:`~hivemesh.transports.punch`) and, for which peers to try over which
+path and when a link changed path, in :mod:`hivemesh.core.dialer`
+(:class:`~hivemesh.core.dialer.Fallback`, :func:`~hivemesh.core.dialer.path_changes`);
+this module moves bytes and time.
 
 With ``udp`` the node announces ``udp:host:port`` beside its TCP endpoint
 (the TCP dialler skips such records; :meth:`NodePaths.learn_udp` takes
@@ -51,6 +54,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from hivemesh.config import bootstrap_targets, parse_endpoint
+from hivemesh.core.dialer import Fallback, path_changes
 from hivemesh.core.identity import short
 from hivemesh.errors import ConfigError, HivemeshError, StunMalformed, StunMismatch
 from hivemesh.transports.stun import BindingTransaction, is_stun
@@ -99,8 +103,8 @@ class NodePaths:
         self.events: deque[dict[str, Any]] = deque(maxlen=MAX_EVENTS)
         self._paths: dict[str, str] = {}
         self._udp: dict[str, set[tuple[str, int]]] = {}  # peer -> its QUIC endpoints
-        self._tried: dict[str, float] = {}
-        self._retry_s = retry_s
+        #: which unlinked peers to try over UDP and relays (the rule is the core's)
+        self._fallback = Fallback(d.address, int(retry_s * 1000))
         #: Per ``stun`` server: its last answer (``mapped``) or failure (``error``).
         self.stun: dict[str, dict[str, Any]] = {}
         # transaction id -> (transaction, the server's address, set when answered)
@@ -195,31 +199,18 @@ class NodePaths:
 
     def _watch_paths(self) -> None:
         links = self.d.conns.links
-        for peer in sorted(set(links) | set(self._paths)):
-            link = links.get(peer)
-            now = path_of(link.channel) if link is not None else "none"
-            before = self._paths.get(peer)
-            if now == before:
-                continue
-            if link is None:
-                self._paths.pop(peer, None)
-            else:
-                self._paths[peer] = now
-            before = before or "none"
+        now = {peer: path_of(link.channel) for peer, link in links.items()}
+        for peer, before, after in path_changes(self._paths, now):
             self.d.counters["path_changes"] += 1
-            log.info("path to %s: %s -> %s", short(peer), before, now)
-            self.events.append({"peer": peer, "from": before, "to": now, "at": time.time()})
+            log.info("path to %s: %s -> %s", short(peer), before, after)
+            self.events.append({"peer": peer, "from": before, "to": after, "at": time.time()})
+        self._paths = now
 
     async def _reach_unlinked(self) -> None:
         d = self.d
         known = set(d.endpoints.known()) | set(d.peer.members_snapshot())
-        now = time.monotonic()
-        for peer in sorted(known):
-            if peer == d.address or peer in d.conns.links or not d.authorize(peer):
-                continue
-            if now - self._tried.get(peer, float("-inf")) < self._retry_s:
-                continue
-            self._tried[peer] = now
+        now_ms = int(time.monotonic() * 1000)
+        for peer in self._fallback.due(known, d.conns.links, d.authorize, now_ms):
             if await self._dial_udp(peer) or not self.traversal.relays:
                 continue
             try:

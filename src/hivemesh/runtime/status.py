@@ -1,8 +1,10 @@
 """What ``hivemesh status`` and ``hivemesh peers`` report, and event subscriptions.
 
-``status`` gathers every counter of every part of the node in one flat,
-sorted map (core replication, channels, membership, direct messages,
-control socket, views' rejections, transport), so nothing is dropped or
+``status`` is the Peer's own report (:func:`hivemesh.core.answers.peer_status`,
+:func:`~hivemesh.core.answers.peer_counters`) with the driver's parts added:
+every counter of every part of the node in one flat, sorted map (core
+replication, channels, membership, direct messages, control socket, views'
+rejections, transport), so nothing is dropped or
 refused without a visible number. ``dropped_total`` sums every counter that
 records lost work: ``dropped_*`` (no channel, slow peer, channel closed with
 frames queued, subscribers that fell behind), ``events_undelivered`` and the
@@ -13,11 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from hivemesh.core.answers import peer_counters, peer_status
 from hivemesh.core.event import Event
-from hivemesh.core.identity import address_of
 
 if TYPE_CHECKING:
     from hivemesh.runtime.daemon import Daemon
@@ -63,72 +64,36 @@ def status_of(d: Daemon) -> dict[str, Any]:
             "journal": {"events": j.total_events, "feeds": len(j.heads)},
             "counters": dict(sorted(d.counters.items())),
         }
-    counters: Counter[str] = Counter()
-    counters.update(d.node.counters)
-    counters.update(d.node.deferrals.counters)
-    takeovers = d.names.takeovers()
-    counters["name_takeovers_refused"] = len(takeovers)
-    counters["claim_takeovers_refused"] = len(d.claims.view.takeovers())
+    counters = peer_counters(d.peer)
     counters.update(d.conns.counters)
     if d.feedlog is not None:  # broker mode: the journal log's counters
         counters.update(d.feedlog.counters)
     counters.update(d.counters)
-    counters.update({f"membership_{k}": v for k, v in d.peer.membership.counters.items()})
-    counters.update({f"direct_{k}": v for k, v in d.peer.direct.counters.items()})
-    counters.update({f"direct_{k}": v for k, v in d.peer.mailbox.counters.items()})
     if d._mdns is not None:
         counters.update({f"mdns_{k}": v for k, v in d._mdns.counters.items()})
     counters["subscriber_dropped"] += sum(s.dropped for s in d._subs)
-    for view in (
-        d.context_view,
-        d.names,
-        d.endpoints,
-        d.blobs.index,
-        d.trust_view,
-        d.peer.registers,
-    ):
-        for code, n in view.rejected.items():
-            counters[f"view_rejected_{code}"] += n
     transport = d.conns.transport_counters.snapshot()
     dropped = {k: v for k, v in counters.items() if "dropped" in k or "undelivered" in k}
     dropped["transport_frames_dropped"] = transport.get("frames_dropped", 0)
+    st = peer_status(d.peer)  # what the Peer decides; the driver's parts below
+    st["journal"].update(
+        rehydrated=d.rehydrated,
+        # the last start's replay: time, view checkpoint, loro imports (tail)
+        rehydration=d.rehydration.snapshot(),
+        # our batches a crash left in the store's append log, committed at start
+        log_recovered=d._store.log_recovered,
+        log_torn_bytes=d._store.log_torn_bytes,
+        log_orphaned=d._store.log_orphaned,
+    )
     return {
-        "address": d.address,
+        **st,
         "boot_id": d.conns.boot_id.hex(),
-        "names": d.names.names_of(d.address),
         "listen": f"{d.config.listen_endpoint()[0]}:{d.listen_port}",
         "data_dir": str(d.config.data_dir),
         "uptime_s": round((_now_ms() - d.started_ms) / 1000, 3),
-        "journal": {
-            "events": j.total_events,
-            "feeds": len(j.heads),
-            "own_seq": j.head(d.identity.public).seq,
-            "rehydrated": d.rehydrated,
-            # the last start's replay: time, view checkpoint, loro imports (tail)
-            "rehydration": d.rehydration.snapshot(),
-            # our batches a crash left in the store's append log, committed at start
-            "log_recovered": d._store.log_recovered,
-            "log_torn_bytes": d._store.log_torn_bytes,
-            "log_orphaned": d._store.log_orphaned,
-            "version_vector": {address_of(a): s for a, s in sorted(j.version_vector().items())},
-        },
-        # whether the node writes its own feed, and why not (hivemesh.core.ownfeed)
-        "own_feed": {**d.node.feed_gate.status(), "deferred": d.node.deferred},
-        # batches stamped beyond our clock bound, by author: held until plausible
-        "clock_ahead": d.node.deferrals.snapshot(),
-        # backdated name claims that did not take the name (core.views.names)
-        "name_takeovers": takeovers,
         "peers_connected": len(d.conns.links),
         "trust": {"mode": d.config.trust_mode, **d.invites.status(_now_ms())},
-        "members": d.peer.members_snapshot(),
-        "detection_bound_ms": d.peer.detection_bound_ms(),
         "inbox": d.messaging.inbox.count(),
-        # max-registers (``reg.max`` events: fencing tokens), key -> value
-        "registers": d.peer.registers.snapshot(),
-        "blobs": {
-            "known": len(d.blobs.index.snapshot()["blobs"]),
-            "fetching": len(d.blobs.fetcher.active()),
-        },
         "counters": dict(sorted(counters.items())),
         # the supervised loops: running, failures, restarts (runtime.supervise)
         "tasks": d.supervisor.statistics(),

@@ -10,7 +10,7 @@ LLM providers.
 
 ``--data-dir`` and ``--json`` are accepted before the command, after it and
 after its action; errors and exit codes are the same for every command
-(:mod:`hivemesh.runtime.cliutil`).
+(:mod:`hivemesh.client.cli`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from hivemesh.runtime.cliutil import add_common
+from hivemesh.client.cli import add_common
 
 __all__ = ["SUBCOMMANDS", "build_parser", "main"]
 
@@ -77,8 +77,8 @@ class _Parser(argparse.ArgumentParser):
         """Report a usage error (JSON with ``--json``) and exit 2."""
         if not _Parser.json_errors:
             super().error(message)
+        from hivemesh.client.cli import error_json
         from hivemesh.errors import InvalidArgument
-        from hivemesh.runtime.cliutil import error_json
 
         exc = InvalidArgument(f"{self.prog}: {message}")
         print(json.dumps(error_json(exc), sort_keys=True))

@@ -11,7 +11,7 @@ Two sources:
 
 * :class:`ControlSource` talks to a daemon's control socket (``hivemesh
   dashboard --data-dir``): commands through the blocking
-  :class:`~hivemesh.runtime.client.Client` on a worker thread, each under
+  :class:`~hivemesh.client.blocking.Client` on a worker thread, each under
   the client's deadline, and the event stream over an asyncio connection
   to the same socket (``events.watch``);
 * :class:`NodeSource` wraps an in-process :class:`hivemesh.Node`
@@ -30,10 +30,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from hivemesh.client.blocking import Client
+from hivemesh.commands.wire import MAX_LINE_BYTES, encode
 from hivemesh.error_codes import error_from_wire
 from hivemesh.errors import DaemonNotRunning, DeadlineExceeded
-from hivemesh.runtime.client import Client
-from hivemesh.runtime.wirejson import MAX_LINE_BYTES, encode
 
 if TYPE_CHECKING:
     from hivemesh.commands import Command, Reply

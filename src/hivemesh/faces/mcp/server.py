@@ -5,7 +5,7 @@ Theory of operation
 :class:`MeshMcp` is an MCP server (``mcp`` 2.x, the low-level
 :class:`mcp.server.lowlevel.Server`, so the tool schemas come from the
 command table rather than from Python signatures) in front of one running
-node, reached through its control socket (:class:`~hivemesh.runtime.aclient.AsyncClient`).
+node, reached through its control socket (:class:`~hivemesh.client.aio.AsyncClient`).
 
 * **Tools** (:mod:`hivemesh.faces.mcp.tools`): a call is checked for size
   (:data:`MAX_ARGUMENT_BYTES`), turned into the typed command with
@@ -60,7 +60,9 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Res
 from mcp.shared.exceptions import MCPError
 
 from hivemesh import __version__
+from hivemesh.client.aio import AsyncClient
 from hivemesh.commands import CtxGet, CtxWatch, EventsWatch, PlanShow
+from hivemesh.commands import wire as wirejson
 from hivemesh.core.plan_events import ALL_KINDS as PLAN_KINDS
 from hivemesh.errors import (
     ConnectionClosed,
@@ -71,8 +73,6 @@ from hivemesh.errors import (
 )
 from hivemesh.faces.mcp.tools import TOOLS, WATCH_SCHEMA, WATCH_TOOL, ToolSpec, input_schema
 from hivemesh.faces.mcp.tools import tool_named as _tool_named
-from hivemesh.runtime import wirejson
-from hivemesh.runtime.aclient import AsyncClient
 from hivemesh.runtime.supervise import RESTART, Supervisor, TaskFailed
 
 __all__ = [

@@ -19,8 +19,8 @@ import os
 import sys
 from typing import Any
 
+from hivemesh.client.cli import add_common, data_dir_of, exit_code, wants_json
 from hivemesh.errors import HivemeshError
-from hivemesh.runtime.cliutil import add_common, data_dir_of, exit_code, wants_json
 
 
 def register(sub: Any) -> None:
@@ -54,10 +54,10 @@ def register(sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from hivemesh.client.aio import AsyncClient
     from hivemesh.commands import Status
     from hivemesh.faces.a2a import serve_a2a
     from hivemesh.faces.httpguard import check_binding
-    from hivemesh.runtime.aclient import AsyncClient
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     token = args.token or os.environ.get("HIVEMESH_A2A_TOKEN") or None

@@ -25,9 +25,9 @@ import signal
 import sys
 from typing import Any
 
+from hivemesh.client.cli import add_common, data_dir_of, emit_error
 from hivemesh.errors import HivemeshError
 from hivemesh.llm.errors import LLMNotConfigured
-from hivemesh.runtime.cliutil import add_common, data_dir_of, emit_error
 
 __all__ = ["register"]
 
@@ -132,8 +132,8 @@ async def _serve(args: argparse.Namespace) -> int:
 async def _show_live(data_dir: Any, stop: asyncio.Event) -> None:
     """Redraw the node's plan trees on stdout until ``stop`` (see
     :mod:`hivemesh.faces.plan_watch`); a failure stops the agent too."""
+    from hivemesh.client.aio import AsyncClient
     from hivemesh.faces.plan_watch import ClientSource, TreeDisplay, watch
-    from hivemesh.runtime.aclient import AsyncClient
 
     async def stopping() -> bool:
         return stop.is_set()

@@ -7,9 +7,9 @@ import datetime as dt
 import sys
 from typing import Any
 
+from hivemesh.client.cli import add_common
 from hivemesh.errors import HivemeshError
 from hivemesh.faces.cli.commands.metrics import _emit, _live, _open
-from hivemesh.runtime.cliutil import add_common
 
 __all__ = ["register"]
 

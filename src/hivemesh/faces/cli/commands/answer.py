@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from hivemesh.client.cli import add_common, run_command
 from hivemesh.commands import AuditAnswer
-from hivemesh.runtime.cliutil import add_common, run_command
 
 __all__ = ["register"]
 

@@ -21,15 +21,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hivemesh.commands import AuditExport, AuditStatus
-from hivemesh.errors import HivemeshError
-from hivemesh.runtime.cliutil import (
+from hivemesh.client.cli import (
     add_common,
     data_dir_of,
     emit_error,
     run_command,
     run_with_client,
 )
+from hivemesh.commands import AuditExport, AuditStatus
+from hivemesh.errors import HivemeshError
 
 __all__ = ["register"]
 

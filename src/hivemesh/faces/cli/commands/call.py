@@ -10,7 +10,7 @@ is; any other field takes it as JSON)::
     hivemesh call events.watch kinds='["app.note"]' --idle-timeout-s 5
 
 The daemon validates the request exactly as it does for every face; errors
-and exit codes are those of every command (:mod:`hivemesh.runtime.cliutil`).
+and exit codes are those of every command (:mod:`hivemesh.client.cli`).
 A streaming command prints one JSON line per event until ``--idle-timeout-s``
 passes without one, or the daemon goes away.
 """
@@ -22,9 +22,9 @@ import json
 import typing
 from typing import Any
 
+from hivemesh.client.cli import add_common, data_dir_of, emit, emit_error
 from hivemesh.commands import COMMANDS
 from hivemesh.errors import HivemeshError, InvalidArgument
-from hivemesh.runtime.cliutil import add_common, data_dir_of, emit, emit_error
 
 
 def register(sub: Any) -> None:
@@ -62,7 +62,7 @@ def parse_fields(op: str, items: list[str]) -> dict[str, Any]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from hivemesh.runtime.client import Client
+    from hivemesh.client.blocking import Client
 
     try:
         fields = parse_fields(args.op, args.fields)

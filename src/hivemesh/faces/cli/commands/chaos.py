@@ -14,7 +14,7 @@ import json
 import sys
 from typing import Any
 
-from hivemesh.runtime.cliutil import add_common
+from hivemesh.client.cli import add_common
 
 
 def register(sub: Any) -> None:
@@ -39,8 +39,8 @@ def register(sub: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from hivemesh.chaos import SCENARIOS, run_scenario
+    from hivemesh.client.cli import emit_error
     from hivemesh.errors import HivemeshError
-    from hivemesh.runtime.cliutil import emit_error
 
     names = sorted(SCENARIOS) if args.scenario == "all" else [args.scenario]
     failed = 0

@@ -5,7 +5,7 @@ live claim wins once older than the settle window; a claim of a member that
 failure detection marks down is released. ``take`` registers (and, with
 ``--wait-s``, waits for the decision); exit code 0 when this node won,
 5 when another node did (the exit codes of every command:
-:mod:`hivemesh.runtime.cliutil`)::
+:mod:`hivemesh.client.cli`)::
 
     hivemesh claim take report-42 --wait-s 3 && run-the-work && hivemesh claim done report-42
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from hivemesh.client.cli import EXIT_LOST, add_common, run_with_client
 from hivemesh.commands import (
     Claim,
     ClaimDone,
@@ -23,10 +24,9 @@ from hivemesh.commands import (
     ClaimWait,
     ClaimWaitReply,
 )
-from hivemesh.runtime.cliutil import EXIT_LOST, add_common, run_with_client
 
 if TYPE_CHECKING:
-    from hivemesh.runtime.client import Client
+    from hivemesh.client.blocking import Client
 
 
 def register(sub: Any) -> None:

@@ -16,10 +16,10 @@ import argparse
 import json
 from typing import Any
 
+from hivemesh.client.cli import add_common, data_dir_of, emit_error, run_command
 from hivemesh.commands import CtxAdd, CtxAppend, CtxGet, CtxIncr, CtxMembers, CtxRemove, CtxSet
+from hivemesh.commands.wire import decode
 from hivemesh.errors import HivemeshError, InputTooDeep, InvalidArgument, InvalidEncoding
-from hivemesh.runtime.cliutil import add_common, data_dir_of, emit_error, run_command
-from hivemesh.runtime.wirejson import decode
 
 
 def register(sub: Any) -> None:
@@ -152,7 +152,7 @@ def _set(args: argparse.Namespace) -> int:
 
 
 def _watch(args: argparse.Namespace) -> int:
-    from hivemesh.runtime.client import Client
+    from hivemesh.client.blocking import Client
 
     client = Client(data_dir_of(args))
     try:

@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from hivemesh.client.cli import add_common, data_dir_of, emit_error, wants_json
 from hivemesh.errors import ConfigError, HivemeshError
-from hivemesh.runtime.cliutil import add_common, data_dir_of, emit_error, wants_json
 
 #: The environment variable a token may come from.
 TOKEN_ENV = "HIVEMESH_DASHBOARD_TOKEN"

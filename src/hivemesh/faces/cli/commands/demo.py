@@ -12,7 +12,7 @@ prints a machine-readable summary instead. See :mod:`hivemesh.audit.demo`.
 
 ``hivemesh demo mesh`` is the fabric tour: nodes find each other, share
 context, a node is killed, detected, restarted and catches up
-(:mod:`hivemesh.runtime.demo`).
+(:mod:`hivemesh.client.demo`).
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def _linger(say: Any) -> Any:
 
 
 def _mesh(args: argparse.Namespace) -> int:
-    from hivemesh.runtime.demo import run_demo
+    from hivemesh.client.demo import run_demo
 
     if args.nodes < 3 or args.nodes > 12:
         print("error: --nodes must be 3..12", file=sys.stderr)

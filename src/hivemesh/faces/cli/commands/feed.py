@@ -14,9 +14,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from hivemesh.client.cli import add_common, emit_error, run_command
 from hivemesh.commands import FeedAcceptLoss, FeedStatus
 from hivemesh.errors import InvalidArgument
-from hivemesh.runtime.cliutil import add_common, emit_error, run_command
 
 
 def register(sub: Any) -> None:

@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from hivemesh.client.cli import add_common, emit, emit_error
 from hivemesh.errors import HivemeshError
-from hivemesh.runtime.cliutil import add_common, emit, emit_error
 
 
 def register(sub: Any) -> None:

@@ -12,8 +12,8 @@ import json
 import time
 from typing import Any
 
+from hivemesh.client.cli import add_common, run_command, run_with_client
 from hivemesh.commands import AuditInbox, Inbox
-from hivemesh.runtime.cliutil import add_common, run_command, run_with_client
 
 
 def register(sub: Any) -> None:

@@ -6,8 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from hivemesh.client.cli import add_common, data_dir_of, emit, emit_error
 from hivemesh.errors import HivemeshError
-from hivemesh.runtime.cliutil import add_common, data_dir_of, emit, emit_error
 
 _CONFIG_TEMPLATE = """\
 # hivemesh node configuration. Flags and HIVEMESH_* environment variables

@@ -8,7 +8,7 @@ whitespace (a copy-paste artifact) is ignored; the token itself must be in
 its one canonical form.
 
 Exit codes name the outcome, as for every command
-(:mod:`hivemesh.runtime.cliutil`; ``--json`` prints ``{"error": {type, code,
+(:mod:`hivemesh.client.cli`; ``--json`` prints ``{"error": {type, code,
 message, exit}}`` on failure, as every command does):
 
 ==  ==========================================================================
@@ -30,8 +30,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from hivemesh.client.cli import add_common, run_command
 from hivemesh.commands import Join
-from hivemesh.runtime.cliutil import add_common, run_command
 
 
 def register(sub: Any) -> None:

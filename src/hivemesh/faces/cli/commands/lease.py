@@ -13,7 +13,7 @@ printed holder and token::
 
 Output is one JSON object per command; ``--data-dir`` and ``--json`` go
 before or after the action, and an error has the one shape and exit code of
-every command (:mod:`hivemesh.runtime.cliutil`): 2 bad input, 3 no daemon
+every command (:mod:`hivemesh.client.cli`): 2 bad input, 3 no daemon
 running (``mesh://``), 5 held by someone else / not held, 6 no quorum or
 backend unavailable.
 """
@@ -30,10 +30,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hivemesh.client.cli import add_common, data_dir_of, emit, emit_error
 from hivemesh.errors import DaemonNotRunning, HivemeshError
 from hivemesh.leases import Lease, LeaseClient, VoterServer, open_backend
 from hivemesh.leases._quorum import parse_voters
-from hivemesh.runtime.cliutil import add_common, data_dir_of, emit, emit_error
 
 DEFAULT_URL = "mesh://"
 

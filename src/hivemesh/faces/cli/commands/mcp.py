@@ -16,8 +16,8 @@ import os
 import sys
 from typing import Any
 
+from hivemesh.client.cli import add_common, data_dir_of, exit_code
 from hivemesh.errors import HivemeshError
-from hivemesh.runtime.cliutil import add_common, data_dir_of, exit_code
 
 
 def register(sub: Any) -> None:
@@ -41,9 +41,9 @@ def register(sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from hivemesh.client.aio import AsyncClient
     from hivemesh.faces.httpguard import check_binding
     from hivemesh.faces.mcp import MeshMcp, serve_http, serve_stdio
-    from hivemesh.runtime.aclient import AsyncClient
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)  # stdout is the protocol's
     token = args.token or os.environ.get("HIVEMESH_MCP_TOKEN") or None

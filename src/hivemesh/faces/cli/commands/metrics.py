@@ -31,8 +31,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from hivemesh.client.cli import add_common
 from hivemesh.errors import HivemeshError, InvalidArgument
-from hivemesh.runtime.cliutil import add_common
 from hivemesh.telemetry.schema import (
     ATTR_ERROR_TYPE,
     ATTR_INPUT_TOKENS,
@@ -195,9 +195,9 @@ def record_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _record(args: argparse.Namespace) -> int:
+    from hivemesh.client.blocking import Client
+    from hivemesh.client.cli import data_dir_of, emit, emit_error
     from hivemesh.commands import MetricsRecord
-    from hivemesh.runtime.client import Client
-    from hivemesh.runtime.cliutil import data_dir_of, emit, emit_error
 
     try:
         call = record_args(args)
@@ -220,8 +220,8 @@ def _live(args: argparse.Namespace, what: str, **kw: Any) -> Any:
     """Ask the running collector of ``--data-dir`` (None without ``--data-dir``)."""
     if not getattr(args, "data_dir", None):
         return None
+    from hivemesh.client.blocking import Client
     from hivemesh.commands import MetricsQuery
-    from hivemesh.runtime.client import Client
 
     return Client(args.data_dir, timeout_s=30.0).run(MetricsQuery(what=what, **kw)).to_wire()
 

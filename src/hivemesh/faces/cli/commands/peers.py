@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from hivemesh.client.cli import add_common, run_command
 from hivemesh.commands import Peers
-from hivemesh.runtime.cliutil import add_common, run_command
 
 
 def register(sub: Any) -> None:

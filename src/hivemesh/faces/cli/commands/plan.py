@@ -42,10 +42,10 @@ def _main(args: argparse.Namespace) -> int:
 
 def watch_main(args: argparse.Namespace, goal: str | None) -> int:
     """``hivemesh plan watch [GOAL]`` against the local node."""
+    from hivemesh.client.aio import AsyncClient
+    from hivemesh.client.cli import data_dir_of, exit_code
     from hivemesh.errors import HivemeshError
     from hivemesh.faces.plan_watch import ClientSource, TreeDisplay, watch
-    from hivemesh.runtime.aclient import AsyncClient
-    from hivemesh.runtime.cliutil import data_dir_of, exit_code
 
     display = TreeDisplay(sys.stdout)
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from hivemesh.client.cli import add_common, emit_error, run_command
 from hivemesh.commands import Send
+from hivemesh.commands.wire import decode
 from hivemesh.errors import InvalidArgument
-from hivemesh.runtime.cliutil import add_common, emit_error, run_command
-from hivemesh.runtime.wirejson import decode
 
 
 def register(sub: Any) -> None:

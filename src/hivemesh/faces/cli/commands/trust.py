@@ -14,10 +14,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from hivemesh.client.cli import add_common, data_dir_of, emit, emit_error, run_command
 from hivemesh.commands import TrustAdmit, TrustList, TrustRevoke
 from hivemesh.core.identity import public_key_of
 from hivemesh.errors import DaemonNotRunning, HivemeshError, InvalidAddress, InvalidArgument
-from hivemesh.runtime.cliutil import add_common, data_dir_of, emit, emit_error, run_command
 
 
 def register(sub: Any) -> None:
@@ -50,7 +50,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _change(args: argparse.Namespace, op: str, key: str, offline: Callable[[Any], None]) -> int:
-    from hivemesh.runtime.client import Client
+    from hivemesh.client.blocking import Client
 
     try:
         public_key_of(args.address)

@@ -19,9 +19,9 @@ import signal
 import sys
 from typing import Any
 
+from hivemesh.client.cli import add_common, emit_error
 from hivemesh.config import load_config
 from hivemesh.errors import HivemeshError
-from hivemesh.runtime.cliutil import add_common, emit_error
 
 
 def register(sub: Any) -> None:

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hivemesh.client.swarm import LocalSwarm, NodeProc, wait_until
 from hivemesh.errors import HivemeshError
-from hivemesh.runtime.swarm import LocalSwarm, NodeProc, wait_until
 
 __all__ = ["DemoReport", "Step", "run_demo"]
 

@@ -1,7 +1,7 @@
 """JSON for the control protocol, with limits: one place that says what is too much.
 
 Both ends of the control socket (:mod:`hivemesh.runtime.control`, the
-daemon; :mod:`hivemesh.runtime.client`, the CLI and tools) and the CLI's
+daemon; :mod:`hivemesh.client.blocking`, the CLI and tools) and the CLI's
 JSON arguments go through :func:`decode` and :func:`encode`, so malformed
 local input gets the same typed error wherever it enters:
 

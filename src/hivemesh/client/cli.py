@@ -57,8 +57,8 @@ from typing import TYPE_CHECKING, Any
 from hivemesh.errors import HivemeshError
 
 if TYPE_CHECKING:
+    from hivemesh.client.blocking import Client
     from hivemesh.commands import Command
-    from hivemesh.runtime.client import Client
 
 __all__ = [
     "EXIT_CODES",
@@ -182,7 +182,7 @@ def emit_error(args: argparse.Namespace, exc: HivemeshError) -> int:
 
 
 def _client(args: argparse.Namespace, timeout_s: float | None = None) -> Client:
-    from hivemesh.runtime.client import Client
+    from hivemesh.client.blocking import Client
 
     default = getattr(args, "timeout_s", None) or 10.0
     return Client(data_dir_of(args), timeout_s=timeout_s or default)

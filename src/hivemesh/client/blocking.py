@@ -15,7 +15,7 @@ stable ``code`` of an error response is looked up with
 ``except UnknownPeer`` works across the socket. A daemon that is not running raises
 :class:`~hivemesh.errors.DaemonNotRunning`. A request the daemon would
 refuse for its form (too large, nested too deep, text that is not UTF-8:
-:mod:`hivemesh.runtime.wirejson`) is refused here first, with the same
+:mod:`hivemesh.commands.wire`) is refused here first, with the same
 typed error, and never half-sent; if the daemon hangs up while a request is
 being sent, its answer (say, that it is busy) is still read and
 raised rather than a ``BrokenPipeError``.
@@ -32,9 +32,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
+from hivemesh.commands.wire import encode
 from hivemesh.error_codes import error_from_wire
 from hivemesh.errors import DaemonNotRunning, DeadlineExceeded, HivemeshError
-from hivemesh.runtime.wirejson import encode
 
 if TYPE_CHECKING:
     from hivemesh.commands import Command, Reply

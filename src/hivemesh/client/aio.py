@@ -1,6 +1,6 @@
 """An asyncio client for a local daemon's control socket (for the faces).
 
-The blocking :class:`~hivemesh.runtime.client.Client` suits the CLI; the
+The blocking :class:`~hivemesh.client.blocking.Client` suits the CLI; the
 faces that serve other programs (the MCP server, the A2A server, the live
 plan watcher) run on an event loop and use this one::
 
@@ -14,7 +14,7 @@ bounded number of concurrent requests, and has a deadline: the command's
 own ``timeout_s`` plus a margin, else the client's ``timeout_s``. Errors
 come back typed by their stable code (:func:`hivemesh.error_codes.error_from_wire`);
 a request the daemon would refuse for its form is refused here first, with
-the same typed error (:mod:`hivemesh.runtime.wirejson`). A daemon that is
+the same typed error (:mod:`hivemesh.commands.wire`). A daemon that is
 not there raises :class:`~hivemesh.errors.DaemonNotRunning`.
 """
 
@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from hivemesh.commands import Command, Reply
+from hivemesh.commands.wire import MAX_LINE_BYTES, encode
 from hivemesh.error_codes import error_from_wire
 from hivemesh.errors import DaemonNotRunning, DeadlineExceeded
-from hivemesh.runtime.wirejson import MAX_LINE_BYTES, encode
 
 __all__ = ["AsyncClient"]
 

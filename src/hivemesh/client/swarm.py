@@ -2,7 +2,7 @@
 
 :class:`LocalSwarm` starts ``python -m hivemesh up`` processes, each with its
 own data dir under one root, on ``127.0.0.1`` with ephemeral ports, and talks
-to each through its control socket (:class:`~hivemesh.runtime.client.Client`).
+to each through its control socket (:class:`~hivemesh.client.blocking.Client`).
 It can ``kill -9`` a node and restart it on the same data dir and port.
 Nodes are private (``invite`` trust) by default; a :class:`LocalSwarm` is a
 loopback harness for tests, the demo and benchmarks, and opts its nodes into
@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import hivemesh
+from hivemesh.client.blocking import Client
 from hivemesh.errors import DeadlineExceeded, HivemeshError
-from hivemesh.runtime.client import Client
 
 __all__ = ["FAST_TIMINGS", "OPEN_TRUST", "LocalSwarm", "NodeProc", "wait_until"]
 
