@@ -44,13 +44,18 @@ import hivemesh
 from hivemesh.client.blocking import Client
 from hivemesh.client.swarm import FAST_TIMINGS, OPEN_TRUST
 from hivemesh.errors import DeadlineExceeded, HivemeshError
-from hivemesh.netlab import Faults, Host, Lab
+from hivemesh.netlab import Faults, Host, Lab, Nat
 
-__all__ = ["ChaosCluster", "ChaosNode"]
+__all__ = ["TOPOLOGIES", "ChaosCluster", "ChaosNode", "ChaosService"]
 
 PORT = 7000
 #: Size of the tmpfs a node gets when it may see a full disk.
 DISK_BYTES = 48 * 1024 * 1024
+#: ``flat``: every node on the public segment; ``nat``: n0 on the public
+#: segment, every other node behind a NAT router of its own, every third
+#: one (n2, n5, n8) a symmetric one (``fully-random``), the others
+#: port-preserving MASQUERADE.
+TOPOLOGIES = ("flat", "nat")
 
 
 def _die_with_parent() -> None:
@@ -77,11 +82,24 @@ class ChaosNode:
     exits: list[int] = field(default_factory=list)
     #: typed errors a start was refused with (a full disk, a corrupt store)
     refusals: list[str] = field(default_factory=list)
+    #: the hivemesh command it runs (``up``; ``audit node`` for an audit role)
+    command: tuple[str, ...] = ("up",)
+    #: more arguments for that command (``--mesh URL``, ``--role ROLE`` ...)
+    args: list[str] = field(default_factory=list)
+    #: more environment for the daemon (``HIVEMESH_RELAYS`` ...)
+    env: dict[str, str] = field(default_factory=dict)
+    #: endpoints it bootstraps from (None: every other node's)
+    bootstrap: list[str] | None = None
 
     @property
     def endpoint(self) -> str:
-        """``ip:port`` on the lab's public segment."""
+        """``ip:port`` of its host (on the public segment, or on its NAT's LAN)."""
         return f"{self.host.ip}:{PORT}"
+
+    @property
+    def nat(self) -> Nat | None:
+        """The NAT router it sits behind (``topology="nat"``), if any."""
+        return self.host.behind
 
     @property
     def running(self) -> bool:
@@ -91,6 +109,28 @@ class ChaosNode:
     def client(self, timeout_s: float = 5.0) -> Client:
         """A control-socket client (reachable whatever the network does)."""
         return Client(self.data_dir, timeout_s=timeout_s)
+
+
+@dataclass
+class ChaosService:
+    """A helper process in a host of its own (a NATS server, the audit's
+    fixture): ``argv`` is run inside ``host``; it is ready when its stdout's
+    first line is a JSON object (``ready_line``) or when ``ready_text``
+    appears in its log."""
+
+    label: str
+    host: Host
+    argv: list[str]
+    ready_text: str = ""
+    proc: subprocess.Popen[bytes] | None = None
+    #: the JSON object its first stdout line held (``ready_text`` empty)
+    ready: dict[str, Any] = field(default_factory=dict)
+    starts: int = 0
+
+    @property
+    def running(self) -> bool:
+        """The process is alive."""
+        return self.proc is not None and self.proc.poll() is None
 
 
 class ChaosCluster:
@@ -103,9 +143,14 @@ class ChaosCluster:
         *,
         small_disks: frozenset[int] = frozenset(),
         start_timeout_s: float = 30.0,
+        topology: str = "flat",
     ) -> None:
+        if topology not in TOPOLOGIES:
+            raise ValueError(f"topology must be one of {TOPOLOGIES}")
         self.root = root
         self.n = n
+        self.topology = topology
+        self.services: list[ChaosService] = []
         self.small_disks = small_disks
         self.start_timeout_s = start_timeout_s
         self.lab = Lab()
@@ -114,7 +159,11 @@ class ChaosCluster:
         self._mounts: list[Path] = []
         self._delays: dict[str, subprocess.Popen[bytes]] = {}
         src = str(Path(hivemesh.__file__).resolve().parent.parent)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("HIVEMESH_")}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("HIVEMESH_", "OPENAI_"))  # no LLM in the lab
+        }
         env.update(FAST_TIMINGS)
         env.update(OPEN_TRUST)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH", "")) if p)
@@ -159,7 +208,10 @@ class ChaosCluster:
                 self._mounts.append(data_dir)
             secure_data_dir(data_dir)
             ident = load_or_create_identity(data_dir)
-            host = self.lab.add_host(label)
+            behind = None
+            if self.topology == "nat" and i > 0:
+                behind = self.lab.add_nat(f"nat{i}", symmetric=i % 3 == 2)
+            host = self.lab.add_host(label, behind=behind)
             node = ChaosNode(label, host, data_dir, ident.address, small_disk=i in self.small_disks)
             self.nodes.append(node)
         # one voter set for every proposer, fixed before the first lease call
@@ -169,10 +221,14 @@ class ChaosCluster:
             os.chmod(node.data_dir / "lease_voters.json", 0o600)
 
     def close(self) -> None:
-        """End every daemon, delete the lab, unmount the small disks (idempotent)."""
+        """End every daemon and service, delete the lab, unmount the small
+        disks (idempotent)."""
         for node in self.nodes:
             with contextlib.suppress(HivemeshError, OSError, subprocess.SubprocessError):
                 self.undelay(node)
+        for svc in self.services:
+            with contextlib.suppress(OSError, subprocess.SubprocessError):
+                self.stop_service(svc)
         for node in self.nodes:
             if node.proc is not None and node.proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
@@ -196,14 +252,21 @@ class ChaosCluster:
 
         Raises the typed error the daemon printed if it refused to start, or
         :class:`~hivemesh.errors.DeadlineExceeded` with its log's tail."""
-        peers = bootstrap if bootstrap is not None else [m for m in self.nodes if m is not node]
-        argv = [sys.executable, "-m", "hivemesh", "up", "--json", "--data-dir", str(node.data_dir),
-                "--listen", node.endpoint]  # fmt: skip
+        if bootstrap is not None:
+            peers = [p.endpoint for p in bootstrap]
+        elif node.bootstrap is not None:
+            peers = list(node.bootstrap)
+        else:
+            peers = [m.endpoint for m in self.nodes if m is not node]
+        argv = [sys.executable, "-m", "hivemesh", *node.command, "--json", "--data-dir",
+                str(node.data_dir), "--listen", node.endpoint]  # fmt: skip
         for p in peers:
-            argv += ["--bootstrap", p.endpoint]
+            argv += ["--bootstrap", p]
         if node.collector:
             argv.append("--collector")
+        argv += node.args
         env = dict(self.env)
+        env.update(node.env)
         if node.clock_offset_s:
             argv = ["faketime", "-f", f"{node.clock_offset_s:+.3f}s", *argv]
             env["DONT_FAKE_MONOTONIC"] = "1"  # an offset of wall time only
@@ -303,6 +366,76 @@ class ChaosCluster:
         if node.running and node.proc is not None:
             node.proc.send_signal(signal.SIGCONT)
         node.paused = False
+
+    # -- services -------------------------------------------------------------------
+
+    def add_service(self, label: str, argv: list[str], *, ready_text: str = "") -> ChaosService:
+        """A new host ``label`` on the public segment for a helper process
+        (not started: :meth:`start_service`)."""
+        svc = ChaosService(label, self.lab.add_host(label), argv, ready_text)
+        self.services.append(svc)
+        return svc
+
+    def _service_log(self, svc: ChaosService) -> Path:
+        return self.root / f"{svc.label}.log"
+
+    def start_service(self, svc: ChaosService, timeout_s: float = 30.0) -> None:
+        """Start ``svc`` and wait until it is ready (:class:`ChaosService`)."""
+        log_path = self._service_log(svc)
+        offset = log_path.stat().st_size if log_path.exists() else 0
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+        log = os.fdopen(os.open(log_path, flags, 0o600), "ab")
+        try:
+            svc.proc = svc.host.popen(
+                svc.argv, env=self.env, stdout=log if svc.ready_text else subprocess.PIPE,
+                stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )  # fmt: skip
+        finally:
+            log.close()
+        svc.starts += 1
+        deadline = time.monotonic() + timeout_s
+        if not svc.ready_text:
+            assert svc.proc.stdout is not None
+            line = b""
+            while not line.endswith(b"\n") and time.monotonic() < deadline:
+                if not select.select([svc.proc.stdout], [], [], 0.5)[0]:
+                    if svc.proc.poll() is not None:
+                        break
+                    continue
+                chunk = os.read(svc.proc.stdout.fileno(), 1)
+                if not chunk:
+                    break
+                line += chunk
+            if line.startswith(b"{") and line.endswith(b"\n"):
+                svc.ready = json.loads(line)
+                return
+        else:
+            while time.monotonic() < deadline and svc.proc.poll() is None:
+                with contextlib.suppress(OSError), open(log_path, "rb") as f:
+                    f.seek(offset)
+                    if svc.ready_text.encode() in f.read():
+                        return
+                time.sleep(0.05)
+        tail = self._service_log(svc).read_text(errors="replace")[-1500:]
+        self.stop_service(svc)
+        raise DeadlineExceeded(f"{svc.label} did not start in {timeout_s:g} s:\n{tail}")
+
+    def stop_service(self, svc: ChaosService, sig: int = signal.SIGTERM) -> None:
+        """End ``svc`` with ``sig`` (``SIGKILL``: a crash) and reap it."""
+        proc = svc.proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(sig)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
 
     # -- delay (user space, NFQUEUE) ---------------------------------------------------
 

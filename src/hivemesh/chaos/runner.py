@@ -27,6 +27,10 @@ to converge, 30 s for each of the other checks):
      every supervised task running and none stalled or failed, no node
      exited on its own during the run, and no daemon log holds a traceback.
 
+   * ``audit_*`` (scenario ``audit``): the price audit's own checks
+     (:mod:`hivemesh.chaos.audit`); the run waits up to
+     :data:`AUDIT_FINISH_S` for the audit to finish after the heal.
+
    * ``plan``: root goals posted from random nodes during the run; every
      acknowledged goal is in every node's plan and every node's plan view
      has the same digest. The planner roles (decomposers, scorers,
@@ -39,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -47,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hivemesh.chaos.hosts import ChaosCluster, ChaosNode
+from hivemesh.chaos.hosts import ChaosCluster, ChaosNode, ChaosService
 from hivemesh.chaos.scenarios import SCENARIOS, Fault, schedule
 from hivemesh.chaos.workload import CONTEXT, LeaseWorkload, PlanGoals, Telemetry, Writers
 from hivemesh.errors import HivemeshError, InvalidArgument
@@ -57,6 +62,10 @@ __all__ = ["Check", "Report", "run_scenario"]
 
 #: Bound on the heal-and-converge phase.
 CONVERGE_S = 60.0
+#: Bound on the audit's finishing after the heal (scenario ``audit``).
+AUDIT_FINISH_S = 180.0
+#: The lab's NATS server (scenario ``broker``): port and where it listens.
+NATS_PORT = 4222
 
 
 @dataclass
@@ -143,6 +152,8 @@ class _Run:
         self.t0 = t0
         self.writers: Writers | None = None
         self.copies: dict[int, Path] = {}
+        #: the lab's NATS server (scenario ``broker``)
+        self.nats: ChaosService | None = None
 
     def log(self, event: str) -> None:
         self.report.timeline.append((time.monotonic() - self.t0, event))
@@ -181,6 +192,17 @@ class _Run:
             self.cluster.kill(node)
             self.copies[f.targets[0]] = self.cluster.snapshot_store(node)
             self.restart(node)
+        elif f.kind == "natskill":
+            assert self.nats is not None
+            self.cluster.stop_service(self.nats, signal.SIGKILL)
+        elif f.kind == "natscut":
+            assert self.nats is not None
+            faults.cut(hosts[0], self.nats.host)
+        elif f.kind == "conntrack":
+            for i in f.targets:
+                nat = self.node(i).nat
+                if nat is not None:
+                    nat.flush_conntrack()
         elif f.kind in ("partition", "bridge"):
             faults.partition(*[[self.node(i).host for i in g] for g in f.groups])
         elif f.kind == "isolate":
@@ -212,7 +234,14 @@ class _Run:
             copy = self.copies.get(f.targets[0])
             if copy is not None:
                 self._restore(node, copy)
-        elif f.kind in ("partition", "bridge", "isolate", "oneway", "loss"):
+        elif f.kind == "natskill":
+            self._start_nats()
+        elif f.kind == "conntrack":
+            for i in f.targets:
+                nat = self.node(i).nat
+                if nat is not None:
+                    nat.flush_conntrack()
+        elif f.kind in ("partition", "bridge", "isolate", "oneway", "loss", "natscut"):
             faults.heal()
         elif f.kind == "delay":
             for i in f.targets:
@@ -250,11 +279,23 @@ class _Run:
             time.sleep(0.1)
         return False
 
+    def _start_nats(self) -> None:
+        assert self.nats is not None
+        if self.nats.running:
+            return
+        try:
+            self.cluster.start_service(self.nats)
+            self.log("nats-server restarted")
+        except HivemeshError as exc:
+            self.log(f"nats-server did not restart: {exc.code}: {str(exc)[:160]}")
+
     # -- heal -------------------------------------------------------------------
 
     def heal_all(self) -> None:
         assert self.cluster.faults is not None
         self.cluster.faults.heal()
+        if self.nats is not None:
+            self._start_nats()
         for node in self.cluster.nodes:
             self.cluster.undelay(node)
             if node.small_disk:
@@ -300,6 +341,7 @@ def run_scenario(
     if not 3 <= nodes <= 9:
         raise InvalidArgument("nodes must be 3..9 (a lease quorum needs a majority of 3+)")
     sc = SCENARIOS[scenario]
+    nodes = max(nodes, sc.min_nodes)
     ttl_ms = 1500
     plan = schedule(sc, seed, nodes, duration_s, ttl_ms=ttl_ms)
     report = Report(scenario, seed, nodes, duration_s, faults=[f.describe() for f in plan])
@@ -309,9 +351,13 @@ def run_scenario(
     small = frozenset({nodes - 1}) if sc.small_disk else frozenset()
     say = progress or (lambda _m: None)
     try:
-        with ChaosCluster(base, nodes, small_disks=small) as cluster:
+        topology = "nat" if sc.mode == "nat" else "flat"
+        timeout = 60.0 if sc.mode == "audit" else 30.0
+        with ChaosCluster(
+            base, nodes, small_disks=small, topology=topology, start_timeout_s=timeout
+        ) as cluster:
             run = _Run(cluster, report, t_start)
-            _execute(run, cluster, plan, report, duration_s, ttl_ms, say)
+            _execute(run, cluster, plan, report, duration_s, ttl_ms, say, sc.mode)
     except HivemeshError as exc:
         report.error = f"{exc.code}: {exc}"
     except Exception as exc:  # the runner's own failure: reported, never silent
@@ -325,6 +371,54 @@ def run_scenario(
     return report
 
 
+def _setup(run: _Run, cluster: ChaosCluster, mode: str, seed: int) -> Any:
+    """What a mode adds before the nodes start (:mod:`hivemesh.chaos.scenarios`);
+    the audit's fixture ready line (mode ``audit``), else None."""
+    nodes = cluster.nodes
+    if mode == "broker":
+        store = cluster.root / "nats-store"
+        store.mkdir(exist_ok=True)
+        svc = cluster.add_service("nats", [], ready_text="Server is ready")
+        svc.argv = ["nats-server", "-js", "-a", svc.host.ip, "-p", str(NATS_PORT),
+                    "-sd", str(store), "-n", f"chaos-{seed}"]  # fmt: skip
+        cluster.start_service(svc)
+        run.nats = svc
+        url = f"nats://{svc.host.ip}:{NATS_PORT}?swarm=chaos{seed}"
+        for node in nodes:
+            node.args = ["--mesh", url]
+            node.bootstrap = []  # the broker's presence finds them
+        run.log(f"nats-server (JetStream) up at {svc.host.ip}:{NATS_PORT}")
+    elif mode == "nat":
+        relay = nodes[0]
+        relay.env = {"HIVEMESH_UDP": "true", "HIVEMESH_RELAY_ROLE": "true"}
+        for node in nodes[1:]:
+            node.bootstrap = [relay.endpoint]
+            node.env = {"HIVEMESH_UDP": "true",
+                        "HIVEMESH_RELAYS": f"{relay.address}@{relay.endpoint}"}  # fmt: skip
+        kinds = ", ".join(
+            f"{m.label} behind {'fully-random' if m.nat.symmetric else 'MASQUERADE'}"
+            for m in nodes[1:]
+            if m.nat is not None
+        )
+        run.log(f"n0 public with the relay role; {kinds}")
+    elif mode == "audit":
+        from hivemesh.chaos.audit import setup_audit
+
+        svc, ready = setup_audit(cluster, seed)
+        run.log(f"fixture shops up at {ready['url']}")
+        return svc
+    return None
+
+
+def _start_order(cluster: ChaosCluster, mode: str) -> list[ChaosNode]:
+    if mode != "audit":
+        return list(cluster.nodes)
+    # the supervisor last: the audit starts as soon as it is up
+    from hivemesh.chaos.audit import role
+
+    return sorted(cluster.nodes, key=lambda m: role(cluster.nodes.index(m)) == "supervisor")
+
+
 def _execute(
     run: _Run,
     cluster: ChaosCluster,
@@ -333,27 +427,40 @@ def _execute(
     duration_s: float,
     ttl_ms: int,
     say: Callable[[str], None],
+    mode: str = "p2p",
 ) -> None:
     n = cluster.n
     say("starting nodes")
     collector = cluster.nodes[0]
     collector.collector = True
-    for node in cluster.nodes:
-        cluster.start(node, bootstrap=[m for m in cluster.nodes if m is not node])
+    fixture = _setup(run, cluster, mode, report.seed)
+    for node in _start_order(cluster, mode):
+        if mode in ("broker", "nat"):
+            cluster.start(node)  # its own bootstrap list (node.bootstrap)
+        else:
+            cluster.start(node, bootstrap=[m for m in cluster.nodes if m is not node])
     run.log(f"{n} nodes up")
+    connect_s = 30.0 if mode == "p2p" else 90.0
     if not _wait(
         lambda: all(
             (st := cluster.status(m)) is not None and st["peers_connected"] >= n - 1
             for m in cluster.nodes
         ),
-        30.0,
+        connect_s,
     ):
-        raise InvalidArgument("the nodes did not connect to each other within 30 s")
+        raise InvalidArgument(f"the nodes did not connect to each other within {connect_s:g} s")
     run.log("all connected")
-    writers = Writers(cluster.nodes, report.seed)
+    interval = 0.25 if mode == "audit" else 0.05
+    writers = Writers(cluster.nodes, report.seed, interval_s=interval)
     leases = LeaseWorkload(cluster.nodes, report.seed, clients=3, ttl_ms=ttl_ms)
     telemetry = Telemetry(cluster.nodes[1:], report.seed)
     goals = PlanGoals(cluster.nodes, report.seed)
+    operator = None
+    if fixture is not None:
+        from hivemesh.chaos.audit import AuditOperator
+
+        operator = AuditOperator(cluster.nodes[1:], fixture.ready)
+        operator.start()
     run.writers = writers
     for w in (writers, leases, telemetry, goals):
         w.start()
@@ -364,23 +471,52 @@ def _execute(
         events += [(f.start_s, k, f, True), (f.end_s, k, f, False)]
     events.sort(key=lambda e: (e[0], e[1], e[3]))
     stop = threading.Event()
-    for at, _, fault, begin in events:
-        delay = at - (time.monotonic() - run.t0)
-        if delay > 0:
-            stop.wait(delay)
-        say(("start " if begin else "end ") + fault.kind)
-        (run.apply if begin else run.undo)(fault)
-    rest = duration_s - (time.monotonic() - run.t0)
-    if rest > 0:
-        stop.wait(rest)
-    run.heal_all()
-    writers.stop()
-    leases.stop()
-    telemetry.stop()
-    goals.stop()
-    run.log("workload stopped")
-    say("converging")
-    _checks(run, cluster, report, writers, leases, telemetry, goals)
+    try:
+        for at, _, fault, begin in events:
+            delay = at - (time.monotonic() - run.t0)
+            if delay > 0:
+                stop.wait(delay)
+            say(("start " if begin else "end ") + fault.kind)
+            (run.apply if begin else run.undo)(fault)
+        rest = duration_s - (time.monotonic() - run.t0)
+        if rest > 0:
+            stop.wait(rest)
+        run.heal_all()
+        writers.stop()
+        leases.stop()
+        telemetry.stop()
+        goals.stop()
+        run.log("workload stopped")
+        say("converging")
+        _checks(run, cluster, report, writers, leases, telemetry, goals)
+        if operator is not None:
+            say("audit finishing")
+            _audit_checks(run, cluster, report, operator, fixture)
+    finally:
+        if operator is not None:
+            operator.stop()
+
+
+def _audit_checks(
+    run: _Run, cluster: ChaosCluster, report: Report, operator: Any, fixture: ChaosService
+) -> None:
+    from hivemesh.chaos.audit import audit_checks, audit_digest, market_log
+
+    finished = _wait(lambda: operator.finished, AUDIT_FINISH_S, 0.5)
+    run.log("audit finished" if finished else f"audit NOT finished within {AUDIT_FINISH_S:g} s")
+    readers = cluster.nodes[1:]
+
+    def same() -> bool:
+        docs = [m.client(20.0).call("audit.export") for m in readers]
+        return len({audit_digest(d) for d in docs}) == 1
+
+    if finished:
+        _wait(same, 30.0, 0.5)
+    truth = Path(str(fixture.ready["ground_truth"]))
+    got, stats = audit_checks(cluster, operator, truth, market_log(fixture))
+    report.checks += [Check(name, ok, detail) for name, ok, detail in got]
+    report.stats.update(stats)
+    report.stats["audit_operator_errors"] = dict(operator.errors)
 
 
 def _checks(

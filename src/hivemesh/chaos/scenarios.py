@@ -9,6 +9,13 @@ real clocks), which is the point of running them.
 
 Network faults never overlap each other (each ends with a heal of every
 rule); process faults never hit a node that is already down or paused.
+
+A scenario's ``mode`` says what the cluster is (:mod:`hivemesh.chaos.runner`):
+``p2p`` daemons on one segment; ``audit`` the price audit's roles on them
+(collector, observer, reflector, supervisor, executors) with the fixture
+world in a host of its own; ``broker`` daemons in broker mode on a NATS
+server (JetStream) in a host of its own; ``nat`` daemons behind NAT routers
+reaching each other over QUIC through a relay or a punched hole.
 """
 
 from __future__ import annotations
@@ -19,7 +26,17 @@ from dataclasses import dataclass
 
 __all__ = ["CI_SET", "SCENARIOS", "Fault", "Scenario", "schedule"]
 
-NETWORK = ("partition", "isolate", "oneway", "bridge", "loss", "delay")
+NETWORK = (
+    "partition",
+    "isolate",
+    "oneway",
+    "bridge",
+    "loss",
+    "delay",
+    "natskill",
+    "natscut",
+    "conntrack",
+)
 PROCESS = ("kill", "pause", "clock", "diskfull", "restore")
 
 
@@ -52,6 +69,9 @@ class Fault:
             "loss": f"{self.value:.0f}% packet loss in, heal at end",
             "delay": f"packets in delayed {self.value:.0f} ms + up to as much jitter "
             "(reordered; NFQUEUE), removed at end",
+            "natskill": "nats-server kill -9, restarted (same store) at end",
+            "natscut": "cut from the NATS server both ways, reconnected at end",
+            "conntrack": "its NAT router forgets every mapping (conntrack -F), again at end",
         }[self.kind]
         nodes = ",".join(f"n{i}" for i in self.targets)
         sides = " | ".join(",".join(f"n{i}" for i in g) for g in self.groups)
@@ -70,6 +90,10 @@ class Scenario:
     count: tuple[int, int] = (1, 3)
     #: nodes that get a small disk (index -> yes) when the scenario may fill one
     small_disk: bool = False
+    #: what the cluster is: ``p2p``, ``audit``, ``broker`` or ``nat`` (module docs)
+    mode: str = "p2p"
+    #: the fewest nodes it runs with (fewer asked for: this many)
+    min_nodes: int = 3
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -139,11 +163,36 @@ SCENARIOS: dict[str, Scenario] = {
             (2, 4),
             small_disk=True,
         ),
+        Scenario(
+            "audit",
+            "the price audit (collector, observer, reflector, supervisor, executors, the "
+            "fixture shops in a host of their own) under kills, pauses and partitions",
+            ("kill", "pause", "partition", "isolate"),
+            (2, 3),
+            mode="audit",
+            min_nodes=6,
+        ),
+        Scenario(
+            "broker",
+            "broker mode (--mesh nats://) on a NATS server in the lab: the server killed "
+            "and restarted, a node cut from it and reconnected, nodes killed",
+            ("natskill", "natscut", "kill"),
+            (2, 3),
+            mode="broker",
+        ),
+        Scenario(
+            "nat",
+            "nodes behind NAT routers (MASQUERADE and fully-random) over QUIC through a "
+            "relay or a punched hole: partitions, NAT mappings flushed, kills",
+            ("partition", "isolate", "conntrack", "kill"),
+            (2, 3),
+            mode="nat",
+        ),
     )
 }
 
 #: The short set CI runs (pytest -m chaos).
-CI_SET = ("kill-restart", "partition-writes", "lease-partition")
+CI_SET = ("kill-restart", "partition-writes", "lease-partition", "audit", "broker", "nat")
 
 
 def _groups(rnd: random.Random, n: int, kind: str) -> tuple[tuple[int, ...], ...]:
@@ -188,6 +237,13 @@ def schedule(
                 return Fault(kind, start, end, groups=_groups(rnd, n, kind))
             if kind == "isolate":
                 return Fault(kind, start, end, targets=(rnd.randrange(n),))
+            if kind == "natskill":
+                return Fault(kind, start, end)
+            if kind == "natscut":
+                return Fault(kind, start, end, targets=(rnd.randrange(n),))
+            if kind == "conntrack":  # nodes behind a NAT: n1.. (topology "nat")
+                picks = rnd.sample(range(1, n), rnd.randint(1, max(1, (n - 1) // 2)))
+                return Fault(kind, start, end, targets=tuple(sorted(picks)))
             if kind == "oneway":
                 a, b = rnd.sample(range(n), 2)
                 return Fault(kind, start, end, targets=(a, b))
