@@ -14,6 +14,7 @@ import itertools
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -126,3 +127,107 @@ def test_the_delay_fault_delays_what_a_host_receives(tmp_path: Path) -> None:
         assert 100 <= round_trip_ms() < 400
         cluster.undelay(b)
         assert round_trip_ms() < 50
+
+
+def test_the_new_modes_schedule_their_own_faults() -> None:
+    """broker: the NATS server killed, a node cut from it, kills; nat:
+    partitions, NAT mappings flushed (only nodes behind a NAT: n1..), kills;
+    audit: at least 6 nodes (collector, observer, reflector, supervisor, 2
+    executors)."""
+    broker = {f.kind for seed in range(30) for f in schedule(SCENARIOS["broker"], seed, 3, 12)}
+    assert broker == {"natskill", "natscut", "kill"}
+    nat = [f for seed in range(30) for f in schedule(SCENARIOS["nat"], seed, 4, 12)]
+    assert {f.kind for f in nat} == {"partition", "isolate", "conntrack", "kill"}
+    assert all(0 not in f.targets and f.targets for f in nat if f.kind == "conntrack")
+    assert SCENARIOS["audit"].mode == "audit" and SCENARIOS["audit"].min_nodes == 6
+    assert {"audit", "broker", "nat"} <= set(CI_SET)
+
+
+def _audit_doc() -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
+    """A finished two-shop audit that passes every check: s1 done by a
+    after a takeover from b, s2 escalated and skipped."""
+    truth = {
+        "shops": {
+            "s1": {"currency": "EUR", "products": [{"sku": "k1", "price": "1.00"}]},
+            "s2": {"currency": "EUR", "products": [{"sku": "k2", "price": "2.00"}]},
+        }
+    }
+    doc: dict[str, Any] = {
+        "audit": "a1",
+        "finished_hlc": 99,
+        "shops": [{"id": "s1", "url": "u1"}, {"id": "s2", "url": "u2"}],
+        "done": {
+            "s1": {
+                "token": 5,
+                "agent": "A",
+                "hlc": 9,
+                "attempts": 1,
+                "products": [{"sku": "k1", "price": "1.00", "currency": "EUR"}],
+            },
+        },
+        "skipped": ["s2"],
+        "questions": [{"id": "q1", "shop": "s2", "answer": "skip"}],
+        "takeovers": [{"shop": "s1", "token": 5, "by": "A"}],
+        "tool_calls": [
+            {"shop": "s1", "page": 1, "tool": "web.fetch_page", "token": 4, "author": "B"},
+            {"shop": "s1", "page": 1, "tool": "web.fetch_page", "token": 5, "author": "A"},
+        ],
+        "tool_results": [
+            {
+                "shop": "s1",
+                "page": 1,
+                "tool": "web.fetch_page",
+                "token": 5,
+                "outcome": "ok",
+                "error": None,
+                "author": "A",
+                "acknowledged": True,
+                "products": 1,
+            },
+        ],
+        "corrections": [],
+    }
+    market = [
+        {"shop": "s1", "writer": "B", "token": 4, "accepted": True},
+        {"shop": "s1", "writer": "A", "token": 5, "accepted": True},
+    ]
+    return doc, truth, market
+
+
+def test_the_audit_checks_pass_a_good_audit_and_each_can_fail() -> None:
+    import copy
+
+    from hivemesh.chaos.audit import judge_audit
+
+    doc, truth, market = _audit_doc()
+
+    def failed(d: dict[str, Any], *, seen: list[str] | None = None, m: Any = market,
+               other: dict[str, Any] | None = None) -> set[str]:  # fmt: skip
+        docs = {"n1": d, "n2": other if other is not None else d}
+        checks, _ = judge_audit(docs, 2, ["a1"] if seen is None else seen, truth, m)
+        return {name for name, ok, _ in checks if not ok}
+
+    assert failed(doc) == set()
+    bad = copy.deepcopy(doc)
+    bad["finished_hlc"] = None
+    assert "audit_done" in failed(bad)
+    assert failed(doc, seen=["a1", "a2"]) == {"audit_done"}  # a second audit was started
+    bad = copy.deepcopy(doc)
+    bad["skipped"] = []  # s2 neither audited nor skipped
+    assert "audit_shops" in failed(bad)
+    bad = copy.deepcopy(doc)
+    bad["tool_calls"].append({**bad["tool_calls"][1], "author": "C"})  # one token, two holders
+    assert failed(bad) == {"audit_results"}
+    bad = copy.deepcopy(doc)
+    bad["tool_results"].append(dict(bad["tool_results"][0]))  # fetched twice under one token
+    assert "audit_results" in failed(bad)
+    assert failed(doc, m=[*market, {"shop": "s1", "writer": "B", "token": 4,
+                                    "accepted": True}]) == {"audit_results"}  # fmt: skip
+    assert failed(doc, m=market[:1]) == {"audit_results"}  # done under a token never taken
+    assert failed(doc, m=None) == {"audit_results"}
+    bad = copy.deepcopy(doc)
+    bad["done"]["s1"]["products"][0]["price"] = "1.01"
+    assert "audit_prices" in failed(bad)
+    other = copy.deepcopy(doc)
+    other["questions"][0]["answer"] = None
+    assert failed(doc, other=other) == {"audit_views"}

@@ -56,13 +56,14 @@ __all__ = [
     "AuditOperator",
     "audit_checks",
     "audit_digest",
+    "judge_audit",
     "market_log",
     "setup_audit",
 ]
 
-#: Shops in the chaos audit's world (23 is the least that holds every
+#: Shops in the chaos audit's world: the 50-shop audit (23 is the least that holds every
 #: behaviour: CAPTCHA, slow, flaky, layout change, sloppy HTML, human-only).
-AUDIT_SHOPS = 24
+AUDIT_SHOPS = 50
 #: The executors' lease TTL (ms).
 AUDIT_LEASE_TTL_MS = 3000
 ROLE_OF = {0: "collector", 1: "observer", 2: "reflector", 3: "supervisor"}
@@ -209,17 +210,35 @@ def audit_checks(
     truth_path: Path,
     market: list[dict[str, Any]] | None,
 ) -> tuple[list[tuple[str, bool, str]], dict[str, Any]]:
-    """The audit's checks (module docs): ``[(name, ok, detail)]`` and stats."""
-    from hivemesh.audit.report import build_report
-
+    """The audit's checks on a cluster (module docs): every role node's
+    export, judged by :func:`judge_audit`."""
     readers = [n for i, n in enumerate(cluster.nodes) if role(i) != "collector"]
     docs = {n.label: d for n in readers if (d := _export(n)) is not None}
+    truth = json.loads(truth_path.read_text(encoding="utf-8"))
+    checks, stats = judge_audit(docs, len(readers), operator.audits_seen, truth, market)
+    stats["audit_answers"] = len(operator.answers)
+    return checks, stats
+
+
+def judge_audit(
+    docs: dict[str, dict[str, Any]],
+    readers: int,
+    audits_seen: list[str],
+    truth: dict[str, Any],
+    market: list[dict[str, Any]] | None,
+) -> tuple[list[tuple[str, bool, str]], dict[str, Any]]:
+    """The audit's checks (module docs) over the exports ``docs`` (node label
+    -> ``audit.export``) of ``readers`` role nodes, the audit ids the
+    operator saw, the fixture's ground truth and its market log:
+    ``[(name, ok, detail)]`` and stats. Pure."""
+    from hivemesh.audit.report import build_report
+
     out: list[tuple[str, bool, str]] = []
     if not docs:
         return [("audit_done", False, "no node answered audit.export")], {}
     doc = next(iter(docs.values()))
     finished = doc["finished_hlc"] is not None
-    started = operator.audits_seen
+    started = audits_seen
     one = started == [doc["audit"]]
     out.append(
         (
@@ -247,7 +266,6 @@ def audit_checks(
             + (f"; skipped without an escalation: {unescalated}" if unescalated else ""),
         )
     )
-    truth = json.loads(truth_path.read_text(encoding="utf-8"))
     problems: list[str] = []
     holders: dict[tuple[str, Any], set[str]] = defaultdict(set)
     for c in doc["tool_calls"]:
@@ -305,7 +323,7 @@ def audit_checks(
         )
     )
     digests = {label: audit_digest(d) for label, d in docs.items()}
-    same = len(set(digests.values())) == 1 and len(docs) == len(readers)
+    same = len(set(digests.values())) == 1 and len(docs) == readers
     out.append(
         (
             "audit_views",
@@ -321,7 +339,6 @@ def audit_checks(
         "audit_skipped": len(skipped),
         "audit_takeovers": len(doc["takeovers"]),
         "audit_tool_calls": len(doc["tool_calls"]),
-        "audit_answers": len(operator.answers),
         "audit_resubmitted": redone,
     }
     return out, stats

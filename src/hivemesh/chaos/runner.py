@@ -335,7 +335,8 @@ def run_scenario(
     keep: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> Report:
-    """Run one scenario (module docs); the report. Cleans up on every path."""
+    """Run one scenario (module docs); the report. Cleans up on every path
+    (a failed run keeps its daemons' logs: ``stats["logs"]``)."""
     if scenario not in SCENARIOS:
         raise InvalidArgument(f"unknown scenario {scenario!r}; known: {sorted(SCENARIOS)}")
     if not 3 <= nodes <= 9:
@@ -367,6 +368,12 @@ def run_scenario(
         if keep:
             report.stats["data_dirs"] = str(base)  # data dirs and daemon logs
         elif made_root:
+            if report.verdict != "pass":  # the daemons' logs stay, for the diagnosis
+                logs = base.with_name(base.name + "-logs")
+                logs.mkdir(exist_ok=True)
+                for f in base.glob("*.log"):
+                    shutil.copy2(f, logs / f.name)
+                report.stats["logs"] = str(logs)
             shutil.rmtree(base, ignore_errors=True)
     return report
 
@@ -489,12 +496,27 @@ def _execute(
         run.log("workload stopped")
         say("converging")
         _checks(run, cluster, report, writers, leases, telemetry, goals)
+        if mode == "nat":  # how each node reaches each other one at the end
+            report.stats["paths"] = _paths(cluster)
         if operator is not None:
             say("audit finishing")
             _audit_checks(run, cluster, report, operator, fixture)
     finally:
         if operator is not None:
             operator.stop()
+
+
+def _paths(cluster: ChaosCluster) -> dict[str, dict[str, str]]:
+    """``label -> peer label -> path`` (``direct TCP``, ``punched``, ``relayed via ...``)."""
+    label = {m.address: m.label for m in cluster.nodes}
+    out: dict[str, dict[str, str]] = {}
+    for m in cluster.nodes:
+        with contextlib.suppress(HivemeshError, OSError):
+            out[m.label] = {
+                label.get(p["address"], p["address"][:8]): str(p.get("path"))
+                for p in m.client(10.0).peers()
+            }
+    return out
 
 
 def _audit_checks(
