@@ -12,7 +12,9 @@ finishes, and the progress reads per batch. When
 every shop is settled it appends ``audit.done``. Only the supervisor that
 started an audit may publish its batches (the view ignores anyone else's),
 and everything it decides comes from the journal, so a restarted supervisor
-continues where its feed left off.
+continues where its feed left off: without an explicit ``audit_id`` it
+takes up the latest unfinished audit its own node started (its shops and
+batch size) instead of starting another.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ class Supervisor:
         self.batch_size = batch_size
         self.window = window
         self.audit_id = audit_id or secrets.token_hex(6)
+        self._resume = audit_id is None
         self.counters: Counter[str] = Counter()
 
     def batches(self) -> list[list[str]]:
@@ -66,8 +69,21 @@ class Supervisor:
         return [ids[i : i + self.batch_size] for i in range(0, len(ids), self.batch_size)]
 
     async def start(self) -> str:
-        """Append ``audit.start`` (once); the audit id."""
-        if self.audit_id not in self.live.view.audits:
+        """Append ``audit.start`` (once); the audit id. A restarted supervisor
+        continues its node's unfinished audit (module docs)."""
+        view = self.live.view
+        mine = [
+            a
+            for a in view.audits.values()
+            if a.supervisor == self.node.address and a.finished is None
+        ]
+        if self._resume and mine and self.audit_id not in view.audits:
+            audit = max(mine, key=lambda a: a.hlc)
+            self.audit_id = audit.id
+            self.shops = [{"id": s, "url": audit.urls[s]} for s in audit.shops]
+            self.batch_size = audit.batch_size
+            self.counters["resumed"] += 1
+        if self.audit_id not in view.audits:
             await self.node.append(
                 ev.START,
                 {
