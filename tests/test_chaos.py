@@ -1,8 +1,10 @@
 """The chaos runner: CI's short set on real daemons in network namespaces
-(``-m chaos``, root; ≈ 20 s a scenario), and its parts that need no root.
+(``-m chaos``, root; 20-60 s a scenario), and its parts that need no root.
 
 The short set: ``kill -9`` and restart, a partition with writes on both
-sides, and leases under partitions. A longer campaign is one command::
+sides, leases under partitions, broker mode on a NATS server in the lab,
+nodes behind NATs over QUIC (relay, punching) and the price audit under
+faults. A longer campaign is one command::
 
     hivemesh chaos --scenario all --runs 10 --seed 1 --json
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -57,21 +60,52 @@ def test_the_fenced_resource_check_can_fail() -> None:
     assert len(res.violations()) == 2
 
 
+#: (seed, nodes, duration) per scenario of the short set: the new modes'
+#: seeds pick the faults that matter there (broker: the NATS server killed,
+#: a node killed, a node cut from NATS; nat: a partition across the NATs and
+#: a NAT's mappings flushed, 4 nodes so two of them punch; audit: the
+#: supervisor killed and restarted, then paused, and the reflector
+#: partitioned off while the 50-shop audit runs).
+CI_RUNS = {
+    "kill-restart": (1, 3, 12.0),
+    "partition-writes": (1, 3, 12.0),
+    "lease-partition": (1, 3, 12.0),
+    "broker": (1, 3, 12.0),
+    "nat": (5, 4, 12.0),
+    "audit": (4, 6, 15.0),
+}
+
+
 @pytest.mark.chaos
 @pytest.mark.parametrize("scenario", CI_SET)
 def test_ci_short_set(scenario: str) -> None:
     reason = unavailable_reason()
     if reason is not None:
         pytest.skip(reason)
+    if scenario == "nat":
+        pytest.importorskip("aioquic", reason="aioquic is not installed")
+    if scenario == "broker" and shutil.which("nats-server") is None:
+        pytest.skip("nats-server is not installed")
     from hivemesh.chaos import run_scenario
 
-    report = run_scenario(scenario, seed=1, nodes=3, duration_s=12.0)
+    seed, nodes, duration = CI_RUNS[scenario]
+    report = run_scenario(scenario, seed=seed, nodes=nodes, duration_s=duration)
     text = report.render()
     assert report.verdict == "pass", text
     assert report.faults, text  # the seed injected something
     assert any(e.startswith("start ") for _, e in report.timeline), text
     assert report.stats["acked_writes"] > 50, text
     assert report.stats["lease_calls"] > 10, text
+    names = {c.name for c in report.checks}
+    if scenario == "audit":
+        assert {"audit_done", "audit_shops", "audit_results", "audit_prices"} <= names, text
+        assert report.stats["audit_done"] + report.stats["audit_skipped"] == 50, text
+    if scenario == "broker":
+        assert any("nats-server restarted" in e for _, e in report.timeline), text
+    if scenario == "nat":  # every node reached every other: relayed, punched or direct
+        paths = report.stats["paths"]
+        assert all(len(p) == nodes - 1 for p in paths.values()), paths
+        assert any(v.startswith("relayed") for p in paths.values() for v in p.values()), paths
 
 
 PROBE = (
