@@ -5,16 +5,26 @@
   instead of continuing its own: every shop was audited again (17 shops
   submitted twice to the market) and the first audit never finished. A
   restarted supervisor now takes up its node's unfinished audit.
+* ``nat`` scenario, seed 600 (2026-12-02): the relay node killed and
+  restarted; the nodes behind NATs reconnected to it over TCP but their
+  relay client never re-opened its relay channel (nor reserved again), so
+  no NATed node could reach another one for good (60 s after the heal: no
+  link n1-n2, n1-n3, n2-n3; the writes still converged through n0). The
+  traversal now re-opens an ended relay channel every few seconds.
 """
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from hivemesh import Node
 from hivemesh.audit import events as ev
 from hivemesh.audit.live import LiveView
+from hivemesh.core.identity import Identity
 from hivemesh.roles.supervisor import Supervisor
 
 SHOPS = [{"id": f"s{i}", "url": f"http://127.0.0.1:1/s{i}/"} for i in range(5)]
@@ -52,5 +62,64 @@ def test_a_restarted_supervisor_continues_its_audit_instead_of_starting_another(
             explicit = Supervisor(node, live, shops=SHOPS, routes=["direct"], market="m",
                                   audit_id="given")  # fmt: skip
             assert await explicit.start() == "given"
+
+    asyncio.run(scenario())
+
+
+def test_a_relay_client_reserves_again_once_its_relay_restarted() -> None:
+    quic = pytest.importorskip("hivemesh.transports.quic", reason="aioquic is not installed")
+    from hivemesh.transports.relay import RelayClient, RelayService
+    from hivemesh.transports.traversal import Traversal
+
+    a_id, b_id, c_id = (Identity.from_seed(bytes([i]) * 32) for i in (1, 2, 3))
+    host = "127.0.0.1"
+
+    async def ignore(ch: object) -> None:
+        return None
+
+    async def relay_at(port: int) -> Any:
+        return await quic.QuicEndpoint.open(
+            host, port, c_id, authorize=lambda a: True, on_channel=ignore,
+            on_relay_channel=RelayService().handle,
+        )  # fmt: skip
+
+    async def scenario() -> None:
+        relay = await relay_at(0)
+        port = relay.port
+        inbound: list[object] = []
+
+        async def adopt(ch: object) -> None:
+            inbound.append(ch)
+
+        b_ep = await quic.QuicEndpoint.open(host, 0, b_id, authorize=lambda a: True,
+                                            on_channel=adopt)  # fmt: skip
+        a_ep = await quic.QuicEndpoint.open(host, 0, a_id, authorize=lambda a: True,
+                                            on_channel=ignore)  # fmt: skip
+        trav = Traversal(b_ep, b_id, authorize=lambda a: True, on_inbound=adopt,
+                         on_outbound=adopt, has_direct=lambda p: False)  # fmt: skip
+        trav.revive_s = 0.2
+        try:
+            client = await trav.add_relay(c_id.address, host, port)
+            assert client.is_up and client.reserved
+            relay.close()
+            await _wait(lambda: not client.is_up, "the relay channel ended")
+            relay = await relay_at(port)  # the relay restarted, nothing reserved on it
+            for _ in range(200):  # the daemon ticks once a second; here faster
+                trav.tick()
+                if client.is_up and client.reserved:
+                    break
+                await asyncio.sleep(0.05)
+            assert client.is_up and client.reserved
+            assert trav.counters.snapshot().get("relay_revived", 0) >= 1
+            a = RelayClient(a_ep, a_id, c_id.address, (host, port), authorize=lambda x: True,
+                            on_channel=ignore)  # fmt: skip
+            await a.start(reserve=False)
+            ch, _ = await a.open(b_id.address, timeout_s=5.0)  # b is reachable again
+            assert ch.peer_address == b_id.address
+            a.close()
+        finally:
+            trav.close()
+            for ep in (a_ep, b_ep, relay):
+                ep.close()
 
     asyncio.run(scenario())

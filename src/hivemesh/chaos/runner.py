@@ -27,6 +27,8 @@ to converge, 30 s for each of the other checks):
      every supervised task running and none stalled or failed, no node
      exited on its own during the run, and no daemon log holds a traceback.
 
+   * ``links`` (scenario ``nat``): within :data:`LINKS_S` every node has a
+     link (direct, punched or relayed) to every other one again;
    * ``audit_*`` (scenario ``audit``): the price audit's own checks
      (:mod:`hivemesh.chaos.audit`); the run waits up to
      :data:`AUDIT_FINISH_S` for the audit to finish after the heal.
@@ -64,6 +66,8 @@ __all__ = ["Check", "Report", "run_scenario"]
 CONVERGE_S = 60.0
 #: Bound on the audit's finishing after the heal (scenario ``audit``).
 AUDIT_FINISH_S = 180.0
+#: Bound on the links between every two nodes coming back (scenario ``nat``).
+LINKS_S = 60.0
 #: The lab's NATS server (scenario ``broker``): port and where it listens.
 NATS_PORT = 4222
 
@@ -496,14 +500,36 @@ def _execute(
         run.log("workload stopped")
         say("converging")
         _checks(run, cluster, report, writers, leases, telemetry, goals)
-        if mode == "nat":  # how each node reaches each other one at the end
-            report.stats["paths"] = _paths(cluster)
+        if mode == "nat":  # every node links to every other one again, somehow
+            _links_check(run, cluster, report)
         if operator is not None:
             say("audit finishing")
             _audit_checks(run, cluster, report, operator, fixture)
     finally:
         if operator is not None:
             operator.stop()
+
+
+def _links_check(run: _Run, cluster: ChaosCluster, report: Report) -> None:
+    n = cluster.n
+
+    def unlinked() -> dict[str, list[str]]:
+        paths = _paths(cluster)
+        out = {k: [q for q, v in p.items() if v == "None"] for k, p in paths.items()}
+        out.update({m.label: ["?"] for m in cluster.nodes if len(paths.get(m.label, {})) < n - 1})
+        return {k: v for k, v in out.items() if v}
+
+    linked = _wait(lambda: not unlinked(), LINKS_S, 1.0)
+    paths = _paths(cluster)
+    report.stats["paths"] = paths
+    kinds = sorted({v.split(" via")[0] for p in paths.values() for v in p.values()})
+    run.log("every node links to every other" if linked else "links missing")
+    detail = (
+        f"every node links to every other ({', '.join(kinds)})"
+        if linked
+        else f"peers without a link after {LINKS_S:g} s: {unlinked()}"
+    )
+    report.checks.append(Check("links", linked, detail))
 
 
 def _paths(cluster: ChaosCluster) -> dict[str, dict[str, str]]:

@@ -243,8 +243,12 @@ class RelayClient:
         return f"relay:{self.relay_address}"
 
     async def start(self, *, reserve: bool = True, timeout_s: float = 5.0) -> None:
-        """Open the relay channel (and reserve: others may reach us through it)."""
+        """Open the relay channel (and reserve: others may reach us through it).
+        Called again once the channel ended (the relay restarted), it opens a
+        new one and reserves afresh."""
         host, port = self.relay_endpoint
+        self.reserved = False
+        self._reserved = asyncio.Event()
         self.channel = await self.endpoint.dial(
             host, port, expect_address=self.relay_address, timeout_s=timeout_s, relay=True
         )

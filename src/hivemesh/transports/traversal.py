@@ -88,6 +88,10 @@ class Traversal:
         self._punching: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._waiters: dict[str, asyncio.Event] = {}
+        #: relay -> when its channel may next be re-opened (it ended: the relay restarted)
+        self._revive_at: dict[str, float] = {}
+        #: Seconds between attempts to re-open an ended relay channel.
+        self.revive_s = 5.0
 
     def _spawn(self, coro: Awaitable[None]) -> None:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)
@@ -168,9 +172,27 @@ class Traversal:
         return True
 
     def tick(self) -> None:
-        """Re-try upgrades that are due (call about once a second)."""
+        """Re-try upgrades that are due, and re-open (and reserve again on) a
+        relay whose channel ended, every :attr:`revive_s` (call about once a
+        second). Without that a node behind a NAT stayed unreachable, and
+        unable to reach its NATed peers, for good once its relay restarted
+        (chaos scenario ``nat``)."""
         for peer in sorted(self._circuits):
             self.upgrade(peer)
+        now = self._clock()
+        for relay, client in sorted(self.relays.items()):
+            if client.is_up or now < self._revive_at.get(relay, float("-inf")):
+                continue
+            self._revive_at[relay] = now + self.revive_s
+            self._spawn(self._revive(client))
+
+    async def _revive(self, client: RelayClient) -> None:
+        try:
+            await client.start(reserve=True)
+        except (HivemeshError, OSError, TimeoutError):
+            self.counters.incr("relay_revive_failed")
+            return
+        self.counters.incr("relay_revived")
 
     def _on_punch(
         self, client: RelayClient, peer: str, cid: int, candidates: tuple[HostPort, ...]
