@@ -11,6 +11,10 @@
   no NATed node could reach another one for good (60 s after the heal: no
   link n1-n2, n1-n3, n2-n3; the writes still converged through n0). The
   traversal now re-opens an ended relay channel every few seconds.
+* ``nat`` scenario, seed 700: n3 restarted while partitioned from the relay:
+  its relay was dropped after the failed first dial and never tried again
+  (no link n3-n1, n3-n2 60 s after the heal). A relay that could not be
+  reached at the start is now kept and tried again like an ended one.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from hivemesh import Node
 from hivemesh.audit import events as ev
 from hivemesh.audit.live import LiveView
 from hivemesh.core.identity import Identity
+from hivemesh.errors import HivemeshError
 from hivemesh.roles.supervisor import Supervisor
 
 SHOPS = [{"id": f"s{i}", "url": f"http://127.0.0.1:1/s{i}/"} for i in range(5)]
@@ -66,7 +71,8 @@ def test_a_restarted_supervisor_continues_its_audit_instead_of_starting_another(
     asyncio.run(scenario())
 
 
-def test_a_relay_client_reserves_again_once_its_relay_restarted() -> None:
+@pytest.mark.parametrize("relay_down_at_start", [False, True])
+def test_a_relay_client_reserves_again_once_its_relay_restarted(relay_down_at_start: bool) -> None:
     quic = pytest.importorskip("hivemesh.transports.quic", reason="aioquic is not installed")
     from hivemesh.transports.relay import RelayClient, RelayService
     from hivemesh.transports.traversal import Traversal
@@ -99,11 +105,17 @@ def test_a_relay_client_reserves_again_once_its_relay_restarted() -> None:
                          on_outbound=adopt, has_direct=lambda p: False)  # fmt: skip
         trav.revive_s = 0.2
         try:
-            client = await trav.add_relay(c_id.address, host, port)
-            assert client.is_up and client.reserved
-            relay.close()
-            await _wait(lambda: not client.is_up, "the relay channel ended")
-            relay = await relay_at(port)  # the relay restarted, nothing reserved on it
+            if relay_down_at_start:
+                relay.close()
+                with pytest.raises((HivemeshError, OSError, TimeoutError)):
+                    await trav.add_relay(c_id.address, host, port)
+                client = trav.relays[c_id.address]  # kept, to be tried again
+            else:
+                client = await trav.add_relay(c_id.address, host, port)
+                assert client.is_up and client.reserved
+                relay.close()
+                await _wait(lambda: not client.is_up, "the relay channel ended")
+            relay = await relay_at(port)  # the relay (re)started, nothing reserved on it
             for _ in range(200):  # the daemon ticks once a second; here faster
                 trav.tick()
                 if client.is_up and client.reserved:

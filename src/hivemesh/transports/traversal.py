@@ -90,6 +90,7 @@ class Traversal:
         self._waiters: dict[str, asyncio.Event] = {}
         #: relay -> when its channel may next be re-opened (it ended: the relay restarted)
         self._revive_at: dict[str, float] = {}
+        self._reserving: dict[str, bool] = {}  # relay -> reserve on it
         #: Seconds between attempts to re-open an ended relay channel.
         self.revive_s = 5.0
 
@@ -114,7 +115,11 @@ class Traversal:
     async def add_relay(
         self, relay_address: str, host: str, port: int, *, reserve: bool = True
     ) -> RelayClient:
-        """Use the relay at ``host:port``; with ``reserve``, be reachable through it."""
+        """Use the relay at ``host:port``; with ``reserve``, be reachable through it.
+
+        The relay is kept even if this first attempt raises (the relay is down
+        or cut off at our start): :meth:`tick` tries it again, as it does for
+        a relay whose channel ended."""
         client = RelayClient(
             self.endpoint,
             self.identity,
@@ -128,8 +133,10 @@ class Traversal:
             counters=self.counters,
             boot_id=self._boot_id,
         )
-        await client.start(reserve=reserve)
         self.relays[relay_address] = client
+        self._reserving[relay_address] = reserve
+        self._revive_at[relay_address] = self._clock() + self.revive_s
+        await client.start(reserve=reserve)
         return client
 
     def _on_observed(self, reporter: str, observed: HostPort) -> None:
@@ -176,7 +183,8 @@ class Traversal:
         relay whose channel ended, every :attr:`revive_s` (call about once a
         second). Without that a node behind a NAT stayed unreachable, and
         unable to reach its NATed peers, for good once its relay restarted
-        (chaos scenario ``nat``)."""
+        (chaos scenario ``nat``); so did one whose relay was down or cut off
+        when it started."""
         for peer in sorted(self._circuits):
             self.upgrade(peer)
         now = self._clock()
@@ -184,11 +192,11 @@ class Traversal:
             if client.is_up or now < self._revive_at.get(relay, float("-inf")):
                 continue
             self._revive_at[relay] = now + self.revive_s
-            self._spawn(self._revive(client))
+            self._spawn(self._revive(client, self._reserving.get(relay, True)))
 
-    async def _revive(self, client: RelayClient) -> None:
+    async def _revive(self, client: RelayClient, reserve: bool) -> None:
         try:
-            await client.start(reserve=True)
+            await client.start(reserve=reserve)
         except (HivemeshError, OSError, TimeoutError):
             self.counters.incr("relay_revive_failed")
             return
