@@ -221,6 +221,9 @@ class _Run:
             if importlib.util.find_spec("netfilterqueue") is None:
                 self.log("delay skipped: the netfilterqueue package is not installed")
                 return
+            if shutil.which("iptables") is None:  # its NFQUEUE target is iptables'
+                self.log("delay skipped: iptables is not installed")
+                return
             for i in f.targets:
                 self.cluster.delay(self.node(i), f.value, f.value, self.report.seed)
         self.log("start " + f.describe())
