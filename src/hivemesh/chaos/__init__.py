@@ -10,6 +10,13 @@ loss, clock offsets through libfaketime, a full disk, a restore from an
 older store copy), heals, and checks (:mod:`hivemesh.chaos.runner`). The
 report is a verdict, the seed and the fault timeline. Needs root.
 
+Three scenarios run the other capabilities under faults: ``audit`` (the
+price audit's roles as daemons, the fixture in a host of its own, the
+audit's checks as chaos checks: :mod:`hivemesh.chaos.audit`), ``broker``
+(``--mesh nats://`` on a NATS server in the lab, killed and cut off) and
+``nat`` (nodes behind NAT routers over QUIC, relayed and punched). See
+docs/chaos.md.
+
 This is a test tool: nothing in a node imports it.
 """
 
