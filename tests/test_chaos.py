@@ -133,9 +133,9 @@ def test_the_delay_fault_delays_what_a_host_receives(tmp_path: Path) -> None:
     if reason is not None:
         pytest.skip(reason)
     if importlib.util.find_spec("netfilterqueue") is None:
-        pytest.skip("the netfilterqueue package is not installed (extra: chaos)")
+        pytest.fail("netfilterqueue is not installed (scripts/services.d/chaos.sh builds it)")
     if shutil.which("iptables") is None:
-        pytest.skip("iptables is not installed (the NFQUEUE rule is iptables')")
+        pytest.fail("iptables is not installed (scripts/services.d/chaos.sh installs it)")
     from hivemesh.chaos.hosts import ChaosCluster
 
     with ChaosCluster(tmp_path, 2) as cluster:

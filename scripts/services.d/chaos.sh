@@ -2,7 +2,8 @@
 # The chaos runner's clock offsets (hivemesh chaos, scenario "clock") use
 # Debian's faketime (libfaketime). Installed if missing; starts nothing.
 # The packet-delay fault wants netfilterqueue (the `chaos` extra), built from
-# source against libnetfilter-queue-dev: both are installed here when missing.
+# source against libnetfilter-queue-dev, and its NFQUEUE rule is iptables':
+# all are installed here when missing.
 set -euo pipefail
 if [ "$(id -u)" != 0 ]; then
   echo "chaos: not root, the chaos tests will skip"
@@ -11,6 +12,7 @@ fi
 PY=${PYTHON:-python3}
 missing=()
 command -v faketime >/dev/null 2>&1 || missing+=(faketime)
+command -v iptables >/dev/null 2>&1 || missing+=(iptables)
 [ -e /usr/include/libnetfilter_queue/libnetfilter_queue.h ] || missing+=(libnetfilter-queue-dev build-essential)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "chaos: installing ${missing[*]}"
