@@ -60,6 +60,7 @@ from nats.js.api import (
 from hivemesh.errors import DeadlineExceeded, PeerUnreachable, TransportError
 from hivemesh.mesh.engine import (
     DataHandler,
+    EngineBase,
     FeedHandler,
     MeshOptions,
     WorkHandler,
@@ -80,33 +81,26 @@ _PULL_SILENCE_S = _PULL_EXPIRES_S + 2.0  # nothing, not even an expiry, by then:
 _AUTH_REFUSED = "authorization violation"
 
 
-class NatsEngine:
+class NatsEngine(EngineBase):
     """:class:`~hivemesh.mesh.engine.BrokerEngine` on NATS JetStream (module docs)."""
 
+    broker = "nats"
+    timeouts = (TimeoutError, nats.errors.TimeoutError)
+
     def __init__(self, options: MeshOptions) -> None:
-        self.options = options
+        super().__init__(options)
         s = options.swarm
         self.stream = f"HM_{s}"
-        self._feed_prefix = f"hm.{s}.feed."
-        self._node_prefix = f"hm.{s}.node."
-        self._hello = f"hm.{s}.hello"
+        self._feed_prefix = self.name("feed", "")
         self.tel_stream = f"HM_{s}_TEL"
-        self._tel_prefix = f"hm.{s}.tel."
+        self._tel_prefix = self.name("tel", "")
         self._nc: Any = None
         self._js: Any = None
         self._on_state: Callable[[bool], None] = lambda up: None
-        #: connection errors nats-py reported (it reconnects by itself), and the last
-        self.errors = 0
+        #: the last connection error nats-py reported (it reconnects by itself)
         self.last_error = ""
-        #: entries after the one being handed to consume_feeds' handler
-        self.backlog = 0
         self._read_pos = 0  # the last stream sequence consume_feeds handed over
         self._created = ""  # the stream's creation time as read by start, until used
-
-    def _wrap(self, what: str, exc: BaseException) -> TransportError:
-        if isinstance(exc, TimeoutError | nats.errors.TimeoutError):
-            return DeadlineExceeded(f"nats {what}: no answer within {self.options.timeout_s}s")
-        return PeerUnreachable(f"nats {what}: {type(exc).__name__}: {exc}")
 
     async def start(
         self,
