@@ -75,6 +75,7 @@ _PULL_BATCH = 16  # entries per pull request
 _PULL_REQUESTS = 2  # requests outstanding: one streams while the other is handled
 _PULL_EXPIRES_S = 5.0  # an idle reader's requests expire (and are renewed) this often
 _PULL_SILENCE_S = _PULL_EXPIRES_S + 2.0  # nothing, not even an expiry, by then: restart
+_PULL_QUEUE = 4 * _PULL_REQUESTS * _PULL_BATCH  # room for what the requests can bring, and more
 
 
 #: How nats-server words a refused user, password, token, NKey or certificate.
@@ -307,7 +308,21 @@ class NatsEngine(EngineBase):
         if not nc.is_connected:
             raise PeerUnreachable("nats: reconnecting")
         inbox = nc.new_inbox()
-        sub = await nc.subscribe(inbox)
+        # nats-py hands the inbox's messages to this callback in order; the
+        # reader awaits them under asyncio.timeout, not nats-py's next_msg,
+        # whose wait_for (Python 3.11) swallows a cancellation that meets an
+        # arriving message: a stopping node then kept reading its backlog.
+        arrived: asyncio.Queue[Any] = asyncio.Queue(_PULL_QUEUE)
+        overflow = False
+
+        async def deliver(msg: Any) -> None:
+            nonlocal overflow
+            try:
+                arrived.put_nowait(msg)
+            except asyncio.QueueFull:  # never while the requests bound what comes
+                overflow = True
+
+        sub = await nc.subscribe(inbox, cb=deliver)
         try:
             info = await self._js.add_consumer(
                 self.stream,
@@ -332,9 +347,12 @@ class NatsEngine(EngineBase):
                     await nc.publish(pull, request, reply=inbox)
                     waiting.append(_PULL_BATCH)
                 try:
-                    msg = await sub.next_msg(timeout=_PULL_SILENCE_S)
-                except nats.errors.TimeoutError:
+                    async with asyncio.timeout(_PULL_SILENCE_S):
+                        msg = await arrived.get()
+                except TimeoutError:
                     raise DeadlineExceeded("nats pull: no entry and no expiry") from None
+                if overflow:
+                    raise PeerUnreachable("nats pull: more arrived than was asked for")
                 status = msg.headers.get("Status") if msg.headers else None
                 if status is not None:
                     if status in ("404", "408") and waiting:  # a request ended (expired)
