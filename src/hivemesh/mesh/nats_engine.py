@@ -22,8 +22,13 @@ while this one is verified and stored (nats-py's ``fetch`` returns only
 once a whole batch arrived: a late joiner waited for the entire stream
 before its first event, or for the fetch's timeout). At most
 ``_PULL_REQUESTS * _PULL_BATCH`` entries (each under 1 MiB) are in flight,
-well under the inbox's pending limits, so none is dropped as a slow
-consumer; the consumer sequence of every entry is checked anyway. An
+so the reader's queue (:data:`_PULL_QUEUE`, twice that) and nats-py's
+pending limits never overflow (if the queue did, the consumer would be
+made again); the consumer sequence of every entry is checked too. The
+inbox is read through a callback and ``asyncio.timeout``: nats-py's
+``next_msg`` (``asyncio.wait_for`` on Python 3.11) can swallow a
+cancellation that meets an arriving message, which left a node stopped
+during a catch-up reading on until it was killed. An
 idle reader's requests expire every :data:`_PULL_EXPIRES_S` (the server
 says so: 408) and are renewed; silence beyond that, a status other than
 the expected ones, or any error (server restarted, consumer gone,
@@ -75,7 +80,7 @@ _PULL_BATCH = 16  # entries per pull request
 _PULL_REQUESTS = 2  # requests outstanding: one streams while the other is handled
 _PULL_EXPIRES_S = 5.0  # an idle reader's requests expire (and are renewed) this often
 _PULL_SILENCE_S = _PULL_EXPIRES_S + 2.0  # nothing, not even an expiry, by then: restart
-_PULL_QUEUE = 4 * _PULL_REQUESTS * _PULL_BATCH  # room for what the requests can bring, and more
+_PULL_QUEUE = 2 * _PULL_REQUESTS * _PULL_BATCH  # twice what the requests can bring
 
 
 #: How nats-server words a refused user, password, token, NKey or certificate.
@@ -308,10 +313,7 @@ class NatsEngine(EngineBase):
         if not nc.is_connected:
             raise PeerUnreachable("nats: reconnecting")
         inbox = nc.new_inbox()
-        # nats-py hands the inbox's messages to this callback in order; the
-        # reader awaits them under asyncio.timeout, not nats-py's next_msg,
-        # whose wait_for (Python 3.11) swallows a cancellation that meets an
-        # arriving message: a stopping node then kept reading its backlog.
+        # nats-py hands the inbox's messages to this callback in order (module docs)
         arrived: asyncio.Queue[Any] = asyncio.Queue(_PULL_QUEUE)
         overflow = False
 
