@@ -45,7 +45,8 @@ if "--mesh" in sys.argv:
     import hivemesh.runtime.broker
     import hivemesh.runtime.control
     import hivemesh.runtime.telemetry
-    import hivemesh.stores.sqlite  # noqa: F401
+    import hivemesh.stores.sqlite
+    import hivemesh.telemetry.columnar  # noqa: F401  (the telemetry sender's first batch)
 START_NS = time.time_ns()  # a late joiner's catch-up counts from here (imports excluded)
 _RU = resource.getrusage(resource.RUSAGE_SELF)
 START_CPU_S = _RU.ru_utime + _RU.ru_stime  # and its CPU time
@@ -61,6 +62,22 @@ class _ReceiptView:
 
     def apply(self, event: Event) -> None:
         self.receipts.record(event.body)
+
+
+class _Commits:
+    """When the node's store last committed everything it held (bench only:
+    a late joiner has caught up once its events are in views *and* durable)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.durable_ns = 0
+        self._sync = store.sync
+        store.sync = self.sync  # the daemon's group commit and the broker reader call it
+
+    def sync(self) -> None:
+        self._sync()
+        if not self.store.pending:
+            self.durable_ns = time.time_ns()
 
 
 def _cpu_s() -> float:
@@ -90,6 +107,7 @@ async def _main(args: argparse.Namespace) -> None:
     async with Node(args.data_dir, bootstrap=bootstrap, **settings) as node:
         daemon = node.daemon
         node.add_view(_ReceiptView(receipts))  # fresh data dir: nothing to replay
+        commits = _Commits(daemon._store)
         pragma = os.environ.get("HIVEMESH_BENCH_SQLITE_PRAGMA")
         if pragma:  # diagnosis only: e.g. "wal_autocheckpoint=0" to see checkpoint stalls
             daemon.node.journal.store.db.execute(f"PRAGMA {pragma}")  # type: ignore[attr-defined]
@@ -113,6 +131,8 @@ async def _main(args: argparse.Namespace) -> None:
                 return {
                     **receipts.report(str(req["phase"]), samples=bool(req.get("samples", True))),
                     "cpu_s": _cpu_s(),
+                    "pending": commits.store.pending,
+                    "durable_ns": commits.durable_ns,
                 }
             st = daemon.status()
             counters = {

@@ -37,10 +37,11 @@ from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import parse_qs, urlsplit
 
-from hivemesh.errors import ConfigError
+from hivemesh.errors import ConfigError, DeadlineExceeded, PeerUnreachable, TransportError
 
 __all__ = [
     "BrokerEngine",
+    "EngineBase",
     "FeedHandler",
     "MeshOptions",
     "backoff",
@@ -242,6 +243,39 @@ class BrokerEngine(Protocol):
         """As collector ``consumer``, take entries from the shared queue and
         acknowledge each one ``on_record`` says is done, until cancelled."""
         ...
+
+
+class EngineBase:
+    """What the engines share: their options, the swarm's names (``hm`` +
+    swarm + parts, joined by the broker's separator), the counters
+    :class:`BrokerEngine` promises and how a failed call becomes a
+    :class:`~hivemesh.errors.TransportError`."""
+
+    #: the broker's name in error messages, and its name separator
+    broker = ""
+    sep = "."
+    #: exceptions that mean "no answer in time" (else: unreachable)
+    timeouts: tuple[type[BaseException], ...] = (TimeoutError,)
+
+    def __init__(self, options: MeshOptions) -> None:
+        self.options = options
+        self._node_prefix = self.name("node", "")
+        self._hello = self.name("hello")
+        #: connection errors seen (each followed by a reconnect)
+        self.errors = 0
+        #: entries after the one being handed to consume_feeds' handler (0: cannot tell)
+        self.backlog = 0
+
+    def name(self, *parts: str) -> str:
+        """``hm<sep><swarm><sep>part...`` (a subject, channel or key)."""
+        return self.sep.join(("hm", self.options.swarm, *parts))
+
+    def _wrap(self, what: str, exc: BaseException) -> TransportError:
+        if isinstance(exc, self.timeouts):
+            return DeadlineExceeded(
+                f"{self.broker} {what}: no answer within {self.options.timeout_s}s"
+            )
+        return PeerUnreachable(f"{self.broker} {what}: {type(exc).__name__}: {exc}")
 
 
 def tls_context(o: MeshOptions) -> ssl.SSLContext:

@@ -44,7 +44,9 @@ the same history a second time by its peers over the broker links.
 ``<data_dir>/mesh_cursor.json`` with the log's incarnation. It is saved only
 when everything handed over has been committed to the store (no pending
 group, no unsettled run), so a crash never leaves the cursor past events the
-store lacks. A late joiner or a restarted node reads the log from there;
+store lacks; it is saved every ``_CURSOR_SAVE_S`` and when a backlog has
+been read to its end (the store commits the catch-up at once, not at the
+next group commit). A late joiner or a restarted node reads the log from there;
 a new log incarnation (deleted and created again) is read from its start.
 While the broker is down the node keeps working from its own store (appends
 land there, views answer); publishing and reading resume when it returns.
@@ -109,6 +111,7 @@ class FeedLog:
         self._pos: str | None = None  # the last entry handed to the Peer
         self._log_id = ""
         self._saved: str | None = None
+        self._behind = False  # the last entry had more waiting behind it
 
     # -- publishing -------------------------------------------------------------
 
@@ -217,17 +220,22 @@ class FeedLog:
     async def _on_entry(self, pos: str, author: str, data: bytes) -> None:
         self.counters["mesh_entries_in"] += 1
         self._pos = pos
-        if self.engine.backlog > 0:  # the log brings the rest: peers need not
+        behind, was_behind = self.engine.backlog > 0, self._behind
+        self._behind = behind
+        if behind:  # the log brings the rest: peers need not
             self.node.log_backlog(self._now_ms())
         try:
             claimed = _entry_author(data)
         except RemoteProtocolError as exc:
             self.counters[f"mesh_{exc.code}"] += 1
-            return
-        if claimed != author:
+            claimed = None
+        if claimed is not None and claimed != author:
             self.counters["mesh_broker_misrouted"] += 1
-            return
-        await self._on_frames(author, [data])
+        elif claimed is not None:
+            await self._on_frames(author, [data])
+        if was_behind and not behind:  # caught up: commit the backlog and save the position now
+            with contextlib.suppress(OSError):  # else the next periodic save
+                self._save_cursor()
 
     def close(self) -> None:
         """Save the position one last time (if committed)."""

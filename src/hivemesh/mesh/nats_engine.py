@@ -15,19 +15,37 @@ Subjects of swarm ``S`` (one stream ``HM_S`` holds ``hm.S.feed.*``):
 
 Reading: an ephemeral *pull* consumer from the stream sequence after the
 last one handed over (``ack_policy`` none: the node's own store is its
-durable copy and its cursor), fetched in batches of up to 256. Any error
-(server restarted, consumer gone, connection lost) drops the consumer and
-makes a new one from the same position after a short backoff, so no entry
-is skipped and none is handed over twice by this reader. nats-py reconnects
-by itself (unbounded attempts, 50 ms apart); ``on_state`` reports the
-connection going and coming back.
+durable copy and its cursor). The reader keeps :data:`_PULL_REQUESTS` pull
+requests of :data:`_PULL_BATCH` entries outstanding on its own inbox and
+hands each entry over as it arrives, so the server streams the next batch
+while this one is verified and stored (nats-py's ``fetch`` returns only
+once a whole batch arrived: a late joiner waited for the entire stream
+before its first event, or for the fetch's timeout). At most
+``_PULL_REQUESTS * _PULL_BATCH`` entries (each under 1 MiB) are in flight,
+so the reader's queue (:data:`_PULL_QUEUE`, twice that) and nats-py's
+pending limits never overflow (if the queue did, the consumer would be
+made again); the consumer sequence of every entry is checked too. The
+inbox is read through a callback and ``asyncio.timeout``: nats-py's
+``next_msg`` (``asyncio.wait_for`` on Python 3.11) can swallow a
+cancellation that meets an arriving message, which left a node stopped
+during a catch-up reading on until it was killed. An
+idle reader's requests expire every :data:`_PULL_EXPIRES_S` (the server
+says so: 408) and are renewed; silence beyond that, a status other than
+the expected ones, or any error (server restarted, consumer gone,
+connection lost) drops the consumer and makes a new one from the same
+position after a short backoff, so no entry is skipped and none is handed
+over twice by this reader. nats-py reconnects by itself (unbounded
+attempts, 50 ms apart); ``on_state`` reports the connection going and
+coming back.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -47,6 +65,7 @@ from nats.js.api import (
 from hivemesh.errors import DeadlineExceeded, PeerUnreachable, TransportError
 from hivemesh.mesh.engine import (
     DataHandler,
+    EngineBase,
     FeedHandler,
     MeshOptions,
     WorkHandler,
@@ -57,38 +76,37 @@ from hivemesh.mesh.engine import (
 __all__ = ["NatsEngine"]
 
 log = logging.getLogger("hivemesh.mesh")
-_FETCH = 256
+_PULL_BATCH = 16  # entries per pull request
+_PULL_REQUESTS = 2  # requests outstanding: one streams while the other is handled
+_PULL_EXPIRES_S = 5.0  # an idle reader's requests expire (and are renewed) this often
+_PULL_SILENCE_S = _PULL_EXPIRES_S + 2.0  # nothing, not even an expiry, by then: restart
+_PULL_QUEUE = 2 * _PULL_REQUESTS * _PULL_BATCH  # twice what the requests can bring
 
 
 #: How nats-server words a refused user, password, token, NKey or certificate.
 _AUTH_REFUSED = "authorization violation"
 
 
-class NatsEngine:
+class NatsEngine(EngineBase):
     """:class:`~hivemesh.mesh.engine.BrokerEngine` on NATS JetStream (module docs)."""
 
+    broker = "nats"
+    timeouts = (TimeoutError, nats.errors.TimeoutError)
+
     def __init__(self, options: MeshOptions) -> None:
-        self.options = options
+        super().__init__(options)
         s = options.swarm
         self.stream = f"HM_{s}"
-        self._feed_prefix = f"hm.{s}.feed."
-        self._node_prefix = f"hm.{s}.node."
-        self._hello = f"hm.{s}.hello"
+        self._feed_prefix = self.name("feed", "")
         self.tel_stream = f"HM_{s}_TEL"
-        self._tel_prefix = f"hm.{s}.tel."
+        self._tel_prefix = self.name("tel", "")
         self._nc: Any = None
         self._js: Any = None
         self._on_state: Callable[[bool], None] = lambda up: None
-        #: connection errors nats-py reported (it reconnects by itself), and the last
-        self.errors = 0
+        #: the last connection error nats-py reported (it reconnects by itself)
         self.last_error = ""
-        #: entries after the one being handed to consume_feeds' handler
-        self.backlog = 0
-
-    def _wrap(self, what: str, exc: BaseException) -> TransportError:
-        if isinstance(exc, TimeoutError | nats.errors.TimeoutError):
-            return DeadlineExceeded(f"nats {what}: no answer within {self.options.timeout_s}s")
-        return PeerUnreachable(f"nats {what}: {type(exc).__name__}: {exc}")
+        self._read_pos = 0  # the last stream sequence consume_feeds handed over
+        self._created = ""  # the stream's creation time as read by start, until used
 
     async def start(
         self,
@@ -186,10 +204,12 @@ class NatsEngine:
             duplicate_window=120.0,
         )
         try:
-            await self._js.stream_info(self.stream)
+            info = await self._js.stream_info(self.stream)
         except nats.js.errors.NotFoundError:
             with contextlib.suppress(nats.js.errors.BadRequestError):  # created meanwhile
                 await self._js.add_stream(cfg)
+        else:
+            self._created = str(info.created or "")
 
     async def run(self) -> None:
         """Nothing to do: nats-py runs its own reader and reconnects by itself."""
@@ -250,8 +270,13 @@ class NatsEngine:
         return data
 
     async def log_id(self) -> str:
-        """The stream's creation time."""
+        """The stream's creation time (the first call after :meth:`start`
+        answers from the stream's info read there: one round trip less
+        before a late joiner's first read)."""
         self._conn()
+        if self._created:
+            created, self._created = self._created, ""
+            return created
         try:
             info = await self._js.stream_info(self.stream)
         except nats.js.errors.NotFoundError:
@@ -263,54 +288,100 @@ class NatsEngine:
 
     async def consume_feeds(self, after: str | None, on_msg: FeedHandler) -> None:
         """Pull from the stream after ``after``, forever (module docs)."""
-        pos = int(after) if after else 0
+        self._read_pos = int(after) if after else 0
         failures = 0
         while True:
-            sub = None
+            before = self._read_pos
             try:
-                self._conn()
-                if not self._nc.is_connected:
-                    raise PeerUnreachable("nats: reconnecting")
-                sub = await self._js.pull_subscribe(
-                    self._feed_prefix + "*",
-                    durable=None,
-                    stream=self.stream,
-                    config=ConsumerConfig(
-                        deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-                        opt_start_seq=pos + 1,
-                        ack_policy=AckPolicy.NONE,
-                        inactive_threshold=60.0,
-                        max_waiting=1,
-                    ),
-                )
-                while True:
-                    try:
-                        msgs = await sub.fetch(batch=_FETCH, timeout=1.0)
-                    except nats.errors.TimeoutError:
-                        if not self._nc.is_connected:
-                            raise PeerUnreachable("nats: reconnecting") from None
-                        continue
-                    failures = 0
-                    for msg in msgs:
-                        seq = int(msg.metadata.sequence.stream)
-                        if seq <= pos:
-                            continue
-                        author = msg.subject[len(self._feed_prefix) :]
-                        self.backlog = int(msg.metadata.num_pending or 0)
-                        await on_msg(str(seq), author, msg.data)
-                        pos = seq
+                await self._pull(on_msg)
             except asyncio.CancelledError:
                 raise
             except (TransportError, nats.errors.Error, OSError, TimeoutError) as exc:
                 self.errors += 1
                 log.debug("feed consumer restarts after %s: %s", type(exc).__name__, exc)
-            finally:
-                if sub is not None:
-                    with contextlib.suppress(Exception):
-                        async with asyncio.timeout(1.0):
-                            await sub.unsubscribe()
+            if self._read_pos != before:  # it read: the next failure backs off from the start
+                failures = 0
             await backoff(failures)
             failures += 1
+
+    async def _pull(self, on_msg: FeedHandler) -> None:
+        """Hand ``on_msg`` the stream's entries after ``_read_pos``, read by one
+        new consumer with pull requests kept outstanding (module docs); raises
+        a TransportError (or a nats error) when the consumer fails."""
+        pos = self._read_pos
+        nc = self._conn()
+        if not nc.is_connected:
+            raise PeerUnreachable("nats: reconnecting")
+        inbox = nc.new_inbox()
+        # nats-py hands the inbox's messages to this callback in order (module docs)
+        arrived: asyncio.Queue[Any] = asyncio.Queue(_PULL_QUEUE)
+        overflow = False
+
+        async def deliver(msg: Any) -> None:
+            nonlocal overflow
+            try:
+                arrived.put_nowait(msg)
+            except asyncio.QueueFull:  # never while the requests bound what comes
+                overflow = True
+
+        sub = await nc.subscribe(inbox, cb=deliver)
+        try:
+            info = await self._js.add_consumer(
+                self.stream,
+                ConsumerConfig(
+                    deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                    opt_start_seq=pos + 1,
+                    ack_policy=AckPolicy.NONE,
+                    inactive_threshold=60.0,
+                    max_waiting=4 * _PULL_REQUESTS,
+                    filter_subject=self._feed_prefix + "*",
+                ),
+            )
+            pull = f"$JS.API.CONSUMER.MSG.NEXT.{self.stream}.{info.name}"
+            request = json.dumps(
+                {"batch": _PULL_BATCH, "expires": int(_PULL_EXPIRES_S * 1e9)}
+            ).encode()
+            waiting: deque[int] = deque()  # entries each outstanding request may still bring
+            delivered = 0  # the consumer's sequence: every entry is one more
+            prefix = len(self._feed_prefix)
+            while True:
+                while len(waiting) < _PULL_REQUESTS:
+                    await nc.publish(pull, request, reply=inbox)
+                    waiting.append(_PULL_BATCH)
+                try:
+                    async with asyncio.timeout(_PULL_SILENCE_S):
+                        msg = await arrived.get()
+                except TimeoutError:
+                    raise DeadlineExceeded("nats pull: no entry and no expiry") from None
+                if overflow:
+                    raise PeerUnreachable("nats pull: more arrived than was asked for")
+                status = msg.headers.get("Status") if msg.headers else None
+                if status is not None:
+                    if status in ("404", "408") and waiting:  # a request ended (expired)
+                        waiting.popleft()
+                        continue
+                    if status == "100":  # idle heartbeat
+                        continue
+                    what = msg.headers.get("Description", "") if msg.headers else ""
+                    raise PeerUnreachable(f"nats pull: status {status} {what}".strip())
+                meta = msg.metadata
+                delivered += 1
+                if meta.sequence.consumer != delivered:  # an entry was lost on the way
+                    raise PeerUnreachable(f"nats pull: entry {delivered} of the consumer missing")
+                if waiting:
+                    waiting[0] -= 1
+                    if not waiting[0]:
+                        waiting.popleft()
+                seq = int(meta.sequence.stream)
+                if seq <= pos:
+                    continue
+                self.backlog = int(meta.num_pending or 0)
+                await on_msg(str(seq), msg.subject[prefix:], msg.data)
+                pos = self._read_pos = seq
+        finally:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(1.0):
+                    await sub.unsubscribe()
 
     async def _ensure_tel_stream(self) -> None:
         try:

@@ -42,8 +42,15 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError, ResponseError
 
-from hivemesh.errors import DeadlineExceeded, PeerUnreachable, TransportError
-from hivemesh.mesh.engine import DataHandler, FeedHandler, MeshOptions, WorkHandler, backoff
+from hivemesh.errors import TransportError
+from hivemesh.mesh.engine import (
+    DataHandler,
+    EngineBase,
+    FeedHandler,
+    MeshOptions,
+    WorkHandler,
+    backoff,
+)
 
 __all__ = ["RedisEngine"]
 
@@ -78,17 +85,17 @@ return 1
 """
 
 
-class RedisEngine:
+class RedisEngine(EngineBase):
     """:class:`~hivemesh.mesh.engine.BrokerEngine` on Redis Streams (module docs)."""
 
+    broker = "redis"
+    sep = ":"
+
     def __init__(self, options: MeshOptions) -> None:
-        self.options = options
-        s = options.swarm
-        self.stream = f"hm:{s}:feeds"
-        self._heads = f"hm:{s}:heads"
-        self._node_prefix = f"hm:{s}:node:"
-        self._hello = f"hm:{s}:hello"
-        self._tel = f"hm:{s}:tel"
+        super().__init__(options)
+        self.stream = self.name("feeds")
+        self._heads = self.name("heads")
+        self._tel = self.name("tel")
         self._redis = aioredis.Redis(
             host=options.host,
             port=options.port,
@@ -112,14 +119,6 @@ class RedisEngine:
         self._on_state: Callable[[bool], None] = lambda up: None
         self._pubsub: Any = None
         self._up = asyncio.Event()
-        #: connection errors seen (each followed by a reconnect)
-        self.errors = 0
-        self.backlog = 0  # consume_feeds cannot tell (BrokerEngine.backlog)
-
-    def _wrap(self, what: str, exc: BaseException) -> TransportError:
-        if isinstance(exc, TimeoutError):
-            return DeadlineExceeded(f"redis {what}: no answer within {self.options.timeout_s}s")
-        return PeerUnreachable(f"redis {what}: {type(exc).__name__}: {exc}")
 
     async def _call(self, what: str, coro: Any) -> Any:
         try:

@@ -41,9 +41,19 @@ __all__ = [
 
 def open_links(d: Daemon) -> BrokerLinks:
     """The daemon's ``conns`` in broker mode (connected by ``listen``), with
-    a boot id of its own for this life of the node."""
+    a boot id of its own for this life of the node. The journal's log reader
+    (:attr:`Daemon.feedlog`) starts as soon as the broker is connected,
+    while the daemon finishes starting: a late joiner's first entries are
+    on their way before the node is ready for them (its ``_on_frames`` waits
+    for that), and the Peer knows from the start that the log brings the
+    backlog (no anti-entropy pulls of it over the links)."""
     assert d.config.mesh is not None
     engine = open_engine(parse_mesh_url(d.config.mesh))
+    feedlog = d.feedlog = _feedlog(d, engine)
+
+    def spawn(name: str, factory: Any) -> None:
+        d.supervisor.spawn(name, factory, RESTART)
+
     return BrokerLinks(
         d.identity,
         engine,
@@ -51,9 +61,10 @@ def open_links(d: Daemon) -> BrokerLinks:
         on_frames=d._on_frames,
         on_peer=d._on_peer,
         boot_id=secrets.token_bytes(BOOT_ID_BYTES),
-        spawn_loop=lambda name, factory: d.supervisor.spawn(name, factory, RESTART),
+        spawn_loop=spawn,
         now_ms=now_ms,
         send_queue_frames=d.config.send_queue_frames,
+        on_connected=lambda: spawn("mesh_read", feedlog.read_loop),
     )
 
 
@@ -73,9 +84,7 @@ class _OwnEvents:
             self._feedlog.grew()
 
 
-def start_feedlog(d: Daemon) -> FeedLog:
-    """Publish our feed to the broker's log and read the swarm's (supervised loops)."""
-    conns: Any = d.conns
+def _feedlog(d: Daemon, engine: Any) -> FeedLog:
     store = d._store
     journal = d.node.journal
 
@@ -89,18 +98,23 @@ def start_feedlog(d: Daemon) -> FeedLog:
             return False
         return not store.pending
 
-    feedlog = FeedLog(
+    return FeedLog(
         d.node,
-        conns.engine,
+        engine,
         d.config.data_dir,
         on_frames=d._on_frames,
         committed=commit,
         now_ms=now_ms,
     )
+
+
+def start_feedlog(d: Daemon) -> FeedLog:
+    """Publish our feed to the broker's log (supervised loops); the reader
+    runs since the broker connected (:func:`open_links`)."""
+    feedlog: FeedLog = d.feedlog
     d._subs.append(_OwnEvents(d.identity.public, feedlog))  # type: ignore[arg-type]
     sup = d.supervisor
     sup.spawn("mesh_publish", feedlog.publish_loop, RESTART)
-    sup.spawn("mesh_read", feedlog.read_loop, RESTART)
     sup.spawn("mesh_cursor", feedlog.cursor_loop, RESTART)
     return feedlog
 

@@ -95,6 +95,7 @@ import logging
 import os
 import sqlite3
 from collections.abc import Iterator, Sequence
+from itertools import chain
 from pathlib import Path
 from typing import Any, Literal
 
@@ -142,6 +143,16 @@ GROUP_MAX_BYTES = 4 * 1024 * 1024
 _COMMIT_OVERHEAD = 3 * 4096
 
 _SCAN_ROWS = 4096
+
+#: Event rows per multi-row INSERT of a group commit: one statement runs them
+#: all (a fifth to a third less CPU per row than ``executemany``'s step per
+#: row); 3 parameters a row stay under SQLite's variable limit (32,766 since
+#: 3.32, 999 before).
+_INSERT_ROWS = 1024 if sqlite3.sqlite_version_info >= (3, 32, 0) else 256
+_INSERT_ONE = "INSERT INTO events (author, seq, raw) VALUES (?, ?, ?)"
+_INSERT_MANY = "INSERT INTO events (author, seq, raw) VALUES " + ", ".join(
+    ["(?, ?, ?)"] * _INSERT_ROWS
+)
 
 
 class SQLiteStore:
@@ -360,7 +371,7 @@ class SQLiteStore:
             with self._guard("appending"):
                 db.execute("BEGIN IMMEDIATE")
                 try:
-                    db.executemany("INSERT INTO events (author, seq, raw) VALUES (?, ?, ?)", events)
+                    _insert_events(db, events)
                     db.executemany("INSERT INTO sigs (author, seq, sig) VALUES (?, ?, ?)", sigs)
                     db.executemany(
                         "INSERT OR REPLACE INTO feeds (author, last_seq, last_hash, n_sigs)"
@@ -606,3 +617,13 @@ class SQLiteStore:
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r}, durability={self.durability!r})"
+
+
+def _insert_events(db: sqlite3.Connection, rows: list[tuple[bytes, int, bytes]]) -> None:
+    """Insert event rows ``(author, seq, raw)`` in the open transaction,
+    :data:`_INSERT_ROWS` per statement (the rest one by one)."""
+    whole = len(rows) - len(rows) % _INSERT_ROWS
+    for i in range(0, whole, _INSERT_ROWS):
+        db.execute(_INSERT_MANY, tuple(chain.from_iterable(rows[i : i + _INSERT_ROWS])))
+    if whole < len(rows):
+        db.executemany(_INSERT_ONE, rows[whole:])
