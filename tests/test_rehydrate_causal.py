@@ -153,3 +153,47 @@ def test_sim_replay_store_is_causal() -> None:
     for ev in replay_store(store):
         view.replay(ev)
     assert view.imports == 800 and view.imports_pending == 0
+
+
+def _bad(author: bytes, seq: int, body: object) -> Event:
+    return encode_event(author, seq, b"\x00" * 32, seq, "ctx.update", body)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    updates=st.integers(1, 120),
+    authors=st.integers(1, 4),
+    seed=st.integers(0, 10_000),
+    causal=st.booleans(),
+    own=st.booleans(),
+    size=st.sampled_from([1, 7, 64, 512]),
+)
+def test_replay_many_equals_replay_one_by_one(
+    updates: int, authors: int, seed: int, causal: bool, own: bool, size: int
+) -> None:
+    """ContextView.replay_many (the rehydration path) leaves the view exactly
+    as replay() event by event does: state, imports, imports left pending,
+    rejections and where each author's next operation must start; in causal
+    order and feed by feed (imports left pending), as the node itself or
+    not, whatever the slice size, with malformed bodies mixed in."""
+    store = MemoryStore()
+    _fill(store, updates, authors, seed, others=0.2)
+    events = [ev for run in (verify_causal if causal else verify_batches)(store) for ev in run]
+    me = events[0].author if own else None
+    junk = [_bad(events[0].author, 10**6, b) for b in ({"c": 1, "u": b""}, {"c": "x"}, [1])]
+    events[1:1] = junk
+    one, many = ContextView(me), ContextView(me)
+    for ev in events:
+        if ev.kind == "ctx.update":
+            one.replay(ev)
+    for i in range(0, len(events), size):
+        many.replay_many(events[i : i + size])
+    assert many.digest() == one.digest()
+    assert (many.imports, many.imports_pending, many.applied) == (
+        one.imports,
+        one.imports_pending,
+        one.applied,
+    )
+    assert many.rejected == one.rejected and sum(one.rejected.values()) == 3
+    assert many._next == one._next and many._exported == one._exported
+    assert (many.checkpoint() is None) == (one.checkpoint() is None)

@@ -10,8 +10,8 @@ updates, chat lines, tool results), then times, in the same run:
   plus every event applied to the standard views (context, registers, names,
   blobs) as a node does at start-up. The goal is judged on the full figure.
 
-Full rehydration replays in causal order, as the daemon does
-(:func:`hivemesh.stores.replay.verify_causal`).
+Full rehydration replays in causal order and in the daemon's slices
+(:func:`hivemesh.runtime.rehydration.replay_slices`).
 
 **Shared document** (``--shared-updates``, default 100,000; 0 skips it):
 5 authors interleaving writes on one context, each author catching up with
@@ -63,8 +63,9 @@ from hivemesh.core.identity import Identity
 from hivemesh.core.journal import Journal
 from hivemesh.core.views import ContextView, MaxRegisterView, NamesView, standard_views
 from hivemesh.errors import HivemeshError
+from hivemesh.runtime.rehydration import replay_slices
 from hivemesh.stores.private import secure_data_dir
-from hivemesh.stores.replay import rehydrate, verify_causal
+from hivemesh.stores.replay import rehydrate
 from hivemesh.stores.sqlite import SQLiteStore
 
 DESCRIPTION = "verified replay of a 1M-event journal vs a raw SQLite scan"
@@ -179,9 +180,9 @@ def _replay(path: Path, *, views: bool) -> int:
         for view in installed:
             journal.add_view(view)
         n = 0
-        for run in verify_causal(store):  # the daemon's order
-            journal.apply_to_views(run, replay=True)
-            n += len(run)
+        for chunk in replay_slices(store):  # the daemon's order and slices
+            journal.apply_to_views(chunk, replay=True)
+            n += len(chunk)
         rejected = sum(sum(v.rejected.values()) for v in installed)
         if rejected:
             raise RuntimeError(f"views rejected {rejected} events of an honest journal")

@@ -131,6 +131,7 @@ class Journal:
         self._validators: list[Any] = []
         self._apply_fns: dict[str, list[Callable[[Event], None]]] = {}
         self._replay_fns: dict[str, list[Callable[[Event], None]]] = {}
+        self._replay_many: list[Callable[[Sequence[Event]], None]] = []
         self.counters: Counter[str] = Counter()
         self.total_events = 0
         self._runs: dict[bytes, _Run] = {}
@@ -154,15 +155,21 @@ class Journal:
         A view with a ``validate_batch(events)`` method also vets remote
         batches *before* they are stored (see :meth:`ingest`), and a view
         with a ``replay(event)`` method is fed stored events through it when
-        the node rehydrates (it may skip checks its validation already made).
+        the node rehydrates (it may skip checks its validation already made);
+        one with ``replay_many(events)`` takes each replayed list whole
+        instead (it picks out its kinds itself, keeping their order).
         """
         self._all_views.append(view)
         replay = getattr(view, "replay", view.apply)
+        many = getattr(view, "replay_many", None) if "*" not in view.kinds else None
+        if many is not None:
+            self._replay_many.append(many)
         for kind in sorted(view.kinds):
             key = _ALL if kind == "*" else kind
             self._views.setdefault(key, []).append(view)
             self._apply_fns.setdefault(key, []).append(view.apply)
-            self._replay_fns.setdefault(key, []).append(replay)
+            if many is None:
+                self._replay_fns.setdefault(key, []).append(replay)
         if hasattr(view, "validate_batch"):
             self._validators.append(view)
 
@@ -177,6 +184,11 @@ class Journal:
 
     def apply_to_views(self, events: Iterable[Event], *, replay: bool = False) -> None:
         """Fold events into the registered views (ingest, own appends, replay)."""
+        if replay and self._replay_many:
+            if not isinstance(events, (list, tuple)):
+                events = list(events)
+            for many in self._replay_many:
+                many(events)
         fns = self._replay_fns if replay else self._apply_fns
         star = self._apply_fns.get(_ALL, ())
         get = fns.get

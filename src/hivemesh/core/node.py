@@ -287,13 +287,10 @@ class Node:
         clock bound at ``now_ms`` (default: when the node was created): a
         store may hold a far-future event accepted by an older version.
         """
-        n = 0
-        max_hlc = self.clock.last
-        for ev in events:
-            self.journal.apply_to_views((ev,), replay=True)
-            if ev.hlc > max_hlc:
-                max_hlc = ev.hlc
-            n += 1
+        events = events if isinstance(events, list) else list(events)
+        self.journal.apply_to_views(events, replay=True)
+        n = len(events)
+        max_hlc = max(self.clock.last, max((ev.hlc for ev in events), default=0))
         self.clock.restore(max_hlc, self._created_ms if now_ms is None else now_ms)
         return n
 

@@ -36,7 +36,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterator
-from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from hivemesh.core.event import Event
@@ -48,7 +47,7 @@ from hivemesh.stores.replay import verify_causal
 if TYPE_CHECKING:
     from hivemesh.runtime.daemon import Daemon
 
-__all__ = ["SLICE_EVENTS", "SLICE_S", "Rehydration", "replay_events"]
+__all__ = ["SLICE_EVENTS", "SLICE_S", "Rehydration", "replay_events", "replay_slices"]
 
 log = logging.getLogger("hivemesh.runtime")
 
@@ -75,6 +74,21 @@ def replay_events(store: Any) -> Iterator[Event]:
     :func:`~hivemesh.stores.replay.verify_causal`)."""
     for run in verify_causal(store):
         yield from run
+
+
+def replay_slices(store: Any, size: int = SLICE_EVENTS) -> Iterator[list[Event]]:
+    """:func:`replay_events` in lists of ``size`` events (the last may be
+    shorter): the causal runs joined, so views take many events per call
+    (:meth:`~hivemesh.core.views.ContextView.replay_many`)."""
+    out: list[Event] = []
+    for run in verify_causal(store):
+        out += run
+        if len(out) >= size:
+            while len(out) >= size:
+                yield out[:size]
+                out = out[size:]
+    if out:
+        yield out
 
 
 def _reason(exc: ViewCheckpointInvalid) -> str:
@@ -141,12 +155,12 @@ class Rehydration:
             self.total = d.node.journal.total_events
             self._restore(store)
             n = 0
-            events = replay_events(store)
+            slices = replay_slices(store)
             while True:
                 deadline = time.perf_counter() + SLICE_S
                 while time.perf_counter() < deadline:
-                    chunk = list(islice(events, SLICE_EVENTS))
-                    if not chunk:
+                    chunk = next(slices, None)
+                    if chunk is None:
                         break
                     n += d.peer.rehydrate(chunk, now_ms())
                     self.done = n

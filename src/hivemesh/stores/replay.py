@@ -266,7 +266,9 @@ def _verify_feed(
             h = new_hash()
             h.update(raw)
             prev = h.digest()
-            append(Event(ea, es, ep, eh, ek, body, raw, prev))
+            # ``author`` (equal to ``ea``): one object for the whole feed, so
+            # views hashing or comparing it per event hit its cached hash.
+            append(Event(author, es, ep, eh, ek, body, raw, prev))
             if es == next_signed:
                 if not verify(author, sig, head_message(author, es, prev)):
                     raise corrupt(author, es, "signature over the head does not verify")
