@@ -151,6 +151,42 @@ def test_concurrent_ingests_share_flushes_and_ack_after_commit(tmp_path: Path) -
     assert c.statistics()["batches"] == 20
 
 
+def test_columnar_and_map_batches_in_one_flush_store_the_same_rows(tmp_path: Path) -> None:
+    # A v2 batch stages dictionary-encoded strings, a v1 batch plain ones: one flush
+    # holding both stores each record exactly as the other path would.
+    recs = [
+        {"kind": "llm_call", "name": "gen_ai.client.operation.duration", "value": 1.5,
+         "unit": "ms", "agent": "a", "ts_ms": 7,
+         "attrs": {"gen_ai.request.model": "m", "gen_ai.usage.input_tokens": 3, "x.y": "z"}},
+        {"kind": "tool_call", "name": "gen_ai.tool.duration", "value": 2.0, "unit": "ms",
+         "agent": "a", "attrs": {"gen_ai.tool.name": "t", "error.type": "E"}},
+        {"kind": "counter", "name": "n", "value": 1.0, "agent": "b"},
+    ]  # fmt: skip
+    payloads = {}
+    for sender, columnar in (("v2", True), ("v1", False)):
+        sp = Spool(tmp_path / f"{sender}.db")
+        sp.append_many(recs)
+        got = sp.take_batch(10, columnar=columnar)
+        assert got is not None
+        payloads[sender] = got.payload
+        sp.close()
+    assert payloads["v2"] != payloads["v1"]
+    store = MetricsStore(str(tmp_path / "m.duckdb"))
+    c = Collector(store, clock_ms=lambda: 99)
+
+    async def main() -> list[dict[str, Any]]:
+        return await asyncio.gather(*(c.ingest(s, p, True) for s, p in payloads.items()))
+
+    acks = asyncio.run(main())
+    assert all(a["ok"] and a["accepted"] == 3 for a in acks) and c.flushes == 1
+    _, rows = store.query("SELECT * FROM metrics ORDER BY seq, sender")
+    assert len(rows) == 6
+    for v1, v2 in zip(rows[0::2], rows[1::2], strict=True):
+        assert (v1[0], v2[0]) == ("v1", "v2") and v1[1:] == v2[1:]
+    assert rows[0][3] == 7 and rows[2][3] == 99  # ts_ms, defaulted to the receive time
+    assert rows[2][13] is False and rows[2][14] == "E" and rows[4][10] is None
+
+
 def test_garbage_frames_on_the_loopback_transport_do_not_stop_the_collector(
     tmp_path: Path,
 ) -> None:

@@ -264,6 +264,33 @@ def _telemetry_target() -> Target:
     return Target("telemetry_envelope", "telemetry batch envelopes and their records", corpus, feed)
 
 
+def _columnar_target() -> Target:
+    from hivemesh.core.codec import pack
+    from hivemesh.telemetry.columnar import decode_columnar, encode_columnar, rebuild_records
+    from hivemesh.telemetry.schema import validate_record
+
+    recs = [
+        {"seq": 1, "kind": "llm_call", "name": "gen_ai.client.operation.duration", "value": 1.5,
+         "ts_ms": 7, "attrs": {"gen_ai.request.model": "m", "gen_ai.usage.input_tokens": 3}},
+        {"seq": 2, "kind": "tool_call", "name": "gen_ai.tool.duration", "value": 2.0,
+         "attrs": {"gen_ai.tool.name": "t", "error.type": "E", "x.y": "z"}},
+        {"seq": 4, "kind": "counter", "name": "n", "value": 1.0, "id": "r"},
+    ]  # fmt: skip
+    corpus = [c for c in (encode_columnar([pack(r)], 9, 1) for r in recs) if c is not None]
+    whole = encode_columnar([pack(r) for r in recs], 4, 0)
+    if whole is not None:
+        corpus.append(whole)
+
+    def feed(data: bytes) -> None:
+        cb = decode_columnar(data, "fuzz", 1)  # a broken batch raises DecodeError (typed)
+        if cb is not None and cb.batch is None:  # some record breaks a rule: judge each
+            for r in rebuild_records(cb):
+                with contextlib.suppress(HivemeshError):
+                    validate_record(r)
+
+    return Target("telemetry_columnar", "columnar (v2) telemetry batches", corpus, feed)
+
+
 # -- journal import: the append log read back, its records ingested -----------------
 
 
@@ -521,6 +548,7 @@ _BUILDERS: dict[str, Callable[[], Target]] = {
     "noise_handshake": _handshake_target,
     "session_records": _session_target,
     "telemetry_envelope": _telemetry_target,
+    "telemetry_columnar": _columnar_target,
     "journal_import": _journal_target,
     "invite_token": _invite_target,
     "control_request": _control_target,

@@ -276,9 +276,10 @@ class ColumnarBatch:
 
     __slots__ = ("_seqs", "backlog", "batch", "first_seq", "hi", "n", "raw", "run")
 
-    def __init__(self, raw: Any, seqs: pa.Array) -> None:
+    def __init__(self, raw: Any, seqs: Any) -> None:
         self.raw = raw
-        #: The store columns (:data:`~.store.COLUMNS`), or None: validate ``rebuild_records``.
+        #: The store columns (:data:`~.store.COLUMNS`, the strings dictionary-encoded:
+        #: :data:`~.store.DICT_SCHEMA`), or None: validate ``rebuild_records``.
         self.batch: pa.RecordBatch | None = None
         self.n: int = raw.n
         self.hi: int | None = raw.hi
@@ -290,54 +291,85 @@ class ColumnarBatch:
 
     def seqs(self) -> list[int]:
         """Every record's seq, in order."""
-        return list(self._seqs.to_pylist())
+        return list(self._seqs.tolist())
 
 
 def _arrow() -> tuple[Any, Any]:
-    """``pyarrow`` and ``pyarrow.compute``, imported on the first decode: a node
-    that only encodes (sends telemetry) never loads Arrow."""
+    """``pyarrow`` and ``numpy``, imported on the first decode: a node that only
+    encodes (sends telemetry) never loads Arrow."""
+    import numpy as np
     import pyarrow as pa
-    import pyarrow.compute as pc  # type: ignore[import-untyped]
 
-    return pa, pc
-
-
-def _unsigned(pa: Any, width: int) -> Any:
-    return getattr(pa, f"uint{8 * width}")()
+    return pa, np
 
 
-def _int_array(col: _IntCol, n: int, what: str) -> pa.Array:
-    pa, pc = _arrow()
+class _Ints:
+    """One decoded integer column: int64 values, the null mask (or None) and
+    the smallest and largest non-null value (None when every value is null)."""
+
+    __slots__ = ("hi", "lo", "mask", "values")
+
+    def __init__(self, values: Any, mask: Any, lo: int | None, hi: int | None) -> None:
+        self.values = values
+        self.mask = mask
+        self.lo = lo
+        self.hi = hi
+
+    def array(self) -> pa.Array:
+        pa, _ = _arrow()
+        return pa.array(self.values, pa.int64(), mask=self.mask)
+
+    def to_list(self) -> list[int | None]:
+        vals: list[int | None] = self.values.tolist()
+        if self.mask is not None:
+            for i in self.mask.nonzero()[0].tolist():
+                vals[i] = None
+        return vals
+
+
+def _int_array(col: _IntCol, n: int, what: str) -> _Ints:
+    """Unpack an integer column with numpy (one pass each: no Arrow kernel calls)."""
+    _, np = _arrow()
+    base = col.base
     if col.width == 0:
-        if col.nullable or col.base + n > _I64_MAX:
+        if col.nullable or base + n > _I64_MAX:
             raise DecodeError(f"{what}: a bad run")
-        run = array("q", range(col.base, col.base + n))
-        return pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(run)])
-    atype = _unsigned(pa, col.width)
+        return _Ints(np.arange(base, base + n, dtype=np.int64), None, base, base + n - 1)
     if len(col.data) != n * col.width:
         raise DecodeError(f"{what}: {len(col.data)} bytes for {n} values of width {col.width}")
-    raw = pa.Array.from_buffers(atype, n, [None, pa.py_buffer(col.data)])
-    top = pc.max(raw).as_py() if n else 0
-    if col.base + (top or 0) > _I64_MAX:
+    raw = np.frombuffer(col.data, dtype=f"<u{col.width}")
+    if not n:
+        return _Ints(np.zeros(0, np.int64), None, None, None)
+    top = int(raw.max())
+    if base + top > _I64_MAX:
         raise DecodeError(f"{what}: values beyond int64")
-    wide = raw.cast(pa.int64())
-    if col.nullable:
-        vals = pc.add(wide, col.base - 1)
-        return pc.if_else(pc.equal(wide, 0), pa.scalar(None, pa.int64()), vals)
-    return pc.add(wide, col.base)
+    wide = raw.astype(np.int64)
+    if not col.nullable:
+        if base:
+            wide += base
+        return _Ints(wide, None, base + int(raw.min()), base + top)
+    mask = raw == 0
+    if base != 1:
+        wide += base - 1
+    if not mask.any():
+        return _Ints(wide, None, base + int(raw.min()) - 1, base + top - 1)
+    if mask.all():
+        return _Ints(wide, mask, None, None)
+    return _Ints(wide, mask, int(wide[~mask].min()), base + top - 1)
 
 
-def _codes(raw: Any) -> pa.Array:
-    pa, pc = _arrow()
+def _codes(raw: Any) -> Any:
+    """The per-record dims codes as a numpy int32 array (checked against the table)."""
+    _, np = _arrow()
     c, n, ndims = raw.dim, raw.n, len(raw.dims)
     if len(c.data) != n * c.width:
         raise DecodeError(f"dim: {len(c.data)} code bytes for {n} records")
     if ndims > max(n, 1):
         raise DecodeError("dims: more combinations than records")
-    idx = pa.Array.from_buffers(_unsigned(pa, c.width), n, [None, pa.py_buffer(c.data)])
-    if n and pc.max(idx).as_py() >= ndims:
+    idx = np.frombuffer(c.data, dtype=f"<u{c.width}")
+    if n and int(idx.max()) >= ndims:
         raise DecodeError("dim: a code past the dims table")
-    return idx
+    return idx.astype(np.int32)
 
 
 def _dim_ok(d: tuple[Any, ...]) -> bool:
@@ -357,6 +389,20 @@ def _dim_ok(d: tuple[Any, ...]) -> bool:
     return True
 
 
+def _dict_column(field: Sequence[str | None], codes: Any) -> pa.Array:
+    """A dictionary-encoded string column: each distinct value of ``field`` (one
+    entry per dims combination) once, indexed through ``codes``; None is null."""
+    pa, np = _arrow()
+    index: dict[str, int] = {}
+    put = index.setdefault
+    remap = np.array([-1 if v is None else put(v, len(index)) for v in field], np.int32)
+    idx = remap[codes]
+    mask = idx < 0 if None in field else None
+    return pa.DictionaryArray.from_arrays(
+        pa.array(idx, pa.int32(), mask=mask), pa.array(list(index), pa.string())
+    )
+
+
 def decode_columnar(data: bytes, sender: str, now_ms: int) -> ColumnarBatch | None:
     """Decode a v2 batch; None if ``data`` is not one (try v1).
 
@@ -364,9 +410,9 @@ def decode_columnar(data: bytes, sender: str, now_ms: int) -> ColumnarBatch | No
     ``batch`` of the result is None when a record breaks a rule (the caller
     validates :func:`rebuild_records` one by one).
     """
-    from hivemesh.telemetry.store import _SCHEMA
+    from hivemesh.telemetry.store import DICT_SCHEMA
 
-    pa, pc = _arrow()
+    pa, np = _arrow()
     try:
         raw = _DECODER.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError):
@@ -378,61 +424,67 @@ def decode_columnar(data: bytes, sender: str, now_ms: int) -> ColumnarBatch | No
     tout = _int_array(raw.output_tokens, n, "output_tokens")
     if len(raw.value) != 8 * n:
         raise DecodeError(f"value: {len(raw.value)} bytes for {n} records")
-    value = pa.Array.from_buffers(pa.float64(), n, [None, pa.py_buffer(raw.value)])
+    value = np.frombuffer(raw.value, dtype="<f8")
     codes = _codes(raw)
-    out = ColumnarBatch(raw, seq)
+    out = ColumnarBatch(raw, seq.values)
     if not n:
         return out
-    if not all(map(_dim_ok, raw.dims)):
+    dims = raw.dims
+    if not all(map(_dim_ok, dims)):
         return out
-    s, t, i, o = (pc.min_max(a) for a in (seq, ts, tin, tout))
     if not (
-        seq.null_count == 0
-        and s["min"].as_py() >= 1
-        and s["max"].as_py() <= _MAX_SEQ
-        and (t["min"].as_py() is None or (t["min"].as_py() >= 0 and t["max"].as_py() <= _MAX_TS_MS))
-        and (i["max"].as_py() is None or i["max"].as_py() <= _MAX_SEQ)
-        and (o["max"].as_py() is None or o["max"].as_py() <= _MAX_SEQ)
-        and pc.all(pc.is_finite(value)).as_py()
+        seq.mask is None
+        and seq.lo is not None
+        and seq.hi is not None
+        and seq.lo >= 1
+        and seq.hi <= _MAX_SEQ
+        and (ts.lo is None or (ts.lo >= 0 and ts.hi is not None and ts.hi <= _MAX_TS_MS))
+        and (tin.hi is None or tin.hi <= _MAX_SEQ)
+        and (tout.hi is None or tout.hi <= _MAX_SEQ)
+        and bool(np.isfinite(value).all())
     ):
         return out
-    per_dim = [sum(v is not None for v in d[4:8]) + len(d[9] or ()) for d in raw.dims]
+    per_dim = [sum(v is not None for v in d[4:8]) + len(d[9] or ()) for d in dims]
     if max(per_dim) + 2 > MAX_ATTRS:  # count each record's attributes, tokens included
-        counts = pa.array(per_dim, pa.int64()).take(codes)
+        counts = np.array(per_dim, np.int64)[codes]
         for a in (tin, tout):
-            counts = pc.add(counts, pc.cast(pc.is_valid(a), pa.int64()))
-        if pc.max(counts).as_py() > MAX_ATTRS:
+            counts += 1 if a.mask is None else ~a.mask
+        if int(counts.max()) > MAX_ATTRS:
             return out
-    fields = list(zip(*raw.dims, strict=True))
-    cols = [pa.array(f, pa.string()).take(codes) for f in fields[:9]]
-    extra = pa.array(["" if not m else _encode_attrs(m) for m in fields[9]], pa.string())
-    if ts.null_count:
-        ts = pc.fill_null(ts, now_ms)
-    kind, name, unit, agent, model, tool, operation, error_type, rid = cols
+    fields = list(zip(*dims, strict=True))
+    kind, name, unit, agent, model, tool, operation, error_type, rid = (
+        _dict_column(f, codes) for f in fields[:9]
+    )
+    extra = _dict_column(["" if not m else _encode_attrs(m) for m in fields[9]], codes)
+    ok = np.array([e is None for e in fields[7]], np.bool_)[codes]
+    tsv = ts.values
+    if ts.mask is not None:
+        tsv[ts.mask] = now_ms
     arrays = [
-        pa.repeat(pa.scalar(sender, pa.string()), n),
-        seq, rid, ts,
-        pa.repeat(pa.scalar(now_ms, pa.int64()), n),
-        kind, name, value, unit, agent, model, tool, operation,
-        pc.is_null(error_type), error_type, tin, tout,
-        extra.take(codes),
+        pa.DictionaryArray.from_arrays(
+            np.zeros(n, np.int32), pa.array([sender], pa.string())
+        ),
+        pa.array(seq.values, pa.int64()), rid, pa.array(tsv, pa.int64()),
+        pa.array(np.full(n, now_ms, np.int64), pa.int64()),
+        kind, name, pa.array(value, pa.float64()), unit, agent, model, tool, operation,
+        pa.array(ok, pa.bool_()), error_type, tin.array(), tout.array(), extra,
     ]  # fmt: skip
-    out.batch = pa.RecordBatch.from_arrays(arrays, schema=_SCHEMA)
+    out.batch = pa.RecordBatch.from_arrays(arrays, schema=DICT_SCHEMA)
     return out
 
 
 def rebuild_records(cb: ColumnarBatch) -> list[dict[str, Any]]:
     """The records a v2 batch stands for, as maps (for record-by-record validation)."""
-    pa, _ = _arrow()
+    _, np = _arrow()
     raw = cb.raw
     n = cb.n
     dims = raw.dims
-    codes = _codes(raw).to_pylist()
+    codes = _codes(raw).tolist()
     seq, ts, tin, tout = (
-        _int_array(getattr(raw, f), n, f).to_pylist()
+        _int_array(getattr(raw, f), n, f).to_list()
         for f in ("seq", "ts_ms", "input_tokens", "output_tokens")
     )
-    values = pa.Array.from_buffers(pa.float64(), n, [None, pa.py_buffer(raw.value)]).to_pylist()
+    values = np.frombuffer(raw.value, dtype="<f8").tolist()
     out: list[dict[str, Any]] = []
     for i in range(n):
         d = dims[codes[i]]

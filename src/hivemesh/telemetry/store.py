@@ -39,7 +39,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 from hivemesh.errors import InvalidArgument, StoreError
 from hivemesh.stores.private import PRIVATE_FILE
 
-__all__ = ["COLUMNS", "MetricsStore", "parse_since"]
+__all__ = ["COLUMNS", "DICT_SCHEMA", "MetricsStore", "parse_since"]
 
 #: Columns of the ``metrics`` table, in order, with their Arrow types.
 COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
@@ -63,6 +63,12 @@ COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
     ("attrs", pa.string()),
 )
 _SCHEMA = pa.schema(list(COLUMNS))
+#: :data:`COLUMNS` with every string column dictionary-encoded (int32 indices): how a
+#: columnar batch arrives (:mod:`.columnar`) -- its few distinct strings are never
+#: copied out per row; DuckDB inserts it into the same VARCHAR columns.
+DICT_SCHEMA = pa.schema(
+    [(n, pa.dictionary(pa.int32(), pa.string()) if t == pa.string() else t) for n, t in COLUMNS]
+)
 _DDL_TYPES = {
     pa.string(): "VARCHAR",
     pa.int64(): "BIGINT",
@@ -158,8 +164,20 @@ class MetricsStore:
 
     @staticmethod
     def table_from_batches(batches: Sequence[pa.RecordBatch]) -> pa.Table:
-        """Concatenate record batches (zero-copy) into one table."""
-        return pa.Table.from_batches(batches, schema=_SCHEMA)
+        """Concatenate record batches into one table: zero-copy when they share a
+        schema (:data:`COLUMNS` or :data:`DICT_SCHEMA`), else as plain strings."""
+        if not batches:
+            return _SCHEMA.empty_table()
+        schema = batches[0].schema
+        if any(b.schema != schema for b in batches):
+            batches = [b if b.schema == _SCHEMA else b.cast(_SCHEMA) for b in batches]
+            schema = _SCHEMA
+        return pa.Table.from_batches(batches, schema=schema)
+
+    @staticmethod
+    def plain(table: pa.Table) -> pa.Table:
+        """``table`` with plain (not dictionary-encoded) strings: :data:`COLUMNS`."""
+        return table if table.schema == _SCHEMA else table.cast(_SCHEMA)
 
     @staticmethod
     def table_from_columns(columns: Mapping[str, Sequence[Any]]) -> pa.Table:
