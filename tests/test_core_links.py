@@ -7,7 +7,20 @@ from __future__ import annotations
 
 import pytest
 
-from hivemesh.core.links import MAX_LIVES, Link, Lives, Verdict, channel_rank
+from hivemesh.core.links import (
+    MAX_LIVES,
+    Adoption,
+    Handover,
+    Held,
+    Link,
+    Lives,
+    New,
+    Old,
+    Rank,
+    State,
+    Verdict,
+    channel_rank,
+)
 
 PEER = "peer-address"
 OLD, NEW, NEWER = b"\x01" * 16, b"\x02" * 16, b"\x03" * 16
@@ -99,3 +112,107 @@ def test_channel_rank_prefers_the_smaller_dialler_then_the_handshake_hash() -> N
     by_big = channel_rank(big, small, big, b"\x00")
     assert by_small < by_big
     assert channel_rank(small, big, small, b"\x01") == channel_rank(big, small, small, b"\x01")
+
+
+# -- adoption: the plan the driver carries out (module docs' second table) ----
+
+OPEN_OLD = Link(OLD, BEST)
+
+
+def _lives_with(boot_id: bytes = OLD) -> Lives:
+    lives = Lives()
+    lives.judge(PEER, boot_id, BEST, None)
+    return lives
+
+
+@pytest.mark.parametrize(
+    ("link", "boot_id", "rank", "plan"),
+    [
+        (None, OLD, WORSE, Adoption(Verdict.ADOPT, New.LINK, up=True)),
+        (
+            OPEN_OLD,
+            OLD,
+            WORSE,
+            Adoption(Verdict.KEEP, New.RETIRE, counters=("duplicate_channel_closed",)),
+        ),
+        (
+            Link(OLD, WORSE),
+            OLD,
+            BEST,
+            Adoption(Verdict.SWITCH, New.LINK, Old.RETIRE, counters=("channel_replaced",)),
+        ),
+        (
+            OPEN_OLD,
+            NEW,
+            WORSE,
+            Adoption(
+                Verdict.RESTART,
+                New.LINK,
+                Old.RESTARTED,
+                down=True,
+                up=True,
+                counters=("peer_restarted",),
+            ),
+        ),
+        (
+            Link(OLD, BEST, State.ENDED),
+            NEW,
+            WORSE,
+            Adoption(
+                Verdict.ADOPT,
+                New.LINK,
+                Old.RESTARTED,
+                down=True,
+                up=True,
+                counters=("peer_restarted",),
+            ),
+        ),
+        (
+            Link(OLD, BEST, State.SUPERSEDED),
+            OLD,
+            WORSE,
+            Adoption(Verdict.ADOPT, New.LINK, Old.HANDED_OVER, counters=("handover_completed",)),
+        ),
+        (
+            Link(OLD, BEST, State.ENDED),
+            OLD,
+            WORSE,
+            Adoption(Verdict.ADOPT, New.LINK, Old.ENDED, down=True, up=True),
+        ),
+    ],
+)
+def test_the_adoption_table(link: Link | None, boot_id: bytes, rank: Rank, plan: Adoption) -> None:
+    assert _lives_with().adopt(PEER, boot_id, rank, link) == plan
+
+
+def test_a_stale_newcomer_is_refused_and_the_link_stays() -> None:
+    lives = _lives_with()
+    lives.judge(PEER, NEW, BEST, Link(OLD, BEST))
+    plan = lives.adopt(PEER, OLD, BEST, Link(NEW, WORSE))
+    assert plan == Adoption(Verdict.STALE, New.REFUSE, counters=("stale_boot_refused",))
+
+
+def test_a_newcomer_the_peer_already_retired_only_drains_and_is_not_judged() -> None:
+    lives = Lives()
+    plan = lives.adopt(PEER, OLD, BEST, None, sending=False)
+    assert plan == Adoption(None, New.DRAIN, counters=("channel_ended_before_adopt",))
+    assert lives.lives(PEER) == ()
+
+
+def test_a_handover_moves_its_frames_to_the_winner_of_the_same_life() -> None:
+    plan = _lives_with().adopt(PEER, OLD, WORSE, None, handover=OLD)
+    assert (plan.new, plan.held, plan.down, plan.up) == (New.LINK, Held.MOVE, False, False)
+    assert plan.counters == ("handover_completed",)
+
+
+def test_a_handover_ended_by_a_new_life_drops_its_frames_and_reports_down_up() -> None:
+    plan = _lives_with().adopt(PEER, NEW, WORSE, None, handover=OLD)
+    assert (plan.new, plan.held, plan.down, plan.up) == (New.LINK, Held.DROP, True, True)
+    assert plan.counters == ("peer_restarted",)
+
+
+def test_a_handover_holds_frames_within_its_bounds() -> None:
+    held = Handover(max_frames=2, max_bytes=5, boot_id=OLD, opened_mono=0.0)
+    assert held.hold(b"abc") and not held.hold(b"abc") and held.hold(b"ab")
+    assert not held.hold(b"")  # two frames already
+    assert list(held.frames) == [b"abc", b"ab"] and held.nbytes == 5

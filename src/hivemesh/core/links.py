@@ -38,20 +38,56 @@ if the host is up) or the failure detector drops it as silent. That costs one
 failure detection, never a lock-out, since with no open link any life is
 adopted. Two processes sharing one key (a misconfiguration) settle the same
 way: the one seen first is refused while the other's link is up.
+
+Adoption: what the driver does with both channels
+-------------------------------------------------
+:meth:`Lives.adopt` turns the verdict into an :class:`Adoption`, everything
+the driver (:mod:`hivemesh.runtime.connections`) then carries out: the fate
+of the newcomer (:class:`New`), of the peer's current link (:class:`Old`),
+of frames held for a handover (:class:`Held`), whether the peer is reported
+down and up, and the counters to bump. The current link is *open*, *ended
+superseded* (the peer retired it with CLOSE ``channel_superseded``, its
+reader not run yet) or *ended* otherwise (:class:`State`)::
+
+    newcomer / link                          new     old          reported
+    already retired by the peer              DRAIN   -            -
+    STALE                                    REFUSE  -            -
+    KEEP                                     RETIRE  -            -
+    SWITCH (open link, better rank)          LINK    RETIRE       -
+    no link                                  LINK    -            up
+    ended link, another life (or RESTART)    LINK    RESTARTED    down, up
+    ended superseded link, same life         LINK    HANDED_OVER  -
+    ended link, same life                    LINK    ENDED        down, up
+
+*Retiring loses nothing silently*: a retired channel is half-closed, keeps
+reading until the peer closes, and its unsent frames move to the winner
+(RETIRE, HANDED_OVER). The peer may read our CLOSE ``channel_superseded``
+while the retired channel is still its only link (its own winning dial has
+not returned yet): it then holds frames for us in a bounded
+:class:`Handover` instead of reporting us down. When the newcomer arrives
+with a handover open, its frames MOVE to it if it is of the same life; if
+the peer restarted meanwhile they are DROPped and the peer is reported down
+and up. A link whose channel ended never wins a tie-break: it is replaced.
 """
 
 from __future__ import annotations
 
 import enum
 from collections import OrderedDict, deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = [
     "MAX_LIVES",
     "MAX_PEERS",
+    "Adoption",
+    "Handover",
+    "Held",
     "Link",
     "Lives",
+    "New",
+    "Old",
     "Rank",
+    "State",
     "Verdict",
     "channel_rank",
 ]
@@ -90,12 +126,82 @@ class Verdict(enum.Enum):
     STALE = "stale"
 
 
+class State(enum.Enum):
+    """A current link's state (see :meth:`Lives.adopt`)."""
+
+    OPEN = "open"
+    SUPERSEDED = "superseded"  # ended: the peer retired it for a better channel
+    ENDED = "ended"  # ended otherwise (EOF, error), its reader not run yet
+
+
+class New(enum.Enum):
+    """What becomes of the newcomer."""
+
+    LINK = "link"  # it becomes the peer's link
+    RETIRE = "retire"  # half-closed: a better link exists (KEEP)
+    REFUSE = "refuse"  # closed with ``stale_boot`` (STALE)
+    DRAIN = "drain"  # already retired by the peer: read what arrived, never the link
+
+
+class Old(enum.Enum):
+    """What becomes of the peer's current link."""
+
+    NONE = "none"  # none, or it stays the link
+    RETIRE = "retire"  # half-closed; its unsent frames move to the newcomer
+    RESTARTED = "restarted"  # a previous life's: closed now (``peer_restarted``)
+    HANDED_OVER = "handed_over"  # retired by the peer for the newcomer: unsent frames move
+    ENDED = "ended"  # ended otherwise: discarded
+
+
+class Held(enum.Enum):
+    """What becomes of frames held for a handover."""
+
+    NONE = "none"  # no handover was open
+    MOVE = "move"  # onto the newcomer: the winner came
+    DROP = "drop"  # counted ``dropped_on_close``: the peer restarted meanwhile
+
+
 @dataclass(frozen=True, slots=True)
 class Link:
-    """What the rule needs to know of a peer's open link."""
+    """What the rule needs to know of a peer's current link."""
 
     boot_id: bytes
     rank: Rank
+    state: State = State.OPEN
+
+
+@dataclass(frozen=True, slots=True)
+class Adoption:
+    """The plan for a new channel (module docs' second table)."""
+
+    verdict: Verdict | None  # None: the newcomer was already retired (DRAIN)
+    new: New
+    old: Old = Old.NONE
+    held: Held = Held.NONE
+    down: bool = False  # report the peer down (before up)
+    up: bool = False  # report the peer up
+    counters: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class Handover:
+    """Frames held for a peer that retired our only link, until its winner
+    comes (bounded like a send queue: :meth:`hold` refuses past the bounds)."""
+
+    max_frames: int
+    max_bytes: int
+    boot_id: bytes  # the life of the peer that retired our link
+    opened_mono: float  # when the retired link opened
+    frames: deque[bytes] = field(default_factory=deque)
+    nbytes: int = 0
+
+    def hold(self, frame: bytes) -> bool:
+        """Hold ``frame``; False (nothing held) when it does not fit."""
+        if len(self.frames) >= self.max_frames or self.nbytes + len(frame) > self.max_bytes:
+            return False
+        self.frames.append(frame)
+        self.nbytes += len(frame)
+        return True
 
 
 class Lives:
@@ -119,6 +225,55 @@ class Lives:
         if current is None or newcomer > current:
             return Verdict.RESTART
         return Verdict.STALE
+
+    def adopt(
+        self,
+        peer: str,
+        boot_id: bytes,
+        rank: Rank,
+        link: Link | None,
+        *,
+        handover: bytes | None = None,
+        sending: bool = True,
+    ) -> Adoption:
+        """The plan for a new channel from ``peer`` (module docs' second table).
+
+        ``link``: the peer's current link, open or ended; ``handover``: the
+        boot id of the life whose frames are held for a handover, if one is
+        open; ``sending``: False when the peer already retired the newcomer.
+        """
+        if not sending:
+            return Adoption(None, New.DRAIN, counters=("channel_ended_before_adopt",))
+        is_open = link is not None and link.state is State.OPEN
+        verdict = self.judge(peer, boot_id, rank, link if is_open else None)
+        if verdict is Verdict.STALE:
+            return Adoption(verdict, New.REFUSE, counters=("stale_boot_refused",))
+        if verdict is Verdict.KEEP:
+            return Adoption(verdict, New.RETIRE, counters=("duplicate_channel_closed",))
+        counters: list[str] = []
+        old, restarted = Old.NONE, False
+        if verdict is Verdict.SWITCH:
+            old = Old.RETIRE
+            counters.append("channel_replaced")
+        elif link is not None:  # RESTART, or ADOPT past an ended link
+            if link.boot_id != boot_id:
+                old, restarted = Old.RESTARTED, True
+                counters.append("peer_restarted")
+            elif link.state is State.SUPERSEDED:
+                old = Old.HANDED_OVER
+                counters.append("handover_completed")
+            else:
+                old, restarted = Old.ENDED, True
+        held = Held.NONE
+        if handover is not None:
+            if handover != boot_id:  # its winner never comes: the peer restarted
+                held, restarted = Held.DROP, True
+                counters.append("peer_restarted")
+            else:
+                held = Held.MOVE
+                counters.append("handover_completed")
+        up = (link is None or restarted) and held is not Held.MOVE
+        return Adoption(verdict, New.LINK, old, held, restarted, up, tuple(counters))
 
     def lives(self, peer: str) -> tuple[bytes, ...]:
         """The boot ids seen from ``peer``, oldest first."""

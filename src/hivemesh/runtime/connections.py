@@ -30,53 +30,17 @@ holding its flush lock, and ``on_peer`` flushes), so a callback may send.
   logged once per cause and shown as the target's ``refused`` code.
 * **Accepting.** Inbound channels are authorised by the same ``authorize``
   callback (revoked or unknown addresses are refused in the handshake).
-* **Restarts: a new boot id replaces the link at once.** Every channel
-  carries the peer's boot id, random per start of the peer
-  (:mod:`hivemesh.transports.noise`). A new channel whose boot id differs
-  from the open link's comes from a restarted peer, so the link is its
-  previous life's and half-open (a crashed host, a frozen NAT or relay: no
-  FIN ever comes): it is closed at once (CLOSE ``peer_restarted``, its unsent
-  frames counted in ``dropped_on_close``), the new channel becomes the link,
-  and ``on_peer`` reports the peer down and up again, so the node drops what
-  was in flight to the old life and starts over with the new one (counted
-  ``peer_restarted``, logged at INFO). No failure detector has to notice
-  first. A channel from an *earlier* life than the link's (a dial delayed
-  from before the restart) is refused (CLOSE ``stale_boot``, counted
-  ``stale_boot_refused``) and never replaces the link. The rule, including
-  how lives are ordered, is :mod:`hivemesh.core.links`.
-* **Simultaneous dials: one tie-break both ends compute alike.** When two
-  peers dial each other at once (typical right after a restart: the restarted
-  node dials everyone it knows while they redial it), each ends up with two
-  channels. Each channel has a rank both ends agree on: first, whether it was
-  dialled by the smaller address of the pair (preferred), then its Noise
-  handshake hash (the same bytes on both ends). Whenever a node holds two
-  open channels to a peer it keeps the smaller rank and *retires* the other.
-  Ranks are a total order, so both ends converge on the smallest channel
-  either has seen; a node only ever retires a channel because a smaller one
-  exists, which the peer holds too or is about to adopt. (libp2p's
-  simultaneous-open extension and the "keep the connection initiated by the
-  smaller id" rule of many P2P stacks make the same choice; the handshake hash
-  also orders two channels dialled in the *same* direction, e.g. to two
-  endpoints of one peer, where "the newest wins" let each end pick a
-  different one.) A link whose channel already ended (EOF seen, reader not
-  yet run) never wins a tie-break: it is replaced at once, and ``on_peer``
-  reports the peer down and up again. These rules apply to channels of the
-  *same* life of the peer (the same boot id).
-* **Retiring loses nothing silently.** A retired channel is half-closed
-  (:meth:`SecureChannel.retire`): it stops sending, sends
-  CLOSE(``channel_superseded``) and keeps reading until the peer closes too,
-  so frames already in flight on it are still delivered; frames queued on it
-  but never written move to the winning channel (``frames_moved``). The
-  race the old code lost: the peer may receive that CLOSE while the
-  retired channel is still its only link, because its own winning dial has
-  not returned yet (the two channels are separate sockets, read in any
-  order). It then does not report us down: it starts a *handover* of up to
-  ``handover_s`` during which frames for us are held (bounded like a send
-  queue) and the dialler waits; the winner's arrival flushes them into it.
-  If no channel comes, the held frames are counted as ``dropped_on_close``
-  and ``on_peer(peer, False)`` is reported. If a channel of a *new* life
-  comes instead (the peer restarted meanwhile), the held frames are counted
-  as dropped too and the peer is reported down and up.
+* **Which channel is the link** is decided by :meth:`hivemesh.core.links.Lives.adopt`
+  (tables in its module docs): a new boot id replaces a restarted peer's
+  half-open link at once (CLOSE ``peer_restarted``, reported down and up, no
+  failure detector needed); a channel of an earlier life is refused (CLOSE
+  ``stale_boot``); of two channels of one life (simultaneous dials) both ends
+  keep the smaller :func:`~hivemesh.core.links.channel_rank` and *retire* the
+  other (half-closed: it keeps reading, its unsent frames move to the winner,
+  ``frames_moved``); a peer that retires our only link starts a *handover* of
+  up to ``handover_s`` holding frames for it (bounded like a send queue)
+  until its winner comes, else they count as ``dropped_on_close`` and the
+  peer is reported down. This module carries out the plan.
 * **Dead channels are noticed promptly.** A channel ends on EOF, a CLOSE or
   an error; its reader task then drops the link and wakes the dialler. A link
   whose channel ended is also dropped by the first :meth:`send` to it, even
@@ -109,12 +73,12 @@ import random
 import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from hivemesh.core.dialer import Dialer, DialPolicy, Endpoint, Outcome
 from hivemesh.core.identity import Identity, short
-from hivemesh.core.links import Link, Lives, Verdict, channel_rank
+from hivemesh.core.links import Handover, Held, Link, Lives, New, Old, State, channel_rank
 from hivemesh.errors import (
     ChannelSuperseded,
     ConfigError,
@@ -167,26 +131,6 @@ class PeerLink:
     closed: bool = False
     busy: bool = False  # its reader task is handling a batch
     boot_id: bytes = b""  # the peer's, proven in the handshake
-
-
-@dataclass(slots=True)
-class _Handover:
-    """Frames held for a peer whose link was retired by the peer, until the winner comes."""
-
-    timer: asyncio.TimerHandle
-    max_frames: int
-    max_bytes: int
-    boot_id: bytes  # the life of the peer that retired our link
-    opened_mono: float  # when the retired link opened
-    frames: deque[bytes] = field(default_factory=deque)
-    nbytes: int = 0
-
-    def hold(self, frame: bytes) -> bool:
-        if len(self.frames) >= self.max_frames or self.nbytes + len(frame) > self.max_bytes:
-            return False
-        self.frames.append(frame)
-        self.nbytes += len(frame)
-        return True
 
 
 #: ``spawn(name, coro)``: start a task (see ``ConnectionManager(spawn=...)``).
@@ -266,7 +210,7 @@ class ConnectionManager:
         self.counters: Counter[str] = Counter()
         self.listen_port: int | None = None
         self._retired: set[PeerLink] = set()  # losers of a tie-break, still draining
-        self._handovers: dict[str, _Handover] = {}
+        self._handovers: dict[str, tuple[Handover, asyncio.TimerHandle]] = {}
         self._lives = Lives()  # the peers' boot ids, in the order first seen
         self._events: deque[tuple[str, bool]] = deque()  # on_peer calls, in order
         self._notify_lock = asyncio.Lock()
@@ -486,90 +430,65 @@ class ConnectionManager:
         if self._on_frames_now is not None and self._on_frames is not None:
             channel.consumer = lambda frames: self._consume(link, frames)
         self.counters["channels_opened"] += 1
-        if not channel.is_sending:  # retired by the peer before we got here
-            self.counters["channel_ended_before_adopt"] += 1
-            link.closed = True
-            self._retired.add(link)  # its reader still delivers what arrived
-            return
         old = self.links.get(peer)
-        report_up = old is None  # a first link (not a replacement)
-        is_open = old is not None and old.channel.is_sending
-        current = Link(old.boot_id, old.rank) if old is not None and is_open else None
-        verdict = self._lives.judge(peer, link.boot_id, link.rank, current)
-        if verdict is Verdict.STALE:
-            self._refuse_stale(link)
+        held = self._handovers.pop(peer, None)
+        plan = self._lives.adopt(
+            peer,
+            link.boot_id,
+            link.rank,
+            None if old is None else Link(old.boot_id, old.rank, _state(old.channel)),
+            handover=None if held is None else held[0].boot_id,
+            sending=channel.is_sending,
+        )
+        self.counters.update(plan.counters)
+        if plan.new is not New.LINK:
+            if held is not None:  # untouched (the newcomer is not the link)
+                self._handovers[peer] = held
+            link.closed = True
+            if plan.new is New.DRAIN:  # retired by the peer before we got here
+                self._retired.add(link)  # its reader still delivers what arrived
+            elif plan.new is New.REFUSE:
+                self._refuse_stale(link)
+            elif old is not None:
+                self._retire(link, winner=old)
             return
-        if verdict is Verdict.KEEP:
-            assert old is not None
-            self.counters["duplicate_channel_closed"] += 1
-            self._retire(link, winner=old)
-            return
-        restarted = False  # report the peer down and up again
-        unsent: list[bytes] = []
-        if old is not None and verdict is not Verdict.SWITCH:
-            # RESTART, or ADOPT past a link whose channel ended but whose
-            # reader has not run yet (it cannot win a tie-break). Retired by
-            # the peer for this very channel (same life): a handover
-            # completing at once. Otherwise the peer restarted or closed it:
-            # report it down and up again.
-            restarted = True
-            if old.boot_id != link.boot_id:
-                self._restarted(old, link)
-            elif isinstance(old.channel.close_reason, ChannelSuperseded):
-                unsent = old.channel.take_unsent()
-                old.closed = True
-                self.counters["handover_completed"] += 1
-                restarted = False
-            else:
-                self._discard(old, "ended")
-            old = None
-        if verdict is Verdict.SWITCH:
-            assert old is not None
-            self.counters["channel_replaced"] += 1
-            self.links[peer] = link
+        if old is not None and plan.old is Old.RESTARTED:
+            log.info(
+                "%s restarted (boot %s, was %s): replacing its link",
+                short(peer),
+                link.boot_id[:4].hex(),
+                old.boot_id[:4].hex(),
+            )
+            self._discard(old, "restarted", PeerRestarted("the peer restarted"))
+        elif old is not None and plan.old is Old.ENDED:
+            self._discard(old, "ended")
+        self.links[peer] = link
+        if old is not None and plan.old is Old.RETIRE:
             self._retire(old, winner=link)
-        else:
-            self.links[peer] = link
-        self._move(unsent, link)
-        handover = self._handovers.pop(peer, None)
-        if handover is not None:
-            handover.timer.cancel()
-            if handover.boot_id != link.boot_id:  # its winner never comes: the peer restarted
-                self.counters["peer_restarted"] += 1
-                self.counters["dropped_on_close"] += len(handover.frames)
-                log.info("%s restarted during a handover: starting over", short(peer))
-                restarted, handover = True, None
+        elif old is not None and plan.old is Old.HANDED_OVER:
+            old.closed = True
+            self._move(old.channel.take_unsent(), link)
+        if held is not None:
+            held[1].cancel()
+            if plan.held is Held.MOVE:
+                self._move(list(held[0].frames), link)
             else:
-                self.counters["handover_completed"] += 1
-                self._move(list(handover.frames), link)
+                self.counters["dropped_on_close"] += len(held[0].frames)
+                log.info("%s restarted during a handover: starting over", short(peer))
         self._dials.linked(peer)
         log.info("connected %s (%s)", short(peer), "out" if dialer == self.address else "in")
-        if restarted:
+        if plan.down:
             self._notify(peer, False)
-        if (report_up or restarted) and handover is None:
+        if plan.up:
             self._notify(peer, True)
-
-    def _restarted(self, old: PeerLink, new: PeerLink) -> None:
-        """``new`` comes from a later life of the peer than ``old``: close ``old``
-        now (half-open, or ended with its reader yet to run); count it."""
-        self.counters["peer_restarted"] += 1
-        log.info(
-            "%s restarted (boot %s, was %s): replacing its link",
-            short(old.address),
-            new.boot_id[:4].hex(),
-            old.boot_id[:4].hex(),
-        )
-        self._discard(old, "restarted", PeerRestarted("the peer restarted"))
 
     def _refuse_stale(self, link: PeerLink) -> None:
         """``link`` comes from an earlier life of the peer than its open link."""
-        self.counters["stale_boot_refused"] += 1
         log.info(
             "refused a channel from an earlier life of %s (boot %s)",
             short(link.address),
             link.boot_id[:4].hex(),
         )
-        link.closed = True
         link.channel.close(StaleBoot("a later life of this node is linked"))
 
     def _retire(self, loser: PeerLink, *, winner: PeerLink) -> None:
@@ -690,13 +609,10 @@ class ConnectionManager:
     def _start_handover(
         self, address: str, frames: list[bytes], boot_id: bytes, opened_mono: float
     ) -> None:
-        loop = asyncio.get_running_loop()
-        timer = loop.call_later(self._handover_s, self._end_handover, address)
+        timer = asyncio.get_running_loop().call_later(self._handover_s, self._end_handover, address)
         opts = self._options
-        handover = _Handover(
-            timer, opts.send_queue_frames, opts.send_queue_bytes, boot_id, opened_mono
-        )
-        self._handovers[address] = handover
+        handover = Handover(opts.send_queue_frames, opts.send_queue_bytes, boot_id, opened_mono)
+        self._handovers[address] = (handover, timer)
         self.counters["handover_started"] += 1
         for frame in frames:
             if not handover.hold(frame):
@@ -705,10 +621,11 @@ class ConnectionManager:
 
     def _end_handover(self, address: str, notify: bool = True) -> None:
         """No winning channel came in time: count the held frames, report the peer down."""
-        handover = self._handovers.pop(address, None)
-        if handover is None:
+        held = self._handovers.pop(address, None)
+        if held is None:
             return
-        handover.timer.cancel()
+        handover, timer = held
+        timer.cancel()
         self.counters["handover_expired"] += 1
         self.counters["dropped_on_close"] += len(handover.frames)
         if address not in self.links and not self._closing:
@@ -802,8 +719,8 @@ class ConnectionManager:
             await self._drop(link, reason="closed")  # ended; its reader has not run yet
             link = self.links.get(peer)
         if link is None:
-            handover = self._handovers.get(peer)
-            if handover is not None and handover.hold(frame):
+            held = self._handovers.get(peer)
+            if held is not None and held[0].hold(frame):
                 self.counters["frames_held_for_handover"] += 1
                 return True
             self.counters["dropped_no_channel"] += 1
@@ -851,6 +768,14 @@ class ConnectionManager:
                 "frames_dropped": st.frames_dropped,
             }
         return out
+
+
+def _state(channel: Any) -> State:
+    """A link's channel as the link rule sees it (core.links.State)."""
+    if channel.is_sending:
+        return State.OPEN
+    superseded = isinstance(channel.close_reason, ChannelSuperseded)
+    return State.SUPERSEDED if superseded else State.ENDED
 
 
 def _bound_port(server: Any, requested: int) -> int:
