@@ -189,3 +189,22 @@ def test_path_changes_reports_new_changed_and_gone_links() -> None:
         ("hmC", "none", "direct UDP"),
     ]
     assert path_changes(now, now) == []
+
+
+# -- STUN: when to ask which server -------------------------------------------
+
+
+def test_stun_servers_are_all_asked_at_start_then_on_their_own_clocks() -> None:
+    from hivemesh.core.dialer import StunSchedule
+
+    sched = StunSchedule(["b:3478", "a:3478"], interval_ms=60_000, retry_ms=15_000)
+    assert sched.due(0) == ["a:3478", "b:3478"]
+    sched.asked("a:3478", True, 10)
+    sched.asked("b:3478", False, 20)
+    assert sched.due(14_000) == [] and sched.next_deadline() == 15_020
+    assert sched.due(15_020) == ["b:3478"]
+    sched.asked("b:3478", True, 15_020)
+    assert sched.next_deadline() == 60_010 and sched.due(60_010) == ["a:3478"]
+    sched.asked("c:3478", True, 0)  # not configured: ignored
+    assert sched.due(10**9) == ["a:3478", "b:3478"]
+    assert StunSchedule([]).next_deadline() is None

@@ -23,6 +23,7 @@ from hivemesh.transports.stun import (
     MAX_MESSAGE,
     XOR_MAPPED_ADDRESS,
     BindingTransaction,
+    Transactions,
     binding_request,
     decode,
     encode,
@@ -182,6 +183,29 @@ def test_a_transaction_survives_garbage_and_ends_on_its_answer() -> None:
     assert tx.done and tx.mapped == ("203.0.113.9", 4242)
     with pytest.raises(StunMismatch, match="finished"):
         tx.receive(answer)
+
+
+def test_transactions_match_an_answer_by_id_and_server_and_know_late_ones() -> None:
+    txs, server = Transactions(late=1), ("198.51.100.7", 3478)
+    tx = BindingTransaction(TXID, 0.0)
+    txs.open(tx, server)
+    answer = _success(
+        (XOR_MAPPED_ADDRESS, encode_address(XOR_MAPPED_ADDRESS, "203.0.113.9", 4242, TXID))
+    )
+    other = _success(txid=bytes(12))
+    with pytest.raises(StunMismatch, match="answers nothing"):
+        txs.receive(other, server)
+    with pytest.raises(StunMismatch, match="not the server"):
+        txs.receive(answer, ("198.51.100.8", 3478))
+    assert not tx.done
+    assert txs.receive(answer, server) is tx and tx.mapped == ("203.0.113.9", 4242)
+    txs.close(tx)
+    assert txs.receive(answer, server) is None  # late: a retransmission's answer
+    second = BindingTransaction(bytes(12), 0.0)
+    txs.open(second, server)
+    txs.close(second)  # pushes the first out of the late window
+    with pytest.raises(StunMismatch, match="answers nothing"):
+        txs.receive(answer, server)
 
 
 @given(st.binary(max_size=300))

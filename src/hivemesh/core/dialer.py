@@ -41,6 +41,10 @@ A peer that no TCP endpoint reaches is tried over the other paths:
 :class:`Fallback` says which known, admitted, unlinked peers to try now
 (each at most every ``retry_ms``; the driver tries its QUIC endpoints
 first, then the relays), and :func:`path_changes` which links changed path.
+:class:`StunSchedule` says when to ask each configured STUN server for this
+node's mapped address: every server at once at start, then each
+:data:`STUN_INTERVAL_MS` after it answered, :data:`STUN_RETRY_MS` after it
+failed (no answer, no name), in server order.
 
 The jittered delay is ``delay * (0.5 + rng.random())``. An endpoint is never
 dialled twice at once. Targets are kept in endpoint order, so the same
@@ -55,17 +59,26 @@ from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass
 
 __all__ = [
+    "STUN_INTERVAL_MS",
+    "STUN_RETRY_MS",
     "DialPolicy",
     "Dialer",
     "Endpoint",
     "Fallback",
     "Outcome",
+    "StunSchedule",
     "Target",
     "path_changes",
 ]
 
 #: ``(host, port)``
 Endpoint = tuple[str, int]
+
+#: A STUN server that answered is asked again after this long (ms): well
+#: inside the observed addresses' 300 s lifetime and a NAT's UDP timeout.
+STUN_INTERVAL_MS = 60_000
+#: A STUN server that did not answer is asked again after this long (ms).
+STUN_RETRY_MS = 15_000
 
 
 class Outcome(enum.Enum):
@@ -288,6 +301,34 @@ class Fallback:
             self._tried[peer] = now_ms
             out.append(peer)
         return out
+
+
+class StunSchedule:
+    """When to ask which STUN server (module docs); times in ms."""
+
+    def __init__(
+        self,
+        servers: Iterable[str],
+        *,
+        interval_ms: int = STUN_INTERVAL_MS,
+        retry_ms: int = STUN_RETRY_MS,
+    ) -> None:
+        self.interval_ms = interval_ms
+        self.retry_ms = retry_ms
+        self._due = dict.fromkeys(sorted(set(servers)), 0)
+
+    def due(self, now_ms: int) -> list[str]:
+        """The servers to ask now, in order."""
+        return [server for server, at in self._due.items() if at <= now_ms]
+
+    def asked(self, server: str, ok: bool, now_ms: int) -> None:
+        """``server`` answered (``ok``) or failed at ``now_ms``."""
+        if server in self._due:
+            self._due[server] = now_ms + (self.interval_ms if ok else self.retry_ms)
+
+    def next_deadline(self) -> int | None:
+        """When the next server is due (None: no servers)."""
+        return min(self._due.values(), default=None)
 
 
 def path_changes(before: dict[str, str], now: dict[str, str]) -> list[tuple[str, str, str]]:

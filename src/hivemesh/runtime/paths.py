@@ -27,18 +27,17 @@ from ``none``), and a change is logged,
 counted (``path_changes``) and kept in :attr:`NodePaths.events` (the last
 :data:`MAX_EVENTS`, shown by ``status``).
 
-With ``stun`` servers configured, a second supervised loop asks each of them
-in turn, from the QUIC socket (:meth:`QuicEndpoint.send_datagram`; answers
-come back through :attr:`QuicEndpoint.on_other_datagram`), for our mapped
-address: a :class:`~hivemesh.transports.stun.BindingTransaction` with a
-fresh random transaction id, its retransmissions and its deadline, after a
-name lookup bounded by :data:`STUN_RESOLVE_S`. An answer is one report to
-the traversal's :class:`~hivemesh.transports.punch.ObservedAddresses`
-under the reporter ``stun:host:port``, exactly like a relay's OBSERVED: one
-server is one vote (docs/nat.md). Each server is asked again after
-:data:`STUN_INTERVAL_S` (after :data:`STUN_RETRY_S` when it failed);
-malformed or mismatched datagrams (an answer must carry the transaction id
-and come from the server's address) are counted by their error code
+With ``stun`` servers configured, a second supervised loop asks each one
+that :class:`~hivemesh.core.dialer.StunSchedule` says is due, from the QUIC
+socket (:meth:`QuicEndpoint.send_datagram`; answers come back through
+:attr:`QuicEndpoint.on_other_datagram` and are matched by
+:class:`~hivemesh.transports.stun.Transactions`), for our mapped address: a
+:class:`~hivemesh.transports.stun.BindingTransaction` with a fresh random
+transaction id, after a name lookup bounded by :data:`STUN_RESOLVE_S`. An
+answer is one report to the traversal's
+:class:`~hivemesh.transports.punch.ObservedAddresses` under the reporter
+``stun:host:port``, like a relay's OBSERVED: one server is one vote
+(docs/nat.md). Bad datagrams are counted by their error code
 (``stun_malformed``, ``stun_mismatch``), timeouts as ``stun_timeout``.
 """
 
@@ -54,19 +53,17 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from hivemesh.config import bootstrap_targets, parse_endpoint
-from hivemesh.core.dialer import Fallback, path_changes
+from hivemesh.core.dialer import Fallback, StunSchedule, path_changes
 from hivemesh.core.identity import short
 from hivemesh.errors import ConfigError, HivemeshError, StunMalformed, StunMismatch
-from hivemesh.transports.stun import BindingTransaction, is_stun
+from hivemesh.transports.stun import BindingTransaction, Transactions, is_stun
 
 if TYPE_CHECKING:
     from hivemesh.runtime.daemon import Daemon
 
 __all__ = [
     "MAX_EVENTS",
-    "STUN_INTERVAL_S",
     "STUN_RESOLVE_S",
-    "STUN_RETRY_S",
     "NodePaths",
     "path_of",
 ]
@@ -74,13 +71,12 @@ __all__ = [
 log = logging.getLogger("hivemesh.runtime.paths")
 #: Path changes kept for ``status``.
 MAX_EVENTS = 64
-#: A STUN server that answered is asked again after this long (s): well
-#: inside the observed addresses' 300 s lifetime and a NAT's UDP timeout.
-STUN_INTERVAL_S = 60.0
-#: A STUN server that did not answer is asked again after this long (s).
-STUN_RETRY_S = 15.0
 #: The deadline of a STUN server's name lookup (s).
 STUN_RESOLVE_S = 2.0
+
+
+def _mono_ms() -> int:
+    return int(time.monotonic() * 1000)
 
 
 def path_of(channel: Any) -> str:
@@ -107,11 +103,8 @@ class NodePaths:
         self._fallback = Fallback(d.address, int(retry_s * 1000))
         #: Per ``stun`` server: its last answer (``mapped``) or failure (``error``).
         self.stun: dict[str, dict[str, Any]] = {}
-        # transaction id -> (transaction, the server's address, set when answered)
-        self._stun_pending: dict[
-            bytes, tuple[BindingTransaction, tuple[str, int], asyncio.Event]
-        ] = {}
-        self._stun_finished: deque[bytes] = deque(maxlen=16)  # answers may come late
+        self._stun_txs = Transactions()
+        self._stun_answered = asyncio.Event()  # servers are asked one at a time
         self._family = socket.AF_INET
 
     async def start(self, host: str, port: int) -> None:
@@ -221,14 +214,12 @@ class NodePaths:
                 log.debug("no relayed link to %s: %s", short(peer), exc)
 
     async def _stun_loop(self) -> None:
-        due = dict.fromkeys(self.d.config.stun, 0.0)
+        schedule = StunSchedule(self.d.config.stun)
         while True:
             self.d.supervisor.beat("stun")
-            for server in sorted(due):
-                if time.monotonic() >= due[server]:
-                    ok = await self._ask_stun(server)
-                    due[server] = time.monotonic() + (STUN_INTERVAL_S if ok else STUN_RETRY_S)
-            await asyncio.sleep(max(0.0, min(due.values()) - time.monotonic()))
+            for server in schedule.due(_mono_ms()):
+                schedule.asked(server, await self._ask_stun(server), _mono_ms())
+            await asyncio.sleep(max(0, (schedule.next_deadline() or 0) - _mono_ms()) / 1000)
 
     async def _ask_stun(self, server: str) -> bool:
         """One Binding transaction with ``server``; its answer is one observed-address vote."""
@@ -244,8 +235,9 @@ class NodePaths:
             return False
         addr = (str(infos[0][4][0]), int(infos[0][4][1]))
         tx = BindingTransaction(secrets.token_bytes(12), loop.time())
-        answered = asyncio.Event()
-        self._stun_pending[tx.transaction_id] = (tx, addr, answered)
+        answered = self._stun_answered
+        answered.clear()
+        self._stun_txs.open(tx, addr)
         try:
             while not tx.done:
                 for datagram in tx.datagrams_to_send(loop.time()):
@@ -258,8 +250,7 @@ class NodePaths:
                             await answered.wait()
                 tx.handle_timer(loop.time())
         finally:
-            self._stun_pending.pop(tx.transaction_id, None)
-            self._stun_finished.append(tx.transaction_id)
+            self._stun_txs.close(tx)
         if tx.mapped is None:
             d.counters["stun_timeout"] += 1
             self.stun[server] = {"error": f"no answer from {addr[0]}:{addr[1]}", "at": time.time()}
@@ -277,21 +268,16 @@ class NodePaths:
         """A non-QUIC datagram on the QUIC socket: a STUN answer is ours."""
         if not is_stun(data):
             return False
-        pending = self._stun_pending.get(data[8:20])
-        if pending is None and data[8:20] in self._stun_finished:
-            self.d.counters["stun_late_answer"] += 1  # a retransmission's answer
-            return True
         try:
-            if pending is None:
-                raise StunMismatch(f"a STUN message from {addr[0]}:{addr[1]} answers nothing")
-            if addr[:2] != pending[1]:
-                raise StunMismatch(f"a STUN answer from {addr[0]}:{addr[1]}, not the server")
-            pending[0].receive(data)
+            answered = self._stun_txs.receive(data, addr)
         except (StunMalformed, StunMismatch) as exc:
             self.d.counters[exc.code] += 1
             log.debug("STUN datagram from %s:%d dropped: %s", addr[0], addr[1], exc)
             return True
-        pending[2].set()
+        if answered is None:
+            self.d.counters["stun_late_answer"] += 1  # a retransmission's answer
+        else:
+            self._stun_answered.set()
         return True
 
     def statistics(self) -> dict[str, Any]:

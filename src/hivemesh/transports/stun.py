@@ -29,6 +29,11 @@ the mapping observed is the one peers use, and hands answers back here.
   and fails at ``timeout_s`` after its start. A datagram that does not
   answer it raises and leaves it open (a spoofed or garbled datagram must
   not end a transaction), so the driver counts the error by its code.
+* :class:`Transactions` holds the open transactions, each with its
+  server's address, and says which one a datagram answers: it must carry
+  an open transaction's id and come from that server's address, else
+  :class:`~hivemesh.errors.StunMismatch`; an answer to one of the last
+  finished transactions (a retransmission's) is *late*, not an error.
 
 No authentication (a Binding request needs none); a STUN server is trusted
 only as far as the caller decides (docs/nat.md: one server is one vote).
@@ -39,6 +44,7 @@ from __future__ import annotations
 import ipaddress
 import struct
 import zlib
+from collections import deque
 
 from hivemesh.errors import InvalidArgument, StunMalformed, StunMismatch
 
@@ -55,6 +61,7 @@ __all__ = [
     "XOR_MAPPED_ADDRESS",
     "BindingTransaction",
     "StunMessage",
+    "Transactions",
     "binding_request",
     "decode",
     "encode",
@@ -305,3 +312,36 @@ class BindingTransaction:
             raise StunMismatch("a STUN answer to a finished transaction")
         self.mapped = parse_binding_response(data, self.transaction_id)
         return self.mapped
+
+
+class Transactions:
+    """The open Binding transactions by id, each with its server's address
+    (module docs): which one a datagram answers."""
+
+    def __init__(self, *, late: int = 16) -> None:
+        self._open: dict[bytes, tuple[BindingTransaction, HostPort]] = {}
+        self._finished: deque[bytes] = deque(maxlen=late)  # answers may come late
+
+    def open(self, tx: BindingTransaction, server: HostPort) -> None:
+        """Expect answers to ``tx`` from ``server``."""
+        self._open[tx.transaction_id] = (tx, server)
+
+    def close(self, tx: BindingTransaction) -> None:
+        """``tx`` is over: a later answer to it is late."""
+        if self._open.pop(tx.transaction_id, None) is not None:
+            self._finished.append(tx.transaction_id)
+
+    def receive(self, data: bytes, addr: HostPort) -> BindingTransaction | None:
+        """The transaction ``data`` (a STUN message) answered, or None for a
+        late answer; :class:`~hivemesh.errors.StunMismatch` or
+        :class:`~hivemesh.errors.StunMalformed` when it answers none."""
+        txid = data[8:20]
+        pending = self._open.get(txid)
+        if pending is None and txid in self._finished:
+            return None
+        if pending is None:
+            raise StunMismatch(f"a STUN message from {addr[0]}:{addr[1]} answers nothing")
+        if tuple(addr[:2]) != pending[1]:
+            raise StunMismatch(f"a STUN answer from {addr[0]}:{addr[1]}, not the server")
+        pending[0].receive(data)
+        return pending[0]
