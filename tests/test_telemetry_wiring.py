@@ -12,7 +12,7 @@ import pytest
 
 import hivemesh
 from hivemesh.commands import MetricsQuery
-from hivemesh.runtime.telemetry import HEARTBEAT, usage_hook
+from hivemesh.telemetry.app import HEARTBEAT, TelemetryApp, usage_hook
 
 
 async def _until(fn: Any, timeout_s: float = 10.0) -> Any:
@@ -41,7 +41,7 @@ def test_collector_node_stores_its_own_records_and_llm_usage(tmp_path: Path) -> 
 
             async def rows() -> Any:
                 # (the query takes the typed metrics command now, not a dict of args)
-                got = await node.daemon.telemetry.query(MetricsQuery(what="query", sql=sql))
+                got = await node.daemon.app(TelemetryApp).query(MetricsQuery(what="query", sql=sql))
                 return got["rows"] if len(got["rows"]) == 3 else None
 
             got = await _until(rows)

@@ -134,7 +134,7 @@ class Config:
     slow_peer_timeout_s: float = 10.0
     control_timeout_s: float = 10.0
     inbox_max: int = 10_000
-    # [telemetry] (see hivemesh.runtime.telemetry)
+    # [telemetry] (see hivemesh.telemetry.app)
     telemetry: bool = True
     collector: bool = False
     telemetry_timeout_s: float = 5.0

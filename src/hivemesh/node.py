@@ -252,7 +252,7 @@ class Node:
         (a name must be known: see :meth:`wait_name`). Returns the receipt
         (``acked``, ``to``, ``msg_id``, ``rtt_ms``, ...) once the receiver has
         it in its durable inbox; to ``metrics-collector``: telemetry, returned
-        once stored (see :meth:`hivemesh.runtime.telemetry.DaemonTelemetry.submit`)."""
+        once stored (see :meth:`hivemesh.telemetry.app.TelemetryApp.submit`)."""
         return await self.daemon.send_direct(to, data, timeout_s=timeout_s)
 
     async def request(self, to: str, kind: str, body: Any, *, timeout_s: float = 10.0) -> Any:
@@ -289,8 +289,10 @@ class Node:
     def metrics(self) -> Metrics:  # -- telemetry --
         """Record telemetry (``record``, ``count``, ``timer``, ``track_llm``,
         ``track_tool``, ``track_task``); delivered to the node named
-        ``metrics-collector`` (see :mod:`hivemesh.runtime.telemetry`)."""
-        return self.daemon.telemetry.metrics
+        ``metrics-collector`` (see :mod:`hivemesh.telemetry.app`)."""
+        from hivemesh.telemetry.app import TelemetryApp
+
+        return self.daemon.app(TelemetryApp).metrics
 
     async def call(self, request: Command) -> Reply:
         """Run a typed command of :mod:`hivemesh.commands` on this node and

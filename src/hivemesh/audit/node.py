@@ -191,6 +191,6 @@ def _advisor(node: Any) -> Any:
     except (LLMNotConfigured, ConfigError):
         return None
     from hivemesh.audit.advice import llm_advisor
-    from hivemesh.runtime.telemetry import usage_hook
+    from hivemesh.telemetry.app import usage_hook
 
     return llm_advisor(provider_from_config(cfg, on_usage=usage_hook(node.metrics)))

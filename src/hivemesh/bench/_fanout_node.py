@@ -44,8 +44,8 @@ if "--mesh" in sys.argv:
     import hivemesh.mesh.nats_engine
     import hivemesh.runtime.broker
     import hivemesh.runtime.control
-    import hivemesh.runtime.telemetry
     import hivemesh.stores.sqlite
+    import hivemesh.telemetry.app
     import hivemesh.telemetry.columnar  # noqa: F401  (the telemetry sender's first batch)
 START_NS = time.time_ns()  # a late joiner's catch-up counts from here (imports excluded)
 _RU = resource.getrusage(resource.RUSAGE_SELF)

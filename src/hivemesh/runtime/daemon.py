@@ -112,7 +112,7 @@ import random
 import secrets
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 from hivemesh import commands as c
 from hivemesh.commands.names import NameClaim, NameClaimReply
@@ -158,9 +158,11 @@ from hivemesh.errors import (
     InvalidAddress,
     InvalidArgument,
     LocalProtocolError,
+    UnknownCommand,
     UnknownPeer,
 )
 from hivemesh.leases import LeaseClient
+from hivemesh.runtime.apps import APPS, App, load
 from hivemesh.runtime.blobs import Blobs
 from hivemesh.runtime.clock import now_ms
 from hivemesh.runtime.connections import ConnectionManager
@@ -198,6 +200,9 @@ def membership_config(
         push_pull_interval_ms=probe_interval_ms * 30,
         join_timeout_ms=probe_interval_ms * 30,
     )
+
+
+A = TypeVar("A")
 
 
 class Daemon:
@@ -256,6 +261,8 @@ class Daemon:
         self.feedlog: Any = None
         #: QUIC, relays and hole punching (runtime.paths), when configured
         self.paths: Any = None
+        #: the applications running in it (:mod:`hivemesh.runtime.apps`), in start order
+        self.apps: list[App] = []
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -431,11 +438,11 @@ class Daemon:
             self.learn(address, eps)
         for addr, h, p in bootstrap_targets(cfg.bootstrap):
             self.conns.want(h, p, addr)
-        from hivemesh.runtime.telemetry import DaemonTelemetry  # -- telemetry --
-
-        self.telemetry = DaemonTelemetry(self)
-        await self.telemetry.start()  # -- end telemetry --
-        self._opened.append(("telemetry", self.telemetry.stop))
+        for spec in APPS:  # applications (runtime.apps)
+            app = load(spec)(self)
+            await app.start()
+            self.apps.append(app)
+            self._opened.append((app.name, app.stop))
         serve_heads(self)  # majority barriers (sync.majority) ask every voter
         self.supervisor.install(asyncio.get_running_loop())
         self._started = True
@@ -467,7 +474,8 @@ class Daemon:
         if not self._started:
             return
         self.supervisor.closing()
-        await self.telemetry.stop()  # -- telemetry: send what is spooled, briefly --
+        for app in reversed(self.apps):  # telemetry sends what is spooled, briefly
+            await app.stop()
         self._started = False
         self._stopping.set()
         if self._control is not None:
@@ -743,7 +751,8 @@ class Daemon:
         }
         if not self.rehydration.is_complete:  # starting: the parts below do not exist yet
             return st
-        st["telemetry"] = self.telemetry.status()  # -- telemetry --
+        for app in self.apps:
+            st[app.name] = app.status()
         return st
 
     def peers(self) -> list[dict[str, Any]]:
@@ -754,13 +763,29 @@ class Daemon:
         """Send an acknowledged direct message to an address or a name.
 
         Returns when the receiver acknowledged (it is in its inbox); raises
-        :class:`DeadlineExceeded` if no ack came within ``timeout_s``. To the
-        name ``metrics-collector`` it is telemetry: returns once the collector
-        stored it, or raises its reason (``DaemonTelemetry.submit``).
+        :class:`DeadlineExceeded` if no ack came within ``timeout_s``. To a
+        name an application takes (``metrics-collector``: telemetry, returned
+        once the collector stored it), that application's reply.
         """
-        if self.telemetry.takes(to):  # -- telemetry --
-            return await self.telemetry.submit(data, timeout_s=timeout_s)
+        for app in self.apps:
+            if to in app.addressees:
+                return await app.deliver(to, data, timeout_s=timeout_s)
         return await send_direct(self, to, data, timeout_s=timeout_s)
+
+    def app(self, kind: type[A]) -> A:
+        """The running application of class ``kind`` (:mod:`hivemesh.runtime.apps`)."""
+        for app in self.apps:
+            if isinstance(app, kind):
+                return app
+        raise LocalProtocolError(f"no {kind.__name__} runs in this daemon")
+
+    async def app_command(self, req: c.Command) -> c.Reply:
+        """Run ``req`` by the application that answers it."""
+        for app in self.apps:
+            handler = app.commands().get(type(req))
+            if handler is not None:
+                return await handler(req)
+        raise UnknownCommand(f"no application of this daemon answers {req.op!r}")
 
     def inbox(self, limit: int = 100, *, remove: bool = False) -> list[dict[str, Any]]:
         """Direct messages received, oldest first (removed if ``remove``)."""

@@ -8,8 +8,8 @@ it covers the table exactly. Streaming commands (``ctx.watch``,
 ``events.watch``) have a handler in :data:`STREAMS` that yields events.
 
 Handlers of applications live with them and are named here: lease and
-claim ops in :mod:`hivemesh.runtime.leases_ops`, telemetry through the
-daemon's :class:`~hivemesh.runtime.telemetry.DaemonTelemetry`, and the
+claim ops in :mod:`hivemesh.runtime.leases_ops`, telemetry's through the
+daemon's applications (:mod:`hivemesh.runtime.apps`), and the
 planner's in :mod:`hivemesh.roles.meshops`, imported on a node's first plan
 command (a node that never plans never loads the planner).
 """
@@ -28,7 +28,6 @@ from hivemesh.core.event import Event
 from hivemesh.core.identity import address_of
 from hivemesh.errors import DeadlineExceeded, LocalProtocolError, UnknownCommand
 from hivemesh.runtime import leases_ops, majority
-from hivemesh.telemetry.errors import SpoolFull
 
 if TYPE_CHECKING:
     from hivemesh.runtime.daemon import Daemon
@@ -132,39 +131,11 @@ async def _ping(d: Daemon, req: c.Ping) -> c.PingReply:
     return c.PingReply(**await d.ping(req.address, timeout_s=req.timeout_s))
 
 
-# -- telemetry -----------------------------------------------------------------------
+# -- applications (hivemesh.runtime.apps: their commands live with them) -------------
 
 
-async def _metrics_query(d: Daemon, req: c.MetricsQuery) -> Record:
-    return Record(await d.telemetry.query(req))
-
-
-async def _metrics_send(d: Daemon, req: c.MetricsSend) -> c.MetricsSendReply:
-    return c.MetricsSendReply(started=await d.telemetry.start_sending())
-
-
-async def _metrics_record(d: Daemon, req: c.MetricsRecord) -> c.MetricsRecordReply:
-    m = d.telemetry.metrics
-    seqs = []
-    for i in range(req.count):
-        seq = m.record(
-            req.name,
-            req.value,
-            kind=req.kind,
-            unit=req.unit,
-            agent=req.agent,
-            attrs={**req.attrs, "i": i} if req.count > 1 else req.attrs,
-        )
-        if seq is None:
-            raise SpoolFull("the telemetry spool is full: the record was dropped (counted)")
-        seqs.append(seq)
-    stored = None
-    if req.wait_s is not None:
-        await d.telemetry.wait_stored(seqs[-1], req.wait_s)
-        stored = True
-    return c.MetricsRecordReply(
-        recorded=req.count, first_seq=seqs[0], last_seq=seqs[-1], stored=stored
-    )
+async def _by_app(d: Daemon, req: Command) -> Reply:
+    return await d.app_command(req)
 
 
 # -- the planner (an application: its handlers live with it) -----------------------------
@@ -262,9 +233,9 @@ HANDLERS: Mapping[type[Command], Handler] = {
     c.LeaseRenew: leases_ops.renew,
     c.LeaseShow: leases_ops.show,
     c.LeaseVoters: leases_ops.voters,
-    c.MetricsQuery: _metrics_query,
-    c.MetricsRecord: _metrics_record,
-    c.MetricsSend: _metrics_send,
+    c.MetricsQuery: _by_app,
+    c.MetricsRecord: _by_app,
+    c.MetricsSend: _by_app,
     c.NameClaim: _by_peer,
     c.Names: _by_peer,
     c.Peers: _peers,

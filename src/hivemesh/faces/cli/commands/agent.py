@@ -74,7 +74,7 @@ async def _serve(args: argparse.Namespace) -> int:
     from hivemesh.llm import LLMConfig, provider_from_config
     from hivemesh.node import Node
     from hivemesh.roles.agent import RoleDriver, make_role
-    from hivemesh.runtime.telemetry import usage_hook
+    from hivemesh.telemetry.app import usage_hook
     from hivemesh.tools.mcp_client import MCPToolSet
     from hivemesh.tools.spec import merge_specs
 

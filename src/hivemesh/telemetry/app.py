@@ -1,9 +1,12 @@
-"""Fleet telemetry wired into the daemon: every node sends, one node collects.
+"""Fleet telemetry as a daemon application: every node sends, one node collects.
 
 Theory of operation
 -------------------
-:class:`DaemonTelemetry` is the daemon's telemetry part (``daemon.telemetry``;
-``hivemesh.Node.metrics`` is its :attr:`~DaemonTelemetry.metrics`).
+:class:`TelemetryApp` plugs into the daemon through
+:mod:`hivemesh.runtime.apps` (``daemon.app(TelemetryApp)``;
+``hivemesh.Node.metrics`` is its :attr:`~TelemetryApp.metrics`): its status
+section ``telemetry``, its commands ``metrics``, ``metrics.record`` and
+``metrics.send``, and direct messages to the name ``metrics-collector``.
 
 * **Sending (every node).** A :class:`~hivemesh.telemetry.node.NodeTelemetry`
   spools records in the data dir (``telemetry-spool.sqlite3``) and its sender
@@ -23,7 +26,7 @@ Theory of operation
   is not stored stays spooled.
 * **Telemetry by hand.** A direct message to the *name* ``metrics-collector``
   (``hivemesh send-message metrics-collector --data '{...}'``,
-  ``Node.send``) is not a plain message: :meth:`DaemonTelemetry.submit`
+  ``Node.send``) is not a plain message: :meth:`TelemetryApp.submit`
   sends it as a ``metrics`` request and returns only once the collector
   *stored* it (its ack), so "delivered" means stored. The collector maps
   flat shapes onto the schema (:mod:`hivemesh.telemetry.flat`); what it
@@ -39,7 +42,7 @@ Theory of operation
   ``metrics_sinks``: Prometheus, InfluxDB, ClickHouse, OTLP). It answers ``metrics``
   requests with the collector's ack. Plain direct messages
   ``{"type": "metrics", ...}`` sent to the collector's *address* (not its
-  name, which goes through :meth:`DaemonTelemetry.submit`) are ingested too,
+  name, which goes through :meth:`TelemetryApp.submit`) are ingested too,
   and acknowledged once the collector is done with them; their sender learns
   nothing of a refusal (it is logged and counted). Its own records skip the
   mesh and go straight to the local collector.
@@ -68,6 +71,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from hivemesh import commands as c
+from hivemesh.commands import Record
 from hivemesh.errors import (
     DeadlineExceeded,
     HivemeshError,
@@ -77,19 +82,20 @@ from hivemesh.errors import (
 )
 from hivemesh.extras import missing
 from hivemesh.runtime.supervise import reap
-from hivemesh.telemetry.errors import TelemetryRefused
+from hivemesh.telemetry.errors import SpoolFull, TelemetryRefused
 from hivemesh.telemetry.health import NodeStatus, Thresholds
 from hivemesh.telemetry.node import COLLECTOR_NAME, CollectorNode, NodeTelemetry
 from hivemesh.telemetry.recorder import Metrics
 from hivemesh.telemetry.schema import MAX_BATCH_RECORDS
 
 if TYPE_CHECKING:
-    from hivemesh.commands import MetricsQuery
+    from hivemesh.commands import Command, MetricsQuery
+    from hivemesh.runtime.apps import AppHandler
     from hivemesh.runtime.daemon import Daemon
 
-__all__ = ["BATCH_MAX_BYTES", "HEARTBEAT", "MESSAGE_KIND", "DaemonTelemetry", "usage_hook"]
+__all__ = ["BATCH_MAX_BYTES", "HEARTBEAT", "MESSAGE_KIND", "TelemetryApp", "usage_hook"]
 
-log = logging.getLogger("hivemesh.runtime.telemetry")
+log = logging.getLogger("hivemesh.telemetry.app")
 
 #: Request kind (and plain message ``type``) of a metrics batch.
 MESSAGE_KIND = "metrics"
@@ -139,8 +145,12 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
-class DaemonTelemetry:
-    """The telemetry part of one daemon (see module docs)."""
+class TelemetryApp:
+    """The telemetry application of one daemon (see module docs and
+    :class:`hivemesh.runtime.apps.App`)."""
+
+    name = "telemetry"
+    addressees = frozenset({COLLECTOR_NAME})
 
     def __init__(self, daemon: Daemon) -> None:
         self.d = daemon
@@ -233,10 +243,9 @@ class DaemonTelemetry:
                 " does not run a collector: start it with `hivemesh up --collector`"
             ) from None
 
-    @staticmethod
-    def takes(to: str) -> bool:
-        """Is a direct message to ``to`` telemetry (see :meth:`submit`)?"""
-        return to == COLLECTOR_NAME
+    async def deliver(self, to: str, data: Any, *, timeout_s: float) -> dict[str, Any]:
+        """A direct message to ``metrics-collector``: :meth:`submit`."""
+        return await self.submit(data, timeout_s=timeout_s)
 
     async def submit(self, data: Any, *, timeout_s: float) -> dict[str, Any]:
         """Hand-sent telemetry for the collector: return once it is stored.
@@ -345,7 +354,45 @@ class DaemonTelemetry:
             )
         return out
 
-    # -- status and queries -------------------------------------------------------------
+    # -- commands, status and queries ---------------------------------------------------
+
+    def commands(self) -> Mapping[type[Command], AppHandler]:
+        """``metrics``, ``metrics.record`` and ``metrics.send``."""
+        return {
+            c.MetricsQuery: self._query_command,
+            c.MetricsRecord: self.record,
+            c.MetricsSend: self._send_command,
+        }
+
+    async def _query_command(self, req: c.MetricsQuery) -> Record:
+        return Record(await self.query(req))
+
+    async def _send_command(self, req: c.MetricsSend) -> c.MetricsSendReply:
+        return c.MetricsSendReply(started=await self.start_sending())
+
+    async def record(self, req: c.MetricsRecord) -> c.MetricsRecordReply:
+        """Command ``metrics.record``: record ``count`` records here; with
+        ``wait_s``, return once the collector stored them."""
+        seqs = []
+        for i in range(req.count):
+            seq = self.metrics.record(
+                req.name,
+                req.value,
+                kind=req.kind,
+                unit=req.unit,
+                agent=req.agent,
+                attrs={**req.attrs, "i": i} if req.count > 1 else req.attrs,
+            )
+            if seq is None:
+                raise SpoolFull("the telemetry spool is full: the record was dropped (counted)")
+            seqs.append(seq)
+        stored = None
+        if req.wait_s is not None:
+            await self.wait_stored(seqs[-1], req.wait_s)
+            stored = True
+        return c.MetricsRecordReply(
+            recorded=req.count, first_seq=seqs[0], last_seq=seqs[-1], stored=stored
+        )
 
     def status(self) -> dict[str, Any]:
         """The ``telemetry`` section of ``hivemesh status``."""
