@@ -9,8 +9,8 @@ is stored) belong to the node's :class:`~hivemesh.core.peer.Peer`. This
 module does their I/O:
 
 * **The durable inbox.** A ``Persist`` effect's messages go into
-  ``inbox.db`` (SQLite, WAL, ``synchronous=NORMAL``: a commit survives
-  ``kill -9``) in one commit, then ``peer.persisted`` (ok or not: a failed
+  ``inbox.db`` (:class:`hivemesh.stores.inbox.Inbox`) in one commit, then
+  ``peer.persisted`` (ok or not: a failed
   commit releases them unacknowledged, and their retransmissions are taken
   anew). The Peer is told how much room the inbox has (``inbox_max``) at
   start and whenever messages are taken out; with none, messages wait
@@ -30,8 +30,6 @@ module does their I/O:
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import sqlite3
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -40,95 +38,18 @@ from typing import TYPE_CHECKING, Any
 
 from hivemesh.commands.messages import Ping, Send
 from hivemesh.commands.peer import Request, Serve
-from hivemesh.core.codec import pack, unpack
-from hivemesh.core.direct import InboxMessage
 from hivemesh.core.effects import Handle, Persist
-from hivemesh.errors import DecodeError, StoreError
+from hivemesh.errors import StoreError
 from hivemesh.runtime.clock import now_ms as _now_ms
-from hivemesh.stores.private import create_private
+from hivemesh.stores.inbox import Inbox
 
 if TYPE_CHECKING:
     from hivemesh.runtime.daemon import Daemon
 
-__all__ = ["Handler", "Inbox", "Messaging", "ping", "request", "send_direct"]
+__all__ = ["Handler", "Messaging", "ping", "request", "send_direct"]
 
 #: ``handler(sender_address, body) -> reply`` for a request type.
 Handler = Callable[[str, Any], Awaitable[Any]]
-
-
-class Inbox:
-    """Received direct messages in SQLite, oldest first."""
-
-    def __init__(self, path: Path, *, on_removed: Callable[[], None] | None = None) -> None:
-        self._on_removed = on_removed
-        try:
-            create_private(path)  # 0600, and so its -wal and -shm
-            self.db = sqlite3.connect(str(path), isolation_level=None)
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")
-            self.db.execute(
-                "CREATE TABLE IF NOT EXISTS inbox (n INTEGER PRIMARY KEY AUTOINCREMENT,"
-                " sender TEXT NOT NULL, msg_id TEXT NOT NULL, data BLOB NOT NULL,"
-                " received_ms INTEGER NOT NULL, relayed_by TEXT, UNIQUE (sender, msg_id))"
-            )
-        except (sqlite3.Error, OSError) as exc:
-            raise StoreError(f"{path}: cannot open the inbox: {exc}") from None
-
-    def count(self) -> int:
-        """Messages held."""
-        return int(self.db.execute("SELECT count(*) FROM inbox").fetchone()[0])
-
-    def add(self, messages: list[InboxMessage]) -> int:
-        """Store messages in one commit (a duplicate ``(sender, msg_id)`` is
-        ignored); raises :class:`StoreError` with nothing stored."""
-        with contextlib.closing(self.db.cursor()) as cur:
-            try:
-                cur.execute("BEGIN")
-                for m in messages:
-                    cur.execute(
-                        "INSERT OR IGNORE INTO inbox (sender, msg_id, data, received_ms,"
-                        " relayed_by) VALUES (?, ?, ?, ?, ?)",
-                        (m.sender, m.msg_id, pack(m.data), m.received_ms, m.relayed_by),
-                    )
-                cur.execute("COMMIT")
-            except sqlite3.Error as exc:
-                if self.db.in_transaction:
-                    with contextlib.suppress(sqlite3.Error):
-                        self.db.execute("ROLLBACK")
-                raise StoreError(f"inbox write failed: {exc}") from None
-        return len(messages)
-
-    def list(self, limit: int, *, remove: bool = False) -> list[dict[str, Any]]:
-        """The oldest ``limit`` messages (removed if ``remove``)."""
-        rows = self.db.execute(
-            "SELECT n, sender, msg_id, data, received_ms, relayed_by FROM inbox ORDER BY n LIMIT ?",
-            (limit,),
-        ).fetchall()
-        out = []
-        for n, sender, msg_id, data, received_ms, relayed_by in rows:
-            try:
-                value = unpack(data)
-            except DecodeError:
-                value = None
-            out.append(
-                {
-                    "n": n,
-                    "sender": sender,
-                    "msg_id": msg_id,
-                    "data": value,
-                    "received_ms": received_ms,
-                    "relayed_by": relayed_by,
-                }
-            )
-        if remove and out:
-            self.db.execute("DELETE FROM inbox WHERE n <= ?", (out[-1]["n"],))
-            if self._on_removed is not None:
-                self._on_removed()
-        return out
-
-    def close(self) -> None:
-        """Close the database."""
-        self.db.close()
 
 
 class Messaging:
