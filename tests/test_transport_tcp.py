@@ -629,7 +629,7 @@ def _takeover(early: list[bytes], buffered_at_least: int) -> None:
     from hivemesh.transports.channel import ChannelOptions as Opts
     from hivemesh.transports.noise import SecureHandshake, StaticCredentials
     from hivemesh.transports.stats import TransportCounters
-    from hivemesh.transports.tcp import run_handshake as _handshake
+    from hivemesh.transports.streams import run_handshake as _handshake
 
     async def main() -> None:
         s1, s2 = socket.socketpair()
@@ -678,3 +678,14 @@ def test_bytes_buffered_past_the_handshake_are_delivered_first() -> None:
 
 def test_a_full_handshake_buffer_does_not_leave_the_socket_paused() -> None:
     _takeover([bytes([i]) * 60_000 for i in range(6)], 140_000)
+
+
+def test_a_refusal_is_a_zero_length_mark_then_its_code_and_maps_to_a_typed_error() -> None:
+    from hivemesh.errors import HandshakeError
+    from hivemesh.transports.admission import BUSY, REFUSAL_MARK, encode_refusal, refusal_error
+
+    assert encode_refusal(BUSY) == REFUSAL_MARK + b"\x04busy"
+    assert len(encode_refusal("x" * 300)) == 2 + 1 + 255
+    assert isinstance(refusal_error(BUSY), PeerBusy)
+    err = refusal_error("maintenance")
+    assert isinstance(err, HandshakeError) and "maintenance" in str(err)

@@ -97,7 +97,7 @@ from hivemesh.runtime.hostutil import handshake_slots
 from hivemesh.runtime.supervise import reap
 from hivemesh.transports import ChannelOptions, SecureChannel, TransportCounters, connect, serve
 from hivemesh.transports.channel import CLOSE_GRACE_S
-from hivemesh.transports.tcp import PROCESS_BOOT_ID
+from hivemesh.transports.streams import PROCESS_BOOT_ID
 
 __all__ = ["REFUSALS", "REFUSED_BACKOFF_MULT", "ConnectionManager", "PeerLink", "channel_rank"]
 

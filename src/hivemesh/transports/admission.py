@@ -23,6 +23,12 @@ sources (peer IP addresses) that hold the most pending handshakes:
 * one flooding host only ever evicts its own connections once it holds more
   than any other source, so it cannot push out other hosts' handshakes.
 
+The evicted are told why before they are closed, in place of the next
+handshake message (:func:`encode_refusal`; the wire format is
+:mod:`hivemesh.transports.tcp`'s); the dialler raises
+:func:`refusal_error` for it: :class:`~hivemesh.errors.PeerBusy` for
+:data:`BUSY`, :class:`~hivemesh.errors.HandshakeError` naming any other code.
+
 No newcomer is made to wait behind the flood's deadlines. The object only
 decides: the driver (:mod:`hivemesh.transports.tcp`) passes the time in,
 closes what it is told to evict and counts it. Keys are any hashable the
@@ -34,9 +40,27 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Hashable
 
-from hivemesh.errors import InvalidArgument
+from hivemesh.errors import HandshakeError, HivemeshError, InvalidArgument, PeerBusy
 
-__all__ = ["HandshakeAdmission"]
+__all__ = ["BUSY", "REFUSAL_MARK", "HandshakeAdmission", "encode_refusal", "refusal_error"]
+
+#: The first bytes of a refusal (see :mod:`hivemesh.transports.tcp`).
+REFUSAL_MARK = b"\x00\x00"
+#: The refusal code for "too many handshakes or channels: retry later".
+BUSY = "busy"
+
+
+def encode_refusal(code: str) -> bytes:
+    """The wire bytes telling a dialler why it is refused (see the module docs)."""
+    body = code.encode("ascii", "replace")[:255]
+    return REFUSAL_MARK + bytes([len(body)]) + body
+
+
+def refusal_error(code: str) -> HivemeshError:
+    """The dialler's error for a refusal carrying ``code``."""
+    if code == BUSY:
+        return PeerBusy("the peer is busy (too many connections in progress); retry later")
+    return HandshakeError(f"the peer refused the connection: {code!r}")
 
 
 class HandshakeAdmission:

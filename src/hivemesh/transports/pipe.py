@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 The secure channel (:class:`~hivemesh.transports.channel.SecureChannel`) and
-the Noise handshake (:func:`~hivemesh.transports.tcp.run_handshake`) read
+the Noise handshake (:func:`~hivemesh.transports.streams.run_handshake`) read
 and write an asyncio ``StreamReader``/``StreamWriter`` pair over a
 transport. A QUIC stream and a relayed circuit are byte streams too, just
 not sockets: :class:`PipeTransport` is the transport for them, so the very

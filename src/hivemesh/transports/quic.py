@@ -81,8 +81,7 @@ from hivemesh.transports.channel import CLOSE_GRACE_S, Authorize, ChannelOptions
 from hivemesh.transports.noise import RandomBytes, StaticCredentials
 from hivemesh.transports.pipe import PipeTransport, open_pipe
 from hivemesh.transports.stats import TransportCounters
-from hivemesh.transports.streams import secure_accept, secure_dial
-from hivemesh.transports.tcp import PROCESS_BOOT_ID
+from hivemesh.transports.streams import PROCESS_BOOT_ID, secure_accept, secure_dial
 
 __all__ = ["ALPN", "PRIME", "RELAY_ALPN", "QuicEndpoint"]
 

@@ -53,8 +53,7 @@ from hivemesh.transports.quic import QuicEndpoint
 from hivemesh.transports.relay_policy import RelayTable
 from hivemesh.transports.relay_wire import Kind, Message, Punch, decode, encode, parse_hostport
 from hivemesh.transports.stats import TransportCounters
-from hivemesh.transports.streams import secure_accept, secure_dial
-from hivemesh.transports.tcp import PROCESS_BOOT_ID
+from hivemesh.transports.streams import PROCESS_BOOT_ID, secure_accept, secure_dial
 
 __all__ = ["RelayClient", "RelayService"]
 

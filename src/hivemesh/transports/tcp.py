@@ -2,7 +2,10 @@
 
 Theory of operation
 -------------------
-This is the thin asyncio pump around two sans-IO objects:
+The handshake over a stream (shared with QUIC streams and relayed
+circuits) is :mod:`hivemesh.transports.streams`'s; this module opens and
+accepts the TCP connections. Together they are the thin asyncio pump around
+two sans-IO objects:
 :class:`~hivemesh.transports.noise.SecureHandshake` (who is the peer, may we
 talk) and :class:`~hivemesh.transports.session.FrameSession` (frames <->
 encrypted records), driven per connection by
@@ -53,54 +56,24 @@ process.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import secrets
 import socket
-import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from hivemesh.core.identity import Identity
-from hivemesh.errors import (
-    DeadlineExceeded,
-    HandshakeError,
-    HivemeshError,
-    InvalidArgument,
-    PeerBusy,
-    PeerUnreachable,
-    UnknownPeer,
-)
-from hivemesh.transports.admission import HandshakeAdmission
-from hivemesh.transports.channel import Authorize, ChannelOptions, SecureChannel, peer_close_error
-from hivemesh.transports.noise import (
-    ACCEPTED_MESSAGE_BYTES,
-    BOOT_ID_BYTES,
-    RandomBytes,
-    SecureHandshake,
-    StaticCredentials,
-)
-from hivemesh.transports.session import FrameSession
+from hivemesh.errors import DeadlineExceeded, HivemeshError, PeerUnreachable
+from hivemesh.transports.admission import BUSY, HandshakeAdmission, encode_refusal
+from hivemesh.transports.channel import Authorize, ChannelOptions, SecureChannel
+from hivemesh.transports.noise import RandomBytes, SecureHandshake, StaticCredentials
 from hivemesh.transports.stats import TransportCounters
+from hivemesh.transports.streams import PROCESS_BOOT_ID, open_channel, run_handshake, secure_dial
 
-__all__ = [
-    "PROCESS_BOOT_ID",
-    "ChannelOptions",
-    "Listener",
-    "SecureChannel",
-    "connect",
-    "open_channel",
-    "run_handshake",
-    "serve",
-]
+__all__ = ["ChannelOptions", "Listener", "SecureChannel", "connect", "serve"]
 
 _log = logging.getLogger(__name__)
-_U16 = struct.Struct(">H")
-#: The first bytes of a refusal (see the module docs).
-REFUSAL_MARK = b"\x00\x00"
-#: The refusal code for "too many handshakes or channels: retry later".
-BUSY = "busy"
 #: Connections accepted per event-loop turn (asyncio's ``backlog``). Well
 #: under ``max_pending_handshakes``: a newcomer's first message is read
 #: within about two turns, before that many newer connections can evict it.
@@ -108,148 +81,6 @@ ACCEPT_BATCH = 128
 #: Connections the kernel queues for accept (``listen(2)``): deep, so that a
 #: flood does not make it drop a legitimate peer's SYN (a 1 s retransmit).
 LISTEN_QUEUE = 4096
-#: The boot id this process proves when no other is given: random, drawn once
-#: per process start.
-PROCESS_BOOT_ID = secrets.token_bytes(BOOT_ID_BYTES)
-
-
-# -- handshake over a stream ----------------------------------------------------
-
-
-def _write_record(writer: asyncio.StreamWriter, message: bytes) -> None:
-    writer.write(_U16.pack(len(message)) + message)
-
-
-def encode_refusal(code: str) -> bytes:
-    """The wire bytes telling a dialler why it is refused (see the module docs)."""
-    body = code.encode("ascii", "replace")[:255]
-    return REFUSAL_MARK + bytes([len(body)]) + body
-
-
-def refusal_error(code: str) -> HivemeshError:
-    """The dialler's error for a refusal carrying ``code``."""
-    if code == BUSY:
-        return PeerBusy("the peer is busy (too many connections in progress); retry later")
-    return HandshakeError(f"the peer refused the connection: {code!r}")
-
-
-async def _read_refusal(reader: asyncio.StreamReader) -> HivemeshError:
-    """Read a refusal's code (its mark was read); return the error to raise."""
-    (n,) = await reader.readexactly(1)
-    return refusal_error((await reader.readexactly(n)).decode("ascii", "replace"))
-
-
-async def _read_record(
-    reader: asyncio.StreamReader, sizes: tuple[int, ...], *, dialler: bool
-) -> bytes:
-    """One handshake message of one of ``sizes`` (ours first; the others are
-    legacy versions', read only to be refused by their version)."""
-    (size,) = _U16.unpack(await reader.readexactly(2))
-    if size == 0 and dialler:  # only a listener refuses
-        raise await _read_refusal(reader)
-    if size not in sizes:
-        raise HandshakeError(
-            f"handshake message of {size} bytes, expected {sizes[0]} (not hivemesh?)"
-        )
-    return await reader.readexactly(size)
-
-
-async def run_handshake(
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-    hs: SecureHandshake,
-    options: ChannelOptions,
-    progress: Callable[[int], None] | None = None,
-) -> tuple[FrameSession, list[bytes]]:
-    """Run ``hs`` to completion over any byte stream (TCP, a QUIC stream, a
-    relayed circuit); raise typed errors only. Returns the session and the
-    frames that arrived with the responder's ACCEPT.
-
-    The responder calls ``progress(i)`` when handshake message ``i`` (0 or
-    2) has arrived complete.
-    """
-    try:
-        if hs.initiator:
-            _write_record(writer, hs.initiate())
-            reply = hs.receive(await _read_record(reader, ACCEPTED_MESSAGE_BYTES[1], dialler=True))
-            assert reply is not None
-            _write_record(writer, reply)
-            result = hs.result()
-            session = FrameSession(
-                result.send, result.recv, initiator=True, max_frame_bytes=options.max_frame_bytes
-            )
-            # Evicted after message 2, the responder sends a refusal in
-            # place of its ACCEPT record: a record never starts with 0x0000.
-            mark = await reader.readexactly(2)
-            if mark == REFUSAL_MARK:
-                raise await _read_refusal(reader)
-            frames: list[bytes] = []
-            data = mark
-            while True:
-                frames += session.receive_data(data)
-                if session.failure is not None:
-                    raise session.failure
-                if session.peer_close is not None:
-                    raise peer_close_error(session.peer_close)
-                if session.accepted:
-                    return session, frames
-                data = await reader.read(options.read_chunk_bytes)
-                if not data:
-                    raise HandshakeError("the responder closed before accepting us")
-        reply = hs.receive(await _read_record(reader, ACCEPTED_MESSAGE_BYTES[0], dialler=False))
-        assert reply is not None
-        if progress is not None:
-            progress(0)
-        _write_record(writer, reply)
-        try:
-            hs.receive(await _read_record(reader, ACCEPTED_MESSAGE_BYTES[2], dialler=False))
-        except UnknownPeer:
-            result = hs.result()  # keys exist: tell the peer why, encrypted
-            refusal = FrameSession(result.send, result.recv, initiator=False)
-            writer.write(refusal.encode_close(UnknownPeer.code))
-            with contextlib.suppress(Exception):
-                await writer.drain()
-            raise
-        if progress is not None:
-            progress(2)
-        result = hs.result()
-        session = FrameSession(
-            result.send, result.recv, initiator=False, max_frame_bytes=options.max_frame_bytes
-        )
-        writer.write(session.encode_accept())
-        await writer.drain()
-        return session, []
-    except asyncio.IncompleteReadError:
-        raise HandshakeError("the peer closed the connection during the handshake") from None
-    except (ConnectionError, OSError) as exc:
-        raise HandshakeError(f"connection failed during the handshake: {exc}") from None
-
-
-def open_channel(
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-    session: FrameSession,
-    hs: SecureHandshake,
-    options: ChannelOptions,
-    counters: TransportCounters,
-    frames: list[bytes],
-    path: str = "tcp",
-) -> SecureChannel:
-    """The channel of a finished handshake ``hs`` (counted ``handshakes_ok``)."""
-    counters.incr("handshakes_ok")
-    result = hs.result()
-    return SecureChannel(
-        reader,
-        writer,
-        session,
-        peer_address=result.peer_address,
-        handshake_hash=result.handshake_hash,
-        peer_boot_id=result.peer_boot_id,
-        options=options,
-        counters=counters,
-        initial_frames=frames,
-        path=path,
-    )
 
 
 async def connect(
@@ -276,39 +107,34 @@ async def connect(
     in ``counters`` if given. We prove ``boot_id`` (default
     :data:`PROCESS_BOOT_ID`) unless ``credentials`` carry their own.
     """
-    opts = options or ChannelOptions()
     counters = counters if counters is not None else TransportCounters()
-    creds = credentials or StaticCredentials.generate(
-        identity, random_bytes, boot_id=PROCESS_BOOT_ID if boot_id is None else boot_id
-    )
-    if creds.identity is not identity:
-        raise InvalidArgument("credentials belong to another identity")
-    hs = SecureHandshake(
-        creds,
-        initiator=True,
-        random_bytes=random_bytes,
-        authorize=authorize,
-        expect_address=expect_address,
-    )
-    writer: asyncio.StreamWriter | None = None
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
     try:
         try:
             async with asyncio.timeout(timeout_s):
-                try:
-                    reader, writer = await asyncio.open_connection(host, port)
-                except OSError as exc:
-                    raise PeerUnreachable(f"cannot connect to {host}:{port}: {exc}") from None
-                session, frames = await run_handshake(reader, writer, hs, opts)
+                reader, writer = await asyncio.open_connection(host, port)
+        except OSError as exc:
+            raise PeerUnreachable(f"cannot connect to {host}:{port}: {exc}") from None
         except TimeoutError:
-            raise DeadlineExceeded(
-                f"connect+handshake to {host}:{port} over {timeout_s}s"
-            ) from None
+            raise DeadlineExceeded(f"connect to {host}:{port} over {timeout_s}s") from None
     except HivemeshError as exc:
         counters.record_error(exc)
-        if writer is not None:
-            writer.close()
         raise
-    return open_channel(reader, writer, session, hs, opts, counters, frames)
+    return await secure_dial(
+        reader,
+        writer,
+        identity,
+        authorize=authorize,
+        path="tcp",
+        expect_address=expect_address,
+        timeout_s=max(0.0, deadline - loop.time()),
+        random_bytes=random_bytes,
+        credentials=credentials,
+        options=options,
+        counters=counters,
+        boot_id=boot_id,
+    )
 
 
 @dataclass(eq=False, slots=True)
