@@ -11,7 +11,12 @@ from hypothesis import strategies as st
 
 from hivemesh.errors import DecodeError, InvalidArgument
 from hivemesh.transports.punch import ObservedAddresses, PunchSchedule, plan_punch
-from hivemesh.transports.relay_policy import RELAY_CIRCUIT_BIT, RelayLimits, RelayTable
+from hivemesh.transports.relay_policy import (
+    RELAY_CIRCUIT_BIT,
+    RelayLimits,
+    RelayTable,
+    punch_candidates,
+)
 from hivemesh.transports.relay_wire import Kind, Message, Punch, decode, encode
 
 
@@ -151,3 +156,19 @@ def test_punch_retries_back_off_and_reset() -> None:
     assert not s.due("p", 23) and s.due("p", 24)
     s.succeeded("p")
     assert s.due("p", 0)
+
+
+def test_a_reserved_peer_whose_channel_is_gone_gets_no_circuit() -> None:
+    t = RelayTable()
+    assert t.reserve("b") is None
+    assert t.connect("a", 1, "b", online=False) == ("no_reservation", None)
+    assert t.counters["relay_circuits_opened"] == 0
+    assert t.counters["relay_refused_no_reservation"] == 1
+
+
+def test_punch_candidates_put_the_observed_address_first_and_are_bounded() -> None:
+    mine, theirs = ("198.51.100.1", 4000), ("203.0.113.2", 5000)
+    given = (("10.0.0.1", 4000), mine, ("10.0.0.2", 4000))
+    forward, back = punch_candidates(mine, given, theirs, 2)
+    assert forward == (mine, ("10.0.0.1", 4000)) and back == (theirs,)
+    assert punch_candidates(None, given, None, 8) == (given, ())

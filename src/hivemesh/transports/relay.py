@@ -50,7 +50,7 @@ from hivemesh.transports.channel import Authorize, ChannelOptions, SecureChannel
 from hivemesh.transports.noise import StaticCredentials
 from hivemesh.transports.pipe import PipeTransport, open_pipe
 from hivemesh.transports.quic import QuicEndpoint
-from hivemesh.transports.relay_policy import RelayTable
+from hivemesh.transports.relay_policy import RelayTable, punch_candidates
 from hivemesh.transports.relay_wire import Kind, Message, Punch, decode, encode, parse_hostport
 from hivemesh.transports.stats import TransportCounters
 from hivemesh.transports.streams import PROCESS_BOOT_ID, secure_accept, secure_dial
@@ -133,8 +133,6 @@ class RelayService:
             verdict = table.data(peer, msg.circuit, len(msg.data), self._clock())
             if verdict.refused is not None:
                 await self._send(peer, Message(Kind.CLOSE, msg.circuit, text=verdict.refused))
-                if verdict.refused == "oversize":
-                    pass  # the table closed both legs; the other end hears CLOSE below
                 return
             if verdict.delay_s:
                 await asyncio.sleep(verdict.delay_s)
@@ -146,11 +144,9 @@ class RelayService:
             reply = Message(Kind.RESERVED) if code is None else Message(Kind.REFUSED, text=code)
             await self._send(peer, reply)
         elif msg.kind == Kind.CONNECT:
-            code, circuit = table.connect(peer, msg.circuit, msg.text)
-            if circuit is not None and msg.text not in self._peers:
-                table.close(peer, msg.circuit)
-                code, circuit = "no_reservation", None
-                table.counters["relay_refused_no_reservation"] += 1
+            code, circuit = table.connect(
+                peer, msg.circuit, msg.text, online=msg.text in self._peers
+            )
             if circuit is None:
                 await self._send(peer, Message(Kind.REFUSED, msg.circuit, text=code or "?"))
                 return
@@ -171,13 +167,13 @@ class RelayService:
         if code is not None:
             await self._send(peer, Message(Kind.REFUSED, cid, text=code))
             return
-        mine = self._observed.get(peer)
-        theirs = self._observed.get(other)
-        given = tuple(c for c in punch.candidates if c != mine)
-        forward = ((mine,) if mine else ()) + given
-        max_c = self.table.limits.max_candidates
-        await self._send(other, Message(Kind.PUNCH, ocid, punch=Punch(peer, forward[:max_c])))
-        back = (theirs,) if theirs else ()
+        forward, back = punch_candidates(
+            self._observed.get(peer),
+            punch.candidates,
+            self._observed.get(other),
+            self.table.limits.max_candidates,
+        )
+        await self._send(other, Message(Kind.PUNCH, ocid, punch=Punch(peer, forward)))
         await self._send(peer, Message(Kind.PUNCH, cid, punch=Punch(other, back)))
 
 

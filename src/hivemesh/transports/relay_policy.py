@@ -11,11 +11,11 @@ in :attr:`RelayTable.counters` under ``relay_refused_<code>``.
 
 * ``reserve(peer)``: the peer becomes reachable through us, at most
   ``max_reservations`` peers.
-* ``connect(src, src_cid, target)``: a circuit from ``src`` to a reserved
-  ``target``; at most ``max_circuits_per_peer`` per peer (either end) and
-  ``max_circuits`` in all. Circuits are numbered per leg: ``src`` names
-  its leg (below :data:`RELAY_CIRCUIT_BIT`), we name the target's (with
-  that bit set), so ids a node picks and ids the relay picks never collide.
+* ``connect(src, src_cid, target, online=...)``: a circuit from ``src`` to a
+  reserved ``target`` whose relay channel is up (``online``); at most
+  ``max_circuits_per_peer`` per peer (either end) and ``max_circuits`` in
+  all. Circuits are numbered per leg: ``src`` names its leg (below
+  :data:`RELAY_CIRCUIT_BIT`), we name the target's (with that bit set), so ids a node picks and ids the relay picks never collide.
 * ``data(src, cid, size, now)``: forward ``size`` bytes of a circuit to its
   other leg. Over ``max_data_bytes`` in one message is refused (the circuit
   closes: its end-to-end stream cannot skip bytes). Each source peer has a
@@ -27,6 +27,10 @@ in :attr:`RelayTable.counters` under ``relay_refused_<code>``.
   (``spoofed``), when the circuit is not ``src``'s (``foreign``), with more
   than ``max_candidates`` (``candidates``) or sooner than
   ``punch_interval_s`` after the last one on that circuit (``punch_rate``).
+  :func:`punch_candidates` says what each end is told: the other end gets
+  the sender's address as the relay observed it first, then the sender's
+  own candidates (at most ``max_candidates``); the sender gets the other
+  end's observed address.
 
 The relay reads nothing of the circuit's bytes: they are an end-to-end Noise
 stream between the two ends, who prove their identities to each other.
@@ -39,7 +43,16 @@ from dataclasses import dataclass, field
 
 from hivemesh.errors import InvalidArgument
 
-__all__ = ["RELAY_CIRCUIT_BIT", "Circuit", "DataVerdict", "RelayLimits", "RelayTable"]
+__all__ = [
+    "RELAY_CIRCUIT_BIT",
+    "Circuit",
+    "DataVerdict",
+    "RelayLimits",
+    "RelayTable",
+    "punch_candidates",
+]
+
+HostPort = tuple[str, int]
 
 #: Circuit ids on one relay channel: the client numbers the circuits it opens
 #: below this bit, the relay numbers incoming ones with it set, so the two
@@ -125,9 +138,12 @@ class RelayTable:
         self.counters["relay_reservations"] += 1
         return None
 
-    def connect(self, src: str, src_cid: int, target: str) -> tuple[str | None, Circuit | None]:
-        """Open a circuit ``src -> target``: ``(None, circuit)`` or ``(code, None)``."""
-        if target == src or target not in self.reservations:
+    def connect(
+        self, src: str, src_cid: int, target: str, *, online: bool = True
+    ) -> tuple[str | None, Circuit | None]:
+        """Open a circuit ``src -> target`` (``online``: its relay channel is
+        up): ``(None, circuit)`` or ``(code, None)``."""
+        if target == src or target not in self.reservations or not online:
             return self._refuse("no_reservation"), None
         if (src, src_cid) in self._legs or not 0 < src_cid < RELAY_CIRCUIT_BIT:
             return self._refuse("bad_circuit"), None
@@ -204,3 +220,15 @@ class RelayTable:
         self.reservations.discard(peer)
         self._buckets.pop(peer, None)
         return [o for (p, cid) in sorted(self._legs) if p == peer and (o := self.close(p, cid))]
+
+
+def punch_candidates(
+    mine: HostPort | None,
+    given: tuple[HostPort, ...],
+    theirs: HostPort | None,
+    max_candidates: int,
+) -> tuple[tuple[HostPort, ...], tuple[HostPort, ...]]:
+    """``(to the other end, back to the sender)`` for a PUNCH whose sender
+    the relay sees at ``mine`` and the other end at ``theirs`` (module docs)."""
+    forward = ((mine,) if mine else ()) + tuple(c for c in given if c != mine)
+    return forward[:max_candidates], ((theirs,) if theirs else ())
