@@ -15,7 +15,8 @@ in :attr:`RelayTable.counters` under ``relay_refused_<code>``.
   reserved ``target`` whose relay channel is up (``online``); at most
   ``max_circuits_per_peer`` per peer (either end) and ``max_circuits`` in
   all. Circuits are numbered per leg: ``src`` names its leg (below
-  :data:`RELAY_CIRCUIT_BIT`), we name the target's (with that bit set), so ids a node picks and ids the relay picks never collide.
+  :data:`RELAY_CIRCUIT_BIT`), we name the target's (with that bit set), so
+  ids a node picks and ids the relay picks never collide.
 * ``data(src, cid, size, now)``: forward ``size`` bytes of a circuit to its
   other leg. Over ``max_data_bytes`` in one message is refused (the circuit
   closes: its end-to-end stream cannot skip bytes). Each source peer has a
