@@ -95,7 +95,14 @@ from hivemesh.errors import (
 )
 from hivemesh.runtime.hostutil import handshake_slots
 from hivemesh.runtime.supervise import reap
-from hivemesh.transports import ChannelOptions, SecureChannel, TransportCounters, connect, serve
+from hivemesh.transports import (
+    ChannelOptions,
+    Listener,
+    SecureChannel,
+    TransportCounters,
+    connect,
+    serve,
+)
 from hivemesh.transports.channel import CLOSE_GRACE_S
 from hivemesh.transports.streams import PROCESS_BOOT_ID
 
@@ -120,7 +127,7 @@ class PeerLink:
     """One channel to a peer: the peer's link, or a retired duplicate still draining."""
 
     address: str
-    channel: Any
+    channel: SecureChannel
     dialer: str
     endpoint: tuple[str, int] | None
     since_s: float
@@ -215,7 +222,7 @@ class ConnectionManager:
         self._events: deque[tuple[str, bool]] = deque()  # on_peer calls, in order
         self._notify_lock = asyncio.Lock()
         self._notifier: asyncio.Task[None] | None = None
-        self._server: Any = None
+        self._server: Listener | None = None
         self._closing = False
 
     # -- lifecycle -----------------------------------------------------------
@@ -236,7 +243,7 @@ class ConnectionManager:
             )
         except OSError as exc:
             raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-        self.listen_port = _bound_port(self._server, port)
+        self.listen_port = self._server.port
         return self.listen_port
 
     async def close(self) -> None:
@@ -248,9 +255,7 @@ class ConnectionManager:
         if self._server is not None:
             with contextlib.suppress(Exception):
                 self._server.close()
-                wait = getattr(self._server, "wait_closed", None)
-                if wait is not None:
-                    await asyncio.wait_for(wait(), 2.0)
+                await asyncio.wait_for(self._server.wait_closed(), 2.0)
         links = list(self.links.values())
         await asyncio.gather(
             *(link.channel.wait_sent(1.0) for link in links), return_exceptions=True
@@ -268,15 +273,15 @@ class ConnectionManager:
             self._notifier.cancel()
         await reap([*dials, *readers, *([self._notifier] if self._notifier else [])], "link")
 
-    async def _accepted(self, channel: Any) -> None:
+    async def _accepted(self, channel: SecureChannel) -> None:
         self._adopt(channel, dialer=channel.peer_address, endpoint=None)
         await self._deliver()
 
-    async def adopt_inbound(self, channel: Any) -> None:
+    async def adopt_inbound(self, channel: SecureChannel) -> None:
         """Take a channel the peer opened over another transport (QUIC, a relay)."""
         await self._accepted(channel)
 
-    async def adopt_outbound(self, channel: Any) -> None:
+    async def adopt_outbound(self, channel: SecureChannel) -> None:
         """Take a channel this node opened over another transport (QUIC, a relay)."""
         self._adopt(channel, dialer=self.address, endpoint=channel.remote_endpoint)
         await self._deliver()
@@ -360,7 +365,8 @@ class ConnectionManager:
             self.counters["dial_superseded"] += 1
             outcome = Outcome.SUPERSEDED
         except (OSError, TimeoutError, HivemeshError) as exc:
-            self.counters[f"dial_failed_{getattr(exc, 'code', 'dial_error')}"] += 1
+            code = exc.code if isinstance(exc, HivemeshError) else "dial_error"
+            self.counters[f"dial_failed_{code}"] += 1
             error = f"{type(exc).__name__}: {exc}"
             if isinstance(exc, REFUSALS):
                 outcome = Outcome.REFUSED
@@ -402,7 +408,9 @@ class ConnectionManager:
 
     # -- channels ------------------------------------------------------------
 
-    def _adopt(self, channel: Any, *, dialer: str, endpoint: tuple[str, int] | None) -> None:
+    def _adopt(
+        self, channel: SecureChannel, *, dialer: str, endpoint: tuple[str, int] | None
+    ) -> None:
         """Take a freshly handshaken channel: it becomes the link, retires,
         replaces a restarted peer's link or is refused (module docs)."""
         peer: str = channel.peer_address
@@ -420,7 +428,7 @@ class ConnectionManager:
                 peer,
                 dialer,
                 channel.handshake_hash,
-                relayed=str(getattr(channel, "path", "tcp")).startswith("relay"),
+                relayed=channel.path.startswith("relay"),
             ),
             opened_mono=time.monotonic(),
             last_rx_mono=time.monotonic(),
@@ -565,7 +573,9 @@ class ConnectionManager:
         except (TransportError, OSError, EOFError) as exc:
             reason = link.channel.close_reason
             code = reason.code if isinstance(reason, HivemeshError) else None
-            self.counters[f"channel_closed_{code or getattr(exc, 'code', 'os_error')}"] += 1
+            if code is None:
+                code = exc.code if isinstance(exc, HivemeshError) else "os_error"
+            self.counters[f"channel_closed_{code}"] += 1
             if link.channel.peer_close_code is not None and isinstance(reason, REFUSALS):
                 self._refused(link.address, reason, None)
         except (KeyboardInterrupt, SystemExit):
@@ -757,7 +767,7 @@ class ConnectionManager:
                 "endpoint": f"{link.endpoint[0]}:{link.endpoint[1]}" if link.endpoint else None,
                 "since_s": round(link.since_s, 3),
                 "channel_id": link.channel.handshake_hash[:8].hex(),
-                "path": getattr(link.channel, "path", "tcp"),
+                "path": link.channel.path,
                 "boot_id": link.boot_id.hex(),
                 "frames_in": st.frames_in,
                 "frames_out": st.frames_out,
@@ -770,20 +780,9 @@ class ConnectionManager:
         return out
 
 
-def _state(channel: Any) -> State:
+def _state(channel: SecureChannel) -> State:
     """A link's channel as the link rule sees it (core.links.State)."""
     if channel.is_sending:
         return State.OPEN
     superseded = isinstance(channel.close_reason, ChannelSuperseded)
     return State.SUPERSEDED if superseded else State.ENDED
-
-
-def _bound_port(server: Any, requested: int) -> int:
-    for attr in ("port", "listen_port"):
-        value = getattr(server, attr, None)
-        if isinstance(value, int):
-            return value
-    sockets = getattr(server, "sockets", None)
-    if sockets:
-        return int(sockets[0].getsockname()[1])
-    return requested

@@ -56,6 +56,7 @@ from hivemesh.config import bootstrap_targets, parse_endpoint
 from hivemesh.core.dialer import Fallback, StunSchedule, path_changes
 from hivemesh.core.identity import short
 from hivemesh.errors import ConfigError, HivemeshError, StunMalformed, StunMismatch
+from hivemesh.transports.channel import SecureChannel
 from hivemesh.transports.stun import BindingTransaction, Transactions, is_stun
 
 if TYPE_CHECKING:
@@ -79,10 +80,10 @@ def _mono_ms() -> int:
     return int(time.monotonic() * 1000)
 
 
-def path_of(channel: Any) -> str:
+def path_of(channel: SecureChannel) -> str:
     """A channel's path in words: ``direct TCP``, ``direct UDP``, ``punched``,
     ``relayed via <relay>``."""
-    path = str(getattr(channel, "path", "tcp"))
+    path = channel.path
     if path.startswith("relay:"):
         return f"relayed via {short(path[6:])}"
     return {"tcp": "direct TCP", "udp": "direct UDP"}.get(path, path)
@@ -180,7 +181,7 @@ class NodePaths:
     def has_direct(self, peer: str) -> bool:
         """Whether ``peer``'s link runs directly (not through a relay)."""
         link = self.d.conns.links.get(peer)
-        return link is not None and not str(getattr(link.channel, "path", "")).startswith("relay")
+        return link is not None and not link.channel.path.startswith("relay")
 
     async def _loop(self) -> None:
         while True:

@@ -124,7 +124,7 @@ def peers_of(d: Daemon) -> list[dict[str, Any]]:
                 "channel": chans.get(addr),
                 # direct TCP, direct UDP, punched, relayed via <relay>; RTT where measured
                 "path": path_of(link.channel) if (link := d.conns.links.get(addr)) else None,
-                "rtt_ms": getattr(link.channel, "rtt_ms", None) if link else None,
+                "rtt_ms": link.channel.rtt_ms if link else None,
                 "revoked": d.trust.is_revoked(addr),
             }
         )
