@@ -626,8 +626,8 @@ def _takeover(early: list[bytes], buffered_at_least: int) -> None:
     (the stream reader pauses the socket when its buffer fills)."""
     import secrets
 
-    from hivemesh.transports.channel import ChannelOptions as Opts
     from hivemesh.transports.noise import SecureHandshake, StaticCredentials
+    from hivemesh.transports.session import ChannelOptions as Opts
     from hivemesh.transports.stats import TransportCounters
     from hivemesh.transports.streams import run_handshake as _handshake
 
@@ -689,3 +689,19 @@ def test_a_refusal_is_a_zero_length_mark_then_its_code_and_maps_to_a_typed_error
     assert isinstance(refusal_error(BUSY), PeerBusy)
     err = refusal_error("maintenance")
     assert isinstance(err, HandshakeError) and "maintenance" in str(err)
+
+
+def test_a_peer_close_code_becomes_its_typed_error_by_one_table() -> None:
+    from hivemesh.errors import ChannelSuperseded, ConnectionClosed, InviteUsed, StaleBoot
+    from hivemesh.transports.session import peer_close_error
+
+    expected = {
+        "unknown_peer": UnknownPeer,
+        "invite_used": InviteUsed,
+        "channel_superseded": ChannelSuperseded,
+        "stale_boot": StaleBoot,
+        "normal": ConnectionClosed,
+    }
+    assert {code: type(peer_close_error(code)) for code in expected} == expected
+    other = peer_close_error("going_away")
+    assert type(other) is ConnectionClosed and "going_away" in str(other)

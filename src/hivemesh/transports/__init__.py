@@ -8,8 +8,8 @@
   the asyncio TCP driver: :func:`connect`, :func:`serve`.
 """
 
-from hivemesh.transports.channel import ChannelOptions as ChannelOptions
 from hivemesh.transports.channel import SecureChannel as SecureChannel
+from hivemesh.transports.session import ChannelOptions as ChannelOptions
 from hivemesh.transports.stats import ChannelStatistics as ChannelStatistics
 from hivemesh.transports.stats import TransportCounters as TransportCounters
 from hivemesh.transports.tcp import Listener as Listener

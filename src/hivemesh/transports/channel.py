@@ -50,29 +50,25 @@ import logging
 import socket
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import cast
 
-from hivemesh.core.codec import MAX_FRAME_BYTES
-from hivemesh.core.joins import JOIN_REFUSALS
 from hivemesh.errors import (
     ChannelSuperseded,
     ConnectionClosed,
     DeadlineExceeded,
     HivemeshError,
     InvalidArgument,
-    StaleBoot,
     UnknownPeer,
     WouldBlock,
 )
 from hivemesh.transports._queue import FrameQueue
-from hivemesh.transports.session import FrameSession
+from hivemesh.transports.session import ChannelOptions, FrameSession, peer_close_error
 from hivemesh.transports.stats import ChannelStatistics, TransportCounters
 
 _log = logging.getLogger(__name__)
 
-__all__ = ["CLOSE_GRACE_S", "Authorize", "ChannelOptions", "SecureChannel", "peer_close_error"]
+__all__ = ["CLOSE_GRACE_S", "Authorize", "SecureChannel"]
 
 #: ``struct tcp_info`` (Linux): read this many bytes; ``tcpi_rtt`` (µs) is at this offset.
 _TCP_INFO_BYTES = 104
@@ -83,46 +79,6 @@ CLOSE_GRACE_S = 2.0
 
 #: The trust policy: ``authorize(address) -> bool``.
 Authorize = Callable[[str], bool]
-
-
-@dataclass(frozen=True)
-class ChannelOptions:
-    """Limits and deadlines of a channel (defaults suit a LAN mesh)."""
-
-    max_frame_bytes: int = MAX_FRAME_BYTES
-    send_queue_frames: int = 4096
-    send_queue_bytes: int = 8 * 1024 * 1024
-    recv_queue_frames: int = 4096
-    recv_queue_bytes: int = 8 * 1024 * 1024
-    write_batch_bytes: int = 256 * 1024
-    read_chunk_bytes: int = 256 * 1024
-    write_stall_timeout_s: float = 30.0
-    handshake_timeout_s: float = 5.0
-
-    def __post_init__(self) -> None:
-        for name, value in sorted(vars(self).items()):
-            if not value > 0:
-                raise InvalidArgument(f"ChannelOptions.{name} must be positive, got {value!r}")
-
-
-#: CLOSE codes by which a peer refuses a join, each raised as its own type.
-_JOIN_REFUSALS = JOIN_REFUSALS  # the Peer's table (core.joins): one text per cause
-
-
-def peer_close_error(code: str) -> HivemeshError:
-    """The local error for a CLOSE item carrying ``code`` from the peer."""
-    if code == UnknownPeer.code:
-        return UnknownPeer("the peer does not trust this node (refused or revoked)")
-    if code in _JOIN_REFUSALS:
-        cls, text = _JOIN_REFUSALS[code]
-        return cls(text)
-    if code == "normal":
-        return ConnectionClosed("the peer closed the channel")
-    if code == ChannelSuperseded.code:
-        return ChannelSuperseded("the peer retired this duplicate channel")
-    if code == StaleBoot.code:
-        return StaleBoot("the peer holds a link to a later life of this node (same key twice?)")
-    return ConnectionClosed(f"the peer closed the channel: {code}")
 
 
 class SecureChannel:

@@ -77,9 +77,10 @@ from hivemesh.errors import (
     PeerBusy,
     PeerUnreachable,
 )
-from hivemesh.transports.channel import CLOSE_GRACE_S, Authorize, ChannelOptions, SecureChannel
+from hivemesh.transports.channel import CLOSE_GRACE_S, Authorize, SecureChannel
 from hivemesh.transports.noise import RandomBytes, StaticCredentials
 from hivemesh.transports.pipe import PipeTransport, open_pipe
+from hivemesh.transports.session import ChannelOptions
 from hivemesh.transports.stats import TransportCounters
 from hivemesh.transports.streams import PROCESS_BOOT_ID, secure_accept, secure_dial
 

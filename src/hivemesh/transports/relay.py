@@ -46,12 +46,13 @@ from hivemesh.errors import (
     PeerUnreachable,
     WouldBlock,
 )
-from hivemesh.transports.channel import Authorize, ChannelOptions, SecureChannel
+from hivemesh.transports.channel import Authorize, SecureChannel
 from hivemesh.transports.noise import StaticCredentials
 from hivemesh.transports.pipe import PipeTransport, open_pipe
 from hivemesh.transports.quic import QuicEndpoint
 from hivemesh.transports.relay_policy import RelayTable, punch_candidates
 from hivemesh.transports.relay_wire import Kind, Message, Punch, decode, encode, parse_hostport
+from hivemesh.transports.session import ChannelOptions
 from hivemesh.transports.stats import TransportCounters
 from hivemesh.transports.streams import PROCESS_BOOT_ID, secure_accept, secure_dial
 

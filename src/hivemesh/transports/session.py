@@ -32,6 +32,10 @@ that it passed the responder's trust check (otherwise it receives
 CLOSE("unknown_peer")). CLOSE(code) is sent before a deliberate close, so an
 EOF without it is visibly an unclean end (crash or truncation).
 
+A CLOSE code from the peer becomes a typed local error by the table
+:data:`PEER_CLOSE` (:func:`peer_close_error`); :class:`ChannelOptions` are
+the limits and deadlines of a channel.
+
 Failure is sticky and never loses authenticated input: :meth:`receive_data`
 returns every frame that arrived intact before the fault and records the
 fault in :attr:`FrameSession.failure`; later input is ignored.
@@ -40,14 +44,20 @@ fault in :attr:`FrameSession.failure`; later input is ignored.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from hivemesh.core.codec import MAX_FRAME_BYTES
+from hivemesh.core.joins import JOIN_REFUSALS
 from hivemesh.errors import (
+    ChannelSuperseded,
+    ConnectionClosed,
     DecodeError,
     FrameTooLarge,
     HivemeshError,
     InvalidArgument,
+    StaleBoot,
+    UnknownPeer,
 )
 from hivemesh.transports.noise import MAX_MESSAGE_BYTES, TAG_BYTES, CipherState
 
@@ -56,8 +66,53 @@ __all__ = [
     "CONTROL_CLOSE",
     "MAX_CONTROL_BYTES",
     "MAX_RECORD_PLAINTEXT",
+    "PEER_CLOSE",
+    "ChannelOptions",
     "FrameSession",
+    "peer_close_error",
 ]
+
+
+@dataclass(frozen=True)
+class ChannelOptions:
+    """Limits and deadlines of a channel (defaults suit a LAN mesh)."""
+
+    max_frame_bytes: int = MAX_FRAME_BYTES
+    send_queue_frames: int = 4096
+    send_queue_bytes: int = 8 * 1024 * 1024
+    recv_queue_frames: int = 4096
+    recv_queue_bytes: int = 8 * 1024 * 1024
+    write_batch_bytes: int = 256 * 1024
+    read_chunk_bytes: int = 256 * 1024
+    write_stall_timeout_s: float = 30.0
+    handshake_timeout_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        for name, value in sorted(vars(self).items()):
+            if not value > 0:
+                raise InvalidArgument(f"ChannelOptions.{name} must be positive, got {value!r}")
+
+
+#: A CLOSE code from the peer -> the local error raised for it, and its text
+#: (a join's refusals are the Peer's table, core.joins); any other code is a
+#: :class:`~hivemesh.errors.ConnectionClosed` naming it.
+PEER_CLOSE: Mapping[str, tuple[type[HivemeshError], str]] = {
+    **JOIN_REFUSALS,
+    UnknownPeer.code: (UnknownPeer, "the peer does not trust this node (refused or revoked)"),
+    "normal": (ConnectionClosed, "the peer closed the channel"),
+    ChannelSuperseded.code: (ChannelSuperseded, "the peer retired this duplicate channel"),
+    StaleBoot.code: (
+        StaleBoot,
+        "the peer holds a link to a later life of this node (same key twice?)",
+    ),
+}
+
+
+def peer_close_error(code: str) -> HivemeshError:
+    """The local error for a CLOSE item carrying ``code`` from the peer."""
+    cls, text = PEER_CLOSE.get(code, (ConnectionClosed, f"the peer closed the channel: {code}"))
+    return cls(text)
+
 
 #: Largest plaintext in one record.
 MAX_RECORD_PLAINTEXT = MAX_MESSAGE_BYTES - TAG_BYTES

@@ -33,7 +33,7 @@ from hivemesh.errors import (
     UnknownPeer,
 )
 from hivemesh.transports.admission import REFUSAL_MARK, refusal_error
-from hivemesh.transports.channel import Authorize, ChannelOptions, SecureChannel, peer_close_error
+from hivemesh.transports.channel import Authorize, SecureChannel
 from hivemesh.transports.noise import (
     ACCEPTED_MESSAGE_BYTES,
     BOOT_ID_BYTES,
@@ -41,7 +41,7 @@ from hivemesh.transports.noise import (
     SecureHandshake,
     StaticCredentials,
 )
-from hivemesh.transports.session import FrameSession
+from hivemesh.transports.session import ChannelOptions, FrameSession, peer_close_error
 from hivemesh.transports.stats import TransportCounters
 
 __all__ = ["PROCESS_BOOT_ID", "open_channel", "run_handshake", "secure_accept", "secure_dial"]

@@ -66,8 +66,9 @@ from dataclasses import dataclass
 from hivemesh.core.identity import Identity
 from hivemesh.errors import DeadlineExceeded, HivemeshError, PeerUnreachable
 from hivemesh.transports.admission import BUSY, HandshakeAdmission, encode_refusal
-from hivemesh.transports.channel import Authorize, ChannelOptions, SecureChannel
+from hivemesh.transports.channel import Authorize, SecureChannel
 from hivemesh.transports.noise import RandomBytes, SecureHandshake, StaticCredentials
+from hivemesh.transports.session import ChannelOptions
 from hivemesh.transports.stats import TransportCounters
 from hivemesh.transports.streams import PROCESS_BOOT_ID, open_channel, run_handshake, secure_dial
 

@@ -37,10 +37,11 @@ from collections.abc import Awaitable, Callable
 
 from hivemesh.core.identity import Identity
 from hivemesh.errors import HivemeshError, PeerUnreachable
-from hivemesh.transports.channel import Authorize, ChannelOptions, SecureChannel
+from hivemesh.transports.channel import Authorize, SecureChannel
 from hivemesh.transports.punch import ObservedAddresses, PunchSchedule, plan_punch
 from hivemesh.transports.quic import QuicEndpoint
 from hivemesh.transports.relay import RelayClient
+from hivemesh.transports.session import ChannelOptions
 from hivemesh.transports.stats import TransportCounters
 
 __all__ = ["Traversal"]
