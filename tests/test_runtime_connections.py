@@ -12,13 +12,14 @@ from hivemesh.transports import ChannelOptions, SecureChannel, serve
 
 
 def _manager(ident: Identity, events: list[tuple[str, bool]], **kw: Any) -> ConnectionManager:
-    async def on_frame(peer: str, frame: bytes) -> None:
+    async def on_frames(peer: str, frames: list[bytes]) -> None:
         return None
 
     async def on_peer(peer: str, up: bool) -> None:
         events.append((peer, up))
 
     opts: dict[str, Any] = {
+        "on_frames": on_frames,
         "dial_timeout_s": 2.0,
         "reconnect_min_s": 0.05,
         "reconnect_max_s": 0.2,
@@ -28,7 +29,6 @@ def _manager(ident: Identity, events: list[tuple[str, bool]], **kw: Any) -> Conn
     return ConnectionManager(
         ident,
         authorize=lambda _a: True,
-        on_frame=on_frame,
         on_peer=on_peer,
         rng=random.Random(1),
         **opts,

@@ -69,9 +69,6 @@ class Peer:
         self.got: list[bytes] = []
         self._block_first = block_first
 
-        async def on_frame(peer: str, frame: bytes) -> None:
-            self.got.append(frame)
-
         async def on_frames(peer: str, frames: list[bytes]) -> None:
             gate, self._block_first = self._block_first, None
             if gate is not None:
@@ -84,7 +81,6 @@ class Peer:
         self.mgr = ConnectionManager(
             ident,
             authorize=lambda _a: True,
-            on_frame=on_frame,
             on_frames=on_frames,
             on_peer=on_peer,
             dial_timeout_s=2.0,

@@ -242,7 +242,7 @@ def test_a_node_whose_timer_keeps_failing_stops_and_says_why(tmp_path: Path) -> 
 
 
 def _manager(ident: Identity, sup: Supervisor) -> ConnectionManager:
-    async def on_frame(peer: str, frame: bytes) -> None:
+    async def on_frames(peer: str, frames: list[bytes]) -> None:
         return None
 
     async def on_peer(peer: str, up: bool) -> None:
@@ -251,7 +251,7 @@ def _manager(ident: Identity, sup: Supervisor) -> ConnectionManager:
     return ConnectionManager(
         ident,
         authorize=lambda _a: True,
-        on_frame=on_frame,
+        on_frames=on_frames,
         on_peer=on_peer,
         dial_timeout_s=2.0,
         reconnect_min_s=0.05,

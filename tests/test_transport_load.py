@@ -175,7 +175,7 @@ def test_a_dialler_refused_as_busy_says_so_and_backs_off() -> None:
                 HOST, listener.port, Identity.from_seed(b"c" * 32), authorize=trust_all
             )
 
-            async def on_frame(peer: str, frame: bytes) -> None:
+            async def on_frames(peer: str, frames: list[bytes]) -> None:
                 return None
 
             async def on_peer(peer: str, up: bool) -> None:
@@ -184,7 +184,7 @@ def test_a_dialler_refused_as_busy_says_so_and_backs_off() -> None:
             mgr = ConnectionManager(
                 A,
                 authorize=trust_all,
-                on_frame=on_frame,
+                on_frames=on_frames,
                 on_peer=on_peer,
                 dial_timeout_s=2.0,
                 reconnect_min_s=0.1,

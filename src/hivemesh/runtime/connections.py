@@ -3,31 +3,25 @@
 Theory of operation
 -------------------
 The manager keeps at most one :class:`~hivemesh.transports` secure channel per
-peer address (its *link*) and hands every received frame to
-``on_frame(peer, frame)``, or, when an ``on_frames`` callback is given, every
-batch of frames read at once to ``on_frames(peer, frames)`` (the daemon then
-flushes once per batch). ``on_frames_now(peer, frames) -> bool`` gets them
-straight from the read callback while the link's reader is idle with nothing
-queued; when it returns False they take the reader's path, in order.
+peer address (its *link*) and hands every batch of frames read at once to
+``on_frames(peer, frames)`` (the daemon then flushes once per batch).
+``on_frames_now(peer, frames) -> bool`` gets them straight from the read
+callback while the link's reader is idle with nothing queued; when it
+returns False they take the reader's path, in order.
 ``on_peer(peer, up)`` reports links coming and going, one call at a time
 and in order: inline in the dialler, acceptor or reader that saw the change,
 or from a small task when it was seen inside :meth:`send` (the daemon sends
 holding its flush lock, and ``on_peer`` flushes), so a callback may send.
 
-* **Dialling.** :meth:`ConnectionManager.want` registers an endpoint to keep a
-  channel to: a known ``(address, host, port)`` or a bootstrap ``host:port``
-  whose address is learnt from the handshake. *When* each endpoint is dialled
-  is decided by the sans-IO :class:`hivemesh.core.dialer.Dialer` (no dial
-  while a link to the peer is up, redial at once after a link that lived,
-  jittered exponential backoff after failed dials and flapping links, a
-  longer one after a refusal, the endpoint dropped when it is this node
-  itself): one ``dialler`` task sleeps until its next deadline, or until an
-  input changes it, and starts a dial for every endpoint due. Every dial has a
-  deadline (``dial_timeout_s``). An endpoint that *turns us away* (the
-  handshake answered ``unknown_peer``, an open channel was closed with a
-  refusal code such as ``invite_used``, or the node there is not the one we
-  dialled: :data:`REFUSALS`) is reported to ``on_refused(address, error)``,
-  logged once per cause and shown as the target's ``refused`` code.
+* **Dialling.** :meth:`ConnectionManager.want` registers an endpoint
+  (``(address, host, port)``, or a bootstrap ``host:port`` whose address the
+  handshake tells); *when* each is dialled is :class:`hivemesh.core.dialer.Dialer`'s
+  schedule: one ``dialler`` task sleeps until its next deadline or a change
+  and starts every dial due, each under ``dial_timeout_s``. An endpoint that
+  *turns us away* (:data:`REFUSALS`: ``unknown_peer``, a refusal CLOSE such as
+  ``invite_used``, another node than the one dialled) is reported to
+  ``on_refused(address, error)``, logged once per cause and shown as the
+  target's ``refused`` code.
 * **Accepting.** Inbound channels are authorised by the same ``authorize``
   callback (revoked or unknown addresses are refused in the handshake).
 * **Which channel is the link** is decided by :meth:`hivemesh.core.links.Lives.adopt`
@@ -115,7 +109,6 @@ REFUSALS = (UnknownPeer, InviteError, PeerIdentityMismatch)
 #: A refused dial backs off up to this many times ``reconnect_max_s``.
 REFUSED_BACKOFF_MULT = 6
 
-FrameCallback = Callable[[str, bytes], Awaitable[None]]
 FramesCallback = Callable[[str, list[bytes]], Awaitable[None]]
 FramesNowCallback = Callable[[str, list[bytes]], bool]
 PeerCallback = Callable[[str, bool], Awaitable[None]]
@@ -160,7 +153,7 @@ class ConnectionManager:
         identity: Identity,
         *,
         authorize: Callable[[str], bool],
-        on_frame: FrameCallback,
+        on_frames: FramesCallback,
         on_peer: PeerCallback,
         dial_timeout_s: float,
         reconnect_min_s: float,
@@ -168,7 +161,6 @@ class ConnectionManager:
         slow_peer_timeout_s: float,
         rng: random.Random,
         options: ChannelOptions | None = None,
-        on_frames: FramesCallback | None = None,
         on_frames_now: FramesNowCallback | None = None,
         handover_s: float | None = None,
         linger_s: float = CLOSE_GRACE_S,
@@ -184,7 +176,6 @@ class ConnectionManager:
         #: This node's boot id, proven in every handshake (one per node start).
         self.boot_id = boot_id
         self._authorize = authorize
-        self._on_frame = on_frame
         self._on_frames = on_frames
         self._on_frames_now = on_frames_now
         self._on_peer = on_peer
@@ -435,7 +426,7 @@ class ConnectionManager:
             boot_id=channel.peer_boot_id,
         )
         link.task = self._spawn("reader", self._reader(link))
-        if self._on_frames_now is not None and self._on_frames is not None:
+        if self._on_frames_now is not None:
             channel.consumer = lambda frames: self._consume(link, frames)
         self.counters["channels_opened"] += 1
         old = self.links.get(peer)
@@ -555,19 +546,14 @@ class ConnectionManager:
 
     async def _reader(self, link: PeerLink) -> None:
         try:
-            on_frames = self._on_frames
             while True:
                 frames = await link.channel.recv_batch(64)
                 link.last_rx_mono = time.monotonic()
-                if on_frames is not None:
-                    link.busy = True
-                    try:
-                        await on_frames(link.address, frames)
-                    finally:
-                        link.busy = False
-                    continue
-                for frame in frames:
-                    await self._on_frame(link.address, frame)
+                link.busy = True
+                try:
+                    await self._on_frames(link.address, frames)
+                finally:
+                    link.busy = False
         except asyncio.CancelledError:
             raise
         except (TransportError, OSError, EOFError) as exc:

@@ -386,7 +386,6 @@ class Daemon:
         self.conns = ConnectionManager(
             self.identity,
             authorize=self.invites.admit_channel,
-            on_frame=self._on_frame,
             on_frames=self._on_frames,
             on_frames_now=self._on_frames_now,
             on_peer=self._on_peer,
@@ -829,11 +828,6 @@ class Daemon:
         return address
 
     # -- the pump: frames in, effects out, timers, group commit ---------------------
-
-    async def _on_frame(self, peer: str, frame: bytes) -> None:
-        await self._ready.wait()
-        self.peer.receive(peer, frame, now_ms())
-        await self.flush()
 
     async def _on_frames(self, peer: str, frames: list[bytes]) -> None:
         """A batch of frames read from ``peer`` at once: handle them all, then
