@@ -16,6 +16,7 @@ from hivemesh.errors import (
     FrameTooLarge,
     InvalidArgument,
     PeerIdentityMismatch,
+    PeerUnreachable,
     UnknownPeer,
 )
 from hivemesh.transports import ChannelOptions, SecureChannel
@@ -165,5 +166,18 @@ def test_garbage_datagrams_and_silence_are_counted_not_fatal() -> None:
         finally:
             a.close()
             b.close()
+
+    run(main())
+
+
+def test_a_name_that_does_not_resolve_is_unreachable_and_opens_no_connection() -> None:
+    async def main() -> None:
+        a = await endpoint(A)
+        try:
+            with pytest.raises(PeerUnreachable, match="cannot resolve"):
+                await a.dial("no-such-host.invalid", 4242, timeout_s=5.0)
+            assert not a.channels() and not a.counters.get("quic_dials")
+        finally:
+            a.close()
 
     run(main())

@@ -87,6 +87,7 @@ from hivemesh.errors import (
     UnknownPeer,
     WouldBlock,
 )
+from hivemesh.runtime.clock import now_ms
 from hivemesh.runtime.hostutil import handshake_slots
 from hivemesh.runtime.supervise import reap
 from hivemesh.transports import (
@@ -139,10 +140,6 @@ Spawn = Callable[[str, Coroutine[Any, Any, None]], asyncio.Task[None]]
 
 def _create_task(name: str, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
     return asyncio.get_running_loop().create_task(coro, name=f"hm-{name}")
-
-
-def _mono_ms() -> int:
-    return int(time.monotonic() * 1000)
 
 
 class ConnectionManager:
@@ -283,7 +280,7 @@ class ConnectionManager:
         """Keep a channel to ``host:port`` (to ``address`` if known)."""
         if self._closing:
             return
-        self._dials.want(host, port, address, _mono_ms())
+        self._dials.want(host, port, address, now_ms())
         self._kick()
 
     def forget(self, address: str) -> None:
@@ -302,7 +299,7 @@ class ConnectionManager:
         if self._closing:
             return
         lived_ms = int((time.monotonic() - opened_mono) * 1000)
-        self._dials.unlinked(address, lived_ms, _mono_ms())
+        self._dials.unlinked(address, lived_ms, now_ms())
         self._kick()
 
     def _kick(self) -> None:
@@ -315,10 +312,10 @@ class ConnectionManager:
         """Start every dial that is due; sleep until the next, or a change."""
         while not self._closing:
             self._dial_wake.clear()
-            for ep in self._dials.due(_mono_ms()):
+            for ep in self._dials.due(now_ms()):
                 self._dialling[ep] = self._spawn("dialler", self._dial(ep))
             deadline = self._dials.next_deadline()
-            delay_s = None if deadline is None else max(0, deadline - _mono_ms()) / 1000
+            delay_s = None if deadline is None else max(0, deadline - now_ms()) / 1000
             # asyncio.timeout, not wait_for: wait_for (3.11) can swallow a
             # cancellation that races with the event being set.
             with contextlib.suppress(TimeoutError):
@@ -377,7 +374,7 @@ class ConnectionManager:
         if self._dialling.get(ep) is asyncio.current_task():
             del self._dialling[ep]
         if not self._closing:
-            self._dials.dialled(ep, outcome, _mono_ms(), peer=peer, error=error)
+            self._dials.dialled(ep, outcome, now_ms(), peer=peer, error=error)
             self._kick()
         if outcome is Outcome.OPENED:
             await self._deliver()

@@ -56,6 +56,7 @@ from hivemesh.config import bootstrap_targets, parse_endpoint
 from hivemesh.core.dialer import Fallback, StunSchedule, path_changes
 from hivemesh.core.identity import short
 from hivemesh.errors import ConfigError, HivemeshError, StunMalformed, StunMismatch
+from hivemesh.runtime.clock import now_ms
 from hivemesh.transports.channel import SecureChannel
 from hivemesh.transports.stun import BindingTransaction, Transactions, is_stun
 
@@ -74,10 +75,6 @@ log = logging.getLogger("hivemesh.runtime.paths")
 MAX_EVENTS = 64
 #: The deadline of a STUN server's name lookup (s).
 STUN_RESOLVE_S = 2.0
-
-
-def _mono_ms() -> int:
-    return int(time.monotonic() * 1000)
 
 
 def path_of(channel: SecureChannel) -> str:
@@ -203,8 +200,7 @@ class NodePaths:
     async def _reach_unlinked(self) -> None:
         d = self.d
         known = set(d.endpoints.known()) | set(d.peer.members_snapshot())
-        now_ms = int(time.monotonic() * 1000)
-        for peer in self._fallback.due(known, d.conns.links, d.authorize, now_ms):
+        for peer in self._fallback.due(known, d.conns.links, d.authorize, now_ms()):
             if await self._dial_udp(peer) or not self.traversal.relays:
                 continue
             try:
@@ -218,9 +214,9 @@ class NodePaths:
         schedule = StunSchedule(self.d.config.stun)
         while True:
             self.d.supervisor.beat("stun")
-            for server in schedule.due(_mono_ms()):
-                schedule.asked(server, await self._ask_stun(server), _mono_ms())
-            await asyncio.sleep(max(0, (schedule.next_deadline() or 0) - _mono_ms()) / 1000)
+            for server in schedule.due(now_ms()):
+                schedule.asked(server, await self._ask_stun(server), now_ms())
+            await asyncio.sleep(max(0, (schedule.next_deadline() or 0) - now_ms()) / 1000)
 
     async def _ask_stun(self, server: str) -> bool:
         """One Binding transaction with ``server``; its answer is one observed-address vote."""

@@ -484,7 +484,13 @@ class QuicEndpoint(asyncio.DatagramProtocol):
             raise PeerUnreachable("the QUIC endpoint is closed")
         if len(self._conns) >= self._max_channels:
             raise PeerBusy("this endpoint holds its maximum of QUIC connections")
-        addr = (socket.gethostbyname(host), port)
+        try:  # the name lookup must not block the event loop
+            infos = await self._loop.getaddrinfo(
+                host, port, family=socket.AF_INET, type=socket.SOCK_DGRAM
+            )
+        except OSError as exc:
+            raise PeerUnreachable(f"cannot resolve {host}: {exc}") from None
+        addr = (str(infos[0][4][0]), port)
         quic = QuicConnection(configuration=self._relay_cfg if relay else self._client_cfg)
         conn = _Conn(quic, addr, inbound=False, stream_id=0)
         conn.ready = self._loop.create_future()
