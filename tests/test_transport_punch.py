@@ -74,7 +74,8 @@ def test_relay_rules_count_every_refusal() -> None:
     assert t.punch("a", 1, "a", 9, 0.0)[0] == "candidates"
     assert t.punch("a", 1, "a", 1, 0.0) == (None, ("b", circuit.b_cid))
     assert t.punch("a", 1, "a", 1, 0.5)[0] == "punch_rate"
-    assert t.data("a", 1, 11, 0.0).refused == "oversize"  # and the circuit is gone
+    v = t.data("a", 1, 11, 0.0)  # the circuit is gone, and its other leg is named
+    assert v.refused == "oversize" and (v.peer, v.cid) == ("b", circuit.b_cid)
     assert t.data("b", circuit.b_cid, 1, 0.0).refused == "unknown_circuit"
     refused = {k: v for k, v in t.counters.items() if k.startswith("relay_refused_")}
     assert refused == {

@@ -134,6 +134,9 @@ class RelayService:
             verdict = table.data(peer, msg.circuit, len(msg.data), self._clock())
             if verdict.refused is not None:
                 await self._send(peer, Message(Kind.CLOSE, msg.circuit, text=verdict.refused))
+                if verdict.peer:  # an oversize circuit closed: its other leg hears it too
+                    close = Message(Kind.CLOSE, verdict.cid, text=verdict.refused)
+                    await self._send(verdict.peer, close)
                 return
             if verdict.delay_s:
                 await asyncio.sleep(verdict.delay_s)
@@ -168,12 +171,9 @@ class RelayService:
         if code is not None:
             await self._send(peer, Message(Kind.REFUSED, cid, text=code))
             return
-        forward, back = punch_candidates(
-            self._observed.get(peer),
-            punch.candidates,
-            self._observed.get(other),
-            self.table.limits.max_candidates,
-        )
+        mine, theirs = self._observed.get(peer), self._observed.get(other)
+        max_c = self.table.limits.max_candidates
+        forward, back = punch_candidates(mine, punch.candidates, theirs, max_c)
         await self._send(other, Message(Kind.PUNCH, ocid, punch=Punch(peer, forward)))
         await self._send(peer, Message(Kind.PUNCH, cid, punch=Punch(other, back)))
 

@@ -98,7 +98,8 @@ class Circuit:
 
 @dataclass(frozen=True, slots=True)
 class DataVerdict:
-    """Forward to ``(peer, cid)`` after ``delay_s``, or refuse with ``refused``."""
+    """Forward to ``(peer, cid)`` after ``delay_s``, or refuse with ``refused``
+    (``oversize``: the circuit closed, and ``(peer, cid)`` is its other leg)."""
 
     peer: str = ""
     cid: int = 0
@@ -169,9 +170,9 @@ class RelayTable:
         circuit = self._legs.get((src, cid))
         if circuit is None:
             return DataVerdict(refused=self._refuse("unknown_circuit"))
-        if size > self.limits.max_data_bytes:
-            self.close(src, cid)
-            return DataVerdict(refused=self._refuse("oversize"))
+        if size > self.limits.max_data_bytes:  # both legs close: tell the other one too
+            peer, other = self.close(src, cid) or ("", 0)
+            return DataVerdict(peer, other, refused=self._refuse("oversize"))
         bucket = self._buckets.get(src)
         if bucket is None:
             bucket = self._buckets[src] = _Bucket(float(self.limits.burst_bytes), now)
