@@ -10,8 +10,8 @@ import pytest
 
 from hivemesh.core.event import decode_event
 from hivemesh.sim.campaign import WORKLOADS, ci_scenario, default_options, run_seed
-from hivemesh.sim.options import FaultOptions, SimOptions
 from hivemesh.sim.cluster import Cluster
+from hivemesh.sim.options import FaultOptions, SimOptions
 from hivemesh.sim.peer_adapter import PeerAdapter
 
 

@@ -29,8 +29,8 @@ from aiotest import eventually, run
 from hivemesh.core.effects import Deliver, Fsync, LeaseLog, Reply, Send
 from hivemesh.core.trace import feed, replay
 from hivemesh.sim.campaign import default_options
-from hivemesh.sim.disk import DiskStore
 from hivemesh.sim.cluster import Cluster
+from hivemesh.sim.disk import DiskStore
 from hivemesh.sim.peer_adapter import PeerAdapter
 
 #: quick timers, every node admitted (the trace covers the Peer, not trust)

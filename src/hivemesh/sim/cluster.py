@@ -120,7 +120,16 @@ __all__ = ["Cluster", "SimNode", "SimResult", "replay_store"]
 
 #: Heap events addressed to one node, which wait while that node is paused:
 #: kind -> where the node's index is in the event's data.
-_FOR_NODE = {_DELIVER: 1, _TIMER: 0, _APPEND: None, _TRY: None, _CHECK: 0}
+_FOR_NODE = {
+    _DELIVER: 1,
+    _TIMER: 0,
+    _APPEND: None,
+    _TRY: None,
+    _CHECK: 0,
+    _DIAL: 0,
+    _LINK: 2,  # the dialled side (the dialling side was awake to dial)
+    _UNLINK: 0,
+}
 
 
 def replay_store(store: MemoryStore) -> Iterator[Event]:
@@ -194,6 +203,10 @@ class SimResult:
 class Cluster:
     """Drive ``opts.nodes`` Peers through one seeded fault schedule."""
 
+    #: Added to every node's clock (a workload whose machines must never
+    #: read a negative time sets it: a daemon's clock is anchored at wall-clock time).
+    epoch_ms = 0
+
     def __init__(self, seed: str, opts: SimOptions, *, trace: bool = False) -> None:
         """``trace``: every life's Peer records a :class:`~hivemesh.core.trace.Trace`
         (kept in :attr:`traces`, for :func:`~hivemesh.core.trace.replay`; tests)."""
@@ -229,7 +242,7 @@ class Cluster:
                 i,
                 Identity.from_seed(key_rng.randbytes(32)),
                 DiskStore(),
-                self.fault_rng.randint(-skew, skew) if skew else 0,
+                self.epoch_ms + (self.fault_rng.randint(-skew, skew) if skew else 0),
             )
             for i in range(opts.nodes)
         ]
@@ -404,6 +417,9 @@ class Cluster:
         """A handshake completed: the link is up on both sides."""
         sn, dst = self.nodes[index], self.nodes[dst_index]
         if sn.adapter is None or sn.incarnation != incarnation:
+            return
+        if sn.paused_until > self.now:  # the dialling side answers when it resumes
+            self._at(sn.paused_until, _LINK, (index, incarnation, dst_index, dst_incarnation))
             return
         address = dst.identity.address
         sn.dial_pending.discard(address)
@@ -892,7 +908,8 @@ class Cluster:
             self._note("pause", index, arg)
             return
         bound = 2 * self.opts.faults.clock_skew_max_ms
-        sn.skew_ms = max(-bound, min(bound, sn.skew_ms + arg))
+        e = self.epoch_ms
+        sn.skew_ms = max(e - bound, min(e + bound, sn.skew_ms + arg))
         self.stats["clock_jumps"] += 1
         self._note("jump", index, sn.skew_ms)
         sn.timer_at = None  # re-armed on the new clock
