@@ -82,7 +82,9 @@ def test_lost_fsyncs_clock_steps_and_pauses_converge() -> None:
     summary = run_campaign(range(1, 31), FAULTY, jobs=2)
     assert summary["violations"] == 0, summary["examples"]
     t = summary["totals"]
-    assert t.get("lost_fsyncs", 0) + t.get("torn_writes", 0) > 5, t
+    # crashes that find replicated batches still in the write cache (fewer
+    # than before the Peers: frames need links, and SWIM closes silent ones)
+    assert t.get("lost_fsyncs", 0) + t.get("torn_writes", 0) >= 3, t
     assert t["clock_jumps"] > 5 and t["pauses"] > 5, t
 
 
