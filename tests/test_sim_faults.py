@@ -82,7 +82,9 @@ def test_lost_fsyncs_clock_steps_and_pauses_converge() -> None:
     summary = run_campaign(range(1, 31), FAULTY, jobs=2)
     assert summary["violations"] == 0, summary["examples"]
     t = summary["totals"]
-    assert t["lost_fsyncs"] + t["torn_writes"] > 5, t
+    # crashes that find replicated batches still in the write cache (fewer
+    # than before the Peers: frames need links, and SWIM closes silent ones)
+    assert t.get("lost_fsyncs", 0) + t.get("torn_writes", 0) >= 3, t
     assert t["clock_jumps"] > 5 and t["pauses"] > 5, t
 
 
@@ -110,7 +112,9 @@ def test_a_paused_node_takes_no_input_until_it_resumes() -> None:
     c.append(0, [("app.note", {"x": 1})])
     c.run_until(4_900)
     me = c.nodes[0].identity.public
+    head = c.nodes[0].node.journal.head(me).seq if c.nodes[0].node else 0
     held = [n.node.journal.head(me).seq if n.node else -1 for n in c.nodes]
-    assert held == [1, 0, 1]
-    c.run_until(5_200)
-    assert c.nodes[1].node is not None and c.nodes[1].node.journal.head(me).seq == 1
+    assert head >= 2 and held == [head, 0, head]  # the invite vouches, a hello, the note
+    assert c.nodes[1].links == {}  # no handshake either
+    c.run_until(5_600)
+    assert c.nodes[1].node is not None and c.nodes[1].node.journal.head(me).seq == head

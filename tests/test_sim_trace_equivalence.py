@@ -29,8 +29,9 @@ from aiotest import eventually, run
 from hivemesh.core.effects import Deliver, Fsync, LeaseLog, Reply, Send
 from hivemesh.core.trace import feed, replay
 from hivemesh.sim.campaign import default_options
+from hivemesh.sim.cluster import Cluster
 from hivemesh.sim.disk import DiskStore
-from hivemesh.sim.peer_adapter import PeerAdapter, PeerCluster
+from hivemesh.sim.peer_adapter import PeerAdapter
 
 #: quick timers, every node admitted (the trace covers the Peer, not trust)
 OPTS: dict[str, Any] = dict(
@@ -95,12 +96,12 @@ def test_a_daemons_trace_through_the_simulators_driver_gives_the_same_effects(
     run(main(), 90)
 
 
-@pytest.mark.parametrize("workload", ["peer", "claims"])
+@pytest.mark.parametrize("workload", ["journal", "claims"])
 def test_a_simulated_runs_traces_replay_to_the_same_effects(workload: str) -> None:
     """Every life of every node of one faulty simulated run (loss,
     partitions, crashes, restarts, forgeries; claims settled and executed)
     replays."""
-    c = PeerCluster("11", default_options(5, workload), trace=True)
+    c = Cluster("11", default_options(5, workload), trace=True)
     res = c.run()
     assert res.violations == []
     assert c.traces is not None and c.stats["crashes"] > 0

@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-:class:`PlanCluster` is a :class:`~hivemesh.sim.peer_adapter.PeerCluster`
+:class:`PlanCluster` is a :class:`~hivemesh.sim.cluster.Cluster`
 (every node the daemon's Peer) whose every
 node also runs a decomposer, a scorer and an executor over its own
 :class:`~hivemesh.core.plan.PlanView` (rebuilt from its store on each boot,
@@ -45,9 +45,8 @@ from hivemesh.roles.decomposer import Decomposer
 from hivemesh.roles.demo import DemoPlanner
 from hivemesh.roles.executor import Executor
 from hivemesh.roles.scorer import Scorer
-from hivemesh.sim.cluster import SimNode, SimResult, replay_store
+from hivemesh.sim.cluster import Cluster, SimNode, SimResult, replay_store
 from hivemesh.sim.options import SimOptions
-from hivemesh.sim.peer_adapter import PeerCluster
 
 __all__ = ["PlanCluster", "plan_problems"]
 
@@ -85,7 +84,7 @@ def plan_problems(snapshots: list[dict[str, Any]], expected_leaves: int) -> list
     return problems
 
 
-class PlanCluster(PeerCluster):
+class PlanCluster(Cluster):
     """The simulator with planner roles on every node (see module docs)."""
 
     def __init__(

@@ -24,7 +24,7 @@ Checks, besides the simulator's own (over the honest nodes only):
 * **honest nodes keep writing** -- no honest append ever fails;
 * **clock bound** -- no honest node's clock exceeds its physical time plus
   ``MAX_DRIFT_MS`` and no honest node applies an event stamped beyond that
-  (both checked after every input);
+  (both checked after every input: the events its Peer delivers);
 * **names** -- the adversary owns no name on which an honest node holds a
   live claim that another honest node first applied more than the window
   plus twice the largest clock skew before the adversary claimed it
@@ -38,6 +38,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from hivemesh.core.effects import Deliver, Effect
 from hivemesh.core.event import Event
 from hivemesh.core.hlc import HLC, MAX_DRIFT_MS, hlc_ms, horizon, make_hlc
 from hivemesh.core.views import NamesView
@@ -166,17 +167,21 @@ class ClockAdversaryCluster(Cluster):
     # -- the checks made after every input --------------------------------------------
 
     def _flush(self, sn: SimNode) -> None:
+        super()._flush(sn)  # the events applied come as Deliver effects (_effect)
         node = sn.node
         if node is not None and sn is not self.adversary:
             now = self.now + sn.skew_ms
             if hlc_ms(node.clock.last) > now + MAX_DRIFT_MS:
                 self._report(sn, "clock", f"node {sn.index}'s clock was dragged past the bound")
-            limit = horizon(now)
-            for ev in node.events():
-                if ev.hlc > limit:
-                    self._report(sn, "early", f"node {sn.index} applied an event beyond the bound")
-                self._saw(sn, ev)
-        super()._flush(sn)
+
+    def _effect(self, sn: SimNode, e: Effect) -> None:
+        if type(e) is not Deliver or sn is self.adversary:
+            return
+        limit = horizon(self.now + sn.skew_ms)
+        for ev in e.events:
+            if ev.hlc > limit:
+                self._report(sn, "early", f"node {sn.index} applied an event beyond the bound")
+            self._saw(sn, ev)
 
     def _saw(self, sn: SimNode, ev: Event) -> None:
         if ev.kind != KIND_CLAIM or ev.author == self.adversary.identity.public:

@@ -75,12 +75,13 @@ ClusterFactory = Callable[[str, SimOptions], SeedRun]
 #: first use: the simulator itself imports only the core).
 WORKLOADS: dict[str, str] = {
     "journal": "hivemesh.sim.cluster:Cluster",
-    "claims": "hivemesh.sim.peer_adapter:PeerCluster",  # on the daemon's Peer
+    "claims": "hivemesh.sim.cluster:Cluster",
     "plan": "hivemesh.roles.simplan:PlanCluster",
     "clock": "hivemesh.sim.adversary:ClockAdversaryCluster",
-    "leases": "hivemesh.leases.simlease:LeaseCluster",
+    "leases": "hivemesh.sim.leases:LeaseCluster",
     "membership": "hivemesh.sim.swim:MembershipCluster",
-    "peer": "hivemesh.sim.peer_adapter:PeerCluster",
+    # the journal workload's old name (every workload's nodes are Peers now)
+    "peer": "hivemesh.sim.cluster:Cluster",
 }
 
 
@@ -167,9 +168,9 @@ def default_options(nodes: int, workload: str = "journal") -> SimOptions:
 
     ``workload="claims"``: nodes compete for 40 tasks with optimistic claims
     under 10% loss and 100 ms jitter, with crashes (issue goal: <= 1%
-    duplicate executions). Every node is the daemon's Peer
-    (:mod:`hivemesh.sim.peer_adapter`), whose SWIM (memberlist's LAN timing,
-    the daemon's default) finds crashes; so is every ``plan`` node.
+    duplicate executions). As in every workload, each node is the daemon's
+    Peer (:mod:`hivemesh.sim.peer_adapter`), whose SWIM (memberlist's LAN
+    timing, the daemon's default) finds crashes.
 
     ``workload="plan"``: every node runs a decomposer, scorer and executor on
     one goal (6 leaves) under the standard fault mix; every replica must end
@@ -187,14 +188,13 @@ def default_options(nodes: int, workload: str = "journal") -> SimOptions:
     enough for its backdated name claims to come more than the clock bound
     after the honest ones (:mod:`hivemesh.sim.adversary`).
 
-    ``workload="leases"``: every node a lease voter, up to four of them
-    acquiring, with the protocol variant and crash rate picked by the seed,
-    then the split prepare of a killed holder (:mod:`hivemesh.leases.simlease`);
-    only ``nodes`` is read from these options.
+    ``workload="leases"``: every Peer a lease voter, up to four of them
+    acquiring through their lease commands, with the network and crash rate
+    picked by the seed, then the split prepare of a killed holder
+    (:mod:`hivemesh.sim.leases`); only ``nodes`` is read from these options.
 
-    ``workload="peer"``: the journal workload with every node the daemon's
-    sans-IO Peer, in one swarm founded by invite vouches, its SWIM finding
-    crashes (:mod:`hivemesh.sim.peer_adapter`).
+    ``workload="peer"``: the journal workload (its old name, from when only
+    it ran on Peers).
 
     ``workload="membership"``: SWIM alone, under crashes, restarts,
     partitions, broken links and stalled loops (:mod:`hivemesh.sim.swim`);
@@ -250,21 +250,19 @@ class Scenario:
 #: a seed's cost grows about with the square of its node count.
 CI_MIX: dict[str, tuple[float, dict[int, float], float]] = {
     "journal": (
-        0.40,
-        {5: 70, 6: 8, 7: 6, 8: 5, 10: 6, 15: 2.5, 20: 1.5, 30: 0.6, 50: 0.4},
-        1.0,
+        0.37,
+        {5: 70, 6: 8, 7: 6, 8: 5, 10: 6, 15: 2.5, 20: 1.5, 30: 0.4, 50: 0.2},
+        2.4,
     ),
-    "claims": (0.10, {5: 76, 6: 10, 8: 8, 10: 5, 20: 1}, 3.5),
-    "plan": (0.03, {5: 1}, 8.0),
-    "clock": (0.08, {5: 80, 6: 12, 8: 8}, 2.3),
+    "claims": (0.09, {5: 76, 6: 10, 8: 8, 10: 5, 20: 1}, 3.0),
+    "plan": (0.03, {5: 1}, 6.0),
+    "clock": (0.07, {5: 80, 6: 12, 8: 8}, 4.5),
     # odd voter counts are where a dead voter can split a prepare
-    "leases": (0.14, {5: 40, 6: 10, 7: 20, 9: 10, 11: 6, 15: 6, 25: 4, 50: 4}, 0.25),
-    # the journal workload with every node the daemon's Peer
-    "peer": (0.06, {5: 70, 6: 10, 7: 10, 10: 7, 20: 3}, 2.5),
+    "leases": (0.14, {5: 40, 6: 10, 7: 20, 9: 10, 11: 6, 15: 6, 25: 3, 50: 1}, 1.8),
     "membership": (
-        0.12,
+        0.30,
         {5: 52, 6: 10, 7: 10, 8: 10, 10: 10, 15: 5, 20: 2, 30: 0.5, 50: 0.5},
-        0.5,
+        0.3,
     ),
 }
 

@@ -26,14 +26,35 @@ while cut off), an *operator* accepts the loss ``operator_delay_ms`` into the
 heal phase, as ``hivemesh feed accept-loss`` would; those events are then
 given up on the record and excluded from the durability check.
 
-Every node is driven through its :class:`~hivemesh.sim.adapter.NodeAdapter`
-(frames, timers, appends, failure observations, the operator's decisions in;
-frames to send and the next deadline out): the one place where the
-simulator wires a node, so that the sans-IO ``Peer`` can take its place.
+Every node is the daemon's sans-IO :class:`~hivemesh.core.peer.Peer`, driven
+through its :class:`~hivemesh.sim.peer_adapter.PeerAdapter` (frames, link
+changes, timers, commands, the group commit in; effects and the next
+deadline out): the one place where the simulator wires a node. Its own SWIM
+finds crashes (``swim``: memberlist's LAN timing unless the options say
+otherwise); the Peers run in ``invite`` trust mode in one swarm, and the run
+starts with the vouches an invite flow writes (the founder, node 0, brings
+every other node in, and each brings in the founder).
 Stores are a simulated disk with a write cache (:mod:`hivemesh.sim.disk`),
-synced by a group commit (the adapter's ``settle``) ``commit_delay_ms`` after
-replicated batches or unsettled runs arrive; a crash may lose the cache.
-Clocks may step and processes pause (:class:`~hivemesh.sim.options.FaultOptions`).
+synced by a group commit (the adapter's ``settle``, whose ``Fsync`` syncs
+the disk) ``commit_delay_ms`` after replicated batches or unsettled runs
+arrive; a crash may lose the cache. Clocks may step and processes pause
+(:class:`~hivemesh.sim.options.FaultOptions`).
+
+**Links.** Frames travel only over links, which the network brings up and
+down as the daemon's connection manager does. A node listens at
+``sim<i>:1`` and, at boot, keeps dialling every other node (its configured
+peers); a ``Dial`` effect adds an address it keeps dialling, a ``Close``
+effect drops the link (``if_silent_ms``: only if nothing arrived on it for
+that long; ``forget``: stop dialling it). A dial succeeds when its target is
+up and not cut off by a partition: one round trip later both sides get
+``link_up`` (with the boot id of the other's life); a failed one is retried
+with backoff. A close is ``link_down`` on the closing side at once and on the
+other side one delay later (if the notice crosses the network); a dropped
+link is redialled while its address is still dialled. A crash drops the
+crashed node's side only: its peers hold a half-open link until their SWIM
+closes it or the restarted node's dial replaces it. A frame is lost if its
+sender has no link to its target, or if the target's link on arrival is not
+to the life that sent it.
 
 The checkers (:mod:`hivemesh.sim.checkers`) then look for violations. A
 digest of the whole trace (every delivery, drop, crash) is returned so two
@@ -47,23 +68,28 @@ import heapq
 import random
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hivemesh.core.causal import causal_merge
 from hivemesh.core.claims import ClaimsView
+from hivemesh.core.effects import Close, Dial, Effect, Fsync, Send
 from hivemesh.core.event import Event, decode_event, encode_event
 from hivemesh.core.feed import head_message
 from hivemesh.core.frames import FrameType, encode_frame
 from hivemesh.core.identity import Identity
+from hivemesh.core.membership import MembershipConfig
 from hivemesh.core.node import Node, NodeConfig
 from hivemesh.core.ownfeed import FeedState, Mark, MemoryMarkStore
+from hivemesh.core.peer import PeerConfig, TrustFile
 from hivemesh.core.store import MemoryStore
+from hivemesh.core.trace import Trace
 from hivemesh.core.views import ContextView, MaxRegisterView, NamesView, View
+from hivemesh.core.views.trust import KIND_TRUST_ADD
 from hivemesh.errors import FeedNotWritable
-from hivemesh.sim.adapter import Adapter, NodeAdapter
 from hivemesh.sim.disk import DiskStore
 from hivemesh.sim.options import SimOptions
+from hivemesh.sim.peer_adapter import SWARM, PeerAdapter
 from hivemesh.sim.views import EventSetDigest
 
 __all__ = ["Cluster", "SimNode", "SimResult", "replay_store"]
@@ -80,7 +106,7 @@ __all__ = ["Cluster", "SimNode", "SimResult", "replay_store"]
     _PHASE,
     _TRY,
     _CHECK,
-    _DOWN,
+    _DIAL,
     _BACKUP,
     _RESTORE,
     _DAMAGE,
@@ -88,11 +114,22 @@ __all__ = ["Cluster", "SimNode", "SimResult", "replay_store"]
     _COMMIT,
     _PAUSE,
     _JUMP,
-) = range(19)
+    _LINK,
+    _UNLINK,
+) = range(21)
 
 #: Heap events addressed to one node, which wait while that node is paused:
 #: kind -> where the node's index is in the event's data.
-_FOR_NODE = {_DELIVER: 1, _TIMER: 0, _APPEND: None, _TRY: None, _CHECK: 0}
+_FOR_NODE = {
+    _DELIVER: 1,
+    _TIMER: 0,
+    _APPEND: None,
+    _TRY: None,
+    _CHECK: 0,
+    _DIAL: 0,
+    _LINK: 2,  # the dialled side (the dialling side was awake to dial)
+    _UNLINK: 0,
+}
 
 
 def replay_store(store: MemoryStore) -> Iterator[Event]:
@@ -112,7 +149,7 @@ class SimNode:
     store: DiskStore
     skew_ms: int
     #: This life's wiring (None while the node is down).
-    adapter: Adapter | None = None
+    adapter: PeerAdapter | None = None
     digest: EventSetDigest = field(default_factory=EventSetDigest)
     claims: ClaimsView = field(default_factory=ClaimsView)
     views: list[View] = field(default_factory=list)
@@ -128,6 +165,19 @@ class SimNode:
     commit_pending: bool = False
     #: Counters of earlier incarnations (the checkers look at every life).
     past_counters: Counter[str] = field(default_factory=Counter)
+    #: This life's links: address -> the boot id of the life it reaches.
+    links: dict[str, bytes] = field(default_factory=dict)
+    #: When a frame last arrived on each link (sim time).
+    last_rx: dict[str, int] = field(default_factory=dict)
+    #: Addresses this life keeps dialling -> failed attempts in a row.
+    dialling: dict[str, int] = field(default_factory=dict)
+    #: Addresses with a dial attempt scheduled or in flight.
+    dial_pending: set[str] = field(default_factory=set)
+
+    @property
+    def endpoint(self) -> str:
+        """Where this node listens."""
+        return f"sim{self.index}:1"
 
     @property
     def boot_id(self) -> bytes:
@@ -151,13 +201,20 @@ class SimResult:
 
 
 class Cluster:
-    """Drive ``opts.nodes`` core nodes through one seeded fault schedule."""
+    """Drive ``opts.nodes`` Peers through one seeded fault schedule."""
 
-    #: The nodes find crashes themselves (a Peer's SWIM); otherwise a live
-    #: node reports one ``failure_detect_ms`` after it.
-    detects_failures = False
+    #: Added to every node's clock (a workload whose machines must never
+    #: read a negative time sets it: a daemon's clock is anchored at wall-clock time).
+    epoch_ms = 0
 
-    def __init__(self, seed: str, opts: SimOptions) -> None:
+    def __init__(self, seed: str, opts: SimOptions, *, trace: bool = False) -> None:
+        """``trace``: every life's Peer records a :class:`~hivemesh.core.trace.Trace`
+        (kept in :attr:`traces`, for :func:`~hivemesh.core.trace.replay`; tests)."""
+        if opts.swim is None:
+            opts = replace(opts, swim=MembershipConfig.lan())
+        #: (node index, incarnation) -> that life's trace and a copy of its
+        #: store as the Peer was built on it (``trace`` only)
+        self.traces: dict[tuple[int, int], tuple[Trace, DiskStore]] | None = {} if trace else None
         self.seed = seed
         self.opts = opts
         self.net_rng = random.Random(f"{seed}/net")
@@ -185,7 +242,7 @@ class Cluster:
                 i,
                 Identity.from_seed(key_rng.randbytes(32)),
                 DiskStore(),
-                self.fault_rng.randint(-skew, skew) if skew else 0,
+                self.epoch_ms + (self.fault_rng.randint(-skew, skew) if skew else 0),
             )
             for i in range(opts.nodes)
         ]
@@ -193,6 +250,15 @@ class Cluster:
         self.by_addr = {n.identity.address: n for n in self.nodes}
         for n in self.nodes:
             self._boot(n)
+        # the invite flow's vouches: the founder brings everyone in, each the founder
+        founder = self.nodes[0].identity.address
+        vouches = [
+            (KIND_TRUST_ADD, {"address": n.identity.address, "swarm": SWARM})
+            for n in self.nodes[1:]
+        ]
+        self.append(0, vouches)
+        for sn in self.nodes[1:]:
+            self.append(sn.index, [(KIND_TRUST_ADD, {"address": founder, "swarm": SWARM})])
 
     # -- scheduling --------------------------------------------------------------
 
@@ -212,28 +278,52 @@ class Cluster:
             defer_direct_verify=True,  # the simulated network names the true sender
         )
 
-    def _new_adapter(self, sn: SimNode) -> Adapter:
-        """This life's wiring of ``sn`` (a workload may drive another machine)."""
-        return NodeAdapter(
+    def _new_adapter(self, sn: SimNode) -> PeerAdapter:
+        """This life's Peer, behind its adapter."""
+        assert self.opts.swim is not None
+        seed = random.Random(f"{self.seed}/node/{sn.index}/{sn.incarnation}").getrandbits(128)
+        trace = None
+        if self.traces is not None:
+            trace = Trace(seed)
+            self.traces[sn.index, sn.incarnation] = (trace, sn.store.copy())
+        members = frozenset(n.identity.address for n in self.nodes)
+        return PeerAdapter(
             sn.identity,
             sn.store,
-            random.Random(f"{self.seed}/node/{sn.index}/{sn.incarnation}"),
+            random.Random(seed),
             self.now + sn.skew_ms,
-            config=self._config(),
-            trusted=self.members.__contains__,
+            config=self._peer_config(sn),
+            trust=TrustFile(trusted=members - {sn.identity.address}, swarms=(SWARM,)),
             marks=sn.marks,
+            leases=self._lease_setup(sn),
+            trace=trace,
+        )
+
+    def _peer_config(self, sn: SimNode) -> PeerConfig:
+        """The Peer's configuration (a workload may add to it)."""
+        assert self.opts.swim is not None
+        return PeerConfig(
+            # settled at the group commit, as the daemon's (module docs)
+            node=replace(self._config(), settle_delay_ms=None),
+            membership=self.opts.swim,
+            trust_mode="invite",
             claim_settle_ms=self.opts.claim_settle_ms,
         )
 
+    def _lease_setup(self, sn: SimNode) -> Any:
+        """The lease voter's durable state for this life (None: a new one;
+        the leases workload keeps a voter log: :mod:`hivemesh.sim.leases`)."""
+        return None
+
     def _boot(self, sn: SimNode) -> None:
         sn.incarnation += 1
+        sn.links.clear()
+        sn.last_rx.clear()
+        sn.dialling.clear()
+        sn.dial_pending.clear()
         adapter = self._new_adapter(sn)
         sn.digest, sn.claims, sn.views = adapter.digest, adapter.claims, adapter.views
-        adapter.boot(
-            replay_store(sn.store),
-            {other.identity.address: other.boot_id for other in self.nodes},
-            self.now + sn.skew_ms,
-        )
+        adapter.boot(replay_store(sn.store), [sn.endpoint], self.now + sn.skew_ms)
         sn.adapter = adapter
         for view in sn.views:  # loro imports a replay left waiting (none in causal order)
             if isinstance(view, ContextView):
@@ -244,18 +334,30 @@ class Cluster:
         if not adapter.writable:
             self.stats["boots_recovering"] += 1
             self._note("recovering", sn.index, adapter.node.feed_gate.held.seq)
+        for other in self.nodes:  # it keeps dialling every configured peer
+            if other is not sn:
+                self._want(sn, other.identity.address)
         self._flush(sn)
-        for other in self.nodes:  # it dialled every configured peer: their links come up
-            if other is not sn and other.adapter is not None:
-                other.adapter.link_up(sn.identity.address, sn.boot_id, self.now + other.skew_ms)
-                self._flush(other)
 
     def _flush(self, sn: SimNode) -> None:
+        """Carry out ``sn``'s effects; schedule its group commit and timer."""
         adapter = sn.adapter
         if adapter is None:
             return
-        for peer, frame in adapter.sends(self.now + sn.skew_ms):
-            self._send(sn, self.by_addr[peer], frame)
+        while fx := adapter.effects():
+            for e in fx:
+                if type(e) is Send:
+                    self._send(sn, self.by_addr[e.peer], e.frame)
+                elif type(e) is Fsync:
+                    sn.store.sync()
+                elif type(e) is Dial:
+                    self._want(sn, e.address)
+                elif type(e) is Close:
+                    self._close(sn, e)
+                else:
+                    self._effect(sn, e)
+            if sn.adapter is not adapter:
+                return  # an effect crashed it
         if (sn.store.cached or adapter.node.journal.unsettled) and not sn.commit_pending:
             sn.commit_pending = True
             self._at(self.now + self.opts.commit_delay_ms, _COMMIT, (sn.index, sn.incarnation))
@@ -264,11 +366,119 @@ class Cluster:
             sn.timer_at = max(deadline, self.now)
             self._at(sn.timer_at, _TIMER, (sn.index, sn.incarnation))
 
+    def _effect(self, sn: SimNode, e: Effect) -> None:
+        """An effect the network and disk do not carry out (logs, counts,
+        deliveries, replies; a workload may act on some)."""
+
+    # -- links (module docs) ---------------------------------------------------------
+
+    def _delay(self) -> int:
+        net = self.opts.network
+        return net.one_way_delay_mean_ms + self.net_rng.randrange(net.one_way_delay_jitter_ms + 1)
+
+    def _cut(self, a: SimNode, b: SimNode) -> bool:
+        p = self.partition
+        return not self.healing and p is not None and p[a.identity.address] != p[b.identity.address]
+
+    def _want(self, sn: SimNode, address: str) -> None:
+        """``sn`` keeps a link to ``address`` (dials now unless linked)."""
+        if address == sn.identity.address or address not in self.by_addr:
+            return
+        sn.dialling.setdefault(address, 0)
+        if address not in sn.links:
+            self._redial(sn, address, 0)
+
+    def _redial(self, sn: SimNode, address: str, after_ms: int) -> None:
+        if address in sn.dialling and address not in sn.dial_pending:
+            sn.dial_pending.add(address)
+            self._at(self.now + after_ms, _DIAL, (sn.index, sn.incarnation, address))
+
+    def _dial(self, index: int, incarnation: int, address: str) -> None:
+        """A dial attempt: a round trip later both sides have the link."""
+        sn = self.nodes[index]
+        if sn.adapter is None or sn.incarnation != incarnation:
+            return
+        sn.dial_pending.discard(address)
+        dst = self.by_addr[address]
+        if address not in sn.dialling or sn.links.get(address) == dst.boot_id:
+            return
+        if dst.adapter is None or self._cut(sn, dst):
+            failed = sn.dialling[address] = min(sn.dialling[address] + 1, 4)
+            self.stats["dials_failed"] += 1
+            sn.dial_pending.add(address)
+            backoff = (250 << failed) + self.net_rng.randrange(250)
+            self._at(self.now + backoff, _DIAL, (sn.index, sn.incarnation, address))
+            return
+        sn.dial_pending.add(address)  # the handshake is in flight
+        rtt = self._delay() + self._delay()
+        self._at(self.now + rtt, _LINK, (sn.index, sn.incarnation, dst.index, dst.incarnation))
+
+    def _link(self, index: int, incarnation: int, dst_index: int, dst_incarnation: int) -> None:
+        """A handshake completed: the link is up on both sides."""
+        sn, dst = self.nodes[index], self.nodes[dst_index]
+        if sn.adapter is None or sn.incarnation != incarnation:
+            return
+        if sn.paused_until > self.now:  # the dialling side answers when it resumes
+            self._at(sn.paused_until, _LINK, (index, incarnation, dst_index, dst_incarnation))
+            return
+        address = dst.identity.address
+        sn.dial_pending.discard(address)
+        if dst.adapter is None or dst.incarnation != dst_incarnation:
+            self._redial(sn, address, 250)  # it went away meanwhile
+            return
+        sn.dialling[address] = 0
+        self.stats["links_up"] += 1
+        self._note("link", index, dst_index)
+        for a, b, endpoint in ((sn, dst, dst.endpoint), (dst, sn, None)):
+            if a.links.get(b.identity.address) == b.boot_id:
+                continue
+            a.links[b.identity.address] = b.boot_id
+            a.last_rx[b.identity.address] = self.now
+            assert a.adapter is not None
+            a.adapter.link_up(b.identity.address, b.boot_id, self.now + a.skew_ms, endpoint)
+            self._flush(a)
+
+    def _close(self, sn: SimNode, e: Close) -> None:
+        """``sn``'s Peer closes its link to ``e.peer`` (module docs)."""
+        if e.forget:
+            sn.dialling.pop(e.peer, None)
+        boot_id = sn.links.get(e.peer)
+        if boot_id is None:
+            return
+        if e.if_silent_ms is not None and self.now - sn.last_rx.get(e.peer, 0) < e.if_silent_ms:
+            self.stats["closes_not_silent"] += 1
+            return
+        self.stats["links_closed"] += 1
+        self._note("close", sn.index, e.peer[:8])
+        del sn.links[e.peer]
+        assert sn.adapter is not None
+        sn.adapter.link_down(e.peer, boot_id, self.now + sn.skew_ms)
+        dst = self.by_addr[e.peer]
+        if dst.adapter is not None and not self._cut(sn, dst):
+            self._at(
+                self.now + self._delay(), _UNLINK, (dst.index, sn.identity.address, sn.boot_id)
+            )
+        self._redial(sn, e.peer, 1_000)
+
+    def _unlink(self, index: int, address: str, boot_id: bytes) -> None:
+        """The other side of a closed link learns of it."""
+        sn = self.nodes[index]
+        if sn.adapter is None or sn.links.get(address) != boot_id:
+            return
+        del sn.links[address]
+        sn.adapter.link_down(address, boot_id, self.now + sn.skew_ms)
+        self._redial(sn, address, 1_000)
+        self._flush(sn)
+
     def _send(self, src: SimNode, dst: SimNode, frame: bytes) -> None:
         net = self.opts.network
         self.stats["frames_sent"] += 1
         self.bytes_by_type[str(frame[2] if len(frame) > 2 else -1)] += len(frame)
         self.stats["bytes_sent"] += len(frame)
+        if src.links.get(dst.identity.address) is None:
+            self.stats["frames_unlinked"] += 1
+            return
+        life = (src.index, dst.index, frame, src.boot_id)
         if not self.healing:
             if (
                 self.partition
@@ -283,10 +493,9 @@ class Cluster:
                 delay = net.one_way_delay_mean_ms + self.net_rng.randrange(
                     net.one_way_delay_jitter_ms * 4 + 1
                 )
-                self._at(self.now + delay, _DELIVER, (src.index, dst.index, frame))
+                self._at(self.now + delay, _DELIVER, life)
                 self.stats["frames_duplicated"] += 1
-        delay = net.one_way_delay_mean_ms + self.net_rng.randrange(net.one_way_delay_jitter_ms + 1)
-        self._at(self.now + delay, _DELIVER, (src.index, dst.index, frame))
+        self._at(self.now + self._delay(), _DELIVER, life)
         if len(self.seen_frames) < 64 and frame[:3] == encode_frame(FrameType.EVENTS)[:3]:
             self.seen_frames.append(frame)
 
@@ -441,11 +650,16 @@ class Cluster:
                 self._wait_for_resume(paused, kind, data)
                 return
         if kind == _DELIVER:
-            src, dst, frame = data
+            src, dst, frame, boot_id = data
             sn = self.nodes[dst]
             if sn.node is None:
                 self.stats["frames_to_crashed"] += 1
                 return
+            sender = self.nodes[src].identity.address
+            if sn.links.get(sender) != boot_id:
+                self.stats["frames_unlinked"] += 1
+                return
+            sn.last_rx[sender] = self.now
             self._note("d", src, dst, hashlib.blake2b(frame, digest_size=8).hexdigest())
             assert sn.adapter is not None
             sn.adapter.receive(self.nodes[src].identity.address, frame, self.now + sn.skew_ms)
@@ -466,8 +680,14 @@ class Cluster:
             self._workload_append(sn)
         elif kind == _CRASH:
             self._crash(self.nodes[data])
-        elif kind in (_TRY, _CHECK, _DOWN):
+        elif kind in (_TRY, _CHECK):
             self._claims_step(kind, data)
+        elif kind == _DIAL:
+            self._dial(*data)
+        elif kind == _LINK:
+            self._link(*data)
+        elif kind == _UNLINK:
+            self._unlink(*data)
         elif kind == _RESTART:
             sn = self.nodes[data]
             if sn.node is None:
@@ -548,15 +768,6 @@ class Cluster:
 
     def _claims_step(self, kind: int, data: Any) -> None:
         o = self.opts
-        if kind == _DOWN:  # a live observer reports the failure (the SWIM detector's job)
-            live = [n for n in self.nodes if n.adapter is not None and n.index != data]
-            if live:
-                who = live[self.work_rng.randrange(len(live))]
-                assert who.adapter is not None
-                victim = self.nodes[data].identity.public
-                self._acknowledge(who, who.adapter.observe_down(victim, self.now + who.skew_ms))
-                self._flush(who)
-            return
         if kind == _TRY:
             index = data
             sn = self.nodes[index]
@@ -602,6 +813,9 @@ class Cluster:
         sn.timer_at = None
         sn.commit_pending = False
         sn.paused_until = 0
+        sn.links.clear()  # its side only: its peers' links to it are half-open now
+        sn.dialling.clear()
+        sn.dial_pending.clear()
         f = self.opts.faults
         if f.lost_fsync_probability and self.fault_rng.random() < f.lost_fsync_probability:
             torn = self.fault_rng.random() < f.torn_write_probability
@@ -610,8 +824,6 @@ class Cluster:
         sn.store.sync()  # what the crash did not lose reached the disk
         self.stats["crashes"] += 1
         self._note("crash", sn.index)
-        if not self.detects_failures:  # else the nodes' own SWIM finds out
-            self._at(self.now + self.opts.failure_detect_ms, _DOWN, sn.index)
 
     def _cut_off(self, sn: SimNode) -> None:
         addrs = sorted(self.by_addr)
@@ -696,7 +908,8 @@ class Cluster:
             self._note("pause", index, arg)
             return
         bound = 2 * self.opts.faults.clock_skew_max_ms
-        sn.skew_ms = max(-bound, min(bound, sn.skew_ms + arg))
+        e = self.epoch_ms
+        sn.skew_ms = max(e - bound, min(e + bound, sn.skew_ms + arg))
         self.stats["clock_jumps"] += 1
         self._note("jump", index, sn.skew_ms)
         sn.timer_at = None  # re-armed on the new clock

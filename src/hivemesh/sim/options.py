@@ -58,9 +58,8 @@ class SimOptions:
     """One run: ``nodes`` replicas, ``appends`` events, faults, then heal.
 
     With ``claim_tasks`` > 0 the nodes also compete for that many tasks with
-    optimistic claims (:mod:`hivemesh.core.claims`); a crash is reported as
-    ``member.down`` by a live node after ``failure_detect_ms``, or, where
-    the nodes are Peers, by their own SWIM (timing: ``swim``).
+    optimistic claims (:mod:`hivemesh.core.claims`); a crash is found by
+    the Peers' own SWIM (timing: ``swim``), which appends ``member.down``.
     """
 
     nodes: int = 5
@@ -69,14 +68,12 @@ class SimOptions:
     heal_ms: int = 30_000
     claim_tasks: int = 0
     claim_settle_ms: int = 1_500
-    failure_detect_ms: int = 1_500
     sync_interval_ms: int = 500
     want_timeout_ms: int = 1_500
     #: The group commit: replicated batches are synced this long after they
     #: arrive (the daemon's ``commit_delay_ms``).
     commit_delay_ms: int = 100
-    #: The SWIM timing of workloads whose nodes are Peers
-    #: (:mod:`hivemesh.sim.peer_adapter`; None: memberlist's LAN defaults).
+    #: The Peers' SWIM timing (None: memberlist's LAN defaults).
     swim: MembershipConfig | None = None
     network: NetworkOptions = field(default_factory=NetworkOptions)
     faults: FaultOptions = field(default_factory=FaultOptions)

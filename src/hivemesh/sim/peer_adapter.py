@@ -1,41 +1,32 @@
-"""The simulator driving the daemon's sans-IO Peer (``hivemesh sim --workload peer``).
+"""The one place where the simulator wires a node: :class:`PeerAdapter`.
 
 Theory of operation
 -------------------
-:class:`PeerAdapter` is :class:`~hivemesh.sim.adapter.NodeAdapter`'s
-interface over a :class:`~hivemesh.core.peer.Peer`, the machine the daemon
-drives: the Peer's own SWIM finds crashes (no fixed-delay ``member.down``),
-its new life releases a restarted node's claims, its settlement and trust
-decide, and only its ``Send`` effects reach the network (``Fsync`` syncs the
-simulated disk). :class:`PeerCluster` is the journal workload on it.
+Every simulated node is the daemon's sans-IO :class:`~hivemesh.core.peer.Peer`,
+and the simulator reaches it only through a :class:`PeerAdapter`: its own
+SWIM finds crashes (no fixed-delay ``member.down``), its new life releases a
+restarted node's claims, its settlement and trust decide, and its effects
+are carried out by the simulated cluster (:mod:`hivemesh.sim.cluster`):
+``Send`` over the simulated network, ``Dial`` and ``Close`` as link up and
+link down inputs on both sides after the network's latency, ``Fsync`` on
+the simulated disk, the lease voter's ``LeaseLog``/``LeaseSync`` on its
+simulated log (:mod:`hivemesh.sim.leases`).
 
 **One wiring, checked against the daemon's.** Every call the simulator makes
 on the Peer goes through one method of the adapter named as the Peer's input
 and taking its arguments (``rehydrate``, ``start``, ``link_up``,
-``receive``, ``handle_timer``, ``settle``, ``command``, ...), and every drain
-through :meth:`PeerAdapter.effects`. The cluster's own verbs are made of
-those: :meth:`~PeerAdapter.boot` is ``rehydrate``, ``start`` and a
-``link_up`` per peer; an application's append is the daemon's
-``command(AppendMany)``; the group commit is ``settle``, whose ``Fsync``
-syncs the disk (the node does not settle on a delay of its own, as the
-daemon's does not). So :func:`hivemesh.core.trace.feed` can drive the
-adapter with a trace a real daemon recorded, and its effects must equal the
-daemon's at every drain (``tests/test_sim_trace_equivalence.py``); inputs
-the simulated network never produces (the invite flow's, the inbox's, the
-lease log's) pass through unchanged.
+``link_down``, ``receive``, ``handle_timer``, ``settle``, ``command``,
+``lease_synced``, ...), and every drain through :meth:`PeerAdapter.effects`.
+The cluster's own verbs are made of those: :meth:`~PeerAdapter.boot` is
+``rehydrate`` and ``start``; an application's append is the daemon's
+``command(AppendMany)``; the group commit is ``settle``. So
+:func:`hivemesh.core.trace.feed` can drive the adapter with a trace a real
+daemon recorded, and its effects must equal the daemon's at every drain
+(``tests/test_sim_trace_equivalence.py``); inputs the simulated network never
+produces (the invite flow's, the inbox's) pass through unchanged.
 
-**Links.** The simulated network has no connections: at boot a node reports
-a link up to every configured peer, and every live node reports a link up
-from it (the restarted node dials them all, with a new boot id); a crash or
-a partition cuts no link (frames are just lost, as on a half-open one).
-
-**Trust: one swarm, founded by invites.** The Peers run in ``invite`` mode:
-each trusts the other members directly (their ``trust.json``) and belongs to
-one swarm. A Peer shares a third party's feed only with members of a swarm
-both are in, which it learns from ``trust.add`` vouches in the journal, so the
-run starts with the vouches an invite flow writes: the founder (node 0) brings
-every other node into the swarm, and each brings in the founder. An outsider
-(the forging adversary's spam author) is refused as before.
+**Trust: one swarm, founded by invites.** The Peers run in ``invite`` mode
+(:data:`SWARM`; the cluster writes the vouches an invite flow writes).
 
 What still goes around the Peer: the workload's context writes edit
 ``peer.context`` (as the daemon's ``hivemesh.Node`` does) before their
@@ -46,29 +37,23 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable
-from dataclasses import replace
 from typing import Any
 
 from hivemesh.commands.node import FeedAcceptLoss
 from hivemesh.commands.peer import AppendMany
-from hivemesh.core.effects import Effect, Fsync, Reply, Send
+from hivemesh.core.effects import Effect, Reply
 from hivemesh.core.event import Event
 from hivemesh.core.identity import Identity
 from hivemesh.core.lease_swarm import LeaseSetup
-from hivemesh.core.membership import MembershipConfig
 from hivemesh.core.ownfeed import MarkStore, MemoryMarkStore
 from hivemesh.core.peer import Peer, PeerConfig, TrustFile
 from hivemesh.core.store import FeedStore
 from hivemesh.core.trace import Trace
 from hivemesh.core.views import View
-from hivemesh.core.views.trust import KIND_TRUST_ADD
 from hivemesh.errors import HivemeshError
-from hivemesh.sim.cluster import Cluster, SimNode
-from hivemesh.sim.disk import DiskStore
-from hivemesh.sim.options import SimOptions
 from hivemesh.sim.views import EventSetDigest
 
-__all__ = ["SWARM", "PeerAdapter", "PeerCluster"]
+__all__ = ["SWARM", "PeerAdapter"]
 
 #: The simulated swarm's id.
 SWARM = "5" * 32
@@ -143,7 +128,7 @@ class PeerAdapter:
         self.peer.link_up(peer, boot_id, now_ms, endpoint)
 
     def link_down(self, peer: str, boot_id: bytes, now_ms: int) -> None:
-        """The link to ``peer`` went (never in the simulated network)."""
+        """The link to ``peer`` went."""
         self.peer.link_down(peer, boot_id, now_ms)
 
     def receive(self, peer: str, frame: bytes, now_ms: int) -> None:
@@ -209,14 +194,11 @@ class PeerAdapter:
 
     # -- the cluster's verbs, made of those --------------------------------------
 
-    def boot(self, stored: Iterable[Event], peers: dict[str, bytes], now_ms: int) -> None:
-        """Boot: replay, listen, and a link up to every configured peer
-        (address -> the boot id of its life)."""
+    def boot(self, stored: Iterable[Event], endpoints: Iterable[str], now_ms: int) -> None:
+        """Boot: replay the store, then listen at ``endpoints`` (links come
+        up as the simulated network connects them)."""
         self.rehydrate(stored, now_ms)
-        self.start([], now_ms)
-        for peer, boot_id in peers.items():
-            if peer != self.identity.address:
-                self.link_up(peer, boot_id, now_ms)
+        self.start(endpoints, now_ms)
 
     def append(self, items: list[tuple[str, Any]], now_ms: int) -> list[Event]:
         """The application appends ``items`` (one batch): the daemon's
@@ -230,23 +212,9 @@ class PeerAdapter:
         events: list[Event] = reply.value
         return events
 
-    def observe_down(self, victim: bytes, now_ms: int) -> list[Event]:
-        """Never asked: the Peer's SWIM finds crashes itself."""
-        raise AssertionError("a Peer detects failures with its own SWIM")
-
     def accept_feed_loss(self, now_ms: int) -> None:
         """The operator's ``hivemesh feed accept-loss``."""
         self.command(FeedAcceptLoss(confirm=True), now_ms)
-
-    def sends(self, now_ms: int) -> list[tuple[str, bytes]]:
-        """The Peer's effects: frames to send; an fsync syncs the disk."""
-        out: list[tuple[str, bytes]] = []
-        for fx in self.effects():
-            if isinstance(fx, Send):
-                out.append((fx.peer, fx.frame))
-            elif isinstance(fx, Fsync):
-                self.store.sync()
-        return out
 
     def next_deadline(self) -> int:
         """When :meth:`handle_timer` is due."""
@@ -256,53 +224,3 @@ class PeerAdapter:
     def writable(self) -> bool:
         """The own feed takes writes."""
         return self.node.feed_gate.writable
-
-
-class PeerCluster(Cluster):
-    """The journal workload with every node a Peer (module docs)."""
-
-    detects_failures = True
-
-    def __init__(self, seed: str, opts: SimOptions, *, trace: bool = False) -> None:
-        """``trace``: every life's Peer records a :class:`~hivemesh.core.trace.Trace`
-        (kept in :attr:`traces`, for :func:`~hivemesh.core.trace.replay`; tests)."""
-        if opts.swim is None:
-            opts = replace(opts, swim=MembershipConfig.lan())
-        #: (node index, incarnation) -> that life's trace and a copy of its
-        #: store as the Peer was built on it (``trace`` only)
-        self.traces: dict[tuple[int, int], tuple[Trace, DiskStore]] | None = {} if trace else None
-        super().__init__(seed, opts)
-        # the invite flow's vouches: the founder brings everyone in, each the founder
-        founder = self.nodes[0].identity.address
-        vouches = [
-            (KIND_TRUST_ADD, {"address": n.identity.address, "swarm": SWARM})
-            for n in self.nodes[1:]
-        ]
-        self.append(0, vouches)
-        for sn in self.nodes[1:]:
-            self.append(sn.index, [(KIND_TRUST_ADD, {"address": founder, "swarm": SWARM})])
-
-    def _new_adapter(self, sn: SimNode) -> PeerAdapter:
-        assert self.opts.swim is not None
-        seed = random.Random(f"{self.seed}/node/{sn.index}/{sn.incarnation}").getrandbits(128)
-        trace = None
-        if self.traces is not None:
-            trace = Trace(seed)
-            self.traces[sn.index, sn.incarnation] = (trace, sn.store.copy())
-        members = frozenset(n.identity.address for n in self.nodes)
-        return PeerAdapter(
-            sn.identity,
-            sn.store,
-            random.Random(seed),
-            self.now + sn.skew_ms,
-            config=PeerConfig(
-                # settled at the group commit, as the daemon's (module docs)
-                node=replace(self._config(), settle_delay_ms=None),
-                membership=self.opts.swim,
-                trust_mode="invite",
-                claim_settle_ms=self.opts.claim_settle_ms,
-            ),
-            trust=TrustFile(trusted=members - {sn.identity.address}, swarms=(SWARM,)),
-            marks=sn.marks,
-            trace=trace,
-        )
