@@ -138,3 +138,17 @@ def test_a_stale_grant_at_a_minority_does_not_fail_an_acquire_early() -> None:
 
     got = _acquire_with(voters, new, reach, 100)
     assert got and got[0].status == "ok", got  # type: ignore[attr-defined]
+
+
+def test_a_release_cut_short_by_its_node_crash_still_ends_the_belief() -> None:
+    """CI seed 8283: c1 releases token 3 (every voter holding it applies the
+    release) and its node crashes before the reply; c0 then acquires token 4.
+    The release is recorded unknown *with the token it presented*, so the
+    checker cuts c1's belief at the release (it recorded no token before,
+    and reported c1's released lease as overlapping c0's)."""
+    res = run_seed(8283, default_options(5), LeaseCluster)
+    assert res.violations == [], res.violations
+    c = LeaseCluster("8283", default_options(5))
+    c.run()
+    cut = [o for o in c.ops if o.kind == "release" and o.outcome == "unknown"]
+    assert [(o.client, o.token) for o in cut] == [("c1", 3)], cut

@@ -116,8 +116,9 @@ class _Client:
     ops_left: int
     lease: tuple[str, int, int, int] | None = None  # resource, token, ttl, belief (local ms)
     renews_left: int = 0
-    #: rid, kind, resource, invoked (sim ms), ttl, incarnation
-    inflight: tuple[int, str, str, int, int, int] | None = None
+    #: rid, kind, resource, invoked (sim ms), ttl, incarnation, token presented
+    #: (renew, release; None: acquire)
+    inflight: tuple[int, str, str, int, int, int, int | None] | None = None
     on_outcome: Callable[[str, Op, Outcome | None], None] | None = None
 
     @property
@@ -261,7 +262,8 @@ class LeaseCluster(Cluster):
         c.ops_left -= 1
         cmd = replace(cmd, timeout_s=timeout_ms / 1000)
         rid = sn.adapter.command(cmd, self._local(c))
-        c.inflight = (rid, kind, cmd.resource, self.now, ttl, sn.incarnation)
+        token = getattr(cmd, "token", None)  # a renew's or release's, known before any answer
+        c.inflight = (rid, kind, cmd.resource, self.now, ttl, sn.incarnation, token)
         self._flush(sn)
 
     def _act(self, c: _Client) -> None:
@@ -308,10 +310,16 @@ class LeaseCluster(Cluster):
         """Close ``c``'s operation in flight with ``ev`` (None: its node
         crashed first: unknown); its history entry."""
         assert c.inflight is not None
-        _, kind, resource, invoked, ttl, _inc = c.inflight
+        _, kind, resource, invoked, ttl, _inc, presented = c.inflight
         c.inflight = None
         if ev is None:
-            status, token = "unknown", None
+            # A renew or release records the token it presented even when its
+            # node died first: the checker cuts the grant's belief at the
+            # release's invocation (the holder stopped acting), and must be
+            # able to match it to the grant (CI seed 8283: a release applied at
+            # every voter, the node crashed before the reply, and the next
+            # holder's grant was reported as overlapping the released lease).
+            status, token = "unknown", presented
         else:
             status = "unknown" if ev.status == "fail" and ev.partial else ev.status
             token = ev.token
