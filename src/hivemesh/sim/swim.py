@@ -371,6 +371,17 @@ class MembershipCluster:
         if len(live) < 3 or self.violations:
             return
         victim = net.nodes[swim_address(self.rng.choice(live))]
+        # The active phase's accuracy rule: a DOWN counts as false only once no
+        # fault has acted for a suspicion timeout and three probe rounds. The heal
+        # ends at the first moment every member sees every other up, when a
+        # suspicion raised before it (a stale duplicate delivered late, news the
+        # suspect has not heard yet) can still run out; wait that long first.
+        cfg = net.cfg
+        settled = len(net.log)
+        net.run(cfg.suspicion_timeout_ms(self.n, 0) + 3 * cfg.probe_interval_ms)
+        for _observer, ch in net.log[settled:]:
+            if ch.state is MemberState.DOWN and ch.address in net.nodes:
+                self._count("false_down")
         marked = len(net.log)
         net.crash(victim)
         t0 = net.now
