@@ -54,9 +54,12 @@ inputs give the same outputs (deterministic under a seeded ``rng``).
 from __future__ import annotations
 
 import enum
-import random
 from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the jitter's generator is passed in; the core never draws on its own
+    import random
 
 __all__ = [
     "STUN_INTERVAL_MS",
