@@ -175,6 +175,22 @@ def test_replay_reuses_only_acknowledged_pages() -> None:
     assert sorted(rp.pages) == [1] and rp.redo == [2] and rp.route == "proxy-2"
 
 
+def test_a_later_token_is_a_takeover_unless_only_our_own_steps_are_here() -> None:
+    f = Feeds()
+    view = AuditView()
+    for e in _start(f) + _page(f, EX1, "shop-01", 1, 5):
+        view.apply(e)
+    audit = view.audits["a1"]
+    # another node's steps: a takeover whatever the token
+    assert view.replay(audit, "shop-01", address_of(EX2)).takeover(1)
+    # only our own earlier steps: we hold it again, not a takeover
+    assert not view.replay(audit, "shop-01", address_of(EX1)).takeover(2)
+    # nothing seen on a shop, first token: a fresh start
+    assert not view.replay(audit, "shop-02", address_of(EX2)).takeover(1)
+    # nothing seen, a later token: the earlier holder's steps never reached us
+    assert view.replay(audit, "shop-02", address_of(EX2)).takeover(2)
+
+
 def test_escalations_park_a_shop_until_answered_and_the_earliest_answer_wins() -> None:
     f = Feeds()
     view = AuditView()

@@ -102,6 +102,12 @@ class Replay:
     redo: list[int] = field(default_factory=list)
     attempts: int = 0
 
+    def takeover(self, token: int) -> bool:
+        """Whether working the shop under fencing ``token`` takes it over:
+        another node has steps on it, or the token is not the first while no
+        step at all is here (the earlier holder's steps never reached us)."""
+        return bool(self.holders) or (token > 1 and self.attempts == 0)
+
 
 def _str(body: dict[str, Any], key: str, limit: int = 400) -> str:
     v = body.get(key)

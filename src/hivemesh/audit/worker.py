@@ -29,7 +29,11 @@ and journals them, so the audit never stalls on a dead reflector.
 earlier holders journaled (:meth:`AuditView.replay`): pages whose
 ``extract_prices`` result another node acknowledged are taken as they are,
 and the route that worked is reused; only the other pages are fetched. An
-``audit.takeover`` event says what was reused and what is redone.
+``audit.takeover`` event says what was reused and what is redone. A lease
+whose fencing token is not the first had an earlier holder: the executor
+first pulls what a majority of the voters holds (``sync.majority``), and if
+it still sees no step of that holder (paused or killed before its events
+left it), the takeover is journaled with an empty ``from``.
 
 **Fencing.** The prices are submitted to the market database with the
 lease's fencing token; a holder that was paused until its lease expired is
@@ -58,6 +62,7 @@ from hivemesh.audit import events as ev
 from hivemesh.audit.live import LiveView
 from hivemesh.audit.rules import Correction, Limits, decide
 from hivemesh.audit.view import Audit
+from hivemesh.commands import SyncMajority
 from hivemesh.core.hlc import LOGICAL_BITS
 from hivemesh.errors import HivemeshError
 from hivemesh.leases import Lease, LeaseClient
@@ -95,6 +100,9 @@ class ExecutorOptions:
     limits: Limits = field(default_factory=Limits)
     #: Test hook: stop this process (SIGSTOP) right before submitting this shop.
     pause_before_submit: str = ""
+    #: How long a holder of a lease with an earlier token (a takeover) waits
+    #: for the majority's journal before it replays the shop's progress.
+    catch_up_s: float = 2.0
     #: Skip a shop whose last tool event by another node is younger than this.
     busy_ms: int = 1500
     #: A tool of any other MCP server that takes a knowledge-graph entity
@@ -223,6 +231,8 @@ class AuditExecutor:
             self.counters[f"lease_error.{exc.code}"] += 1
             log.warning("%s: no lease (%s): %s", shop, exc.code, exc)
             return
+        if lease.fencing_token > 1:  # an earlier holder: read what a majority holds first
+            await self._catch_up(shop)
         if shop in audit.done or self.view.parked(audit, shop):  # decided while we asked
             with contextlib.suppress(HivemeshError):
                 await self._leases.release(lease)
@@ -249,6 +259,16 @@ class AuditExecutor:
             with contextlib.suppress(HivemeshError):
                 await self._leases.release(lease)
 
+    async def _catch_up(self, shop: str) -> None:
+        """Pull what a majority of the voters holds (``sync.majority``), so
+        the replay below sees the earlier holder's acknowledged steps; on a
+        timeout the replay goes ahead with what is here (counted)."""
+        try:
+            await self.node.call(SyncMajority(pull=True, timeout_s=self.opts.catch_up_s))
+        except HivemeshError as exc:
+            self.counters[f"catch_up_error.{exc.code}"] += 1
+            log.info("%s: catch-up before the replay failed (%s)", shop, exc.code)
+
     async def _renew(self, lease: Lease, work: asyncio.Task[None]) -> None:
         every = self.opts.lease_ttl_ms / 3000
         while True:
@@ -262,7 +282,7 @@ class AuditExecutor:
     async def _work(self, audit: Audit, shop: str, lease: Lease) -> None:
         t0 = time.monotonic()
         rp = self.view.replay(audit, shop, self.me)
-        if rp.holders:
+        if rp.takeover(lease.fencing_token):
             self.counters["takeovers"] += 1
             await self._append(
                 ev.TAKEOVER,
