@@ -89,3 +89,22 @@ def test_a_restored_voter_never_forgets_a_token_it_acknowledged(
             acked.add(token)
         reported = v.receive(["prep", 10_000 + i, "r"], now)[2]
         assert isinstance(reported, int) and reported >= max(acked, default=0)
+
+
+def test_an_abort_that_overtakes_its_accept_makes_the_accept_refused() -> None:
+    """Links reorder: a fast acquire's abort (a release naming the attempt)
+    can reach a voter before the accept it aborts. The accept must then be
+    refused, or it holds the voter for its TTL for an acquire that failed
+    (``hivemesh sim --seeds 589..589 --nodes 5 --workload leases``: three
+    voters held, every acquire failed spuriously until they expired)."""
+    v = Voter("v1")
+    abort = ["rel", 16, "r", 5, "c0", "c0/16", "c0/15"]
+    assert v.receive(abort, 1_000) == ["rel_r", 16, False]
+    assert v.receive(["acc", 15, "r", 5, "c0", 1_200, "c0/15"], 1_005) == ["acc_r", 15, False]
+    assert v.receive(["prep", 17, "r"], 1_006)[3] == ""  # free
+    assert v.counters["accept_aborted"] == 1
+    # another attempt of the same holder is not affected
+    assert v.receive(["acc", 18, "r", 6, "c0", 1_200, "c0/18"], 1_010) == ["acc_r", 18, True]
+    # in order (accept, then abort), the abort clears the grant as before
+    assert v.receive(["rel", 19, "r", 6, "c0", "c0/19", "c0/18"], 1_020) == ["rel_r", 19, True]
+    assert v.receive(["prep", 20, "r"], 1_021)[3] == ""

@@ -140,6 +140,15 @@ def test_a_stale_grant_at_a_minority_does_not_fail_an_acquire_early() -> None:
     assert got and got[0].status == "ok", got  # type: ignore[attr-defined]
 
 
+def test_an_abort_overtaken_by_its_accept_leaves_no_stale_grant() -> None:
+    """Seed 589 (5 voters, 20% loss, links reorder): a fast acquire fell back
+    and aborted its attempt, the abort reached two voters before the accept,
+    which then held them for 1.2 s; every acquire failed spuriously meanwhile
+    (the voter now refuses an accept whose abort came first)."""
+    res = LeaseCluster("589", lease_options(5, "589")).run()
+    assert res.violations == []
+
+
 def test_a_release_cut_short_by_its_node_crash_still_ends_the_belief() -> None:
     """CI seed 8283: c1 releases token 3 (every voter holding it applies the
     release) and its node crashes before the reply; c0 then acquires token 4.

@@ -84,6 +84,9 @@ class _Slot:
     # get "yes" after the slot moved on, so a release that worked is reported as such
     released_by: tuple[int, str, str] = (0, "", "")
     bound: int = 0  # the durable token bound: >= max_token (see "Token reserve")
+    # an acquire attempt whose abort arrived before its accept (links reorder):
+    # that accept is refused when it comes (kept in memory only, see _release)
+    aborted: str = ""
 
     def live(self, now_ms: int) -> bool:
         return bool(self.holder) and now_ms <= self.expiry_ms
@@ -184,6 +187,9 @@ class Voter:
             attempt = check_str(msg[6] if len(msg) > 6 else "")
             if (slot.token, slot.holder, slot.attempt) == (token, holder, attempt) and holder:
                 ok = True  # duplicate of an accept already applied: idempotent, no extension
+            elif attempt and attempt == slot.aborted:
+                ok = False  # its proposer gave it up before it got here
+                self._count("accept_aborted")
             else:
                 ok = token > slot.max_token and not slot.live(now_ms) and holder != ""
                 if ok:
@@ -227,6 +233,13 @@ class Voter:
         ok = mine or (req != "" and (token, holder, req) == slot.released_by)
         if mine:
             slot.holder, slot.expiry_ms, slot.released_by = "", 0, (token, holder, req)
+            self._slots[resource] = slot
+        elif attempt and token > slot.max_token:
+            # An abort that overtook its accept: remember the attempt so the
+            # accept is refused when it lands (else it would hold this voter
+            # until it expires, for an acquire its caller saw fail). Memory
+            # only: a voter that restarts is quarantined for the longest TTL.
+            slot.aborted = attempt
             self._slots[resource] = slot
         self._count("release_ok" if ok else "release_refused")
         return [REPLY[RELEASE], rid, ok]
