@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hivemesh.client.swarm import LocalSwarm, NodeProc, wait_until
+from hivemesh.client.swarm import LocalSwarm, NodeProc, die_with_parent, wait_until
 from hivemesh.errors import DeadlineExceeded
 
 __all__ = ["MeshRun", "mesh_run"]
@@ -92,12 +92,6 @@ def _ready(node: NodeProc, collector: str) -> bool:
     return any(p["address"] == collector and p["channel"] for p in c.peers())
 
 
-def _die_with_parent() -> None:
-    from hivemesh.client.swarm import _die_with_parent as die
-
-    die()
-
-
 class _Hosts:
     """Sender nodes hosted ``per_process`` to an OS process."""
 
@@ -116,7 +110,7 @@ class _Hosts:
                 stdin=subprocess.DEVNULL,
                 env=self.env,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
         finally:
             log.close()

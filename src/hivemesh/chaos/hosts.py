@@ -25,7 +25,6 @@ each daemon also gets ``SIGKILL`` if the runner dies (``PR_SET_PDEATHSIG``).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import json
 import os
@@ -42,7 +41,7 @@ from typing import Any
 
 import hivemesh
 from hivemesh.client.blocking import Client
-from hivemesh.client.swarm import FAST_TIMINGS, OPEN_TRUST
+from hivemesh.client.swarm import FAST_TIMINGS, OPEN_TRUST, die_with_parent
 from hivemesh.errors import DeadlineExceeded, HivemeshError
 from hivemesh.netlab import Faults, Host, Lab, Nat
 
@@ -56,11 +55,6 @@ DISK_BYTES = 48 * 1024 * 1024
 #: one (n2, n5, n8) a symmetric one (``fully-random``), the others
 #: port-preserving MASQUERADE.
 TOPOLOGIES = ("flat", "nat")
-
-
-def _die_with_parent() -> None:
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 @dataclass
@@ -280,7 +274,7 @@ class ChaosCluster:
                 stderr=log,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
         finally:
             log.close()
@@ -389,7 +383,7 @@ class ChaosCluster:
             svc.proc = svc.host.popen(
                 svc.argv, env=self.env, stdout=log if svc.ready_text else subprocess.PIPE,
                 stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )  # fmt: skip
         finally:
             log.close()
@@ -450,7 +444,7 @@ class ChaosCluster:
                 "--seed", str(seed)]  # fmt: skip
         proc = node.host.popen(
             argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent,
+            stdin=subprocess.DEVNULL, preexec_fn=die_with_parent,
         )  # fmt: skip
         assert proc.stdout is not None
         ready = select.select([proc.stdout], [], [], 10.0)[0]

@@ -35,7 +35,7 @@ import hivemesh
 from hivemesh.client.blocking import Client
 from hivemesh.errors import DeadlineExceeded, HivemeshError
 
-__all__ = ["FAST_TIMINGS", "OPEN_TRUST", "LocalSwarm", "NodeProc", "wait_until"]
+__all__ = ["FAST_TIMINGS", "OPEN_TRUST", "LocalSwarm", "NodeProc", "die_with_parent", "wait_until"]
 
 T = TypeVar("T")
 
@@ -55,7 +55,7 @@ FAST_TIMINGS: dict[str, str] = {
 OPEN_TRUST: dict[str, str] = {"HIVEMESH_TRUST_MODE": "open"}
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child: get SIGKILL if the parent dies (Linux), so nodes never leak."""
     with contextlib.suppress(Exception):
         libc = ctypes.CDLL(None, use_errno=True)
@@ -233,7 +233,7 @@ class LocalSwarm:
                 stdin=subprocess.DEVNULL,
                 env=self.env,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
         finally:
             log.close()
