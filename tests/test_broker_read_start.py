@@ -7,8 +7,10 @@ event loop while the broker sends the first entries (runtime.broker's
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -23,6 +25,17 @@ ENTRIES = 3
 
 async def _nothing(data: bytes) -> None:
     return None
+
+
+@contextlib.asynccontextmanager
+async def _reading(engine: Any, on_msg: Any) -> AsyncIterator[None]:
+    """``engine.consume_feeds`` in a task, cancelled on leaving."""
+    task = asyncio.create_task(engine.consume_feeds(None, on_msg))
+    try:
+        yield
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 async def _read_after_a_blocking_start(url: str) -> list[str]:
@@ -42,15 +55,11 @@ async def _read_after_a_blocking_start(url: str) -> list[str]:
             if len(got) == ENTRIES:
                 done.set()
 
-        task = asyncio.create_task(reader.consume_feeds(None, on_msg))
-        try:
+        async with _reading(reader, on_msg):
             await asyncio.wait_for(reader.requested.wait(), 10.0)
             time.sleep(0.1)  # the loop is blocked: only what was sent gets answered
             await asyncio.wait_for(done.wait(), 10.0)
             return got
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
     finally:
         await reader.close()
         await writer.close()
@@ -79,15 +88,11 @@ def test_nats_requests_are_flushed_before_requested_returns() -> None:
             async def on_msg(pos: str, author: str, data: bytes) -> None:
                 return None
 
-            task = asyncio.create_task(engine.consume_feeds(None, on_msg))
-            try:
+            async with _reading(engine, on_msg):
                 async with asyncio.timeout(10.0):  # as runtime.broker waits (no extra task)
                     await engine.requested.wait()
                 pending: int = engine._nc._pending_data_size
                 return pending
-            finally:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
         finally:
             await engine.close()
 
