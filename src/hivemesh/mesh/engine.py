@@ -228,6 +228,10 @@ class BrokerEngine(Protocol):
     #: handed over (0 when caught up or when the engine cannot tell).
     backlog: int
 
+    #: Set once :meth:`consume_feeds` has asked the broker for its first
+    #: entries (they are on their way while the caller does other work).
+    requested: asyncio.Event
+
     async def consume_feeds(self, after: str | None, on_msg: FeedHandler) -> None:
         """Read the log from just after position ``after`` (None: its start)
         and hand each entry to ``on_msg``, in order, until cancelled;
@@ -265,6 +269,8 @@ class EngineBase:
         self.errors = 0
         #: entries after the one being handed to consume_feeds' handler (0: cannot tell)
         self.backlog = 0
+        #: consume_feeds asked the broker for its first entries
+        self.requested = asyncio.Event()
 
     def name(self, *parts: str) -> str:
         """``hm<sep><swarm><sep>part...`` (a subject, channel or key)."""

@@ -131,7 +131,7 @@ class BrokerLinks:
         now_ms: Callable[[], int],
         send_queue_frames: int = 4096,
         hello_interval_s: float = 10.0,
-        on_connected: Callable[[], None] | None = None,
+        on_connected: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.identity = identity
         self.address = identity.address
@@ -166,11 +166,11 @@ class BrokerLinks:
 
     async def listen(self, host: str, port: int) -> int:
         """Connect to the broker (``host``/``port`` are unused in broker mode),
-        then call ``on_connected`` (broker mode starts reading the log there)."""
+        then await ``on_connected`` (broker mode starts reading the log there)."""
         await self.engine.start(self.address, self._on_node, self._on_node, self._on_state)
         self.connected = True
         if self._on_connected is not None:
-            self._on_connected()
+            await self._on_connected()
         self._spawn_loop("mesh_engine", self.engine.run)
         self._spawn_loop("mesh_inbox", self._inbox_loop)
         self._spawn_loop("mesh_outbox", self._outbox_loop)

@@ -348,6 +348,7 @@ class NatsEngine(EngineBase):
                 while len(waiting) < _PULL_REQUESTS:
                     await nc.publish(pull, request, reply=inbox)
                     waiting.append(_PULL_BATCH)
+                self.requested.set()  # (nats-py's flusher writes them at our next wait)
                 try:
                     async with asyncio.timeout(_PULL_SILENCE_S):
                         msg = await arrived.get()

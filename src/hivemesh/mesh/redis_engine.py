@@ -232,6 +232,7 @@ class RedisEngine(EngineBase):
         failures = 0
         while True:
             try:
+                self.requested.set()  # the XREAD below goes out at once
                 async with asyncio.timeout(1.0 + self.options.timeout_s):
                     got: Any = await self._redis.xread({self.stream: pos}, count=_READ, block=1000)
                 failures = 0
