@@ -91,6 +91,10 @@ to call :meth:`handle_timer` next.
   the driver's durable inbox takes. ``SendDirect`` answers at its ack,
   ``Request`` at its reply, ``Ping`` at its pong; every outcome of a send is
   also a :class:`MessageOutcome` effect.
+* *Majority barriers* (:mod:`hivemesh.core.barrier`): ``SyncMajority``
+  asks the lease voters for their heads over direct requests and answers
+  when a majority holds our feed (and, with ``pull``, once this node caught
+  up with them); the Peer serves those requests (``journal.heads``) itself.
 """
 
 from __future__ import annotations
@@ -114,8 +118,10 @@ from hivemesh.commands.peer import (
     StartJoin,
     Vouch,
 )
+from hivemesh.commands.sync import SyncMajority
 from hivemesh.commands.trust import TrustRevoke, TrustRevokeReply
 from hivemesh.core.answers import ANSWERS
+from hivemesh.core.barrier import HEADS_KIND, Majority
 from hivemesh.core.claims import DEFAULT_WINDOW_MS, ClaimsView
 from hivemesh.core.direct import Direct, DirectAcked, DirectConfig
 from hivemesh.core.effects import (
@@ -125,6 +131,7 @@ from hivemesh.core.effects import (
     Dial,
     Effect,
     Fsync,
+    Handle,
     Log,
     MessageOutcome,
     Reply,
@@ -301,6 +308,15 @@ class Peer:
         for tag in BLOB_TAGS:
             node.register_handler(tag, self._blob_handler(tag))
         self.mailbox = Mailbox(self.direct, self.address)
+        journal = node.journal
+        self.majority = Majority(
+            self.address,
+            identity.public.hex(),
+            held=lambda author: journal.head(bytes.fromhex(author)).seq,
+            vv=lambda: {a.hex(): s for a, s in journal.version_vector().items()},
+            trusted=lambda author: journal.trusted is None or journal.trusted(author),
+        )
+        self.mailbox.serve(HEADS_KIND, plain=False)
         self._rng = Random(rng.getrandbits(128))  # ping nonces
         node.register_handler(FrameType.RT_PING, self._on_ping)
         node.register_handler(FrameType.RT_PONG, self._on_pong)
@@ -488,7 +504,7 @@ class Peer:
         self.fetcher.handle_timer(now_ms)
         self.leases.handle_timer(now_ms)
         self.joins.handle_timer(now_ms)
-        self._fx += self.mailbox.expire(now_ms)
+        self._mail(self.mailbox.expire(now_ms), now_ms)
         self._after(now_ms)
 
     def inbox_room(self, n: int, now_ms: int) -> None:
@@ -572,6 +588,7 @@ class Peer:
             self.mailbox.next_deadline(),
             self.leases.next_deadline(),
             self.joins.next_deadline(),
+            self.majority.next_deadline(),
         ):
             if extra is not None and extra < d:
                 d = extra
@@ -693,7 +710,9 @@ class Peer:
             self._on_feed_state(now_ms)
             self._on_fetcher()
             self._on_direct_results()
-            fx += self.mailbox.route(now_ms)
+            self._mail(self.mailbox.route(now_ms), now_ms)
+            if self.majority.busy:
+                self._majority(now_ms)
             for rid, outcome in self.leases.outcomes():
                 fx.append(Reply(rid, outcome))
             if self.trust_view.version != self._trust_version:
@@ -874,7 +893,7 @@ class Peer:
                     got = self.mailbox.unacked(res.msg_id)
                     if not got:  # replies are the only untracked sends
                         self.mailbox.counters["reply_failed"] += 1
-                    self._fx += got
+                    self._mail(got, self._now)
                 continue
             if acked:
                 value = {"msg_id": res.msg_id, "to": res.to, "acked": True}
@@ -885,6 +904,35 @@ class Peer:
                     f" ({reason}, {res.attempts} attempts)"
                 )
                 self._fx.append(Reply(rid, error=err))
+
+    def _mail(self, effects: list[Effect], now_ms: int) -> None:
+        """The mailbox's effects; those of the majority barriers stay inside."""
+        majority = self.majority
+        for e in effects:
+            if (
+                type(e) is Reply
+                and e.rid < 0
+                and majority.replied(e.rid, e.value, e.error is not None, now_ms)
+            ):
+                continue
+            if type(e) is Handle and e.kind == HEADS_KIND and not e.plain:
+                majority.serve(e.key, e.data, now_ms)
+                continue
+            self._fx.append(e)
+
+    def _majority(self, now_ms: int) -> None:
+        """Carry out the majority barriers' outputs (their sends stay inside)."""
+        m = self.majority
+        m.tick(now_ms)
+        asks, answers, replies = m.take()
+        for ask, voter, body, timeout_ms in asks:
+            try:
+                self.mailbox.request(ask, voter, HEADS_KIND, body, timeout_ms, now_ms)
+            except HivemeshError:  # no way to that voter now: asked again later
+                m.replied(ask, None, True, now_ms)
+        for key, value in answers:
+            self.mailbox.handled(key, value, None, now_ms)
+        self._fx += replies
 
     # -- commands answered later ----------------------------------------------------
 
@@ -1068,6 +1116,10 @@ class Peer:
     def _do_lease_show(self, rid: int, cmd: coord.LeaseShow, now_ms: int) -> None:
         self._lease(rid, Show(cmd.resource), cmd.timeout_s, now_ms)
 
+    def _do_sync_majority(self, rid: int, cmd: SyncMajority, now_ms: int) -> None:
+        voters = self.leases.voters(now_ms)
+        self.majority.start(rid, voters, cmd.own_seq, cmd.pull, cmd.timeout_s, now_ms)
+
     def _do_lease_voters(self, rid: int, cmd: coord.LeaseVoters, now_ms: int) -> None:
         voters = self.leases.voters(now_ms)
         stats = self.leases.statistics()
@@ -1109,4 +1161,5 @@ _COMMANDS: dict[type, Callable[[Peer, int, Any, int], None]] = {
     coord.LeaseRelease: Peer._do_lease_release,
     coord.LeaseShow: Peer._do_lease_show,
     coord.LeaseVoters: Peer._do_lease_voters,
+    SyncMajority: Peer._do_sync_majority,
 }

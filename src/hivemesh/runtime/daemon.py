@@ -169,7 +169,6 @@ from hivemesh.runtime.connections import ConnectionManager
 from hivemesh.runtime.hostutil import lock_data_dir, primary_ipv4, raise_open_files_limit
 from hivemesh.runtime.invites import Invites
 from hivemesh.runtime.leases import MeshClaims, VoterDisk, lease_client
-from hivemesh.runtime.majority import serve_heads
 from hivemesh.runtime.messaging import Messaging, ping, request, send_direct
 from hivemesh.runtime.rehydration import Rehydration
 from hivemesh.runtime.status import Subscription, peers_of, status_of
@@ -442,7 +441,6 @@ class Daemon:
             await app.start()
             self.apps.append(app)
             self._opened.append((app.name, app.stop))
-        serve_heads(self)  # majority barriers (sync.majority) ask every voter
         self.supervisor.install(asyncio.get_running_loop())
         self._started = True
         self.supervisor.spawn("timer", self._timer_loop, RESTART_WATCHED)  # beats each round

@@ -27,7 +27,7 @@ from hivemesh.commands import Command, Record, Reply, jsonable
 from hivemesh.core.event import Event
 from hivemesh.core.identity import address_of
 from hivemesh.errors import DeadlineExceeded, LocalProtocolError, UnknownCommand
-from hivemesh.runtime import leases_ops, majority
+from hivemesh.runtime import leases_ops
 
 if TYPE_CHECKING:
     from hivemesh.runtime.daemon import Daemon
@@ -246,7 +246,7 @@ HANDLERS: Mapping[type[Command], Handler] = {
     c.Send: _send,
     c.Status: _status,
     c.Stop: _stop,
-    c.SyncMajority: majority.sync_majority,
+    c.SyncMajority: _by_peer,
     c.TrustAdmit: _admit,
     c.TrustList: _trust_list,
     c.TrustRevoke: _revoke,
