@@ -167,8 +167,7 @@ class Net:
             if j is not None:
                 self.connect(i, j)
         elif isinstance(e, Close):
-            if e.if_silent_ms is None or self.index(e.peer) is None:
-                self.disconnect(i, e.peer)
+            self.disconnect(i, e.peer)
         elif isinstance(e, Fsync):
             self.hosts[i].store.sync()
         elif isinstance(e, Persist):
@@ -257,6 +256,9 @@ def test_swim_down_releases_the_crashed_holders_claims_and_drops_the_peer() -> N
         assert net.addr(0) not in p.node.peers
         assert p.claims.winner("job-1") is None  # released by member.down
         assert counted(net.hosts[i], "member_down") == 1
+        # its link never ended (half-open) and carried nothing since: closed
+        assert Close(net.addr(0), "half-open") in net.hosts[i].effects
+        assert counted(net.hosts[i], "dropped_silent_link") == 1
 
 
 def test_a_restarted_node_releases_the_claims_of_its_previous_life() -> None:

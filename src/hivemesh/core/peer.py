@@ -58,8 +58,9 @@ to call :meth:`handle_timer` next.
   stop replicating, append ``member.down``/``member.left`` with ``a`` (its
   key) and ``upto`` (the last seq of its feed we hold), so that claims and
   plans release exactly what this observation is causally after
-  (:mod:`hivemesh.core.claims`); on ``down`` close its link if it carried
-  nothing for a whole suspicion period (half-open). A link that comes up
+  (:mod:`hivemesh.core.claims`); on ``down`` close its link if nothing
+  arrived on it (no frame since it came up) for a whole suspicion period:
+  a half-open link (``dropped_silent_link``). A link that comes up
   for an unknown address joins membership through it.
 * *A new life.* Once the own feed takes writes (at :meth:`start`, or when
   it is recovered from peers): release the live claims of the previous life,
@@ -251,6 +252,7 @@ class Peer:
         self._web: tuple[tuple[TrustFile, int], TrustWeb] | None = None
         self._addresses: dict[bytes, str] = {}
         self._links: dict[str, bytes] = {}  # address -> the boot id of its life
+        self._heard: dict[str, int] = {}  # address -> when a link to it last carried a frame
         self._advertised: tuple[str, ...] = ()
         self._new_life_pending = True
         self._now = now_ms  # the last input's time
@@ -385,6 +387,7 @@ class Peer:
         """A frame from the link to ``peer``."""
         if self._trace is not None:
             self._trace.record("receive", peer, frame, now_ms)
+        self._heard[peer] = now_ms
         if self.joins.held(peer):
             self.joins.probation_frame(peer, frame, now_ms)
         else:
@@ -396,6 +399,7 @@ class Peer:
         if self._trace is not None:
             frames = list(frames)
             self._trace.record("receive_many", peer, frames, now_ms)
+        self._heard[peer] = now_ms
         receive = self.node.receive
         for frame in frames:
             if self.joins.held(peer):
@@ -411,6 +415,7 @@ class Peer:
         resend direct messages waiting for it."""
         if self._trace is not None:
             self._trace.record("link_up", peer, boot_id, now_ms, endpoint)
+        self._heard[peer] = now_ms
         if self.joins.link_up(peer, boot_id, now_ms, endpoint):
             self._link_up(peer, boot_id, now_ms, endpoint)
         self._after(now_ms)
@@ -436,6 +441,7 @@ class Peer:
         self.joins.link_down(peer)
         if self._links.get(peer) == boot_id:
             del self._links[peer]
+            self._heard.pop(peer, None)
         self.node.remove_peer(peer)
         self._dial(peer, self.endpoints.endpoints(peer))
         self._after(now_ms)
@@ -755,9 +761,14 @@ class Peer:
                     self._record("member.up", ch.address, ch.incarnation, now_ms)
             elif ch.state in (MemberState.DOWN, MemberState.LEFT):
                 self.node.remove_peer(ch.address)
-                if ch.state is MemberState.DOWN and ch.address in self._links:
-                    quiet = cfg.suspicion_mult * cfg.probe_interval_ms
-                    self._fx.append(Close(ch.address, "half-open", if_silent_ms=quiet))
+                quiet = cfg.suspicion_mult * cfg.probe_interval_ms
+                if (
+                    ch.state is MemberState.DOWN
+                    and ch.address in self._links
+                    and now_ms - self._heard.get(ch.address, 0) >= quiet
+                ):  # half-open: its host vanished without a FIN
+                    self._count("dropped_silent_link")
+                    self._fx.append(Close(ch.address, "half-open"))
                 self._record(f"member.{ch.state.value}", ch.address, ch.incarnation, now_ms)
             self._count(f"member_{ch.state.value}")
 

@@ -41,9 +41,8 @@ holding its flush lock, and ``on_peer`` flushes), so a callback may send.
   if its reader is still busy delivering an earlier batch. A *half-open*
   channel (the peer's host vanished without a FIN) never ends by itself: it
   is replaced as soon as the restarted peer's channel arrives (above), and
-  otherwise the failure detector calls :meth:`drop_if_silent` when it
-  declares the member down, which drops the link if nothing arrived on it
-  lately.
+  otherwise closed by the Peer when SWIM declares the member down and the
+  link has been silent (:mod:`hivemesh.core.peer`).
 * **Send queues and backpressure.** Each channel has a bounded send queue
   (the transport's). :meth:`send` waits when it is full; a peer that does
   not drain within ``slow_peer_timeout_s`` is disconnected and every frame
@@ -127,7 +126,6 @@ class PeerLink:
     since_s: float
     rank: tuple[int, bytes] = (0, b"")
     opened_mono: float = 0.0
-    last_rx_mono: float = 0.0  # when a frame last arrived on it
     task: asyncio.Task[None] | None = None
     closed: bool = False
     busy: bool = False  # its reader task is handling a batch
@@ -419,7 +417,6 @@ class ConnectionManager:
                 relayed=channel.path.startswith("relay"),
             ),
             opened_mono=time.monotonic(),
-            last_rx_mono=time.monotonic(),
             boot_id=channel.peer_boot_id,
         )
         link.task = self._spawn("reader", self._reader(link))
@@ -528,7 +525,6 @@ class ConnectionManager:
         """The channel's inline consumer (module docs)."""
         if link.busy or self._on_frames_now is None:  # the reader holds earlier frames
             return False
-        link.last_rx_mono = time.monotonic()
         try:
             done = self._on_frames_now(link.address, frames)
         except (KeyboardInterrupt, SystemExit):
@@ -545,7 +541,6 @@ class ConnectionManager:
         try:
             while True:
                 frames = await link.channel.recv_batch(64)
-                link.last_rx_mono = time.monotonic()
                 link.busy = True
                 try:
                     await self._on_frames(link.address, frames)
@@ -649,25 +644,6 @@ class ConnectionManager:
                 except Exception:  # a bug in the callback must not stop later reports
                     log.exception("on_peer(%s, %s) failed", short(peer), up)
                     self.counters["on_peer_crashed"] += 1
-
-    def drop_if_silent(self, address: str, quiet_s: float) -> bool:
-        """Drop the link to ``address`` if nothing arrived on it for ``quiet_s``.
-
-        For the failure detector: a member declared down whose channel is
-        still open but silent is half-open (its host vanished without a FIN,
-        or a NAT forgot the mapping). Dropping it lets the dialler redial, and
-        it can no longer win a tie-break against the peer's fresh channel.
-        Returns True if the link was dropped.
-        """
-        link = self.links.get(address)
-        if link is None or time.monotonic() - link.last_rx_mono < quiet_s:
-            return False
-        self.counters["dropped_silent_link"] += 1
-        link.closed = True
-        self._discard(link, "silent (failure detector)")
-        self._unlinked(address, link.opened_mono)
-        self._notify(address, False)
-        return True
 
     async def disconnect(
         self,

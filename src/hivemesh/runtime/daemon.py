@@ -919,11 +919,8 @@ class Daemon:
         elif isinstance(e, Close):
             if e.forget:
                 self.conns.forget(e.peer)
-            if e.if_silent_ms is not None:
-                self.conns.drop_if_silent(e.peer, e.if_silent_ms / 1000)
-            else:  # the peer's CLOSE carries the code
-                error = None if e.code is None else error_class(e.code)(e.reason)
-                self.disconnect_later(e.peer, e.reason, error)
+            error = None if e.code is None else error_class(e.code)(e.reason)
+            self.disconnect_later(e.peer, e.reason, error)  # the peer's CLOSE carries the code
         elif isinstance(e, Redeem):
             self.invites.redeem(e)
         elif isinstance(e, TrustEdit):
