@@ -92,9 +92,8 @@ store. Every append was
 already durable when it returned (in the store's append log until the next
 group commit), so a ``kill -9`` loses nothing that was acknowledged either.
 
-**Parts wired in.** The Peer; direct messages' durable inbox, request/reply
-and ping (:mod:`hivemesh.runtime.messaging`), blob puts and waits
-(:mod:`hivemesh.runtime.blobs`), invites (:mod:`hivemesh.runtime.invites`),
+**Parts wired in.** The Peer; direct messages' durable inbox and handlers
+(:mod:`hivemesh.runtime.messaging`), invites (:mod:`hivemesh.runtime.invites`),
 leases (:mod:`hivemesh.runtime.leases`), and any application view added with
 :meth:`Daemon.add_view` (verified replay first). Only one daemon runs per
 data dir (``daemon.lock``).
@@ -110,13 +109,14 @@ import logging
 import os
 import random
 import secrets
+import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from hivemesh import commands as c
 from hivemesh.commands.names import NameClaim, NameClaimReply
-from hivemesh.commands.peer import CommitContext, Leave, Vouch
+from hivemesh.commands.peer import CommitContext, FetchBlob, Leave, Request, Vouch
 from hivemesh.commands.trust import TrustRevoke
 from hivemesh.config import UDP_PREFIX, Config, bootstrap_targets, parse_endpoint
 from hivemesh.core.answers import export_pending
@@ -146,6 +146,7 @@ from hivemesh.core.node import Node, NodeConfig
 from hivemesh.core.peer import Peer, PeerConfig, TrustFile
 from hivemesh.core.pex import MembershipConfig
 from hivemesh.core.trace import Trace
+from hivemesh.core.views.blobs import BlobIndex, blob_digest
 from hivemesh.core.views.context import Context, ContextView
 from hivemesh.core.views.endpoints import EndpointsView
 from hivemesh.core.views.names import NamesView
@@ -163,13 +164,12 @@ from hivemesh.errors import (
 )
 from hivemesh.leases import LeaseClient
 from hivemesh.runtime.apps import APPS, App, load
-from hivemesh.runtime.blobs import Blobs
 from hivemesh.runtime.clock import now_ms
 from hivemesh.runtime.connections import ConnectionManager
 from hivemesh.runtime.hostutil import lock_data_dir, primary_ipv4, raise_open_files_limit
 from hivemesh.runtime.invites import Invites
 from hivemesh.runtime.leases import MeshClaims, VoterDisk, lease_client
-from hivemesh.runtime.messaging import Messaging, ping, request, send_direct
+from hivemesh.runtime.messaging import Messaging
 from hivemesh.runtime.rehydration import Rehydration
 from hivemesh.runtime.status import Subscription, peers_of, status_of
 from hivemesh.runtime.supervise import RESTART_WATCHED, Supervisor, TaskFailed
@@ -236,7 +236,6 @@ class Daemon:
         self.conns: ConnectionManager
         self.trust: TrustStore
         self.messaging: Messaging
-        self.blobs: Blobs
         self.trust_view: TrustView
         self.invites = Invites(self)
         self._marks: FileMarkStore
@@ -364,7 +363,6 @@ class Daemon:
         self.endpoints = peer.endpoints
         self.trust_view = peer.trust_view
         self.claims = MeshClaims(self)  # over the Peer's claims view
-        self.blobs = Blobs(self)
         from hivemesh.runtime.control import ControlServer
 
         self._control = ControlServer(self, cfg.control_path, timeout_s=cfg.control_timeout_s)
@@ -767,7 +765,11 @@ class Daemon:
         for app in self.apps:
             if to in app.addressees:
                 return await app.deliver(to, data, timeout_s=timeout_s)
-        return await send_direct(self, to, data, timeout_s=timeout_s)
+        address = self.resolve(to)
+        t0 = time.perf_counter()
+        result: dict[str, Any] = await self.call(c.Send(address, data, timeout_s))
+        result["rtt_ms"] = round((time.perf_counter() - t0) * 1000, 3)
+        return result
 
     def app(self, kind: type[A]) -> A:
         """The running application of class ``kind`` (:mod:`hivemesh.runtime.apps`)."""
@@ -789,12 +791,32 @@ class Daemon:
         return self.messaging.inbox.list(limit, remove=remove)
 
     async def request(self, to: str, kind: str, body: Any, *, timeout_s: float) -> Any:
-        """Send a request to a handler of ``kind`` on ``to``; return its reply."""
-        return await request(self, to, kind, body, timeout_s=timeout_s)
+        """Send a request to a handler of ``kind`` on ``to``; return its reply
+        (:mod:`hivemesh.core.mailbox`)."""
+        return await self.call(Request(self.resolve(to), kind, body, timeout_s))
 
     async def ping(self, target: str, *, timeout_s: float) -> dict[str, Any]:
-        """Round-trip time to a connected peer (by address or name)."""
-        return await ping(self, target, timeout_s=timeout_s)
+        """Round-trip time to a connected peer (by address or name; the Peer
+        refuses one it has no link to: UnknownPeer)."""
+        address = self.resolve(target)
+        t0 = time.perf_counter()
+        await self.call(c.Ping(address, timeout_s))
+        return {"address": address, "rtt_ms": round((time.perf_counter() - t0) * 1000, 3)}
+
+    async def put_blob(self, data: bytes, mime: str, name: str | None) -> bytes:
+        """Store ``data`` and announce it (only the announcement is gossiped;
+        :mod:`hivemesh.core.views.blobs`); returns its digest."""
+        kind, body = BlobIndex.encode_put(data, mime, name)
+        digest = blob_digest(data)
+        self.node.journal.store.put_blob(digest, data)
+        await self.append(kind, body)
+        return digest
+
+    async def get_blob(self, ref: str, *, timeout_s: float) -> bytes:
+        """The bytes of blob ``ref`` (hex digest or name): local, or fetched
+        from its holders by the Peer (``FetchBlob``) and verified."""
+        data: bytes = await self.call(FetchBlob(self.peer.blob_index.resolve(ref), timeout_s))
+        return data
 
     def invite(self, ttl_s: int = 3600, swarm: str | None = None) -> dict[str, Any]:
         """A single-use invite token for a new node into ``swarm`` (default:
