@@ -13,8 +13,9 @@ import pytest
 from hivemesh.commands.coordination import Claim, ClaimRelease, ClaimReleaseReply, ClaimWait
 from hivemesh.commands.messages import Ping
 from hivemesh.commands.messages import Send as SendDirect
+from hivemesh.commands.names import NameClaim
 from hivemesh.commands.node import Append
-from hivemesh.commands.peer import FetchBlob, Request, Serve
+from hivemesh.commands.peer import FetchBlob, Request, Resolve, Serve
 from hivemesh.commands.trust import TrustRevoke, TrustRevokeReply
 from hivemesh.core.direct import DirectConfig
 from hivemesh.core.effects import (
@@ -287,6 +288,26 @@ def test_wait_decided_answers_once_the_claim_settles_and_times_out_without_one()
     got = net.reply(0, rid)
     assert got is not None and got.value.winner == net.addr(1) and not got.value.ours
     rid = net.command(0, ClaimWait("nobody", timeout_s=0.3))
+    net.run(400)
+    got = net.reply(0, rid)
+    assert got is not None and isinstance(got.error, DeadlineExceeded)
+
+
+def test_resolve_waits_for_a_name_to_be_claimed_and_times_out_without_one() -> None:
+    net = Net(2)
+    net.mesh()
+    rid = net.command(0, Resolve(net.addr(1)))  # an address is its own answer
+    assert net.reply(0, rid) == Reply(rid, net.addr(1))
+    rid = net.command(0, Resolve("collector"))  # no wait: unknown at once
+    got = net.reply(0, rid)
+    assert got is not None and isinstance(got.error, UnknownPeer)
+    rid = net.command(0, Resolve("collector", timeout_s=5.0))
+    net.run(50)
+    assert net.reply(0, rid) is None  # nobody claimed it yet: waiting
+    net.command(1, NameClaim("collector"))
+    net.run(200)  # the claim replicates
+    assert net.reply(0, rid) == Reply(rid, net.addr(1))
+    rid = net.command(0, Resolve("nobody", timeout_s=0.3))
     net.run(400)
     got = net.reply(0, rid)
     assert got is not None and isinstance(got.error, DeadlineExceeded)

@@ -115,6 +115,7 @@ from hivemesh.commands.peer import (
     FetchBlob,
     Leave,
     Request,
+    Resolve,
     Serve,
     StartJoin,
     Vouch,
@@ -162,6 +163,7 @@ from hivemesh.errors import (
     DeadlineExceeded,
     DecodeError,
     HivemeshError,
+    InvalidAddress,
     InvalidArgument,
     UnknownPeer,
 )
@@ -636,6 +638,22 @@ class Peer:
             self._web = (key, web)
         return self._web[1]
 
+    def resolve(self, target: str) -> str:
+        """An address for ``target``: an address, or a name claimed as far as
+        this node knows (UnknownPeer otherwise)."""
+        if target.startswith("hm") and len(target) == 58:
+            try:
+                public_key_of(target)
+                return target
+            except InvalidAddress:
+                pass
+        owner = self.names.resolve(target)
+        if owner is None:
+            raise UnknownPeer(
+                f"no node has claimed the name {target!r} (as far as this node knows yet)"
+            )
+        return owner
+
     def author_trusted(self, author: bytes) -> bool:
         """The journal gate: may events authored by ``author`` be stored?"""
         return self.authorize(self._address_of(author))
@@ -974,6 +992,10 @@ class Peer:
                     reply = coord.ClaimWaitReply(resource=w.resource, winner=winner, ours=ours)
                     self._fx.append(Reply(rid, reply))
                     continue
+            elif w.what == "name" and (owner := self.names.resolve(w.resource)) is not None:
+                del self._waits[rid]
+                self._fx.append(Reply(rid, owner))
+                continue
             if w.deadline_ms <= now_ms:
                 del self._waits[rid]
                 if w.what == "blob":
@@ -982,6 +1004,8 @@ class Peer:
                     err = DeadlineExceeded(f"blob {w.digest.hex()[:12]} not fetched in time")
                 elif w.what == "ping":
                     err = DeadlineExceeded("no pong in time")
+                elif w.what == "name":
+                    err = DeadlineExceeded(f"no node claimed the name {w.resource!r} in time")
                 else:
                     err = DeadlineExceeded(f"claim on {w.resource!r} not decided in time")
                 self._fx.append(Reply(rid, error=err))
@@ -1034,6 +1058,15 @@ class Peer:
             raise DeadlineExceeded("too many blob fetches in flight; retry later")
         due = now_ms + _ms(cmd.timeout_s, 1)
         self._waits[rid] = _Wait(rid, due, "blob", digest=cmd.digest)
+
+    def _do_resolve(self, rid: int, cmd: Resolve, now_ms: int) -> None:
+        try:
+            self._fx.append(Reply(rid, self.resolve(cmd.target)))
+        except UnknownPeer:
+            if cmd.timeout_s <= 0:
+                raise
+            due = now_ms + _ms(cmd.timeout_s, 1)
+            self._waits[rid] = _Wait(rid, due, "name", resource=cmd.target)
 
     def _do_send(self, rid: int, cmd: msgs.Send, now_ms: int) -> None:
         msg_id = self.direct.send(cmd.to, cmd.data, now_ms, deadline_ms=_ms(cmd.timeout_s, 0))
@@ -1165,6 +1198,7 @@ _COMMANDS: dict[type, Callable[[Peer, int, Any, int], None]] = {
     StartJoin: Peer._do_start_join,
     FeedAcceptLoss: Peer._do_accept_feed_loss,
     Request: Peer._do_request,
+    Resolve: Peer._do_resolve,
     Serve: Peer._do_serve,
     msgs.Ping: Peer._do_ping,
     coord.LeaseAcquire: Peer._do_lease_acquire,

@@ -116,7 +116,7 @@ from typing import Any, TypeVar
 
 from hivemesh import commands as c
 from hivemesh.commands.names import NameClaim, NameClaimReply
-from hivemesh.commands.peer import CommitContext, FetchBlob, Leave, Request, Vouch
+from hivemesh.commands.peer import CommitContext, FetchBlob, Leave, Request, Resolve, Vouch
 from hivemesh.commands.trust import TrustRevoke
 from hivemesh.config import UDP_PREFIX, Config, bootstrap_targets, parse_endpoint
 from hivemesh.core.answers import export_pending
@@ -154,13 +154,11 @@ from hivemesh.core.views.trust import TrustView, TrustWeb
 from hivemesh.error_codes import error_class
 from hivemesh.errors import (
     ConfigError,
-    DeadlineExceeded,
     HivemeshError,
     InvalidAddress,
     InvalidArgument,
     LocalProtocolError,
     UnknownCommand,
-    UnknownPeer,
 )
 from hivemesh.leases import LeaseClient
 from hivemesh.runtime.apps import APPS, App, load
@@ -181,7 +179,6 @@ from hivemesh.trust import TrustStore
 __all__ = ["Daemon", "Subscription", "membership_config", "now_ms"]
 
 log = logging.getLogger("hivemesh.runtime")
-_NAME_POLL_S = 0.5  # wait_resolved re-checks at least this often
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
 #: Byte 2 of an encoded EVENTS frame (msgpack ``[version, type, ...]``).
 _EVENTS_TYPE_BYTE = bytes([FrameType.EVENTS])
@@ -699,40 +696,15 @@ class Daemon:
         return reply.owner
 
     def resolve(self, target: str) -> str:
-        """An address for ``target`` (an address or a claimed name)."""
-        if target.startswith("hm") and len(target) == 58:
-            try:
-                public_key_of(target)
-                return target
-            except InvalidAddress:
-                pass
-        owner = self.names.resolve(target)
-        if owner is None:
-            raise UnknownPeer(
-                f"no node has claimed the name {target!r} (as far as this node knows yet)"
-            )
-        return owner
+        """An address for ``target`` (an address or a claimed name; the Peer's
+        :meth:`~hivemesh.core.peer.Peer.resolve`)."""
+        return self.peer.resolve(target)
 
     async def wait_resolved(self, target: str, *, timeout_s: float) -> str:
         """:meth:`resolve` ``target``, waiting up to ``timeout_s`` for a name
-        that is not known yet (a fresh node learns names as it catches up);
-        raises :class:`DeadlineExceeded` then."""
-        sub = self.subscribe(NamesView.kinds)
-        try:
-            async with asyncio.timeout(timeout_s):
-                while True:
-                    with contextlib.suppress(UnknownPeer):
-                        return self.resolve(target)
-                    # woken by a name event; the poll covers a full (dropping) queue
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(_NAME_POLL_S):
-                            await sub.queue.get()
-        except TimeoutError:
-            raise DeadlineExceeded(
-                f"no node claimed the name {target!r} within {timeout_s}s"
-            ) from None
-        finally:
-            self.unsubscribe(sub)
+        that is not known yet; raises :class:`DeadlineExceeded` then."""
+        address: str = await self.call(Resolve(target, timeout_s))
+        return address
 
     def status(self) -> dict[str, Any]:
         """Everything ``hivemesh status`` shows (see :mod:`hivemesh.runtime.status`),
