@@ -513,3 +513,16 @@ def test_a_recorded_trace_replays_to_the_same_effects_and_a_changed_one_does_not
     bad = Trace(trace.seed, [Step("close_everything")], trace.setup)
     with pytest.raises(ValueError, match="not a Peer input"):
         replay(bad, IDS[0], MemoryStore())
+
+
+def test_status_shows_every_feeds_head_and_sums_the_lost_work() -> None:
+    from hivemesh.core.answers import dropped_total, peer_status
+
+    net = Net(2)
+    net.mesh()
+    net.command(0, Append("app.note", {"n": 1}))
+    net.run(200)
+    a, b = (peer_status(net.p(i))["journal"]["heads"] for i in (0, 1))
+    assert a == b and a[net.addr(0)]["seq"] >= 1 and len(a[net.addr(0)]["hash"]) == 64
+    counters = {"dropped_no_channel": 2, "events_undelivered": 1, "subscriber_dropped": 3, "x": 9}
+    assert dropped_total(counters, {"frames_dropped": 4, "frames_in": 7}) == 10

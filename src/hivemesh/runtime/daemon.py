@@ -141,7 +141,7 @@ from hivemesh.core.effects import (
 )
 from hivemesh.core.event import Event
 from hivemesh.core.frames import FrameType
-from hivemesh.core.identity import Identity, address_of, public_key_of, short
+from hivemesh.core.identity import Identity, public_key_of, short
 from hivemesh.core.node import Node, NodeConfig
 from hivemesh.core.peer import Peer, PeerConfig, TrustFile
 from hivemesh.core.pex import MembershipConfig
@@ -708,14 +708,9 @@ class Daemon:
 
     def status(self) -> dict[str, Any]:
         """Everything ``hivemesh status`` shows (see :mod:`hivemesh.runtime.status`),
-        with every feed's head under ``journal.heads``: ``{address: {"seq",
-        "hash"}}``, the hash of the feed's last event (hex) -- equal on two
-        nodes exactly when they hold the same history of that feed."""
+        with every feed's head under ``journal.heads``
+        (:func:`hivemesh.core.answers.journal_heads`)."""
         st = status_of(self)
-        heads = self.node.journal.heads
-        st["journal"]["heads"] = {
-            address_of(a): {"seq": h.seq, "hash": h.hash.hex()} for a, h in sorted(heads.items())
-        }
         if not self.rehydration.is_complete:  # starting: the parts below do not exist yet
             return st
         for app in self.apps:
