@@ -51,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import types
 from collections import Counter
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
@@ -103,12 +104,16 @@ def _awaiting(task: asyncio.Task[None]) -> str:
     """Where ``task`` waits: its chain of awaits, outermost first, one line each."""
     lines: list[str] = []
     obj: Any = task.get_coro()
-    while obj is not None and len(lines) < 32:
-        frame = getattr(obj, "cr_frame", None) or getattr(obj, "gi_frame", None)
+    while len(lines) < 32:
+        if isinstance(obj, types.CoroutineType):
+            frame, obj = obj.cr_frame, obj.cr_await
+        elif isinstance(obj, types.GeneratorType):  # a generator-based awaitable
+            frame, obj = obj.gi_frame, obj.gi_yieldfrom
+        else:  # a future, or nothing: the end of the chain
+            break
         if frame is None:
             break
         lines.append(f"\n  {frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}")
-        obj = getattr(obj, "cr_await", None) or getattr(obj, "gi_yieldfrom", None)
     return "".join(lines)
 
 
