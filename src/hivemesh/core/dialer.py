@@ -58,10 +58,20 @@ from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from hivemesh.errors import (
+    ChannelSuperseded,
+    HivemeshError,
+    InviteError,
+    PeerIdentityMismatch,
+    SelfConnection,
+    UnknownPeer,
+)
+
 if TYPE_CHECKING:  # the jitter's generator is passed in; the core never draws on its own
     import random
 
 __all__ = [
+    "REFUSALS",
     "STUN_INTERVAL_MS",
     "STUN_RETRY_MS",
     "DialPolicy",
@@ -71,6 +81,7 @@ __all__ = [
     "Outcome",
     "StunSchedule",
     "Target",
+    "dial_outcome",
     "path_changes",
 ]
 
@@ -93,6 +104,24 @@ class Outcome(enum.Enum):
     REFUSED = "refused"  # the endpoint turned us away
     FAILED = "failed"  # no answer, a transport error, a deadline
     CRASHED = "crashed"  # a bug on the dial path (logged by the driver)
+
+
+#: Errors by which an endpoint turns us away (as opposed to failing to answer).
+REFUSALS = (UnknownPeer, InviteError, PeerIdentityMismatch)
+
+
+def dial_outcome(error: BaseException) -> tuple[Outcome, str]:
+    """How a dial that raised ``error`` went, and the counter it is counted
+    under: this node itself, superseded (the peer accepted us and retired the
+    channel at once: its better one comes), refused (:data:`REFUSALS`), or
+    failed (``dial_failed_<code>``)."""
+    if isinstance(error, SelfConnection):
+        return Outcome.SELF, "dial_self_skipped"
+    if isinstance(error, ChannelSuperseded):
+        return Outcome.SUPERSEDED, "dial_superseded"
+    code = error.code if isinstance(error, HivemeshError) else "dial_error"
+    refused = isinstance(error, REFUSALS)
+    return (Outcome.REFUSED if refused else Outcome.FAILED), f"dial_failed_{code}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ holding its flush lock, and ``on_peer`` flushes), so a callback may send.
   handshake tells); *when* each is dialled is :class:`hivemesh.core.dialer.Dialer`'s
   schedule: one ``dialler`` task sleeps until its next deadline or a change
   and starts every dial due, each under ``dial_timeout_s``. An endpoint that
-  *turns us away* (:data:`REFUSALS`: ``unknown_peer``, a refusal CLOSE such as
+  *turns us away* (:data:`~hivemesh.core.dialer.REFUSALS`: ``unknown_peer``, a refusal CLOSE such as
   ``invite_used``, another node than the one dialled) is reported to
   ``on_refused(address, error)``, logged once per cause and shown as the
   target's ``refused`` code.
@@ -69,7 +69,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from hivemesh.core.dialer import Dialer, DialPolicy, Endpoint, Outcome
+from hivemesh.core.dialer import REFUSALS, Dialer, DialPolicy, Endpoint, Outcome, dial_outcome
 from hivemesh.core.identity import Identity, short
 from hivemesh.core.links import Handover, Held, Link, Lives, New, Old, State, channel_rank
 from hivemesh.errors import (
@@ -77,10 +77,8 @@ from hivemesh.errors import (
     ConfigError,
     DeadlineExceeded,
     HivemeshError,
-    InviteError,
     PeerIdentityMismatch,
     PeerRestarted,
-    SelfConnection,
     StaleBoot,
     TransportError,
     UnknownPeer,
@@ -100,14 +98,9 @@ from hivemesh.transports import (
 from hivemesh.transports.channel import CLOSE_GRACE_S
 from hivemesh.transports.streams import PROCESS_BOOT_ID
 
-__all__ = ["REFUSALS", "REFUSED_BACKOFF_MULT", "ConnectionManager", "PeerLink", "channel_rank"]
+__all__ = ["ConnectionManager", "PeerLink", "channel_rank"]
 
 log = logging.getLogger("hivemesh.runtime.connections")
-
-#: Errors by which an endpoint turns us away (as opposed to failing to answer).
-REFUSALS = (UnknownPeer, InviteError, PeerIdentityMismatch)
-#: A refused dial backs off up to this many times ``reconnect_max_s``.
-REFUSED_BACKOFF_MULT = 6
 
 FramesCallback = Callable[[str, list[bytes]], Awaitable[None]]
 FramesNowCallback = Callable[[str, list[bytes]], bool]
@@ -189,7 +182,6 @@ class ConnectionManager:
                 reconnect_min_ms=int(reconnect_min_s * 1000),
                 reconnect_max_ms=int(reconnect_max_s * 1000),
                 handover_ms=int(self._handover_s * 1000),
-                refused_mult=REFUSED_BACKOFF_MULT,
             ),
             rng,
         )
@@ -340,22 +332,15 @@ class ConnectionManager:
                     options=self._options,
                     boot_id=self.boot_id,
                 )
-        except SelfConnection:
-            # Our own endpoint (bootstrap lists are often shared by every node).
-            self.counters["dial_self_skipped"] += 1
-            log.info("%s:%d is this node itself: not dialling it", host, port)
-            outcome = Outcome.SELF
-        except ChannelSuperseded:
-            # The peer accepted us and retired the channel at once: it holds
-            # a better one to us, which reaches us as our link shortly.
-            self.counters["dial_superseded"] += 1
-            outcome = Outcome.SUPERSEDED
-        except (OSError, TimeoutError, HivemeshError) as exc:
-            code = exc.code if isinstance(exc, HivemeshError) else "dial_error"
-            self.counters[f"dial_failed_{code}"] += 1
-            error = f"{type(exc).__name__}: {exc}"
-            if isinstance(exc, REFUSALS):
-                outcome = Outcome.REFUSED
+        except (OSError, TimeoutError, HivemeshError) as exc:  # how it went: core.dialer's
+            outcome, counter = dial_outcome(exc)
+            self.counters[counter] += 1
+            if outcome is Outcome.SELF:  # bootstrap lists are often shared by every node
+                log.info("%s:%d is this node itself: not dialling it", host, port)
+            elif outcome is not Outcome.SUPERSEDED:
+                error = f"{type(exc).__name__}: {exc}"
+            if outcome is Outcome.REFUSED:
+                assert isinstance(exc, HivemeshError)
                 self._refused(addr, exc, ep)
         except asyncio.CancelledError:
             raise  # forgotten, or closing
