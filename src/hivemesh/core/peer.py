@@ -124,7 +124,7 @@ from hivemesh.commands.sync import SyncMajority
 from hivemesh.commands.trust import TrustRevoke, TrustRevokeReply
 from hivemesh.core.answers import ANSWERS
 from hivemesh.core.barrier import HEADS_KIND, Majority
-from hivemesh.core.claims import DEFAULT_WINDOW_MS, ClaimsView
+from hivemesh.core.claims import DEFAULT_WINDOW_MS, ClaimsView, check_resource
 from hivemesh.core.direct import Direct, DirectAcked, DirectConfig
 from hivemesh.core.effects import (
     Close,
@@ -1025,7 +1025,7 @@ class Peer:
         self._fx.append(Reply(rid, reply))
 
     def _do_claim(self, rid: int, cmd: coord.Claim, now_ms: int) -> None:
-        r = _resource(cmd.resource)
+        r = check_resource(cmd.resource)
         seq = next((s for res, s in self.claims.own_live(self.identity.public) if res == r), None)
         if seq is None:
             seq = self.node.append("claim.intent", {"r": r}, now_ms).seq
@@ -1034,19 +1034,19 @@ class Peer:
         self._fx.append(Reply(rid, coord.ClaimReply(resource=r, seq=seq, winner=winner)))
 
     def _do_claim_release(self, rid: int, cmd: coord.ClaimRelease, now_ms: int) -> None:
-        r = _resource(cmd.resource)
+        r = check_resource(cmd.resource)
         own = [(res, seq) for res, seq in self.claims.own_live(self.identity.public) if res == r]
         if own:
             self.node.append_many([("claim.release", {"r": r, "seq": s}) for _, s in own], now_ms)
         self._fx.append(Reply(rid, coord.ClaimReleaseReply(released=len(own))))
 
     def _do_claim_done(self, rid: int, cmd: coord.ClaimDone, now_ms: int) -> None:
-        r = _resource(cmd.resource)
+        r = check_resource(cmd.resource)
         self.node.append("claim.done", {"r": r}, now_ms)
         self._fx.append(Reply(rid, coord.ClaimDoneReply(done=True)))
 
     def _do_claim_wait(self, rid: int, cmd: coord.ClaimWait, now_ms: int) -> None:
-        r = _resource(cmd.resource)
+        r = check_resource(cmd.resource)
         self._waits[rid] = _Wait(rid, now_ms + _ms(cmd.timeout_s, 0), "claim", resource=r)
 
     def _do_fetch_blob(self, rid: int, cmd: FetchBlob, now_ms: int) -> None:
@@ -1173,12 +1173,6 @@ class Peer:
 def _ms(timeout_s: float, least: int) -> int:
     """A command's ``timeout_s`` in whole milliseconds, at least ``least``."""
     return max(least, int(timeout_s * 1000))
-
-
-def _resource(resource: object) -> str:
-    if not isinstance(resource, str) or not 0 < len(resource) <= 256:
-        raise InvalidArgument(f"claim resource must be 1-256 chars, got {resource!r:.80}")
-    return resource
 
 
 #: command type -> its handler (the Peer's one command table)
