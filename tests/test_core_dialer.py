@@ -228,3 +228,15 @@ def test_how_a_dial_went_follows_from_its_error() -> None:
     assert dial_outcome(PeerIdentityMismatch("x"))[0] is Outcome.REFUSED
     assert dial_outcome(DeadlineExceeded("x")) == (Outcome.FAILED, "dial_failed_deadline_exceeded")
     assert dial_outcome(ConnectionRefusedError()) == (Outcome.FAILED, "dial_failed_dial_error")
+
+
+def test_a_join_has_nowhere_left_when_every_endpoint_refused() -> None:
+    from hivemesh.core.dialer import last_error, refused_everywhere
+
+    rows = [
+        {"address": "a", "refused": "unknown_peer", "last_error": None},
+        {"address": "a", "refused": None, "last_error": "TimeoutError: "},
+        {"address": "b", "refused": "invite_used", "last_error": "InviteUsed: used"},
+    ]
+    assert not refused_everywhere(rows, "a") and refused_everywhere(rows, "b")
+    assert last_error(rows, "a") == "TimeoutError: " and last_error(rows, "c") is None

@@ -54,7 +54,7 @@ inputs give the same outputs (deterministic under a seeded ``rng``).
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Container, Iterable
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -82,7 +82,9 @@ __all__ = [
     "StunSchedule",
     "Target",
     "dial_outcome",
+    "last_error",
     "path_changes",
+    "refused_everywhere",
 ]
 
 #: ``(host, port)``
@@ -122,6 +124,20 @@ def dial_outcome(error: BaseException) -> tuple[Outcome, str]:
     code = error.code if isinstance(error, HivemeshError) else "dial_error"
     refused = isinstance(error, REFUSALS)
     return (Outcome.REFUSED if refused else Outcome.FAILED), f"dial_failed_{code}"
+
+
+def refused_everywhere(targets: Iterable[Mapping[str, object]], address: str) -> bool:
+    """Whether every endpoint dialled for ``address`` turned us away (rows of
+    :meth:`Dialer.targets`; a join through it has nowhere left to go)."""
+    return all(t["refused"] for t in targets if t["address"] == address)
+
+
+def last_error(targets: Iterable[Mapping[str, object]], address: str) -> str | None:
+    """The first recorded dial error of an endpoint of ``address``, if any."""
+    for t in targets:
+        if t["address"] == address and t["last_error"]:
+            return str(t["last_error"])
+    return None
 
 
 @dataclass(frozen=True, slots=True)
