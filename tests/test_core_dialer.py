@@ -208,3 +208,35 @@ def test_stun_servers_are_all_asked_at_start_then_on_their_own_clocks() -> None:
     sched.asked("c:3478", True, 0)  # not configured: ignored
     assert sched.due(10**9) == ["a:3478", "b:3478"]
     assert StunSchedule([]).next_deadline() is None
+
+
+def test_how_a_dial_went_follows_from_its_error() -> None:
+    from hivemesh.core.dialer import dial_outcome
+    from hivemesh.errors import (
+        ChannelSuperseded,
+        DeadlineExceeded,
+        InviteUsed,
+        PeerIdentityMismatch,
+        SelfConnection,
+        UnknownPeer,
+    )
+
+    assert dial_outcome(SelfConnection("me")) == (Outcome.SELF, "dial_self_skipped")
+    assert dial_outcome(ChannelSuperseded("x")) == (Outcome.SUPERSEDED, "dial_superseded")
+    assert dial_outcome(UnknownPeer("x"))[0] is Outcome.REFUSED
+    assert dial_outcome(InviteUsed("x"))[0] is Outcome.REFUSED
+    assert dial_outcome(PeerIdentityMismatch("x"))[0] is Outcome.REFUSED
+    assert dial_outcome(DeadlineExceeded("x")) == (Outcome.FAILED, "dial_failed_deadline_exceeded")
+    assert dial_outcome(ConnectionRefusedError()) == (Outcome.FAILED, "dial_failed_dial_error")
+
+
+def test_a_join_has_nowhere_left_when_every_endpoint_refused() -> None:
+    from hivemesh.core.dialer import last_error, refused_everywhere
+
+    rows = [
+        {"address": "a", "refused": "unknown_peer", "last_error": None},
+        {"address": "a", "refused": None, "last_error": "TimeoutError: "},
+        {"address": "b", "refused": "invite_used", "last_error": "InviteUsed: used"},
+    ]
+    assert not refused_everywhere(rows, "a") and refused_everywhere(rows, "b")
+    assert last_error(rows, "a") == "TimeoutError: " and last_error(rows, "c") is None

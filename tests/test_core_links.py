@@ -216,3 +216,12 @@ def test_a_handover_holds_frames_within_its_bounds() -> None:
     assert held.hold(b"abc") and not held.hold(b"abc") and held.hold(b"ab")
     assert not held.hold(b"")  # two frames already
     assert list(held.frames) == [b"abc", b"ab"] and held.nbytes == 5
+
+
+def test_a_channels_path_in_words() -> None:
+    from hivemesh.core.links import path_words
+
+    relay = "hm" + "a" * 56
+    assert path_words("tcp") == "direct TCP" and path_words("udp") == "direct UDP"
+    assert path_words(f"relay:{relay}") == "relayed via hmaaaaaaaaaa"
+    assert path_words("punched") == "punched"  # a path it has no words for: as given

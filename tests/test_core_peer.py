@@ -13,8 +13,9 @@ import pytest
 from hivemesh.commands.coordination import Claim, ClaimRelease, ClaimReleaseReply, ClaimWait
 from hivemesh.commands.messages import Ping
 from hivemesh.commands.messages import Send as SendDirect
+from hivemesh.commands.names import NameClaim
 from hivemesh.commands.node import Append
-from hivemesh.commands.peer import FetchBlob, Request, Serve
+from hivemesh.commands.peer import FetchBlob, Request, Resolve, Serve
 from hivemesh.commands.trust import TrustRevoke, TrustRevokeReply
 from hivemesh.core.direct import DirectConfig
 from hivemesh.core.effects import (
@@ -167,8 +168,7 @@ class Net:
             if j is not None:
                 self.connect(i, j)
         elif isinstance(e, Close):
-            if e.if_silent_ms is None or self.index(e.peer) is None:
-                self.disconnect(i, e.peer)
+            self.disconnect(i, e.peer)
         elif isinstance(e, Fsync):
             self.hosts[i].store.sync()
         elif isinstance(e, Persist):
@@ -257,6 +257,9 @@ def test_swim_down_releases_the_crashed_holders_claims_and_drops_the_peer() -> N
         assert net.addr(0) not in p.node.peers
         assert p.claims.winner("job-1") is None  # released by member.down
         assert counted(net.hosts[i], "member_down") == 1
+        # its link never ended (half-open) and carried nothing since: closed
+        assert Close(net.addr(0), "half-open") in net.hosts[i].effects
+        assert counted(net.hosts[i], "dropped_silent_link") == 1
 
 
 def test_a_restarted_node_releases_the_claims_of_its_previous_life() -> None:
@@ -285,6 +288,26 @@ def test_wait_decided_answers_once_the_claim_settles_and_times_out_without_one()
     got = net.reply(0, rid)
     assert got is not None and got.value.winner == net.addr(1) and not got.value.ours
     rid = net.command(0, ClaimWait("nobody", timeout_s=0.3))
+    net.run(400)
+    got = net.reply(0, rid)
+    assert got is not None and isinstance(got.error, DeadlineExceeded)
+
+
+def test_resolve_waits_for_a_name_to_be_claimed_and_times_out_without_one() -> None:
+    net = Net(2)
+    net.mesh()
+    rid = net.command(0, Resolve(net.addr(1)))  # an address is its own answer
+    assert net.reply(0, rid) == Reply(rid, net.addr(1))
+    rid = net.command(0, Resolve("collector"))  # no wait: unknown at once
+    got = net.reply(0, rid)
+    assert got is not None and isinstance(got.error, UnknownPeer)
+    rid = net.command(0, Resolve("collector", timeout_s=5.0))
+    net.run(50)
+    assert net.reply(0, rid) is None  # nobody claimed it yet: waiting
+    net.command(1, NameClaim("collector"))
+    net.run(200)  # the claim replicates
+    assert net.reply(0, rid) == Reply(rid, net.addr(1))
+    rid = net.command(0, Resolve("nobody", timeout_s=0.3))
     net.run(400)
     got = net.reply(0, rid)
     assert got is not None and isinstance(got.error, DeadlineExceeded)
@@ -490,3 +513,16 @@ def test_a_recorded_trace_replays_to_the_same_effects_and_a_changed_one_does_not
     bad = Trace(trace.seed, [Step("close_everything")], trace.setup)
     with pytest.raises(ValueError, match="not a Peer input"):
         replay(bad, IDS[0], MemoryStore())
+
+
+def test_status_shows_every_feeds_head_and_sums_the_lost_work() -> None:
+    from hivemesh.core.answers import dropped_total, peer_status
+
+    net = Net(2)
+    net.mesh()
+    net.command(0, Append("app.note", {"n": 1}))
+    net.run(200)
+    a, b = (peer_status(net.p(i))["journal"]["heads"] for i in (0, 1))
+    assert a == b and a[net.addr(0)]["seq"] >= 1 and len(a[net.addr(0)]["hash"]) == 64
+    counters = {"dropped_no_channel": 2, "events_undelivered": 1, "subscriber_dropped": 3, "x": 9}
+    assert dropped_total(counters, {"frames_dropped": 4, "frames_in": 7}) == 10

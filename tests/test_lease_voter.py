@@ -108,3 +108,22 @@ def test_an_abort_that_overtakes_its_accept_makes_the_accept_refused() -> None:
     # in order (accept, then abort), the abort clears the grant as before
     assert v.receive(["rel", 19, "r", 6, "c0", "c0/19", "c0/18"], 1_020) == ["rel_r", 19, True]
     assert v.receive(["prep", 20, "r"], 1_021)[3] == ""
+
+
+def test_records_fold_into_the_durable_state_and_a_torn_tail_is_not_read() -> None:
+    from hivemesh.core.lease_voter import DurableBounds, pack_record, unpack_records
+
+    b = DurableBounds()
+    data = pack_record({"max_ttl_ms": 50, "max_tokens": {"a": 2}})
+    data += pack_record(b.change("b", 7, 200)) + pack_record(["a", 4, 100])
+    torn = pack_record(["a", 99, 999])
+    data += torn[:-1] + bytes(16)  # a crash mid-write: never acknowledged
+    again = DurableBounds()
+    for _, rec in unpack_records(data):
+        again.apply(rec)
+    assert again.state() == {"max_ttl_ms": 200, "max_tokens": {"a": 4, "b": 7}}
+    bad = bytearray(pack_record(["a", 1, 1]))
+    bad[-1] ^= 0xFF  # checksum mismatch: the valid prefix ends before it
+    assert list(unpack_records(bytes(bad))) == []
+    with pytest.raises(ValueError):
+        DurableBounds().apply(["a", "x", 1])

@@ -81,7 +81,7 @@ def test_group_commit_writes_then_one_sync_and_compaction_syncs_too(tmp_path: Pa
     assert log.pending and log.syncs == 0
     assert log.sync() is True and log.syncs == 1 and not log.pending
     while log.compactions == 1:  # the open's compaction; fill the log until the next
-        log.write("a", log.max_tokens["a"] + 1, 100)
+        log.write("a", log.bounds.max_tokens["a"] + 1, 100)
     assert not log.pending  # the compacted file was synced with every change in it
     log.close()
     state = VoterLog(tmp_path / "v.log").open()

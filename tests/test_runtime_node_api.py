@@ -143,7 +143,7 @@ def test_blobs_are_announced_and_fetched_on_demand(tmp_path: Path) -> None:
             await _until(lambda: b.address in a.daemon.node.peers)
             data = os.urandom(2_500_000)  # three chunks
             digest = await a.put_blob(data, mime="image/png", name="screenshot")
-            await _until(lambda: b.daemon.blobs.index.by_name("screenshot") is not None)
+            await _until(lambda: b.daemon.peer.blob_index.by_name("screenshot") is not None)
             assert b.daemon.node.journal.store.get_blob(bytes.fromhex(digest)) is None
             got = await b.get_blob("screenshot", timeout_s=10)
             assert got == data

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,10 +45,6 @@ from hivemesh.runtime.leases import MeshClaims
 from hivemesh.telemetry.recorder import Metrics
 
 __all__ = ["EventRecord", "Node"]
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,13 +272,12 @@ class Node:
         """Store ``data`` as a content-addressed blob and announce it; returns
         its digest (hex). Only the announcement is gossiped; others fetch the
         bytes on demand."""
-        return (await self.daemon.blobs.put(data, mime, name)).hex()
+        return (await self.daemon.put_blob(data, mime, name)).hex()
 
     async def get_blob(self, ref: str, *, timeout_s: float = 30.0) -> bytes:
         """The bytes of blob ``ref`` (hex digest or blob name), fetched from
         a holder if not held locally and verified against the digest."""
-        blobs = self.daemon.blobs
-        return await blobs.get(blobs.resolve(ref), _now_ms(), timeout_s)
+        return await self.daemon.get_blob(ref, timeout_s=timeout_s)
 
     @property
     def metrics(self) -> Metrics:  # -- telemetry --

@@ -22,6 +22,7 @@ __all__ = [
     "FetchBlob",
     "Leave",
     "Request",
+    "Resolve",
     "Serve",
     "StartJoin",
     "Vouch",
@@ -66,6 +67,17 @@ class Request(Command):
     kind: str
     body: Any
     timeout_s: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class Resolve(Command):
+    """Reply with the address of ``target`` (an address, or a claimed name),
+    waiting up to ``timeout_s`` for a name this node does not know yet (a
+    fresh node learns names as it catches up); DeadlineExceeded then."""
+
+    op: ClassVar[str] = "resolve"
+    target: str
+    timeout_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

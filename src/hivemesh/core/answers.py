@@ -23,7 +23,7 @@ pending in the view and goes out with the next commit that succeeds.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from hivemesh.commands import context as ctx
@@ -35,6 +35,7 @@ from hivemesh.commands.peer import CommitContext
 from hivemesh.core.identity import address_of
 
 if TYPE_CHECKING:
+    from hivemesh.core.journal import Journal
     from hivemesh.core.peer import Peer
     from hivemesh.core.views.context import ContextView
 
@@ -43,7 +44,9 @@ __all__ = [
     "claims_snapshot",
     "commit_context",
     "commit_items",
+    "dropped_total",
     "export_pending",
+    "journal_heads",
     "peer_counters",
     "peer_status",
 ]
@@ -117,6 +120,22 @@ def peer_counters(peer: Peer) -> Counter[str]:
     return counters
 
 
+def journal_heads(journal: Journal) -> dict[str, dict[str, Any]]:
+    """Every feed's head: ``{address: {"seq", "hash"}}``, the hash of the
+    feed's last event (hex) -- equal on two nodes exactly when they hold the
+    same history of that feed."""
+    heads = journal.heads
+    return {address_of(a): {"seq": h.seq, "hash": h.hash.hex()} for a, h in sorted(heads.items())}
+
+
+def dropped_total(counters: Mapping[str, int], transport: Mapping[str, int]) -> int:
+    """Lost work, summed: every counter of dropped (``dropped_*``, a
+    subscriber's ``subscriber_dropped``) or undelivered work, and the
+    transport's ``frames_dropped``."""
+    lost = sum(v for k, v in counters.items() if "dropped" in k or "undelivered" in k)
+    return lost + transport.get("frames_dropped", 0)
+
+
 def peer_status(peer: Peer) -> dict[str, Any]:
     """What the Peer decides of ``status``: its journal, own feed, clock
     deferrals, names, members and failure-detection bound, registers and
@@ -130,6 +149,7 @@ def peer_status(peer: Peer) -> dict[str, Any]:
             "feeds": len(j.heads),
             "own_seq": j.head(peer.identity.public).seq,
             "version_vector": {address_of(a): s for a, s in sorted(j.version_vector().items())},
+            "heads": journal_heads(j),
         },
         # whether the node writes its own feed, and why not (hivemesh.core.ownfeed)
         "own_feed": {**node.feed_gate.status(), "deferred": node.deferred},

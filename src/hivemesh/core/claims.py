@@ -43,13 +43,21 @@ from dataclasses import dataclass, field
 from hivemesh.core.event import Event
 from hivemesh.core.hlc import hlc_ms
 from hivemesh.core.witness import KIND_WITNESS, WitnessIndex
+from hivemesh.errors import InvalidArgument
 
-__all__ = ["DEFAULT_WINDOW_MS", "Claim", "ClaimsView"]
+__all__ = ["DEFAULT_WINDOW_MS", "Claim", "ClaimsView", "check_resource"]
 
 _MAX_RESOURCE = 256
 #: How much earlier than its first witness a claim may be ordered: the settle
 #: window (swarm-wide: every replica must order claims alike).
 DEFAULT_WINDOW_MS = 500
+
+
+def check_resource(resource: object) -> str:
+    """``resource`` if a claim may name it (1-256 chars), else InvalidArgument."""
+    if not isinstance(resource, str) or not 0 < len(resource) <= _MAX_RESOURCE:
+        raise InvalidArgument(f"claim resource must be 1-256 chars, got {resource!r:.80}")
+    return resource
 
 
 @dataclass(frozen=True, order=True, slots=True)

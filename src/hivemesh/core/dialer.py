@@ -54,14 +54,24 @@ inputs give the same outputs (deterministic under a seeded ``rng``).
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Container, Iterable
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from hivemesh.errors import (
+    ChannelSuperseded,
+    HivemeshError,
+    InviteError,
+    PeerIdentityMismatch,
+    SelfConnection,
+    UnknownPeer,
+)
 
 if TYPE_CHECKING:  # the jitter's generator is passed in; the core never draws on its own
     import random
 
 __all__ = [
+    "REFUSALS",
     "STUN_INTERVAL_MS",
     "STUN_RETRY_MS",
     "DialPolicy",
@@ -71,7 +81,10 @@ __all__ = [
     "Outcome",
     "StunSchedule",
     "Target",
+    "dial_outcome",
+    "last_error",
     "path_changes",
+    "refused_everywhere",
 ]
 
 #: ``(host, port)``
@@ -93,6 +106,38 @@ class Outcome(enum.Enum):
     REFUSED = "refused"  # the endpoint turned us away
     FAILED = "failed"  # no answer, a transport error, a deadline
     CRASHED = "crashed"  # a bug on the dial path (logged by the driver)
+
+
+#: Errors by which an endpoint turns us away (as opposed to failing to answer).
+REFUSALS = (UnknownPeer, InviteError, PeerIdentityMismatch)
+
+
+def dial_outcome(error: BaseException) -> tuple[Outcome, str]:
+    """How a dial that raised ``error`` went, and the counter it is counted
+    under: this node itself, superseded (the peer accepted us and retired the
+    channel at once: its better one comes), refused (:data:`REFUSALS`), or
+    failed (``dial_failed_<code>``)."""
+    if isinstance(error, SelfConnection):
+        return Outcome.SELF, "dial_self_skipped"
+    if isinstance(error, ChannelSuperseded):
+        return Outcome.SUPERSEDED, "dial_superseded"
+    code = error.code if isinstance(error, HivemeshError) else "dial_error"
+    refused = isinstance(error, REFUSALS)
+    return (Outcome.REFUSED if refused else Outcome.FAILED), f"dial_failed_{code}"
+
+
+def refused_everywhere(targets: Iterable[Mapping[str, object]], address: str) -> bool:
+    """Whether every endpoint dialled for ``address`` turned us away (rows of
+    :meth:`Dialer.targets`; a join through it has nowhere left to go)."""
+    return all(t["refused"] for t in targets if t["address"] == address)
+
+
+def last_error(targets: Iterable[Mapping[str, object]], address: str) -> str | None:
+    """The first recorded dial error of an endpoint of ``address``, if any."""
+    for t in targets:
+        if t["address"] == address and t["last_error"]:
+            return str(t["last_error"])
+    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,9 +10,8 @@ frozen record, drained in order with :meth:`Peer.effects`:
   driver when there is no link: replication and SWIM repair it);
 * :class:`Dial`     -- keep a link to ``address`` at ``endpoints`` (dial with
   backoff until it is up; a driver that already dials it adds the endpoints);
-* :class:`Close`    -- close the link to ``peer``; with ``if_silent_ms`` only
-  when it carried nothing for that long (a half-open link behind a SWIM
-  "down"); with ``forget`` also stop dialling it (revoked, or untrusted);
+* :class:`Close`    -- close the link to ``peer``; with ``forget`` also stop
+  dialling it (revoked, or untrusted);
 * :class:`Fsync`    -- make the store's writes durable (the group commit);
 * :class:`Deliver`  -- events newly applied to the journal, in order, for
   subscribers (one effect per batch: no per-event cost);
@@ -97,7 +96,6 @@ class Close:
     peer: str
     reason: str
     code: str | None = None
-    if_silent_ms: int | None = None
     forget: bool = False
 
 

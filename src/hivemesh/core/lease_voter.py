@@ -38,19 +38,45 @@ by at most ``k`` after a restart (they are strictly increasing, never dense).
 A restored voter quarantines itself: it reports every resource as held, and
 accepts nothing, for ``quarantine_ms`` (the longest TTL it ever granted).
 
+*Records.* The driver keeps the durable state in a log of records
+(:mod:`hivemesh.runtime.voterlog` does the file I/O). A record is ``u32
+length, u32 crc32(payload), payload`` (little endian; :func:`pack_record`),
+the payload msgpack ``[resource, bound, max_ttl_ms]`` (a change) or
+``{"max_ttl_ms": .., "max_tokens": {..}}`` (a full snapshot). Reading stops
+at the first zero length, bad checksum or torn record (:func:`unpack_records`:
+a crash mid-write, never acknowledged). :class:`DurableBounds` folds records
+into the state ``Voter(state=...)`` takes: the highest bound per resource and
+the longest TTL.
+
 Shape (aioquic-style): ``Voter.receive(msg, now_ms) -> reply``. Messages are
 plain lists of ints and strs (msgpack-able). No I/O, clock or randomness here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import struct
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from hivemesh.core import codec
 from hivemesh.errors import DecodeError, InvalidArgument
 
-__all__ = ["ACCEPT", "PREPARE", "RELEASE", "RENEW", "REPLY", "Voter", "check_int", "check_str"]
+__all__ = [
+    "ACCEPT",
+    "PREPARE",
+    "RECORD_HEAD",
+    "RELEASE",
+    "RENEW",
+    "REPLY",
+    "DurableBounds",
+    "Voter",
+    "check_int",
+    "check_str",
+    "pack_record",
+    "unpack_records",
+]
 
 # Message kinds (first element of every message).
 PREPARE, ACCEPT, RENEW, RELEASE = "prep", "acc", "ren", "rel"
@@ -243,3 +269,61 @@ class Voter:
             self._slots[resource] = slot
         self._count("release_ok" if ok else "release_refused")
         return [REPLY[RELEASE], rid, ok]
+
+
+# -- durable records (module docs, *Records*) ------------------------------------------
+
+#: A record's head: payload length, crc32 of the payload.
+RECORD_HEAD = struct.Struct("<II")
+_MAX_RECORD = 1 << 16
+
+
+def pack_record(obj: Any) -> bytes:
+    """One record holding ``obj`` (a change or a snapshot)."""
+    payload = codec.pack(obj)
+    return RECORD_HEAD.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+def unpack_records(data: bytes) -> Iterator[tuple[int, Any]]:
+    """``(offset, decoded payload)`` of each record of the valid prefix of
+    ``data``; a payload that does not decode raises :class:`DecodeError`."""
+    pos, head = 0, RECORD_HEAD.size
+    while pos + head <= len(data):
+        length, crc = RECORD_HEAD.unpack_from(data, pos)
+        if length == 0 or length > _MAX_RECORD or pos + head + length > len(data):
+            return
+        payload = data[pos + head : pos + head + length]
+        if zlib.crc32(payload) != crc:
+            return  # torn by a crash: never acknowledged
+        yield pos, codec.unpack(payload)
+        pos += head + length
+
+
+@dataclass(slots=True)
+class DurableBounds:
+    """A voter's durable state folded from its records (module docs)."""
+
+    max_ttl_ms: int = 0
+    max_tokens: dict[str, int] = field(default_factory=dict)
+
+    def change(self, resource: str, bound: int, max_ttl_ms: int) -> list[object]:
+        """Fold one change in; returns its record's payload."""
+        self.max_tokens[resource] = max(self.max_tokens.get(resource, 0), bound)
+        self.max_ttl_ms = max(self.max_ttl_ms, max_ttl_ms)
+        return [resource, bound, max_ttl_ms]
+
+    def apply(self, rec: Any) -> None:
+        """Fold one decoded record in (ValueError, TypeError, KeyError or
+        AttributeError if it is not one)."""
+        if isinstance(rec, dict):
+            self.max_ttl_ms = int(rec["max_ttl_ms"])
+            self.max_tokens = {str(r): int(t) for r, t in rec["max_tokens"].items()}
+            return
+        resource, bound, ttl = rec
+        if type(resource) is not str or type(bound) is not int or type(ttl) is not int:
+            raise ValueError("record must be [str, int, int]")
+        self.change(resource, bound, ttl)
+
+    def state(self) -> dict[str, Any]:
+        """The state in the shape ``Voter(state=...)`` takes (a snapshot record)."""
+        return {"max_ttl_ms": self.max_ttl_ms, "max_tokens": dict(sorted(self.max_tokens.items()))}

@@ -76,6 +76,8 @@ import enum
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
+from hivemesh.core.identity import short
+
 __all__ = [
     "MAX_LIVES",
     "MAX_PEERS",
@@ -90,6 +92,7 @@ __all__ = [
     "State",
     "Verdict",
     "channel_rank",
+    "path_words",
 ]
 
 #: Boot ids remembered per peer.
@@ -99,6 +102,14 @@ MAX_PEERS = 4096
 
 #: A channel's tie-break rank (smaller wins): see :func:`channel_rank`.
 Rank = tuple[int, bytes]
+
+
+def path_words(path: str) -> str:
+    """A channel's path (``tcp``, ``udp``, ``relay:<address>``, ...) in words:
+    ``direct TCP``, ``direct UDP``, ``relayed via <relay>``, or as given."""
+    if path.startswith("relay:"):
+        return f"relayed via {short(path[6:])}"
+    return {"tcp": "direct TCP", "udp": "direct UDP"}.get(path, path)
 
 
 def channel_rank(

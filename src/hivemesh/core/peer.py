@@ -58,8 +58,9 @@ to call :meth:`handle_timer` next.
   stop replicating, append ``member.down``/``member.left`` with ``a`` (its
   key) and ``upto`` (the last seq of its feed we hold), so that claims and
   plans release exactly what this observation is causally after
-  (:mod:`hivemesh.core.claims`); on ``down`` close its link if it carried
-  nothing for a whole suspicion period (half-open). A link that comes up
+  (:mod:`hivemesh.core.claims`); on ``down`` close its link if nothing
+  arrived on it (no frame since it came up) for a whole suspicion period:
+  a half-open link (``dropped_silent_link``). A link that comes up
   for an unknown address joins membership through it.
 * *A new life.* Once the own feed takes writes (at :meth:`start`, or when
   it is recovered from peers): release the live claims of the previous life,
@@ -91,6 +92,10 @@ to call :meth:`handle_timer` next.
   the driver's durable inbox takes. ``SendDirect`` answers at its ack,
   ``Request`` at its reply, ``Ping`` at its pong; every outcome of a send is
   also a :class:`MessageOutcome` effect.
+* *Majority barriers* (:mod:`hivemesh.core.barrier`): ``SyncMajority``
+  asks the lease voters for their heads over direct requests and answers
+  when a majority holds our feed (and, with ``pull``, once this node caught
+  up with them); the Peer serves those requests (``journal.heads``) itself.
 """
 
 from __future__ import annotations
@@ -110,13 +115,16 @@ from hivemesh.commands.peer import (
     FetchBlob,
     Leave,
     Request,
+    Resolve,
     Serve,
     StartJoin,
     Vouch,
 )
+from hivemesh.commands.sync import SyncMajority
 from hivemesh.commands.trust import TrustRevoke, TrustRevokeReply
 from hivemesh.core.answers import ANSWERS
-from hivemesh.core.claims import DEFAULT_WINDOW_MS, ClaimsView
+from hivemesh.core.barrier import HEADS_KIND, Majority
+from hivemesh.core.claims import DEFAULT_WINDOW_MS, ClaimsView, check_resource
 from hivemesh.core.direct import Direct, DirectAcked, DirectConfig
 from hivemesh.core.effects import (
     Close,
@@ -125,6 +133,7 @@ from hivemesh.core.effects import (
     Dial,
     Effect,
     Fsync,
+    Handle,
     Log,
     MessageOutcome,
     Reply,
@@ -154,6 +163,7 @@ from hivemesh.errors import (
     DeadlineExceeded,
     DecodeError,
     HivemeshError,
+    InvalidAddress,
     InvalidArgument,
     UnknownPeer,
 )
@@ -244,6 +254,7 @@ class Peer:
         self._web: tuple[tuple[TrustFile, int], TrustWeb] | None = None
         self._addresses: dict[bytes, str] = {}
         self._links: dict[str, bytes] = {}  # address -> the boot id of its life
+        self._heard: dict[str, int] = {}  # address -> when a link to it last carried a frame
         self._advertised: tuple[str, ...] = ()
         self._new_life_pending = True
         self._now = now_ms  # the last input's time
@@ -301,6 +312,15 @@ class Peer:
         for tag in BLOB_TAGS:
             node.register_handler(tag, self._blob_handler(tag))
         self.mailbox = Mailbox(self.direct, self.address)
+        journal = node.journal
+        self.majority = Majority(
+            self.address,
+            identity.public.hex(),
+            held=lambda author: journal.head(bytes.fromhex(author)).seq,
+            vv=lambda: {a.hex(): s for a, s in journal.version_vector().items()},
+            trusted=lambda author: journal.trusted is None or journal.trusted(author),
+        )
+        self.mailbox.serve(HEADS_KIND, plain=False)
         self._rng = Random(rng.getrandbits(128))  # ping nonces
         node.register_handler(FrameType.RT_PING, self._on_ping)
         node.register_handler(FrameType.RT_PONG, self._on_pong)
@@ -369,6 +389,7 @@ class Peer:
         """A frame from the link to ``peer``."""
         if self._trace is not None:
             self._trace.record("receive", peer, frame, now_ms)
+        self._heard[peer] = now_ms
         if self.joins.held(peer):
             self.joins.probation_frame(peer, frame, now_ms)
         else:
@@ -380,6 +401,7 @@ class Peer:
         if self._trace is not None:
             frames = list(frames)
             self._trace.record("receive_many", peer, frames, now_ms)
+        self._heard[peer] = now_ms
         receive = self.node.receive
         for frame in frames:
             if self.joins.held(peer):
@@ -395,6 +417,7 @@ class Peer:
         resend direct messages waiting for it."""
         if self._trace is not None:
             self._trace.record("link_up", peer, boot_id, now_ms, endpoint)
+        self._heard[peer] = now_ms
         if self.joins.link_up(peer, boot_id, now_ms, endpoint):
             self._link_up(peer, boot_id, now_ms, endpoint)
         self._after(now_ms)
@@ -420,6 +443,7 @@ class Peer:
         self.joins.link_down(peer)
         if self._links.get(peer) == boot_id:
             del self._links[peer]
+            self._heard.pop(peer, None)
         self.node.remove_peer(peer)
         self._dial(peer, self.endpoints.endpoints(peer))
         self._after(now_ms)
@@ -488,7 +512,7 @@ class Peer:
         self.fetcher.handle_timer(now_ms)
         self.leases.handle_timer(now_ms)
         self.joins.handle_timer(now_ms)
-        self._fx += self.mailbox.expire(now_ms)
+        self._mail(self.mailbox.expire(now_ms), now_ms)
         self._after(now_ms)
 
     def inbox_room(self, n: int, now_ms: int) -> None:
@@ -572,6 +596,7 @@ class Peer:
             self.mailbox.next_deadline(),
             self.leases.next_deadline(),
             self.joins.next_deadline(),
+            self.majority.next_deadline(),
         ):
             if extra is not None and extra < d:
                 d = extra
@@ -612,6 +637,22 @@ class Peer:
             )
             self._web = (key, web)
         return self._web[1]
+
+    def resolve(self, target: str) -> str:
+        """An address for ``target``: an address, or a name claimed as far as
+        this node knows (UnknownPeer otherwise)."""
+        if target.startswith("hm") and len(target) == 58:
+            try:
+                public_key_of(target)
+                return target
+            except InvalidAddress:
+                pass
+        owner = self.names.resolve(target)
+        if owner is None:
+            raise UnknownPeer(
+                f"no node has claimed the name {target!r} (as far as this node knows yet)"
+            )
+        return owner
 
     def author_trusted(self, author: bytes) -> bool:
         """The journal gate: may events authored by ``author`` be stored?"""
@@ -693,7 +734,9 @@ class Peer:
             self._on_feed_state(now_ms)
             self._on_fetcher()
             self._on_direct_results()
-            fx += self.mailbox.route(now_ms)
+            self._mail(self.mailbox.route(now_ms), now_ms)
+            if self.majority.busy:
+                self._majority(now_ms)
             for rid, outcome in self.leases.outcomes():
                 fx.append(Reply(rid, outcome))
             if self.trust_view.version != self._trust_version:
@@ -736,9 +779,14 @@ class Peer:
                     self._record("member.up", ch.address, ch.incarnation, now_ms)
             elif ch.state in (MemberState.DOWN, MemberState.LEFT):
                 self.node.remove_peer(ch.address)
-                if ch.state is MemberState.DOWN and ch.address in self._links:
-                    quiet = cfg.suspicion_mult * cfg.probe_interval_ms
-                    self._fx.append(Close(ch.address, "half-open", if_silent_ms=quiet))
+                quiet = cfg.suspicion_mult * cfg.probe_interval_ms
+                if (
+                    ch.state is MemberState.DOWN
+                    and ch.address in self._links
+                    and now_ms - self._heard.get(ch.address, 0) >= quiet
+                ):  # half-open: its host vanished without a FIN
+                    self._count("dropped_silent_link")
+                    self._fx.append(Close(ch.address, "half-open"))
                 self._record(f"member.{ch.state.value}", ch.address, ch.incarnation, now_ms)
             self._count(f"member_{ch.state.value}")
 
@@ -874,7 +922,7 @@ class Peer:
                     got = self.mailbox.unacked(res.msg_id)
                     if not got:  # replies are the only untracked sends
                         self.mailbox.counters["reply_failed"] += 1
-                    self._fx += got
+                    self._mail(got, self._now)
                 continue
             if acked:
                 value = {"msg_id": res.msg_id, "to": res.to, "acked": True}
@@ -885,6 +933,35 @@ class Peer:
                     f" ({reason}, {res.attempts} attempts)"
                 )
                 self._fx.append(Reply(rid, error=err))
+
+    def _mail(self, effects: list[Effect], now_ms: int) -> None:
+        """The mailbox's effects; those of the majority barriers stay inside."""
+        majority = self.majority
+        for e in effects:
+            if (
+                type(e) is Reply
+                and e.rid < 0
+                and majority.replied(e.rid, e.value, e.error is not None, now_ms)
+            ):
+                continue
+            if type(e) is Handle and e.kind == HEADS_KIND and not e.plain:
+                majority.serve(e.key, e.data, now_ms)
+                continue
+            self._fx.append(e)
+
+    def _majority(self, now_ms: int) -> None:
+        """Carry out the majority barriers' outputs (their sends stay inside)."""
+        m = self.majority
+        m.tick(now_ms)
+        asks, answers, replies = m.take()
+        for ask, voter, body, timeout_ms in asks:
+            try:
+                self.mailbox.request(ask, voter, HEADS_KIND, body, timeout_ms, now_ms)
+            except HivemeshError:  # no way to that voter now: asked again later
+                m.replied(ask, None, True, now_ms)
+        for key, value in answers:
+            self.mailbox.handled(key, value, None, now_ms)
+        self._fx += replies
 
     # -- commands answered later ----------------------------------------------------
 
@@ -915,6 +992,10 @@ class Peer:
                     reply = coord.ClaimWaitReply(resource=w.resource, winner=winner, ours=ours)
                     self._fx.append(Reply(rid, reply))
                     continue
+            elif w.what == "name" and (owner := self.names.resolve(w.resource)) is not None:
+                del self._waits[rid]
+                self._fx.append(Reply(rid, owner))
+                continue
             if w.deadline_ms <= now_ms:
                 del self._waits[rid]
                 if w.what == "blob":
@@ -923,6 +1004,8 @@ class Peer:
                     err = DeadlineExceeded(f"blob {w.digest.hex()[:12]} not fetched in time")
                 elif w.what == "ping":
                     err = DeadlineExceeded("no pong in time")
+                elif w.what == "name":
+                    err = DeadlineExceeded(f"no node claimed the name {w.resource!r} in time")
                 else:
                     err = DeadlineExceeded(f"claim on {w.resource!r} not decided in time")
                 self._fx.append(Reply(rid, error=err))
@@ -942,7 +1025,7 @@ class Peer:
         self._fx.append(Reply(rid, reply))
 
     def _do_claim(self, rid: int, cmd: coord.Claim, now_ms: int) -> None:
-        r = _resource(cmd.resource)
+        r = check_resource(cmd.resource)
         seq = next((s for res, s in self.claims.own_live(self.identity.public) if res == r), None)
         if seq is None:
             seq = self.node.append("claim.intent", {"r": r}, now_ms).seq
@@ -951,19 +1034,19 @@ class Peer:
         self._fx.append(Reply(rid, coord.ClaimReply(resource=r, seq=seq, winner=winner)))
 
     def _do_claim_release(self, rid: int, cmd: coord.ClaimRelease, now_ms: int) -> None:
-        r = _resource(cmd.resource)
+        r = check_resource(cmd.resource)
         own = [(res, seq) for res, seq in self.claims.own_live(self.identity.public) if res == r]
         if own:
             self.node.append_many([("claim.release", {"r": r, "seq": s}) for _, s in own], now_ms)
         self._fx.append(Reply(rid, coord.ClaimReleaseReply(released=len(own))))
 
     def _do_claim_done(self, rid: int, cmd: coord.ClaimDone, now_ms: int) -> None:
-        r = _resource(cmd.resource)
+        r = check_resource(cmd.resource)
         self.node.append("claim.done", {"r": r}, now_ms)
         self._fx.append(Reply(rid, coord.ClaimDoneReply(done=True)))
 
     def _do_claim_wait(self, rid: int, cmd: coord.ClaimWait, now_ms: int) -> None:
-        r = _resource(cmd.resource)
+        r = check_resource(cmd.resource)
         self._waits[rid] = _Wait(rid, now_ms + _ms(cmd.timeout_s, 0), "claim", resource=r)
 
     def _do_fetch_blob(self, rid: int, cmd: FetchBlob, now_ms: int) -> None:
@@ -975,6 +1058,15 @@ class Peer:
             raise DeadlineExceeded("too many blob fetches in flight; retry later")
         due = now_ms + _ms(cmd.timeout_s, 1)
         self._waits[rid] = _Wait(rid, due, "blob", digest=cmd.digest)
+
+    def _do_resolve(self, rid: int, cmd: Resolve, now_ms: int) -> None:
+        try:
+            self._fx.append(Reply(rid, self.resolve(cmd.target)))
+        except UnknownPeer:
+            if cmd.timeout_s <= 0:
+                raise
+            due = now_ms + _ms(cmd.timeout_s, 1)
+            self._waits[rid] = _Wait(rid, due, "name", resource=cmd.target)
 
     def _do_send(self, rid: int, cmd: msgs.Send, now_ms: int) -> None:
         msg_id = self.direct.send(cmd.to, cmd.data, now_ms, deadline_ms=_ms(cmd.timeout_s, 0))
@@ -1068,6 +1160,10 @@ class Peer:
     def _do_lease_show(self, rid: int, cmd: coord.LeaseShow, now_ms: int) -> None:
         self._lease(rid, Show(cmd.resource), cmd.timeout_s, now_ms)
 
+    def _do_sync_majority(self, rid: int, cmd: SyncMajority, now_ms: int) -> None:
+        voters = self.leases.voters(now_ms)
+        self.majority.start(rid, voters, cmd.own_seq, cmd.pull, cmd.timeout_s, now_ms)
+
     def _do_lease_voters(self, rid: int, cmd: coord.LeaseVoters, now_ms: int) -> None:
         voters = self.leases.voters(now_ms)
         stats = self.leases.statistics()
@@ -1077,12 +1173,6 @@ class Peer:
 def _ms(timeout_s: float, least: int) -> int:
     """A command's ``timeout_s`` in whole milliseconds, at least ``least``."""
     return max(least, int(timeout_s * 1000))
-
-
-def _resource(resource: object) -> str:
-    if not isinstance(resource, str) or not 0 < len(resource) <= 256:
-        raise InvalidArgument(f"claim resource must be 1-256 chars, got {resource!r:.80}")
-    return resource
 
 
 #: command type -> its handler (the Peer's one command table)
@@ -1102,6 +1192,7 @@ _COMMANDS: dict[type, Callable[[Peer, int, Any, int], None]] = {
     StartJoin: Peer._do_start_join,
     FeedAcceptLoss: Peer._do_accept_feed_loss,
     Request: Peer._do_request,
+    Resolve: Peer._do_resolve,
     Serve: Peer._do_serve,
     msgs.Ping: Peer._do_ping,
     coord.LeaseAcquire: Peer._do_lease_acquire,
@@ -1109,4 +1200,5 @@ _COMMANDS: dict[type, Callable[[Peer, int, Any, int], None]] = {
     coord.LeaseRelease: Peer._do_lease_release,
     coord.LeaseShow: Peer._do_lease_show,
     coord.LeaseVoters: Peer._do_lease_voters,
+    SyncMajority: Peer._do_sync_majority,
 }

@@ -11,7 +11,6 @@ Modules
   send queues with backpressure and counted drops.
 * :mod:`~hivemesh.runtime.messaging` -- direct messages, the durable inbox,
   ping.
-* :mod:`~hivemesh.runtime.blobs` -- content-addressed blobs fetched on demand.
 * :mod:`~hivemesh.runtime.invites` -- invite tokens and ``trust.json`` for
   the Peer's probation and joins (:mod:`hivemesh.core.joins`).
 * :mod:`~hivemesh.runtime.leases` -- the lease voter's log and the quorum

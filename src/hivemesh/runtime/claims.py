@@ -21,9 +21,8 @@ from typing import TYPE_CHECKING
 
 from hivemesh import commands as c
 from hivemesh.core.claims import DEFAULT_WINDOW_MS as DEFAULT_SETTLE_MS
-from hivemesh.core.claims import ClaimsView
+from hivemesh.core.claims import ClaimsView, check_resource
 from hivemesh.core.identity import address_of
-from hivemesh.errors import InvalidArgument
 
 if TYPE_CHECKING:
     from hivemesh.runtime.daemon import Daemon
@@ -45,27 +44,22 @@ class MeshClaims:
         self.settle_ms = daemon.peer.config.claim_settle_ms
         self.view: ClaimsView = daemon.peer.claims  # backdating buys at most the window
 
-    def _resource(self, resource: object) -> str:
-        if not isinstance(resource, str) or not 0 < len(resource) <= 256:
-            raise InvalidArgument(f"claim resource must be 1-256 chars, got {resource!r:.80}")
-        return resource
-
     async def claim(self, resource: str) -> int:
         """Append ``claim.intent`` for ``resource``; returns the claim's seq.
 
         If this node already has a live claim on it, returns that claim's seq.
         """
-        reply: c.ClaimReply = await self.d.call(c.Claim(self._resource(resource)))
+        reply: c.ClaimReply = await self.d.call(c.Claim(check_resource(resource)))
         return reply.seq
 
     def winner(self, resource: str) -> str | None:
         """The address of the current earliest live claim (may still change)."""
-        w = self.view.winner(self._resource(resource))
+        w = self.view.winner(check_resource(resource))
         return None if w is None else address_of(w.author)
 
     def decided(self, resource: str, now_ms: int) -> str | None:
         """The winner's address once settled, else None."""
-        a = self.view.decided(self._resource(resource), now_ms, self.settle_ms)
+        a = self.view.decided(check_resource(resource), now_ms, self.settle_ms)
         return None if a is None else address_of(a)
 
     async def wait_decided(self, resource: str, *, timeout_s: float = 10.0) -> str:
@@ -73,16 +67,16 @@ class MeshClaims:
 
         Raises DeadlineExceeded after ``timeout_s`` (no live claim, or not settled).
         """
-        r = self._resource(resource)
+        r = check_resource(resource)
         reply: c.ClaimWaitReply = await self.d.call(c.ClaimWait(r, timeout_s))
         assert reply.winner is not None
         return reply.winner
 
     async def release(self, resource: str) -> int:
         """Release this node's live claims on ``resource``; returns how many."""
-        reply: c.ClaimReleaseReply = await self.d.call(c.ClaimRelease(self._resource(resource)))
+        reply: c.ClaimReleaseReply = await self.d.call(c.ClaimRelease(check_resource(resource)))
         return reply.released
 
     async def done(self, resource: str) -> None:
         """Report ``resource`` finished (ends claiming; duplicates are detected)."""
-        await self.d.call(c.ClaimDone(self._resource(resource)))
+        await self.d.call(c.ClaimDone(check_resource(resource)))

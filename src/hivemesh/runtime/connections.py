@@ -18,7 +18,7 @@ holding its flush lock, and ``on_peer`` flushes), so a callback may send.
   handshake tells); *when* each is dialled is :class:`hivemesh.core.dialer.Dialer`'s
   schedule: one ``dialler`` task sleeps until its next deadline or a change
   and starts every dial due, each under ``dial_timeout_s``. An endpoint that
-  *turns us away* (:data:`REFUSALS`: ``unknown_peer``, a refusal CLOSE such as
+  *turns us away* (:data:`~hivemesh.core.dialer.REFUSALS`: ``unknown_peer``, a refusal CLOSE such as
   ``invite_used``, another node than the one dialled) is reported to
   ``on_refused(address, error)``, logged once per cause and shown as the
   target's ``refused`` code.
@@ -41,9 +41,8 @@ holding its flush lock, and ``on_peer`` flushes), so a callback may send.
   if its reader is still busy delivering an earlier batch. A *half-open*
   channel (the peer's host vanished without a FIN) never ends by itself: it
   is replaced as soon as the restarted peer's channel arrives (above), and
-  otherwise the failure detector calls :meth:`drop_if_silent` when it
-  declares the member down, which drops the link if nothing arrived on it
-  lately.
+  otherwise closed by the Peer when SWIM declares the member down and the
+  link has been silent (:mod:`hivemesh.core.peer`).
 * **Send queues and backpressure.** Each channel has a bounded send queue
   (the transport's). :meth:`send` waits when it is full; a peer that does
   not drain within ``slow_peer_timeout_s`` is disconnected and every frame
@@ -70,7 +69,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from hivemesh.core.dialer import Dialer, DialPolicy, Endpoint, Outcome
+from hivemesh.core.dialer import REFUSALS, Dialer, DialPolicy, Endpoint, Outcome, dial_outcome
 from hivemesh.core.identity import Identity, short
 from hivemesh.core.links import Handover, Held, Link, Lives, New, Old, State, channel_rank
 from hivemesh.errors import (
@@ -78,10 +77,8 @@ from hivemesh.errors import (
     ConfigError,
     DeadlineExceeded,
     HivemeshError,
-    InviteError,
     PeerIdentityMismatch,
     PeerRestarted,
-    SelfConnection,
     StaleBoot,
     TransportError,
     UnknownPeer,
@@ -101,14 +98,9 @@ from hivemesh.transports import (
 from hivemesh.transports.channel import CLOSE_GRACE_S
 from hivemesh.transports.streams import PROCESS_BOOT_ID
 
-__all__ = ["REFUSALS", "REFUSED_BACKOFF_MULT", "ConnectionManager", "PeerLink", "channel_rank"]
+__all__ = ["ConnectionManager", "PeerLink", "channel_rank"]
 
 log = logging.getLogger("hivemesh.runtime.connections")
-
-#: Errors by which an endpoint turns us away (as opposed to failing to answer).
-REFUSALS = (UnknownPeer, InviteError, PeerIdentityMismatch)
-#: A refused dial backs off up to this many times ``reconnect_max_s``.
-REFUSED_BACKOFF_MULT = 6
 
 FramesCallback = Callable[[str, list[bytes]], Awaitable[None]]
 FramesNowCallback = Callable[[str, list[bytes]], bool]
@@ -127,7 +119,6 @@ class PeerLink:
     since_s: float
     rank: tuple[int, bytes] = (0, b"")
     opened_mono: float = 0.0
-    last_rx_mono: float = 0.0  # when a frame last arrived on it
     task: asyncio.Task[None] | None = None
     closed: bool = False
     busy: bool = False  # its reader task is handling a batch
@@ -191,7 +182,6 @@ class ConnectionManager:
                 reconnect_min_ms=int(reconnect_min_s * 1000),
                 reconnect_max_ms=int(reconnect_max_s * 1000),
                 handover_ms=int(self._handover_s * 1000),
-                refused_mult=REFUSED_BACKOFF_MULT,
             ),
             rng,
         )
@@ -342,22 +332,15 @@ class ConnectionManager:
                     options=self._options,
                     boot_id=self.boot_id,
                 )
-        except SelfConnection:
-            # Our own endpoint (bootstrap lists are often shared by every node).
-            self.counters["dial_self_skipped"] += 1
-            log.info("%s:%d is this node itself: not dialling it", host, port)
-            outcome = Outcome.SELF
-        except ChannelSuperseded:
-            # The peer accepted us and retired the channel at once: it holds
-            # a better one to us, which reaches us as our link shortly.
-            self.counters["dial_superseded"] += 1
-            outcome = Outcome.SUPERSEDED
-        except (OSError, TimeoutError, HivemeshError) as exc:
-            code = exc.code if isinstance(exc, HivemeshError) else "dial_error"
-            self.counters[f"dial_failed_{code}"] += 1
-            error = f"{type(exc).__name__}: {exc}"
-            if isinstance(exc, REFUSALS):
-                outcome = Outcome.REFUSED
+        except (OSError, TimeoutError, HivemeshError) as exc:  # how it went: core.dialer's
+            outcome, counter = dial_outcome(exc)
+            self.counters[counter] += 1
+            if outcome is Outcome.SELF:  # bootstrap lists are often shared by every node
+                log.info("%s:%d is this node itself: not dialling it", host, port)
+            elif outcome is not Outcome.SUPERSEDED:
+                error = f"{type(exc).__name__}: {exc}"
+            if outcome is Outcome.REFUSED:
+                assert isinstance(exc, HivemeshError)
                 self._refused(addr, exc, ep)
         except asyncio.CancelledError:
             raise  # forgotten, or closing
@@ -419,7 +402,6 @@ class ConnectionManager:
                 relayed=channel.path.startswith("relay"),
             ),
             opened_mono=time.monotonic(),
-            last_rx_mono=time.monotonic(),
             boot_id=channel.peer_boot_id,
         )
         link.task = self._spawn("reader", self._reader(link))
@@ -528,7 +510,6 @@ class ConnectionManager:
         """The channel's inline consumer (module docs)."""
         if link.busy or self._on_frames_now is None:  # the reader holds earlier frames
             return False
-        link.last_rx_mono = time.monotonic()
         try:
             done = self._on_frames_now(link.address, frames)
         except (KeyboardInterrupt, SystemExit):
@@ -545,7 +526,6 @@ class ConnectionManager:
         try:
             while True:
                 frames = await link.channel.recv_batch(64)
-                link.last_rx_mono = time.monotonic()
                 link.busy = True
                 try:
                     await self._on_frames(link.address, frames)
@@ -649,25 +629,6 @@ class ConnectionManager:
                 except Exception:  # a bug in the callback must not stop later reports
                     log.exception("on_peer(%s, %s) failed", short(peer), up)
                     self.counters["on_peer_crashed"] += 1
-
-    def drop_if_silent(self, address: str, quiet_s: float) -> bool:
-        """Drop the link to ``address`` if nothing arrived on it for ``quiet_s``.
-
-        For the failure detector: a member declared down whose channel is
-        still open but silent is half-open (its host vanished without a FIN,
-        or a NAT forgot the mapping). Dropping it lets the dialler redial, and
-        it can no longer win a tie-break against the peer's fresh channel.
-        Returns True if the link was dropped.
-        """
-        link = self.links.get(address)
-        if link is None or time.monotonic() - link.last_rx_mono < quiet_s:
-            return False
-        self.counters["dropped_silent_link"] += 1
-        link.closed = True
-        self._discard(link, "silent (failure detector)")
-        self._unlinked(address, link.opened_mono)
-        self._notify(address, False)
-        return True
 
     async def disconnect(
         self,

@@ -92,9 +92,8 @@ store. Every append was
 already durable when it returned (in the store's append log until the next
 group commit), so a ``kill -9`` loses nothing that was acknowledged either.
 
-**Parts wired in.** The Peer; direct messages' durable inbox, request/reply
-and ping (:mod:`hivemesh.runtime.messaging`), blob puts and waits
-(:mod:`hivemesh.runtime.blobs`), invites (:mod:`hivemesh.runtime.invites`),
+**Parts wired in.** The Peer; direct messages' durable inbox and handlers
+(:mod:`hivemesh.runtime.messaging`), invites (:mod:`hivemesh.runtime.invites`),
 leases (:mod:`hivemesh.runtime.leases`), and any application view added with
 :meth:`Daemon.add_view` (verified replay first). Only one daemon runs per
 data dir (``daemon.lock``).
@@ -110,13 +109,14 @@ import logging
 import os
 import random
 import secrets
+import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from hivemesh import commands as c
 from hivemesh.commands.names import NameClaim, NameClaimReply
-from hivemesh.commands.peer import CommitContext, Leave, Vouch
+from hivemesh.commands.peer import CommitContext, FetchBlob, Leave, Request, Resolve, Vouch
 from hivemesh.commands.trust import TrustRevoke
 from hivemesh.config import UDP_PREFIX, Config, bootstrap_targets, parse_endpoint
 from hivemesh.core.answers import export_pending
@@ -141,11 +141,12 @@ from hivemesh.core.effects import (
 )
 from hivemesh.core.event import Event
 from hivemesh.core.frames import FrameType
-from hivemesh.core.identity import Identity, address_of, public_key_of, short
+from hivemesh.core.identity import Identity, public_key_of, short
 from hivemesh.core.node import Node, NodeConfig
 from hivemesh.core.peer import Peer, PeerConfig, TrustFile
 from hivemesh.core.pex import MembershipConfig
 from hivemesh.core.trace import Trace
+from hivemesh.core.views.blobs import BlobIndex, blob_digest
 from hivemesh.core.views.context import Context, ContextView
 from hivemesh.core.views.endpoints import EndpointsView
 from hivemesh.core.views.names import NamesView
@@ -153,24 +154,20 @@ from hivemesh.core.views.trust import TrustView, TrustWeb
 from hivemesh.error_codes import error_class
 from hivemesh.errors import (
     ConfigError,
-    DeadlineExceeded,
     HivemeshError,
     InvalidAddress,
     InvalidArgument,
     LocalProtocolError,
     UnknownCommand,
-    UnknownPeer,
 )
 from hivemesh.leases import LeaseClient
 from hivemesh.runtime.apps import APPS, App, load
-from hivemesh.runtime.blobs import Blobs
 from hivemesh.runtime.clock import now_ms
 from hivemesh.runtime.connections import ConnectionManager
 from hivemesh.runtime.hostutil import lock_data_dir, primary_ipv4, raise_open_files_limit
 from hivemesh.runtime.invites import Invites
 from hivemesh.runtime.leases import MeshClaims, VoterDisk, lease_client
-from hivemesh.runtime.majority import serve_heads
-from hivemesh.runtime.messaging import Messaging, ping, request, send_direct
+from hivemesh.runtime.messaging import Messaging
 from hivemesh.runtime.rehydration import Rehydration
 from hivemesh.runtime.status import Subscription, peers_of, status_of
 from hivemesh.runtime.supervise import RESTART_WATCHED, Supervisor, TaskFailed
@@ -182,7 +179,6 @@ from hivemesh.trust import TrustStore
 __all__ = ["Daemon", "Subscription", "membership_config", "now_ms"]
 
 log = logging.getLogger("hivemesh.runtime")
-_NAME_POLL_S = 0.5  # wait_resolved re-checks at least this often
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
 #: Byte 2 of an encoded EVENTS frame (msgpack ``[version, type, ...]``).
 _EVENTS_TYPE_BYTE = bytes([FrameType.EVENTS])
@@ -237,7 +233,6 @@ class Daemon:
         self.conns: ConnectionManager
         self.trust: TrustStore
         self.messaging: Messaging
-        self.blobs: Blobs
         self.trust_view: TrustView
         self.invites = Invites(self)
         self._marks: FileMarkStore
@@ -365,7 +360,6 @@ class Daemon:
         self.endpoints = peer.endpoints
         self.trust_view = peer.trust_view
         self.claims = MeshClaims(self)  # over the Peer's claims view
-        self.blobs = Blobs(self)
         from hivemesh.runtime.control import ControlServer
 
         self._control = ControlServer(self, cfg.control_path, timeout_s=cfg.control_timeout_s)
@@ -442,7 +436,6 @@ class Daemon:
             await app.start()
             self.apps.append(app)
             self._opened.append((app.name, app.stop))
-        serve_heads(self)  # majority barriers (sync.majority) ask every voter
         self.supervisor.install(asyncio.get_running_loop())
         self._started = True
         self.supervisor.spawn("timer", self._timer_loop, RESTART_WATCHED)  # beats each round
@@ -703,51 +696,21 @@ class Daemon:
         return reply.owner
 
     def resolve(self, target: str) -> str:
-        """An address for ``target`` (an address or a claimed name)."""
-        if target.startswith("hm") and len(target) == 58:
-            try:
-                public_key_of(target)
-                return target
-            except InvalidAddress:
-                pass
-        owner = self.names.resolve(target)
-        if owner is None:
-            raise UnknownPeer(
-                f"no node has claimed the name {target!r} (as far as this node knows yet)"
-            )
-        return owner
+        """An address for ``target`` (an address or a claimed name; the Peer's
+        :meth:`~hivemesh.core.peer.Peer.resolve`)."""
+        return self.peer.resolve(target)
 
     async def wait_resolved(self, target: str, *, timeout_s: float) -> str:
         """:meth:`resolve` ``target``, waiting up to ``timeout_s`` for a name
-        that is not known yet (a fresh node learns names as it catches up);
-        raises :class:`DeadlineExceeded` then."""
-        sub = self.subscribe(NamesView.kinds)
-        try:
-            async with asyncio.timeout(timeout_s):
-                while True:
-                    with contextlib.suppress(UnknownPeer):
-                        return self.resolve(target)
-                    # woken by a name event; the poll covers a full (dropping) queue
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(_NAME_POLL_S):
-                            await sub.queue.get()
-        except TimeoutError:
-            raise DeadlineExceeded(
-                f"no node claimed the name {target!r} within {timeout_s}s"
-            ) from None
-        finally:
-            self.unsubscribe(sub)
+        that is not known yet; raises :class:`DeadlineExceeded` then."""
+        address: str = await self.call(Resolve(target, timeout_s))
+        return address
 
     def status(self) -> dict[str, Any]:
         """Everything ``hivemesh status`` shows (see :mod:`hivemesh.runtime.status`),
-        with every feed's head under ``journal.heads``: ``{address: {"seq",
-        "hash"}}``, the hash of the feed's last event (hex) -- equal on two
-        nodes exactly when they hold the same history of that feed."""
+        with every feed's head under ``journal.heads``
+        (:func:`hivemesh.core.answers.journal_heads`)."""
         st = status_of(self)
-        heads = self.node.journal.heads
-        st["journal"]["heads"] = {
-            address_of(a): {"seq": h.seq, "hash": h.hash.hex()} for a, h in sorted(heads.items())
-        }
         if not self.rehydration.is_complete:  # starting: the parts below do not exist yet
             return st
         for app in self.apps:
@@ -769,7 +732,11 @@ class Daemon:
         for app in self.apps:
             if to in app.addressees:
                 return await app.deliver(to, data, timeout_s=timeout_s)
-        return await send_direct(self, to, data, timeout_s=timeout_s)
+        address = self.resolve(to)
+        t0 = time.perf_counter()
+        result: dict[str, Any] = await self.call(c.Send(address, data, timeout_s))
+        result["rtt_ms"] = round((time.perf_counter() - t0) * 1000, 3)
+        return result
 
     def app(self, kind: type[A]) -> A:
         """The running application of class ``kind`` (:mod:`hivemesh.runtime.apps`)."""
@@ -791,12 +758,32 @@ class Daemon:
         return self.messaging.inbox.list(limit, remove=remove)
 
     async def request(self, to: str, kind: str, body: Any, *, timeout_s: float) -> Any:
-        """Send a request to a handler of ``kind`` on ``to``; return its reply."""
-        return await request(self, to, kind, body, timeout_s=timeout_s)
+        """Send a request to a handler of ``kind`` on ``to``; return its reply
+        (:mod:`hivemesh.core.mailbox`)."""
+        return await self.call(Request(self.resolve(to), kind, body, timeout_s))
 
     async def ping(self, target: str, *, timeout_s: float) -> dict[str, Any]:
-        """Round-trip time to a connected peer (by address or name)."""
-        return await ping(self, target, timeout_s=timeout_s)
+        """Round-trip time to a connected peer (by address or name; the Peer
+        refuses one it has no link to: UnknownPeer)."""
+        address = self.resolve(target)
+        t0 = time.perf_counter()
+        await self.call(c.Ping(address, timeout_s))
+        return {"address": address, "rtt_ms": round((time.perf_counter() - t0) * 1000, 3)}
+
+    async def put_blob(self, data: bytes, mime: str, name: str | None) -> bytes:
+        """Store ``data`` and announce it (only the announcement is gossiped;
+        :mod:`hivemesh.core.views.blobs`); returns its digest."""
+        kind, body = BlobIndex.encode_put(data, mime, name)
+        digest = blob_digest(data)
+        self.node.journal.store.put_blob(digest, data)
+        await self.append(kind, body)
+        return digest
+
+    async def get_blob(self, ref: str, *, timeout_s: float) -> bytes:
+        """The bytes of blob ``ref`` (hex digest or name): local, or fetched
+        from its holders by the Peer (``FetchBlob``) and verified."""
+        data: bytes = await self.call(FetchBlob(self.peer.blob_index.resolve(ref), timeout_s))
+        return data
 
     def invite(self, ttl_s: int = 3600, swarm: str | None = None) -> dict[str, Any]:
         """A single-use invite token for a new node into ``swarm`` (default:
@@ -921,11 +908,8 @@ class Daemon:
         elif isinstance(e, Close):
             if e.forget:
                 self.conns.forget(e.peer)
-            if e.if_silent_ms is not None:
-                self.conns.drop_if_silent(e.peer, e.if_silent_ms / 1000)
-            else:  # the peer's CLOSE carries the code
-                error = None if e.code is None else error_class(e.code)(e.reason)
-                self.disconnect_later(e.peer, e.reason, error)
+            error = None if e.code is None else error_class(e.code)(e.reason)
+            self.disconnect_later(e.peer, e.reason, error)  # the peer's CLOSE carries the code
         elif isinstance(e, Redeem):
             self.invites.redeem(e)
         elif isinstance(e, TrustEdit):

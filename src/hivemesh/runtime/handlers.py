@@ -8,7 +8,7 @@ it covers the table exactly. Streaming commands (``ctx.watch``,
 ``events.watch``) have a handler in :data:`STREAMS` that yields events.
 
 Handlers of applications live with them and are named here: lease and
-claim ops in :mod:`hivemesh.runtime.leases_ops`, telemetry's through the
+lease ops in :mod:`hivemesh.runtime.leases`, telemetry's through the
 daemon's applications (:mod:`hivemesh.runtime.apps`), and the
 planner's in :mod:`hivemesh.roles.meshops`, imported on a node's first plan
 command (a node that never plans never loads the planner).
@@ -27,7 +27,7 @@ from hivemesh.commands import Command, Record, Reply, jsonable
 from hivemesh.core.event import Event
 from hivemesh.core.identity import address_of
 from hivemesh.errors import DeadlineExceeded, LocalProtocolError, UnknownCommand
-from hivemesh.runtime import leases_ops, majority
+from hivemesh.runtime import leases
 
 if TYPE_CHECKING:
     from hivemesh.runtime.daemon import Daemon
@@ -228,11 +228,11 @@ HANDLERS: Mapping[type[Command], Handler] = {
     c.Inbox: _inbox,
     c.Invite: _invite,
     c.Join: _join,
-    c.LeaseAcquire: leases_ops.acquire,
-    c.LeaseRelease: leases_ops.release,
-    c.LeaseRenew: leases_ops.renew,
-    c.LeaseShow: leases_ops.show,
-    c.LeaseVoters: leases_ops.voters,
+    c.LeaseAcquire: leases.on_acquire,
+    c.LeaseRelease: leases.on_release,
+    c.LeaseRenew: leases.on_renew,
+    c.LeaseShow: leases.on_show,
+    c.LeaseVoters: leases.on_voters,
     c.MetricsQuery: _by_app,
     c.MetricsRecord: _by_app,
     c.MetricsSend: _by_app,
@@ -246,7 +246,7 @@ HANDLERS: Mapping[type[Command], Handler] = {
     c.Send: _send,
     c.Status: _status,
     c.Stop: _stop,
-    c.SyncMajority: majority.sync_majority,
+    c.SyncMajority: _by_peer,
     c.TrustAdmit: _admit,
     c.TrustList: _trust_list,
     c.TrustRevoke: _revoke,

@@ -31,6 +31,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from hivemesh.commands.peer import StartJoin
+from hivemesh.core.dialer import last_error, refused_everywhere
 from hivemesh.core.effects import Redeem, TrustEdit
 from hivemesh.core.joins import MAX_PROBATION, PROBATION_MS
 from hivemesh.errors import HivemeshError, InvalidArgument
@@ -99,30 +100,23 @@ class Invites:
     def refused(self, peer: str, error: HivemeshError) -> None:
         """``peer`` turned us away (the connection manager's ``on_refused``)."""
         d = self.daemon
-        targets = [t for t in d.conns.dial_targets() if t["address"] == peer]
-        exhausted = all(t["refused"] for t in targets)
+        exhausted = refused_everywhere(d.conns.dial_targets(), peer)
         d.peer.join_refused(peer, error, exhausted, now_ms())
         d._schedule_flush()
-
-    def _last_error(self, inviter: str) -> str | None:
-        for t in self.daemon.conns.dial_targets():
-            if t["address"] == inviter and t["last_error"]:
-                return str(t["last_error"])
-        return None
 
     def status(self, now_ms: int) -> dict[str, Any]:
         """Our swarms and whom we admit; invites, probation, joins in progress
         and their last outcomes."""
         d = self.daemon
         web = d.web()
-        joins = d.peer.joins.status()
+        joins, targets = d.peer.joins.status(), d.conns.dial_targets()
         for inviter, row in joins["joining"].items():
-            row["last_error"] = self._last_error(inviter)
+            row["last_error"] = last_error(targets, inviter)
         return {
             "vouches": d.config.trust_vouches,
             "swarms": {s: sorted(m) for s, m in sorted(web.swarms.items())},
             "admitted": sorted(web.admitted),
             "pending_invites": d.trust.pending_invites(now_ms // 1000),
             **joins,
-            "refused_by": [t for t in d.conns.dial_targets() if t["refused"]],
+            "refused_by": [t for t in targets if t["refused"]],
         }

@@ -19,6 +19,10 @@ only carries out its lease effects and offers the quorum as a lease backend:
 * :class:`DaemonLeaseBackend` -- a :class:`~hivemesh.leases.LeaseBackend`
   over the daemon's own quorum (in process), behind ``hivemesh.Node.leases``
   and the ``lease.*`` commands: each operation is one Peer command.
+* The handlers of the ``lease.*`` commands (``on_acquire`` ...; listed in
+  :mod:`hivemesh.runtime.handlers`): the requests arrive typed, resource,
+  holder and TTL are checked by the lease layer's rules, and the node's lease
+  backend does the work (the quorum, or in broker mode the broker's KV).
 
 Claims (:class:`MeshClaims`, re-exported here) live in :mod:`hivemesh.runtime.claims`.
 """
@@ -33,10 +37,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hivemesh import commands as c
+from hivemesh.commands import Record
 from hivemesh.core.lease_quorum import Outcome
 from hivemesh.core.lease_swarm import KIND_VOTERS, TOKEN_RESERVE, LeaseSetup, VotersView
 from hivemesh.errors import BackendUnavailable, ConfigError
-from hivemesh.leases import LeaseClient, LeaseInfo
+from hivemesh.leases import (
+    LeaseClient,
+    LeaseInfo,
+    validate_holder,
+    validate_resource,
+    validate_ttl_ms,
+)
 from hivemesh.leases.errors import LeaseContended
 from hivemesh.runtime.claims import MeshClaims
 from hivemesh.runtime.voterlog import VoterLog
@@ -52,6 +63,11 @@ __all__ = [
     "MeshClaims",
     "VoterDisk",
     "VotersView",
+    "on_acquire",
+    "on_release",
+    "on_renew",
+    "on_show",
+    "on_voters",
     "outcome_of",
 ]
 
@@ -190,3 +206,48 @@ class DaemonLeaseBackend:
 def lease_client(daemon: Daemon) -> LeaseClient:
     """A LeaseClient over the daemon's quorum, holder id = its address."""
     return LeaseClient(DaemonLeaseBackend(daemon), daemon.address)
+
+
+def _backend(d: Daemon) -> Any:
+    return d.leases.backend  # the quorum, or in broker mode the broker's KV
+
+
+async def on_acquire(d: Daemon, req: c.LeaseAcquire) -> c.LeaseAcquireReply:
+    """``lease.acquire``: one majority round for a new fencing token."""
+    r, h = validate_resource(req.resource), validate_holder(req.holder)
+    ttl = validate_ttl_ms(req.ttl_ms)
+    token = await _backend(d).acquire(r, h, ttl, timeout_s=req.timeout_s)
+    return c.LeaseAcquireReply(token=token)
+
+
+async def on_renew(d: Daemon, req: c.LeaseRenew) -> c.LeaseOkReply:
+    """``lease.renew``: a majority renew of the holder's token."""
+    r, h = validate_resource(req.resource), validate_holder(req.holder)
+    ttl = validate_ttl_ms(req.ttl_ms)
+    ok = await _backend(d).renew(r, h, req.token, ttl, timeout_s=req.timeout_s)
+    return c.LeaseOkReply(ok=bool(ok))
+
+
+async def on_release(d: Daemon, req: c.LeaseRelease) -> c.LeaseOkReply:
+    """``lease.release``: a majority release of the holder's token."""
+    r, h = validate_resource(req.resource), validate_holder(req.holder)
+    ok = await _backend(d).release(r, h, req.token, timeout_s=req.timeout_s)
+    return c.LeaseOkReply(ok=bool(ok))
+
+
+async def on_show(d: Daemon, req: c.LeaseShow) -> c.LeaseShowReply:
+    """``lease.show``: a majority read of the current holder."""
+    info = await _backend(d).show(validate_resource(req.resource), timeout_s=req.timeout_s)
+    if info is None:
+        return c.LeaseShowReply(held=False)
+    return c.LeaseShowReply(
+        held=True,
+        holder=info.holder,
+        fencing_token=info.fencing_token,
+        remaining_ms=info.remaining_ms,
+    )
+
+
+async def on_voters(d: Daemon, req: c.LeaseVoters) -> Record:
+    """``lease.voters``: the voters, the majority and the proposer's figures."""
+    return Record(await d.call(req))  # the Peer fixes the set if it is not yet

@@ -22,22 +22,19 @@ module does their I/O:
   (acknowledged once the handler returned; released when it failed, so the
   sender retries). A ``Handle`` effect runs one; ``peer.handled`` reports it.
   Used by telemetry (records to ``metrics-collector``).
-* **Senders.** :func:`send_direct`, :func:`request` and :func:`ping` run the
-  Peer's ``SendDirect``, ``Request`` and ``Ping`` commands and wait for their
-  replies; the round-trip times are measured here (``perf_counter``).
+* **Senders** are the Peer's commands (``Send``, ``Request``, ``Ping``),
+  which the daemon runs and waits for.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hivemesh.commands.messages import Ping, Send
-from hivemesh.commands.peer import Request, Serve
+from hivemesh.commands.peer import Serve
 from hivemesh.core.effects import Handle, Persist
 from hivemesh.errors import StoreError
 from hivemesh.runtime.clock import now_ms as _now_ms
@@ -46,7 +43,7 @@ from hivemesh.stores.inbox import Inbox
 if TYPE_CHECKING:
     from hivemesh.runtime.daemon import Daemon
 
-__all__ = ["Handler", "Messaging", "ping", "request", "send_direct"]
+__all__ = ["Handler", "Messaging"]
 
 #: ``handler(sender_address, body) -> reply`` for a request type.
 Handler = Callable[[str, Any], Awaitable[Any]]
@@ -114,26 +111,3 @@ class Messaging:
         for task in self._handling:
             task.cancel()
         self.inbox.close()
-
-
-async def send_direct(d: Daemon, to: str, data: Any, *, timeout_s: float) -> dict[str, Any]:
-    """Send through ``d`` and wait for the acknowledgement (see Daemon.send_direct)."""
-    address = d.resolve(to)
-    t0 = time.perf_counter()
-    result: dict[str, Any] = await d.call(Send(address, data, timeout_s))
-    result["rtt_ms"] = round((time.perf_counter() - t0) * 1000, 3)
-    return result
-
-
-async def request(d: Daemon, to: str, kind: str, body: Any, *, timeout_s: float) -> Any:
-    """Send a request of ``kind`` and return the handler's reply (see module docs)."""
-    address = d.resolve(to)
-    return await d.call(Request(address, kind, body, timeout_s))
-
-
-async def ping(d: Daemon, target: str, *, timeout_s: float) -> dict[str, Any]:
-    """Ping a connected peer of ``d`` (see Daemon.ping)."""
-    address = d.resolve(target)  # the Peer refuses one it has no link to (UnknownPeer)
-    t0 = time.perf_counter()
-    await d.call(Ping(address, timeout_s))
-    return {"address": address, "rtt_ms": round((time.perf_counter() - t0) * 1000, 3)}

@@ -55,9 +55,9 @@ from typing import TYPE_CHECKING, Any
 from hivemesh.config import bootstrap_targets, parse_endpoint
 from hivemesh.core.dialer import Fallback, StunSchedule, path_changes
 from hivemesh.core.identity import short
+from hivemesh.core.links import path_words
 from hivemesh.errors import ConfigError, HivemeshError, StunMalformed, StunMismatch
 from hivemesh.runtime.clock import now_ms
-from hivemesh.transports.channel import SecureChannel
 from hivemesh.transports.stun import BindingTransaction, Transactions, is_stun
 
 if TYPE_CHECKING:
@@ -67,7 +67,6 @@ __all__ = [
     "MAX_EVENTS",
     "STUN_RESOLVE_S",
     "NodePaths",
-    "path_of",
 ]
 
 log = logging.getLogger("hivemesh.runtime.paths")
@@ -75,15 +74,6 @@ log = logging.getLogger("hivemesh.runtime.paths")
 MAX_EVENTS = 64
 #: The deadline of a STUN server's name lookup (s).
 STUN_RESOLVE_S = 2.0
-
-
-def path_of(channel: SecureChannel) -> str:
-    """A channel's path in words: ``direct TCP``, ``direct UDP``, ``punched``,
-    ``relayed via <relay>``."""
-    path = channel.path
-    if path.startswith("relay:"):
-        return f"relayed via {short(path[6:])}"
-    return {"tcp": "direct TCP", "udp": "direct UDP"}.get(path, path)
 
 
 class NodePaths:
@@ -190,7 +180,7 @@ class NodePaths:
 
     def _watch_paths(self) -> None:
         links = self.d.conns.links
-        now = {peer: path_of(link.channel) for peer, link in links.items()}
+        now = {peer: path_words(link.channel.path) for peer, link in links.items()}
         for peer, before, after in path_changes(self._paths, now):
             self.d.counters["path_changes"] += 1
             log.info("path to %s: %s -> %s", short(peer), before, after)

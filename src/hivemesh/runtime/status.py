@@ -5,10 +5,8 @@
 every counter of every part of the node in one flat, sorted map (core
 replication, channels, membership, direct messages, control socket, views'
 rejections, transport), so nothing is dropped or
-refused without a visible number. ``dropped_total`` sums every counter that
-records lost work: ``dropped_*`` (no channel, slow peer, channel closed with
-frames queued, subscribers that fell behind), ``events_undelivered`` and the
-transport's ``frames_dropped``.
+refused without a visible number; ``dropped_total`` sums every counter that
+records lost work (:func:`~hivemesh.core.answers.dropped_total`).
 """
 
 from __future__ import annotations
@@ -17,8 +15,9 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
-from hivemesh.core.answers import peer_counters, peer_status
+from hivemesh.core.answers import dropped_total, journal_heads, peer_counters, peer_status
 from hivemesh.core.event import Event
+from hivemesh.core.links import path_words
 
 if TYPE_CHECKING:
     from hivemesh.runtime.daemon import Daemon
@@ -61,7 +60,7 @@ def status_of(d: Daemon) -> dict[str, Any]:
             "data_dir": str(d.config.data_dir),
             "uptime_s": round((_now_ms() - d.started_ms) / 1000, 3),
             "rehydrating": d.rehydration.progress(),
-            "journal": {"events": j.total_events, "feeds": len(j.heads)},
+            "journal": {"events": j.total_events, "feeds": len(j.heads), "heads": journal_heads(j)},
             "counters": dict(sorted(d.counters.items())),
         }
     counters = peer_counters(d.peer)
@@ -73,8 +72,6 @@ def status_of(d: Daemon) -> dict[str, Any]:
         counters.update({f"mdns_{k}": v for k, v in d._mdns.counters.items()})
     counters["subscriber_dropped"] += sum(s.dropped for s in d._subs)
     transport = d.conns.transport_counters.snapshot()
-    dropped = {k: v for k, v in counters.items() if "dropped" in k or "undelivered" in k}
-    dropped["transport_frames_dropped"] = transport.get("frames_dropped", 0)
     st = peer_status(d.peer)  # what the Peer decides; the driver's parts below
     st["journal"].update(
         rehydrated=d.rehydrated,
@@ -98,7 +95,7 @@ def status_of(d: Daemon) -> dict[str, Any]:
         # the supervised loops: running, failures, restarts (runtime.supervise)
         "tasks": d.supervisor.statistics(),
         "transport": transport,
-        "dropped_total": sum(dropped.values()),
+        "dropped_total": dropped_total(counters, transport),
         # broker mode: the journal's log (runtime.broker); None peer to peer
         "mesh": None if d.feedlog is None else d.feedlog.statistics(),
         # UDP/QUIC, relays, hole punching and path changes (runtime.paths); None if off
@@ -108,8 +105,6 @@ def status_of(d: Daemon) -> dict[str, Any]:
 
 def peers_of(d: Daemon) -> list[dict[str, Any]]:
     """Known members with their channel figures."""
-    from hivemesh.runtime.paths import path_of
-
     chans = d.conns.statistics()
     members = d.peer.members_snapshot()
     out = []
@@ -123,7 +118,9 @@ def peers_of(d: Daemon) -> list[dict[str, Any]]:
                 "endpoints": m["endpoints"] if m else d.endpoints.endpoints(addr),
                 "channel": chans.get(addr),
                 # direct TCP, direct UDP, punched, relayed via <relay>; RTT where measured
-                "path": path_of(link.channel) if (link := d.conns.links.get(addr)) else None,
+                "path": path_words(link.channel.path)
+                if (link := d.conns.links.get(addr))
+                else None,
                 "rtt_ms": link.channel.rtt_ms if link else None,
                 "revoked": d.trust.is_revoked(addr),
             }

@@ -10,15 +10,13 @@ timeout have stopped. So every task a daemon starts runs under one
 * it is **logged** with its traceback (the cause), and **counted** in the
   daemon's counters (``task_failed_<name>``, shown by ``hivemesh status``,
   with the last error of each task in :meth:`Supervisor.statistics`);
-* then it is **handled** as the task's :class:`Policy` says. A long-lived
-  task (:meth:`Supervisor.spawn`) with ``restart`` starts again after a
-  backoff (doubling from ``backoff_min_s`` to ``backoff_max_s``, counted as
-  ``task_restarted_<name>``); more than ``max_restarts`` failures within
-  ``window_s`` make it fatal. A fatal failure (``restart=False``, or a
-  restart budget spent) calls ``on_fatal`` once with a :class:`TaskFailed`:
-  the daemon stops and its process exits non-zero. A long-lived task that
-  *returns* while the supervisor is open has ended on its own, which is a
-  failure too.
+* then it is **handled** as the task's :class:`~hivemesh.core.restarts.Policy`
+  says (the rules: :class:`hivemesh.core.restarts.Restarts`): a long-lived
+  task (:meth:`Supervisor.spawn`) starts again after a backoff (counted as
+  ``task_restarted_<name>``), or the failure is fatal and calls ``on_fatal``
+  once with a :class:`TaskFailed`: the daemon stops and its process exits
+  non-zero. A long-lived task that *returns* while the supervisor is open
+  has ended on its own, which is a failure too.
 * Short background jobs (:meth:`Supervisor.spawn_once`: a flush, a trust
   re-check, a disconnect) are logged and counted, and end the daemon only
   if spawned ``fatal``; tasks another part owns (:meth:`Supervisor.watch`:
@@ -27,9 +25,9 @@ timeout have stopped. So every task a daemon starts runs under one
   with the same choice.
 
 A loop can also hang (awaiting something that never comes) instead of
-failing. A task spawned with :attr:`Policy.stall_s` calls
-:meth:`Supervisor.beat` as it goes round; a watchdog reports a silence longer
-than that once (logged with where the task waits, counted as
+failing. A task spawned with a ``stall_s`` calls :meth:`Supervisor.beat`
+as it goes round; a watchdog reports a silence longer than that
+(:func:`hivemesh.core.restarts.stalled_for`) once (logged with where the task waits, counted as
 ``task_stalled_<name>``, ``stalled`` in :meth:`Supervisor.statistics`)
 until it beats again. It does not cancel the task: a stall may be
 backpressure that ends by itself, and cancelling mid-send would lose what
@@ -53,11 +51,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter, deque
+import types
+from collections import Counter
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from hivemesh.core.restarts import (
+    FATAL,
+    RESTART,
+    RESTART_WATCHED,
+    GiveUp,
+    Policy,
+    Restarts,
+    stalled_for,
+)
 from hivemesh.errors import HivemeshError
 
 __all__ = [
@@ -82,30 +90,6 @@ class TaskFailed(HivemeshError):
     code = "task_failed"
 
 
-@dataclass(frozen=True, slots=True)
-class Policy:
-    """What a failure of a supervised task means (module docs)."""
-
-    #: start the task again (else the first failure is fatal)
-    restart: bool
-    #: failures within ``window_s`` tolerated before the next is fatal
-    max_restarts: int = 5
-    window_s: float = 60.0
-    backoff_min_s: float = 0.05
-    backoff_max_s: float = 2.0
-    #: if set, the task calls :meth:`Supervisor.beat` at least this often
-    #: (seconds); a longer silence is reported as a stall (module docs)
-    stall_s: float | None = None
-
-
-#: Restart with backoff; fatal after more than 5 failures in 60 s.
-RESTART = Policy(restart=True)
-#: :data:`RESTART`, and a stall is reported after 30 s without a beat.
-RESTART_WATCHED = Policy(restart=True, stall_s=30.0)
-#: The first failure ends the daemon.
-FATAL = Policy(restart=False)
-
-
 @dataclass(slots=True)
 class _TaskStats:
     failures: int = 0
@@ -120,12 +104,16 @@ def _awaiting(task: asyncio.Task[None]) -> str:
     """Where ``task`` waits: its chain of awaits, outermost first, one line each."""
     lines: list[str] = []
     obj: Any = task.get_coro()
-    while obj is not None and len(lines) < 32:
-        frame = getattr(obj, "cr_frame", None) or getattr(obj, "gi_frame", None)
+    while len(lines) < 32:
+        if isinstance(obj, types.CoroutineType):
+            frame, obj = obj.cr_frame, obj.cr_await
+        elif isinstance(obj, types.GeneratorType):  # a generator-based awaitable
+            frame, obj = obj.gi_frame, obj.gi_yieldfrom
+        else:  # a future, or nothing: the end of the chain
+            break
         if frame is None:
             break
         lines.append(f"\n  {frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}")
-        obj = getattr(obj, "cr_await", None) or getattr(obj, "gi_yieldfrom", None)
     return "".join(lines)
 
 
@@ -294,10 +282,9 @@ class Supervisor:
         stats = self._stats[name]
         while not task.done():
             await asyncio.sleep(stall_s / 4)
-            last = stats.last_beat
-            if stats.running and not stats.stalled and last is not None:
-                quiet_s = self._clock() - last
-                if quiet_s > stall_s:
+            if stats.running and not stats.stalled:
+                quiet_s = stalled_for(stats.last_beat, self._clock(), stall_s)
+                if quiet_s is not None:
                     stats.stalled = True
                     self.counters[f"task_stalled_{name}"] += 1
                     where = _awaiting(task)
@@ -309,7 +296,7 @@ class Supervisor:
         self, name: str, factory: Callable[[], Coroutine[Any, Any, None]], policy: Policy
     ) -> None:
         stats = self._stats[name]
-        recent: deque[float] = deque()
+        restarts = Restarts(policy)
         while True:
             stats.running = True
             stats.last_beat = self._clock()
@@ -325,18 +312,11 @@ class Supervisor:
                 if self._closing:
                     return
                 self._failed(name, exc)
-                now = self._clock()
-                recent.append(now)
-                while recent and recent[0] < now - policy.window_s:
-                    recent.popleft()
-                if not policy.restart:
-                    self._fatal(name, exc, "")
+                verdict = restarts.failed(self._clock())
+                if isinstance(verdict, GiveUp):
+                    self._fatal(name, exc, verdict.why)
                     return
-                if len(recent) > policy.max_restarts:
-                    why = f" ({len(recent)} failures in {policy.window_s:g} s)"
-                    self._fatal(name, exc, why)
-                    return
-                delay = min(policy.backoff_max_s, policy.backoff_min_s * 2 ** (len(recent) - 1))
+                delay = verdict.delay_s
                 log.warning("restarting the %s task in %.2f s", name, delay)
                 await asyncio.sleep(delay)
                 stats.restarts += 1

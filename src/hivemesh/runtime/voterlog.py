@@ -11,17 +11,16 @@ no metadata change and is several times cheaper. So the state lives in a log
 file filled with zeros when created (real zeros, not ``fallocate``: an
 unwritten extent would need metadata on first write):
 
-* record = ``u32 length, u32 crc32(payload), payload`` (little endian);
-  payload = msgpack ``[resource, max_token, max_ttl_ms]`` (a change), or
-  ``{"max_ttl_ms": .., "max_tokens": {..}}`` (a full snapshot, the first
-  record after every compaction);
+* records and their fold are :mod:`hivemesh.core.lease_voter`'s
+  (*Records*: :func:`~hivemesh.core.lease_voter.pack_record`,
+  :class:`~hivemesh.core.lease_voter.DurableBounds`), the first one after
+  every compaction a full snapshot;
 * :meth:`VoterLog.write` puts one record at the end of the valid prefix
   with ``pwrite``; :meth:`VoterLog.sync` ``fdatasync``s every record written
   since the last sync (group commit: the runtime writes the changes of all
   the votes of one event-loop turn, syncs once, then sends their replies);
   :meth:`VoterLog.append` is both;
-* :meth:`VoterLog.open` reads records until the first zero length, bad
-  checksum or torn record (a crash mid-write: that write was never
+* :meth:`VoterLog.open` reads the valid records (a torn tail was never
   acknowledged), then *compacts*: writes a new zero-filled file with one
   snapshot record, fsyncs it and its directory, and renames it over the old
   one. A full log is compacted the same way while running.
@@ -37,21 +36,17 @@ from __future__ import annotations
 
 import contextlib
 import os
-import struct
-import zlib
 from pathlib import Path
 from typing import Any
 
-from hivemesh.core import codec
+from hivemesh.core.lease_voter import RECORD_HEAD, DurableBounds, pack_record, unpack_records
 from hivemesh.errors import DecodeError, StoreCorrupt, StoreError
 from hivemesh.stores.private import open_private
 
 __all__ = ["VoterLog"]
 
-_HEAD = struct.Struct("<II")
 #: Default log size; a full log is compacted to one snapshot record.
 DEFAULT_SIZE = 1 << 20
-_MAX_RECORD = 1 << 16
 
 
 class VoterLog:
@@ -62,8 +57,7 @@ class VoterLog:
         self.size = size
         self._fd: int | None = None
         self._pos = 0
-        self.max_ttl_ms = 0
-        self.max_tokens: dict[str, int] = {}
+        self.bounds = DurableBounds()
         self._dirty = False  # records written since the last sync
         #: records written, fdatasyncs and compactions done
         self.writes = 0
@@ -72,7 +66,7 @@ class VoterLog:
 
     def state(self) -> dict[str, Any]:
         """The restored state, in the shape ``Voter(state=...)`` takes."""
-        return {"max_ttl_ms": self.max_ttl_ms, "max_tokens": dict(sorted(self.max_tokens.items()))}
+        return self.bounds.state()
 
     def open(self) -> dict[str, Any] | None:
         """Read the log (None if there was none), compact it, keep it open."""
@@ -88,38 +82,14 @@ class VoterLog:
         return self.state() if existed else None
 
     def _read(self, data: bytes) -> None:
-        pos = 0
-        while pos + _HEAD.size <= len(data):
-            length, crc = _HEAD.unpack_from(data, pos)
-            if length == 0 or length > _MAX_RECORD or pos + _HEAD.size + length > len(data):
-                break
-            payload = data[pos + _HEAD.size : pos + _HEAD.size + length]
-            if zlib.crc32(payload) != crc:
-                break  # torn by a crash: never acknowledged
-            try:
-                self._apply(codec.unpack(payload))
-            except (DecodeError, TypeError, ValueError, KeyError, AttributeError) as e:
-                raise StoreCorrupt(f"{self.path}: bad voter record at {pos}: {e!r}") from e
-            pos += _HEAD.size + length
-
-    def _apply(self, rec: Any) -> None:
-        if isinstance(rec, dict):
-            self.max_ttl_ms = int(rec["max_ttl_ms"])
-            self.max_tokens = {str(r): int(t) for r, t in rec["max_tokens"].items()}
-            return
-        resource, token, ttl = rec
-        if type(resource) is not str or type(token) is not int or type(ttl) is not int:
-            raise ValueError("record must be [str, int, int]")
-        self.max_tokens[resource] = max(self.max_tokens.get(resource, 0), token)
-        self.max_ttl_ms = max(self.max_ttl_ms, ttl)
-
-    @staticmethod
-    def _record(obj: Any) -> bytes:
-        payload = codec.pack(obj)
-        return _HEAD.pack(len(payload), zlib.crc32(payload)) + payload
+        try:
+            for _, rec in unpack_records(data):
+                self.bounds.apply(rec)
+        except (DecodeError, TypeError, ValueError, KeyError, AttributeError) as e:
+            raise StoreCorrupt(f"{self.path}: bad voter record: {e!r}") from e
 
     def _compact(self) -> None:
-        snap = self._record(self.state())
+        snap = pack_record(self.state())
         size = max(self.size, 2 * len(snap))
         tmp = self.path.with_suffix(".tmp")
         with os.fdopen(open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as f:
@@ -145,11 +115,9 @@ class VoterLog:
         """Record a change; durable only after the next :meth:`sync` returns."""
         if self._fd is None:
             raise StoreCorrupt(f"{self.path}: voter log not open")
-        self.max_tokens[resource] = max(self.max_tokens.get(resource, 0), max_token)
-        self.max_ttl_ms = max(self.max_ttl_ms, max_ttl_ms)
+        rec = pack_record(self.bounds.change(resource, max_token, max_ttl_ms))
         self.writes += 1
-        rec = self._record([resource, max_token, max_ttl_ms])
-        if self._pos + len(rec) + _HEAD.size > self.size:
+        if self._pos + len(rec) + RECORD_HEAD.size > self.size:
             self._compact()  # the snapshot holds this change and every earlier one, synced
             return
         os.pwrite(self._fd, rec, self._pos)

@@ -44,8 +44,7 @@ arrive; a crash may lose the cache. Clocks may step and processes pause
 down as the daemon's connection manager does. A node listens at
 ``sim<i>:1`` and, at boot, keeps dialling every other node (its configured
 peers); a ``Dial`` effect adds an address it keeps dialling, a ``Close``
-effect drops the link (``if_silent_ms``: only if nothing arrived on it for
-that long; ``forget``: stop dialling it). A dial succeeds when its target is
+effect drops the link (``forget``: stop dialling it). A dial succeeds when its target is
 up and not cut off by a partition: one round trip later both sides get
 ``link_up`` (with the boot id of the other's life); a failed one is retried
 with backoff. A close is ``link_down`` on the closing side at once and on the
@@ -167,8 +166,6 @@ class SimNode:
     past_counters: Counter[str] = field(default_factory=Counter)
     #: This life's links: address -> the boot id of the life it reaches.
     links: dict[str, bytes] = field(default_factory=dict)
-    #: When a frame last arrived on each link (sim time).
-    last_rx: dict[str, int] = field(default_factory=dict)
     #: Addresses this life keeps dialling -> failed attempts in a row.
     dialling: dict[str, int] = field(default_factory=dict)
     #: Addresses with a dial attempt scheduled or in flight.
@@ -318,7 +315,6 @@ class Cluster:
     def _boot(self, sn: SimNode) -> None:
         sn.incarnation += 1
         sn.links.clear()
-        sn.last_rx.clear()
         sn.dialling.clear()
         sn.dial_pending.clear()
         adapter = self._new_adapter(sn)
@@ -433,7 +429,6 @@ class Cluster:
             if a.links.get(b.identity.address) == b.boot_id:
                 continue
             a.links[b.identity.address] = b.boot_id
-            a.last_rx[b.identity.address] = self.now
             assert a.adapter is not None
             a.adapter.link_up(b.identity.address, b.boot_id, self.now + a.skew_ms, endpoint)
             self._flush(a)
@@ -444,9 +439,6 @@ class Cluster:
             sn.dialling.pop(e.peer, None)
         boot_id = sn.links.get(e.peer)
         if boot_id is None:
-            return
-        if e.if_silent_ms is not None and self.now - sn.last_rx.get(e.peer, 0) < e.if_silent_ms:
-            self.stats["closes_not_silent"] += 1
             return
         self.stats["links_closed"] += 1
         self._note("close", sn.index, e.peer[:8])
@@ -659,7 +651,6 @@ class Cluster:
             if sn.links.get(sender) != boot_id:
                 self.stats["frames_unlinked"] += 1
                 return
-            sn.last_rx[sender] = self.now
             self._note("d", src, dst, hashlib.blake2b(frame, digest_size=8).hexdigest())
             assert sn.adapter is not None
             sn.adapter.receive(self.nodes[src].identity.address, frame, self.now + sn.skew_ms)

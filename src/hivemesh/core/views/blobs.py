@@ -219,6 +219,19 @@ class BlobIndex(ViewBase):
         cur = self._names.get(name)
         return None if cur is None else cur[2]
 
+    def resolve(self, ref: str) -> bytes:
+        """The digest ``ref`` names: 64 hex characters, or a blob name
+        (InvalidArgument when it is neither)."""
+        if len(ref) == 64:
+            try:
+                return bytes.fromhex(ref)
+            except ValueError:
+                pass
+        digest = self.by_name(ref)
+        if digest is None:
+            raise InvalidArgument(f"no blob digest or name {ref!r:.80}")
+        return digest
+
     def snapshot(self) -> dict[str, Any]:
         """``{"blobs": {hex: {n, m, holders}}, "names": {name: hex}}``."""
         blobs: dict[str, Any] = {}

@@ -20,7 +20,7 @@ write (``put``, ``put_writes``, ``delete_thread``) goes through four steps:
    waiting ``lease_wait_s`` for it to be released or expire).
 2. *Catch up, then check the head.* When the lease was newly granted, a
    majority barrier (``sync.majority`` with ``pull``,
-   :mod:`hivemesh.runtime.majority`): this node now holds every event a
+   :mod:`hivemesh.core.barrier`): this node now holds every event a
    majority of the voters held. Then (on every ``put``), if the thread's
    head (per ``ns``) was written by another writer and is not the parent of
    this checkpoint, the write is stale: ``CheckpointConflict``.

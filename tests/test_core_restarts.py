@@ -1,0 +1,31 @@
+"""The supervisor's rules (:mod:`hivemesh.core.restarts`), without an event loop."""
+
+from __future__ import annotations
+
+from hivemesh.core.restarts import FATAL, GiveUp, Policy, Restart, Restarts, stalled_for
+
+
+def test_failures_back_off_doubling_up_to_the_cap_then_give_up() -> None:
+    r = Restarts(Policy(restart=True, max_restarts=5, backoff_min_s=0.05, backoff_max_s=0.3))
+    verdicts = [r.failed(float(t)) for t in range(6)]
+    assert verdicts[:5] == [Restart(0.05), Restart(0.1), Restart(0.2), Restart(0.3), Restart(0.3)]
+    assert verdicts[5] == GiveUp(" (6 failures in 60 s)")
+
+
+def test_failures_older_than_the_window_are_forgotten() -> None:
+    r = Restarts(Policy(restart=True, max_restarts=1, window_s=10.0, backoff_min_s=1.0))
+    assert r.failed(0.0) == Restart(1.0)
+    assert isinstance(r.failed(5.0), GiveUp)  # two within 10 s
+    assert r.failed(100.0) == Restart(1.0)  # the earlier ones left the window
+    assert r.failed(111.0) == Restart(1.0)
+
+
+def test_a_fatal_policy_gives_up_at_the_first_failure() -> None:
+    assert Restarts(FATAL).failed(0.0) == GiveUp("")
+
+
+def test_a_stall_is_a_silence_longer_than_its_limit() -> None:
+    assert stalled_for(None, 100.0, 30.0) is None  # never beat yet
+    assert stalled_for(80.0, 100.0, 30.0) is None
+    assert stalled_for(80.0, 110.0, 30.0) is None  # exactly the limit: not yet
+    assert stalled_for(80.0, 110.5, 30.0) == 30.5
