@@ -25,8 +25,8 @@ know each other's life (boot id):
 * a new boot id from a linked peer is a restart: down, then up;
 * ``BYE`` (the peer stops), our broker connection dropping (every link goes
   down; they come back with the presence exchange on reconnect),
-  :meth:`disconnect`, or :meth:`drop_if_silent` (SWIM declared the member
-  down and nothing came from it lately) end a link. SWIM, run by the Peer
+  or :meth:`disconnect` (also when the Peer closes a link: SWIM declared
+  the member down and nothing came from it lately) end a link. SWIM, run by the Peer
   over these links, stays the only failure detector: a link is not ended
   for silence alone.
 
@@ -108,7 +108,6 @@ class BrokerLink:
     channel: _Channel
     since_s: float
     endpoint: tuple[str, int] | None = None
-    last_rx_mono: float = 0.0
     frames_in: int = 0
     frames_out: int = 0
     queue: list[bytes] = field(default_factory=list)
@@ -268,16 +267,13 @@ class BrokerLinks:
             link = self._up(sender, env.boot_id)
             if env.kind == HELLO:
                 self._spawn_send(sender, HELLO)  # so it links us too
-        link.last_rx_mono = time.monotonic()
         if env.kind == FRAMES and env.frames:
             link.frames_in += len(env.frames)
             await self._drain_notes()  # the Peer learns of the link before its frames
             await self._on_frames(sender, env.frames)
 
     def _up(self, address: str, boot_id: bytes) -> BrokerLink:
-        link = BrokerLink(
-            address, boot_id, _Channel(self, address), time.time(), last_rx_mono=time.monotonic()
-        )
+        link = BrokerLink(address, boot_id, _Channel(self, address), time.time())
         self.links[address] = link
         self._note(address, True)
         return link
@@ -297,15 +293,6 @@ class BrokerLinks:
         self._dirty.discard(address)
         if notify:
             self._note(address, False)
-
-    def drop_if_silent(self, address: str, quiet_s: float) -> bool:
-        """SWIM declared ``address`` down: end its link if nothing came lately."""
-        link = self.links.get(address)
-        if link is None or time.monotonic() - link.last_rx_mono < quiet_s:
-            return False
-        self.counters["dropped_silent_link"] += 1
-        self._down(address)
-        return True
 
     async def disconnect(
         self,
