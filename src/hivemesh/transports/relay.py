@@ -3,15 +3,10 @@
 Theory of operation
 -------------------
 A node with the relay role runs a :class:`RelayService` on its QUIC
-endpoint (relay channels: ALPN ``hivemesh-relay/1``). Every peer that opens
-a relay channel to it proves its identity in that channel's Noise handshake
-and passes the relay's trust check (an untrusted peer is refused in the
-handshake and counted ``errors.unknown_peer``). The service then reports
-the address it sees the peer come from (OBSERVED) and carries out
-:class:`~hivemesh.transports.relay_policy.RelayTable`'s decisions:
-reservations, circuits, shaping, punch forwarding. Forwarding awaits the
-outgoing channel's send queue, so a slow end slows its sender down (the
-relay channel's reader stops, and QUIC's flow control pushes back).
+endpoint (relay channels: ALPN ``hivemesh-relay/1``): it feeds each relay
+channel's frames to :class:`~hivemesh.transports.relay_policy.RelayTable`
+and sends what the table answers. Forwarding awaits the outgoing channel's
+send queue, so a slow end slows its sender down.
 
 A node behind a NAT runs a :class:`RelayClient` per relay it uses: it keeps
 a reservation (RESERVE) so that others can reach it, opens circuits
@@ -50,7 +45,7 @@ from hivemesh.transports.channel import Authorize, SecureChannel
 from hivemesh.transports.noise import StaticCredentials
 from hivemesh.transports.pipe import PipeTransport, open_pipe
 from hivemesh.transports.quic import QuicEndpoint
-from hivemesh.transports.relay_policy import RelayTable, punch_candidates
+from hivemesh.transports.relay_policy import Forward, RelayTable
 from hivemesh.transports.relay_wire import Kind, Message, Punch, decode, encode, parse_hostport
 from hivemesh.transports.session import ChannelOptions
 from hivemesh.transports.stats import TransportCounters
@@ -82,100 +77,47 @@ class RelayService:
         self._send_timeout_s = send_timeout_s
         self._clock = clock
         self._peers: dict[str, SecureChannel] = {}
-        self._observed: dict[str, HostPort] = {}
 
     @property
     def counters(self) -> dict[str, int]:
         """The relay's counters (``relay_bytes``, ``relay_refused_<code>``, ...)."""
         return dict(sorted(self.table.counters.items()))
 
-    async def _send(self, peer: str, msg: Message) -> None:
-        channel = self._peers.get(peer)
-        if channel is None:
-            self.table.counters["relay_dropped_no_channel"] += 1
-            return
-        try:
-            await channel.send(encode(msg), timeout_s=self._send_timeout_s)
-        except HivemeshError:
-            self.table.counters["relay_send_failed"] += 1
-            channel.close()
+    async def _send(self, forward: Forward) -> None:
+        for peer, msg in forward.sends:
+            channel = self._peers.get(peer)
+            if channel is None:
+                self.table.counters["relay_dropped_no_channel"] += 1
+                continue
+            if self.tap is not None and msg.kind == Kind.DATA:
+                self.tap(msg.data)
+            try:
+                await channel.send(encode(msg), timeout_s=self._send_timeout_s)
+            except HivemeshError:
+                self.table.counters["relay_send_failed"] += 1
+                channel.close()
 
     async def handle(self, channel: SecureChannel) -> None:
         """Serve one relay channel until it ends (the QUIC endpoint's ``on_relay_channel``)."""
-        peer = channel.peer_address
+        peer, table = channel.peer_address, self.table
         old = self._peers.get(peer)
         if old is not None:
             old.close()
         self._peers[peer] = channel
-        observed = channel.remote_endpoint
-        if observed is not None:
-            self._observed[peer] = observed
-            await self._send(peer, Message(Kind.OBSERVED, text=f"{observed[0]}:{observed[1]}"))
+        await self._send(table.link_up(peer, channel.remote_endpoint))
         try:
             while True:
                 for frame in await channel.recv_batch():
-                    await self._on_frame(peer, frame)
+                    forward = table.receive(peer, frame, self._clock())
+                    if forward.delay_s:
+                        await asyncio.sleep(forward.delay_s)
+                    await self._send(forward)
         except ConnectionClosed:
             pass
         finally:
             if self._peers.get(peer) is channel:
                 del self._peers[peer]
-                for other, cid in self.table.drop_peer(peer):
-                    await self._send(other, Message(Kind.CLOSE, cid, text="peer_gone"))
-
-    async def _on_frame(self, peer: str, frame: bytes) -> None:
-        table = self.table
-        try:
-            msg = decode(frame)
-        except DecodeError:
-            table.counters["relay_refused_malformed"] += 1
-            return
-        if msg.kind == Kind.DATA:
-            verdict = table.data(peer, msg.circuit, len(msg.data), self._clock())
-            if verdict.refused is not None:
-                await self._send(peer, Message(Kind.CLOSE, msg.circuit, text=verdict.refused))
-                if verdict.peer:  # an oversize circuit closed: its other leg hears it too
-                    close = Message(Kind.CLOSE, verdict.cid, text=verdict.refused)
-                    await self._send(verdict.peer, close)
-                return
-            if verdict.delay_s:
-                await asyncio.sleep(verdict.delay_s)
-            if self.tap is not None:
-                self.tap(msg.data)
-            await self._send(verdict.peer, Message(Kind.DATA, verdict.cid, data=msg.data))
-        elif msg.kind == Kind.RESERVE:
-            code = table.reserve(peer)
-            reply = Message(Kind.RESERVED) if code is None else Message(Kind.REFUSED, text=code)
-            await self._send(peer, reply)
-        elif msg.kind == Kind.CONNECT:
-            code, circuit = table.connect(
-                peer, msg.circuit, msg.text, online=msg.text in self._peers
-            )
-            if circuit is None:
-                await self._send(peer, Message(Kind.REFUSED, msg.circuit, text=code or "?"))
-                return
-            await self._send(circuit.b, Message(Kind.INCOMING, circuit.b_cid, text=peer))
-            await self._send(peer, Message(Kind.CONNECTED, msg.circuit))
-        elif msg.kind == Kind.CLOSE:
-            other = table.close(peer, msg.circuit)
-            if other is not None:
-                await self._send(other[0], Message(Kind.CLOSE, other[1], text=msg.text))
-        elif msg.kind == Kind.PUNCH and msg.punch is not None:
-            await self._punch(peer, msg.circuit, msg.punch)
-        else:
-            table.counters["relay_refused_unexpected"] += 1
-
-    async def _punch(self, peer: str, cid: int, punch: Punch) -> None:
-        n = len(punch.candidates)
-        code, (other, ocid) = self.table.punch(peer, cid, punch.claimed, n, self._clock())
-        if code is not None:
-            await self._send(peer, Message(Kind.REFUSED, cid, text=code))
-            return
-        mine, theirs = self._observed.get(peer), self._observed.get(other)
-        max_c = self.table.limits.max_candidates
-        forward, back = punch_candidates(mine, punch.candidates, theirs, max_c)
-        await self._send(other, Message(Kind.PUNCH, ocid, punch=Punch(peer, forward)))
-        await self._send(peer, Message(Kind.PUNCH, cid, punch=Punch(other, back)))
+                await self._send(table.link_down(peer))
 
 
 @dataclass(eq=False)
