@@ -1,5 +1,6 @@
-"""The handshake over a byte stream without sockets or an event loop: two
-:class:`StreamHandshake` machines pumped through bytes (h11's style)."""
+"""The handshake over a byte stream, and how a channel ends, without sockets
+or an event loop: two :class:`StreamHandshake` machines pumped through bytes
+(h11's style)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hivemesh.core.identity import Identity
-from hivemesh.errors import HandshakeError, HivemeshError, PeerBusy, UnknownPeer
+from hivemesh.errors import (
+    ChannelSuperseded,
+    ConnectionClosed,
+    HandshakeError,
+    HivemeshError,
+    PeerBusy,
+    UnknownPeer,
+)
 from hivemesh.transports.admission import encode_refusal
 from hivemesh.transports.noise import SecureHandshake, StaticCredentials
+from hivemesh.transports.session import FrameSession, read_ending
 from hivemesh.transports.stream_handshake import StreamHandshake
 
 A = Identity.from_seed(b"a" * 32)
@@ -100,3 +109,39 @@ def test_garbage_only_ever_raises_typed_errors(data: bytes, initiator: bool) -> 
     m = machine(A, initiator=initiator)
     with contextlib.suppress(HivemeshError):
         feed(m, data)
+
+
+def _sessions() -> tuple[FrameSession, FrameSession]:
+    a, b = machine(A, initiator=True), machine(B, initiator=False)
+    feed(b, a.data_to_send())
+    feed(a, b.data_to_send())
+    feed(b, a.data_to_send())
+    feed(a, b.data_to_send(), chunk=1 << 16)
+    assert a.session is not None and b.session is not None
+    return a.session, b.session
+
+
+def test_how_a_channel_ends_after_its_input() -> None:
+    """Faults are answered and counted; a clean CLOSE is not a fault; the
+    peer's ``channel_superseded`` hands unwritten frames back; a hang-up
+    without CLOSE is a fault unless we were retiring the channel."""
+    mine, theirs = _sessions()
+    assert read_ending(mine, retiring=False) is None
+    eof = read_ending(mine, retiring=False, eof=True)
+    assert eof is not None and eof.count and eof.notify is None
+    retired = read_ending(mine, retiring=True, eof=True)
+    assert retired is not None and not retired.count and not retired.keep_unsent
+    for code, count, keep, error in (
+        ("normal", False, False, ConnectionClosed),
+        (ChannelSuperseded.code, False, True, ChannelSuperseded),
+        (UnknownPeer.code, True, False, UnknownPeer),
+    ):
+        mine, theirs = _sessions()
+        mine.receive_data(theirs.encode_close(code))
+        ending = read_ending(mine, retiring=False)
+        assert ending is not None and isinstance(ending.reason, error)
+        assert (ending.count, ending.keep_unsent, ending.notify) == (count, keep, None)
+    mine, _ = _sessions()
+    mine.receive_data(b"\x00\x20" + b"\x00" * 32)  # a record that fails authentication
+    ending = read_ending(mine, retiring=True)
+    assert ending is not None and ending.count and ending.notify == ending.reason.code
