@@ -82,7 +82,7 @@ from hivemesh.transports.noise import RandomBytes, StaticCredentials
 from hivemesh.transports.pipe import PipeTransport, open_pipe
 from hivemesh.transports.session import ChannelOptions
 from hivemesh.transports.stats import TransportCounters
-from hivemesh.transports.streams import PROCESS_BOOT_ID, secure_accept, secure_dial
+from hivemesh.transports.streams import PROCESS_BOOT_ID, TaskSet, secure_accept, secure_dial
 
 __all__ = ["ALPN", "PRIME", "RELAY_ALPN", "QuicEndpoint"]
 
@@ -182,7 +182,7 @@ class QuicEndpoint(asyncio.DatagramProtocol):
         self._server_cfg.alpn_protocols = [ALPN, RELAY_ALPN]
         self._by_cid: dict[bytes, _Conn] = {}
         self._conns: set[_Conn] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet(self.counters, "quic_task")
         self._transport: asyncio.DatagramTransport | None = None
         self._loop = asyncio.get_running_loop()
         self._closed = False
@@ -317,7 +317,7 @@ class QuicEndpoint(asyncio.DatagramProtocol):
         if conn.stream_id is None and conn.inbound and event.stream_id == 0:
             conn.stream_id = 0
             reader, writer = open_pipe(self._open_pipe(conn))
-            self._spawn(self._accept_channel(conn, reader, writer))
+            self._tasks.spawn(self._accept_channel(conn, reader, writer))
         if event.stream_id != conn.stream_id or conn.pipe is None:
             self.counters.incr("quic_stray_stream")
             return
@@ -460,11 +460,6 @@ class QuicEndpoint(asyncio.DatagramProtocol):
             _log.exception("on_channel failed for %r", channel)
             channel.close()
 
-    def _spawn(self, coro: Awaitable[None]) -> None:
-        task: asyncio.Task[None] = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
     async def dial(
         self,
         host: str,
@@ -567,12 +562,10 @@ class QuicEndpoint(asyncio.DatagramProtocol):
             if conn.channel is not None:
                 conn.channel.close()
             self._terminate(conn, ConnectionClosed("endpoint closed"))
-        for task in list(self._tasks):
-            task.cancel()
+        self._tasks.cancel()
         if self._transport is not None:
             self._transport.close()
 
     async def wait_closed(self) -> None:
         """Wait for the handshake tasks to end."""
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._tasks.wait()

@@ -49,7 +49,7 @@ from hivemesh.transports.relay_policy import Forward, RelayTable
 from hivemesh.transports.relay_wire import Kind, Message, Punch, decode, encode, parse_hostport
 from hivemesh.transports.session import ChannelOptions
 from hivemesh.transports.stats import TransportCounters
-from hivemesh.transports.streams import PROCESS_BOOT_ID, secure_accept, secure_dial
+from hivemesh.transports.streams import PROCESS_BOOT_ID, TaskSet, secure_accept, secure_dial
 
 __all__ = ["RelayClient", "RelayService"]
 
@@ -172,7 +172,7 @@ class RelayClient:
         )
         self._circuits: dict[int, _Circuit] = {}
         self._ids = itertools.count(1)
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet(self.counters, "relay_task")
         self._reserved = asyncio.Event()
 
     @property
@@ -190,14 +190,14 @@ class RelayClient:
         self.channel = await self.endpoint.dial(
             host, port, expect_address=self.relay_address, timeout_s=timeout_s, relay=True
         )
-        self._spawn(self._reader(self.channel))
+        self._tasks.spawn(self._reader(self.channel))
         if reserve:
             await self.channel.send(encode(Message(Kind.RESERVE)))
             async with asyncio.timeout(timeout_s):
                 await self._reserved.wait()
             if not self.reserved:
                 raise PeerUnreachable(f"the relay {self.relay_address[:12]} refused a reservation")
-            self._spawn(self._keepalive(self.channel))
+            self._tasks.spawn(self._keepalive(self.channel))
 
     async def _keepalive(self, channel: SecureChannel) -> None:
         """Renew the reservation every ``keepalive_s``: it also keeps our NAT's
@@ -209,12 +209,6 @@ class RelayClient:
                 channel.send_nowait(encode(Message(Kind.RESERVE)))
             except HivemeshError:
                 return
-
-    def _spawn(self, coro: Awaitable[None]) -> asyncio.Task[None]:
-        task: asyncio.Task[None] = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
 
     @property
     def is_up(self) -> bool:
@@ -306,7 +300,7 @@ class RelayClient:
         circuit.pipe = PipeTransport(
             send, lambda: circuit.queued, on_close, extra={"peername": None, "path": self.path}
         )
-        circuit.writer = self._spawn(self._write(circuit))
+        circuit.writer = self._tasks.spawn(self._write(circuit))
         return circuit.pipe
 
     async def _write(self, circuit: _Circuit) -> None:
@@ -348,7 +342,7 @@ class RelayClient:
             if circuit.outq and writer is not None and not writer.done():
                 circuit.close_pending = True  # the writer sends the queued bytes, then CLOSE
             else:
-                self._spawn(self._send_close(circuit.cid))
+                self._tasks.spawn(self._send_close(circuit.cid))
         circuit.wake.set()
         if circuit.pipe is not None:
             circuit.pipe.lost(reason)
@@ -377,7 +371,7 @@ class RelayClient:
                 return
             await self._on_channel(channel)
 
-        self._spawn(accept())
+        self._tasks.spawn(accept())
 
     async def open(self, target: str, *, timeout_s: float = 5.0) -> tuple[SecureChannel, int]:
         """A secure channel to ``target`` through the relay, and its circuit id."""
@@ -435,5 +429,4 @@ class RelayClient:
         """Close the relay channel and every circuit."""
         if self.channel is not None:
             self.channel.close()
-        for task in list(self._tasks):
-            task.cancel()
+        self._tasks.cancel()

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from hivemesh.core.identity import Identity
 from hivemesh.errors import (
@@ -32,11 +33,54 @@ from hivemesh.transports.session import ChannelOptions, FrameSession
 from hivemesh.transports.stats import TransportCounters
 from hivemesh.transports.stream_handshake import StreamHandshake
 
-__all__ = ["PROCESS_BOOT_ID", "open_channel", "run_handshake", "secure_accept", "secure_dial"]
+__all__ = [
+    "PROCESS_BOOT_ID",
+    "TaskSet",
+    "open_channel",
+    "run_handshake",
+    "secure_accept",
+    "secure_dial",
+]
+
+_log = logging.getLogger(__name__)
 
 #: The boot id this process proves when no other is given: random, drawn once
 #: per process start.
 PROCESS_BOOT_ID = secrets.token_bytes(BOOT_ID_BYTES)
+
+
+class TaskSet:
+    """The tasks of one transport object (handshakes, readers, punches): a
+    task's failure is logged and counted as ``errors.<name>`` at once (the
+    object goes on); :meth:`cancel` and :meth:`wait` end them all."""
+
+    def __init__(self, counters: TransportCounters, name: str) -> None:
+        self._counters = counters
+        self._name = name
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def spawn(self, coro: Awaitable[None]) -> asyncio.Task[None]:
+        """Run ``coro`` as a task of this set."""
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+        return task
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            self._counters.incr(f"errors.{self._name}")
+            _log.error("a %s task failed", self._name, exc_info=exc)
+
+    def cancel(self) -> None:
+        """Cancel every task."""
+        for task in list(self._tasks):
+            task.cancel()
+
+    async def wait(self) -> None:
+        """Wait for every task to end."""
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
 async def run_handshake(

@@ -35,7 +35,13 @@ from hivemesh.transports.channel import Authorize, SecureChannel
 from hivemesh.transports.noise import RandomBytes, SecureHandshake, StaticCredentials
 from hivemesh.transports.session import ChannelOptions
 from hivemesh.transports.stats import TransportCounters
-from hivemesh.transports.streams import PROCESS_BOOT_ID, open_channel, run_handshake, secure_dial
+from hivemesh.transports.streams import (
+    PROCESS_BOOT_ID,
+    TaskSet,
+    open_channel,
+    run_handshake,
+    secure_dial,
+)
 
 __all__ = ["ChannelOptions", "Listener", "SecureChannel", "connect", "serve"]
 
@@ -138,7 +144,7 @@ class Listener:
         self._admission = HandshakeAdmission(max_pending_handshakes)
         self._max_channels = max_channels
         self._channels: dict[int, SecureChannel] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet(counters, "accept_handler")
         self._server: asyncio.Server | None = None
 
     @property
@@ -227,17 +233,7 @@ class Listener:
             victim.deadline.reschedule(loop.time())
 
     def _spawn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.create_task(self._handle(reader, writer))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        task.add_done_callback(self._handled)
-
-    def _handled(self, task: asyncio.Task[None]) -> None:
-        """A connection's handler ended: a bug in it is logged and counted at
-        once (the listener goes on accepting; the socket was closed)."""
-        if not task.cancelled() and (exc := task.exception()) is not None:
-            self.counters.incr("errors.accept_handler")
-            _log.error("handling an inbound connection failed", exc_info=exc)
+        self._tasks.spawn(self._handle(reader, writer))
 
     def close(self) -> None:
         """Stop listening and close every channel and pending handshake."""
@@ -246,13 +242,11 @@ class Listener:
         for channel in list(self._channels.values()):
             channel.close()
         self._channels.clear()
-        for task in list(self._tasks):
-            task.cancel()
+        self._tasks.cancel()
 
     async def wait_closed(self) -> None:
         """Wait for the listening socket and handler tasks to finish."""
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._tasks.wait()
         if self._server is not None:
             await self._server.wait_closed()
 

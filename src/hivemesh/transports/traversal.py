@@ -43,6 +43,7 @@ from hivemesh.transports.quic import QuicEndpoint
 from hivemesh.transports.relay import RelayClient
 from hivemesh.transports.session import ChannelOptions
 from hivemesh.transports.stats import TransportCounters
+from hivemesh.transports.streams import TaskSet
 
 __all__ = ["Traversal"]
 
@@ -87,24 +88,13 @@ class Traversal:
         self._clock = clock
         self._circuits: dict[str, tuple[RelayClient, int]] = {}  # peer -> circuit we opened
         self._punching: set[str] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet(self.counters, "traversal_task")
         self._waiters: dict[str, asyncio.Event] = {}
         #: relay -> when its channel may next be re-opened (it ended: the relay restarted)
         self._revive_at: dict[str, float] = {}
         self._reserving: dict[str, bool] = {}  # relay -> reserve on it
         #: Seconds between attempts to re-open an ended relay channel.
         self.revive_s = 5.0
-
-    def _spawn(self, coro: Awaitable[None]) -> None:
-        task: asyncio.Task[None] = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._done)
-
-    def _done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and (exc := task.exception()) is not None:
-            self.counters.incr("errors.traversal_task")
-            _log.error("a traversal task failed", exc_info=exc)
 
     async def inbound(self, channel: SecureChannel) -> None:
         """Every inbound channel (QUIC direct or punched, relayed) goes here first."""
@@ -176,7 +166,7 @@ class Traversal:
             return False
         self.schedule.started(peer, now)
         self.counters.incr("punch_requested")
-        self._spawn(client.punch(cid, tuple(self.observed.candidates(now))))
+        self._tasks.spawn(client.punch(cid, tuple(self.observed.candidates(now))))
         return True
 
     def tick(self) -> None:
@@ -193,7 +183,7 @@ class Traversal:
             if client.is_up or now < self._revive_at.get(relay, float("-inf")):
                 continue
             self._revive_at[relay] = now + self.revive_s
-            self._spawn(self._revive(client, self._reserving.get(relay, True)))
+            self._tasks.spawn(self._revive(client, self._reserving.get(relay, True)))
 
     async def _revive(self, client: RelayClient, reserve: bool) -> None:
         try:
@@ -209,7 +199,7 @@ class Traversal:
         if peer in self._punching or self._has_direct(peer):
             self.counters.incr("punch_skipped")
             return
-        self._spawn(self._punch(peer, candidates))
+        self._tasks.spawn(self._punch(peer, candidates))
 
     async def _punch(self, peer: str, candidates: tuple[HostPort, ...]) -> None:
         plan = plan_punch(self.address, peer, list(candidates))
@@ -266,5 +256,4 @@ class Traversal:
         """Close the relay clients and tasks (not the endpoint)."""
         for client in self.relays.values():
             client.close()
-        for task in list(self._tasks):
-            task.cancel()
+        self._tasks.cancel()
