@@ -18,7 +18,7 @@ from hivemesh.transports.relay_policy import (
     RelayTable,
     punch_candidates,
 )
-from hivemesh.transports.relay_wire import Kind, Message, Punch, decode, encode
+from hivemesh.transports.relay_wire import Kind, Message, Punch, data_frames, decode, encode
 
 
 def test_every_message_round_trips() -> None:
@@ -36,6 +36,13 @@ def test_every_message_round_trips() -> None:
     ]
     for msg in msgs:
         assert decode(encode(msg)) == msg
+
+
+@given(st.binary(max_size=300), st.integers(1, 64))
+def test_data_frames_carry_the_bytes_in_order_in_bounded_chunks(data: bytes, chunk: int) -> None:
+    msgs = [decode(f) for f in data_frames(7, data, chunk)]
+    assert all(m.kind == Kind.DATA and m.circuit == 7 and 0 < len(m.data) <= chunk for m in msgs)
+    assert b"".join(m.data for m in msgs) == data
 
 
 @given(st.binary(max_size=200))

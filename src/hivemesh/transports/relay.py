@@ -46,7 +46,15 @@ from hivemesh.transports.noise import StaticCredentials
 from hivemesh.transports.pipe import PipeTransport, open_pipe
 from hivemesh.transports.quic import QuicEndpoint
 from hivemesh.transports.relay_policy import Forward, RelayTable
-from hivemesh.transports.relay_wire import Kind, Message, Punch, decode, encode, parse_hostport
+from hivemesh.transports.relay_wire import (
+    Kind,
+    Message,
+    Punch,
+    data_frames,
+    decode,
+    encode,
+    parse_hostport,
+)
 from hivemesh.transports.session import ChannelOptions
 from hivemesh.transports.stats import TransportCounters
 from hivemesh.transports.streams import PROCESS_BOOT_ID, TaskSet, secure_accept, secure_dial
@@ -54,8 +62,6 @@ from hivemesh.transports.streams import PROCESS_BOOT_ID, TaskSet, secure_accept,
 __all__ = ["RelayClient", "RelayService"]
 
 _log = logging.getLogger(__name__)
-#: Bytes of a circuit per DATA message (well under the relay's max_data_bytes).
-CHUNK_BYTES = 32 << 10
 HostPort = tuple[str, int]
 
 
@@ -275,24 +281,22 @@ class RelayClient:
 
     def _pipe(self, circuit: _Circuit) -> PipeTransport:
         def send(data: bytes) -> None:
+            frames = data_frames(circuit.cid, data)
             channel = self.channel
-            if not circuit.outq and channel is not None and not circuit.closed:
-                # fast path: nothing queued, send now (in order) until the channel is full
-                while data:
-                    chunk = data[:CHUNK_BYTES]
-                    try:
-                        channel.send_nowait(encode(Message(Kind.DATA, circuit.cid, data=chunk)))
-                    except WouldBlock:
-                        break
-                    except HivemeshError as exc:
-                        self._end(circuit, ConnectionClosed(f"relay channel: {exc}"))
-                        return
-                    data = data[CHUNK_BYTES:]
-                if not data:
+            if not circuit.queued and channel is not None and not circuit.closed:
+                try:  # nothing queued or in flight: send now, in order, while there is room
+                    while frames:
+                        channel.send_nowait(frames[0])
+                        del frames[0]
+                except WouldBlock:
+                    pass
+                except HivemeshError as exc:
+                    self._end(circuit, ConnectionClosed(f"relay channel: {exc}"))
                     return
-            circuit.outq.append(data)
-            circuit.queued += len(data)
-            circuit.wake.set()
+            if frames:
+                circuit.outq += frames
+                circuit.queued += sum(map(len, frames))
+                circuit.wake.set()
 
         def on_close() -> None:
             self._end(circuit, None)
@@ -308,15 +312,14 @@ class RelayClient:
             await circuit.wake.wait()
             circuit.wake.clear()
             while circuit.outq and self.channel is not None:
-                data = circuit.outq.pop(0)
-                for i in range(0, len(data), CHUNK_BYTES):
-                    chunk = data[i : i + CHUNK_BYTES]
-                    try:
-                        await self.channel.send(encode(Message(Kind.DATA, circuit.cid, data=chunk)))
-                    except HivemeshError as exc:
-                        self._end(circuit, ConnectionClosed(f"relay channel: {exc}"))
-                        return
-                circuit.queued -= len(data)
+                frame = circuit.outq[0]  # stays queued while in flight: send() keeps order
+                try:
+                    await self.channel.send(frame)
+                except HivemeshError as exc:
+                    self._end(circuit, ConnectionClosed(f"relay channel: {exc}"))
+                    return
+                del circuit.outq[0]
+                circuit.queued -= len(frame)
                 if circuit.pipe is not None:
                     circuit.pipe.check_writable()
             if circuit.closed:
