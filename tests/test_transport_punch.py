@@ -236,3 +236,18 @@ def test_an_oversize_data_message_closes_both_legs() -> None:
         ("a", Message(Kind.CLOSE, 1, text="oversize")),
         ("b", Message(Kind.CLOSE, circuit.b_cid, text="oversize")),
     ]
+
+
+def test_one_punch_at_a_time_per_peer_and_none_beside_a_direct_link() -> None:
+    s = PunchSchedule(base_s=1, max_s=8)
+    assert s.may_start("p", 0, direct=False) and not s.may_start("p", 0, direct=True)
+    s.started("p", 0)  # asked the peer: not again until it answers or in_flight_s passes
+    assert not s.may_start("p", 1, direct=False) and s.may_answer("p", direct=False)
+    s.begin("p")  # the punch runs: the peer's own offer is not answered twice
+    assert not s.may_answer("p", direct=False) and not s.may_start("p", 99, direct=False)
+    s.ended("p", False, 2)
+    assert s.may_answer("p", direct=False) and not s.may_start("p", 2.5, direct=False)
+    assert s.may_start("p", 3, direct=False)  # one failure: due after base_s
+    s.begin("p")
+    s.ended("p", True, 4)
+    assert s.may_start("p", 4, direct=False)  # a success starts over
