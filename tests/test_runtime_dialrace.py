@@ -136,8 +136,7 @@ def freeze(p: Peer, other: Peer) -> Any:
     Returns the frozen channel (abort its transport to clean up)."""
     ch = p.link_channel(other)
     ch._transport.pause_reading()
-    for task in ch._tasks:
-        task.cancel()
+    ch._write_task.cancel()
     p.mgr._server._server.close()
     return ch
 
@@ -382,8 +381,7 @@ def test_a_half_open_link_is_dropped_when_the_failure_detector_says_so() -> None
         await until(lambda: b"hi" in a.got, "delivered back")
         # b goes silent without closing anything (a frozen host): a sees no EOF
         b_ch = b.link_channel(a)
-        for task in b_ch._tasks:
-            task.cancel()
+        b_ch._write_task.cancel()
         for task in [*b.mgr._dialling.values(), *([b.mgr._dial_loop] if b.mgr._dial_loop else [])]:
             task.cancel()
         await asyncio.sleep(0.3)

@@ -13,11 +13,12 @@ from hivemesh.errors import DecodeError, InvalidArgument
 from hivemesh.transports.punch import ObservedAddresses, PunchSchedule, plan_punch
 from hivemesh.transports.relay_policy import (
     RELAY_CIRCUIT_BIT,
+    Forward,
     RelayLimits,
     RelayTable,
     punch_candidates,
 )
-from hivemesh.transports.relay_wire import Kind, Message, Punch, decode, encode
+from hivemesh.transports.relay_wire import Kind, Message, Punch, data_frames, decode, encode
 
 
 def test_every_message_round_trips() -> None:
@@ -35,6 +36,13 @@ def test_every_message_round_trips() -> None:
     ]
     for msg in msgs:
         assert decode(encode(msg)) == msg
+
+
+@given(st.binary(max_size=300), st.integers(1, 64))
+def test_data_frames_carry_the_bytes_in_order_in_bounded_chunks(data: bytes, chunk: int) -> None:
+    msgs = [decode(f) for f in data_frames(7, data, chunk)]
+    assert all(m.kind == Kind.DATA and m.circuit == 7 and 0 < len(m.data) <= chunk for m in msgs)
+    assert b"".join(m.data for m in msgs) == data
 
 
 @given(st.binary(max_size=200))
@@ -173,3 +181,73 @@ def test_punch_candidates_put_the_observed_address_first_and_are_bounded() -> No
     forward, back = punch_candidates(mine, given, theirs, 2)
     assert forward == (mine, ("10.0.0.1", 4000)) and back == (theirs,)
     assert punch_candidates(None, given, None, 8) == (given, ())
+
+
+def _sends(forward: Forward) -> list[tuple[str, Message]]:
+    return list(forward.sends)
+
+
+def test_the_relay_table_answers_every_frame_with_what_to_send() -> None:
+    """The relay's whole protocol without sockets: channels up, RESERVE,
+    CONNECT, DATA (shaped), PUNCH, CLOSE, garbage, a channel down."""
+    t = RelayTable(RelayLimits(bytes_per_s=100, burst_bytes=100))
+    a_at, b_at = ("198.51.100.1", 4000), ("203.0.113.2", 5000)
+    observed = Message(Kind.OBSERVED, text="198.51.100.1:4000")
+    assert _sends(t.link_up("a", a_at)) == [("a", observed)]
+    assert _sends(t.link_up("b", b_at))[0][0] == "b"
+    assert t.link_up("c", None) == Forward()  # relayed onwards: nothing observed
+    rx = lambda peer, msg, now=0.0: _sends(t.receive(peer, encode(msg), now))  # noqa: E731
+    assert rx("b", Message(Kind.RESERVE)) == [("b", Message(Kind.RESERVED))]
+    assert rx("a", Message(Kind.CONNECT, 1, text="nobody")) == [
+        ("a", Message(Kind.REFUSED, 1, text="no_reservation"))
+    ]
+    (incoming, connected) = rx("a", Message(Kind.CONNECT, 1, text="b"))
+    b_cid = incoming[1].circuit
+    assert incoming == ("b", Message(Kind.INCOMING, b_cid, text="a"))
+    assert connected == ("a", Message(Kind.CONNECTED, 1))
+    forward = t.receive("a", encode(Message(Kind.DATA, 1, data=b"x" * 150)), 0.0)
+    assert forward.sends == (("b", Message(Kind.DATA, b_cid, data=b"x" * 150)),)
+    assert forward.delay_s == pytest.approx(0.5)  # 50 bytes over the burst at 100 B/s
+    punch = Punch("a", (("10.0.0.1", 1),))
+    assert rx("a", Message(Kind.PUNCH, 1, punch=punch)) == [
+        ("b", Message(Kind.PUNCH, b_cid, punch=Punch("a", (a_at, ("10.0.0.1", 1))))),
+        ("a", Message(Kind.PUNCH, 1, punch=Punch("b", (b_at,)))),
+    ]
+    assert rx("a", Message(Kind.PUNCH, 1, punch=punch), 0.5) == [
+        ("a", Message(Kind.REFUSED, 1, text="punch_rate"))
+    ]
+    assert rx("a", Message(Kind.CONNECTED, 1)) == []  # only a relay sends that
+    assert t.receive("a", b"\xff", 0.0) == Forward()
+    assert t.counters["relay_refused_unexpected"] == t.counters["relay_refused_malformed"] == 1
+    assert rx("b", Message(Kind.CLOSE, b_cid, text="normal")) == [
+        ("a", Message(Kind.CLOSE, 1, text="normal"))
+    ]
+    rx("a", Message(Kind.CONNECT, 2, text="b"))
+    assert _sends(t.link_down("b")) == [("a", Message(Kind.CLOSE, 2, text="peer_gone"))]
+    assert rx("a", Message(Kind.CONNECT, 3, text="b"))[0][1].text == "no_reservation"
+
+
+def test_an_oversize_data_message_closes_both_legs() -> None:
+    t = RelayTable(RelayLimits(max_data_bytes=4))
+    t.link_up("a", None), t.link_up("b", None), t.reserve("b")
+    _, circuit = t.connect("a", 1, "b")
+    assert circuit is not None
+    assert _sends(t.receive("a", encode(Message(Kind.DATA, 1, data=b"12345")), 0.0)) == [
+        ("a", Message(Kind.CLOSE, 1, text="oversize")),
+        ("b", Message(Kind.CLOSE, circuit.b_cid, text="oversize")),
+    ]
+
+
+def test_one_punch_at_a_time_per_peer_and_none_beside_a_direct_link() -> None:
+    s = PunchSchedule(base_s=1, max_s=8)
+    assert s.may_start("p", 0, direct=False) and not s.may_start("p", 0, direct=True)
+    s.started("p", 0)  # asked the peer: not again until it answers or in_flight_s passes
+    assert not s.may_start("p", 1, direct=False) and s.may_answer("p", direct=False)
+    s.begin("p")  # the punch runs: the peer's own offer is not answered twice
+    assert not s.may_answer("p", direct=False) and not s.may_start("p", 99, direct=False)
+    s.ended("p", False, 2)
+    assert s.may_answer("p", direct=False) and not s.may_start("p", 2.5, direct=False)
+    assert s.may_start("p", 3, direct=False)  # one failure: due after base_s
+    s.begin("p")
+    s.ended("p", True, 4)
+    assert s.may_start("p", 4, direct=False)  # a success starts over

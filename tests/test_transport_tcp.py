@@ -119,16 +119,16 @@ def test_recv_batch_and_recv_nowait() -> None:
     run(main())
 
 
-def test_send_now_writes_at_once_when_idle_and_keeps_order_with_the_queue() -> None:
+def test_send_nowait_writes_at_once_when_idle_and_keeps_order_with_the_queue() -> None:
     async def main() -> None:
         async with await start() as listener:
             ch = await connect(HOST, listener.port, A, authorize=trust_all)
             await ch.wait_sent(5)  # the writer is idle, nothing queued
-            ch.send_now(b"first")
+            ch.send_nowait(b"first")
             assert ch.statistics().frames_out == 1  # written within this step
             for i in range(50):  # written at once while the socket takes them, then queued
                 ch.send_nowait(b"q%d" % i)
-                ch.send_now(b"n%d" % i)
+                ch.send_nowait(b"n%d" % i)
             got: list[bytes] = []
             while len(got) < 101:
                 got += await ch.recv_batch(64)
@@ -136,7 +136,7 @@ def test_send_now_writes_at_once_when_idle_and_keeps_order_with_the_queue() -> N
             assert got == [f[::-1] for f in expect]
             ch.close()
             with pytest.raises(ConnectionClosed):
-                ch.send_now(b"late")
+                ch.send_nowait(b"late")
 
     run(main())
 

@@ -4,6 +4,8 @@
   Ed25519-bound static keys.
 * :mod:`~hivemesh.transports.session` -- sans-IO encrypted records carrying
   length-prefixed frames.
+* :mod:`~hivemesh.transports.stream_handshake` -- sans-IO handshake over a
+  byte stream (framing, refusals, ACCEPT).
 * :mod:`~hivemesh.transports.channel` / :mod:`~hivemesh.transports.tcp` --
   the asyncio TCP driver: :func:`connect`, :func:`serve`.
 """

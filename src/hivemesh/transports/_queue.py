@@ -70,13 +70,6 @@ class FrameQueue:
         if not self._handoff and self._putters:
             self._handoff = self._wake(self._putters)
 
-    @staticmethod
-    def _wake_all(waiters: deque[asyncio.Future[None]]) -> None:
-        while waiters:
-            fut = waiters.popleft()
-            if not fut.done():
-                fut.set_result(None)
-
     def put_many_nowait(self, frames: list[bytes]) -> int:
         """Append frames from the front while there is room; return how many."""
         if self._closed is not None:
@@ -211,7 +204,7 @@ class FrameQueue:
             dropped = len(self._items)
             self._items.clear()
             self.nbytes = 0
-        self._wake_all(self._getters)
-        self._wake_all(self._putters)
+        while self._wake(self._getters) or self._wake(self._putters):
+            pass
         self._handoff = False
         return dropped

@@ -25,7 +25,7 @@ sources (peer IP addresses) that hold the most pending handshakes:
 
 The evicted are told why before they are closed, in place of the next
 handshake message (:func:`encode_refusal`; the wire format is
-:mod:`hivemesh.transports.tcp`'s); the dialler raises
+:mod:`hivemesh.transports.stream_handshake`'s); the dialler raises
 :func:`refusal_error` for it: :class:`~hivemesh.errors.PeerBusy` for
 :data:`BUSY`, :class:`~hivemesh.errors.HandshakeError` naming any other code.
 
@@ -44,7 +44,7 @@ from hivemesh.errors import HandshakeError, HivemeshError, InvalidArgument, Peer
 
 __all__ = ["BUSY", "REFUSAL_MARK", "HandshakeAdmission", "encode_refusal", "refusal_error"]
 
-#: The first bytes of a refusal (see :mod:`hivemesh.transports.tcp`).
+#: The first bytes of a refusal (see :mod:`hivemesh.transports.stream_handshake`).
 REFUSAL_MARK = b"\x00\x00"
 #: The refusal code for "too many handshakes or channels: retry later".
 BUSY = "busy"

@@ -2,44 +2,25 @@
 
 Theory of operation
 -------------------
-The *writer* is a task: it takes every queued frame up to
-``write_batch_bytes``, seals them into as few records as fit, writes once
-and drains (stall deadline ``write_stall_timeout_s``); an idle channel
-writes the first frame of an event-loop turn at once instead
-(:meth:`SecureChannel.send_nowait`), and the turn's later frames follow it
-in one write.
-The *reader* is the transport's protocol: bytes are opened and their frames
-queued in the same event-loop callback that read them (no reader task to
-wake per read). An owner may set an inline :attr:`SecureChannel.consumer`:
-frames that arrive while none are queued are offered to it first, in that
-same callback, and only queued if it declines (so order is kept: once one
-frame is queued, later ones queue behind it).
-When the receive queue is full it pauses reading until a
-task has queued the backlog, so TCP flow control pushes back on the sender,
-whose ``send`` then waits (``send_nowait`` raises
-:class:`~hivemesh.errors.WouldBlock`).
-Nothing is dropped silently: frames accepted by ``send`` but unwritten, or
-received but unread, when a channel closes are counted in
-``frames_dropped``.
+Sending: an idle channel writes the first frame of an event-loop turn at
+once (:meth:`SecureChannel.send_nowait`); later frames queue, and a writer
+task seals each batch (up to ``write_batch_bytes``) into as few records as
+fit, writes once and drains under ``write_stall_timeout_s``. Receiving: the
+transport's protocol opens bytes in its own callback and queues the frames,
+offering them first to an inline :attr:`SecureChannel.consumer` while none
+are queued (order is kept). A full receive queue pauses reading, so TCP
+flow control pushes back on the sender, whose ``send`` waits
+(``send_nowait`` raises :class:`~hivemesh.errors.WouldBlock`).
 
-A channel ends with a typed reason (:attr:`SecureChannel.close_reason`): a
-peer fault (:class:`~hivemesh.errors.BadRecord`,
-:class:`~hivemesh.errors.FrameTooLarge`, ...), a revoked trust, a stalled
-write, or a clean CLOSE from either side. ``recv`` first returns every frame
-that arrived intact, then raises :class:`~hivemesh.errors.ConnectionClosed`
-chained from that reason. Reads on an open channel have no deadline (idle
-channels are legal; liveness is the membership layer's job) but every
-wait is cancellable, and ``send`` takes an optional ``timeout_s``.
-
-**Retiring** a channel (:meth:`SecureChannel.retire`, used when a duplicate
-channel to the same peer loses a tie-break) is a graceful half-close: it
-stops sending, sends CLOSE after everything already written, and keeps
-reading until the peer's own CLOSE (or EOF, or ``linger_s``), so frames the
-peer wrote before it learnt of the close are still delivered. Frames that
-were queued but never written are not discarded: :meth:`take_unsent` hands
-them back so the owner can send them on the channel that carries on. The
-same holds when the *peer* retires the channel (its CLOSE carries
-``channel_superseded``).
+A channel ends with a typed :attr:`SecureChannel.close_reason` (a peer
+fault, revoked trust, a stalled write, a CLOSE from either side); ``recv``
+returns every frame that arrived intact, then raises
+:class:`~hivemesh.errors.ConnectionClosed` chained from it. Frames lost to a
+close are counted in ``frames_dropped``, except those of a **retired**
+channel (:meth:`SecureChannel.retire`, the loser of a duplicate tie-break,
+or one the peer retired with ``channel_superseded``): it half-closes,
+keeps reading until the peer's CLOSE, and hands its unwritten frames back
+(:meth:`SecureChannel.take_unsent`) to be sent on the channel that carries on.
 """
 
 from __future__ import annotations
@@ -54,7 +35,6 @@ from types import MappingProxyType
 from typing import cast
 
 from hivemesh.errors import (
-    ChannelSuperseded,
     ConnectionClosed,
     DeadlineExceeded,
     HivemeshError,
@@ -63,7 +43,7 @@ from hivemesh.errors import (
     WouldBlock,
 )
 from hivemesh.transports._queue import FrameQueue
-from hivemesh.transports.session import ChannelOptions, FrameSession, peer_close_error
+from hivemesh.transports.session import ChannelOptions, Ending, FrameSession, read_ending
 from hivemesh.transports.stats import ChannelStatistics, TransportCounters
 
 _log = logging.getLogger(__name__)
@@ -111,7 +91,6 @@ class SecureChannel:
         #: How the bytes travel: ``"tcp"``, ``"udp"`` (QUIC), ``"punched"``
         #: (QUIC through a punched NAT) or ``"relay:<relay address>"``.
         self.path = path
-        self._reader = reader
         self._writer = writer
         self._session = session
         self._opts = options
@@ -138,8 +117,8 @@ class SecureChannel:
         #: :meth:`recv` as usual. It must not raise.
         self.consumer: Callable[[list[bytes]], bool] | None = None
         counters.attach(self)
-        self._tasks: tuple[asyncio.Task[None], ...] = (
-            asyncio.create_task(self._write_loop(), name=f"hm-tx-{peer_address[:12]}"),
+        self._write_task = asyncio.create_task(
+            self._write_loop(), name=f"hm-tx-{peer_address[:12]}"
         )
         self._start_reading(reader, initial_frames)
 
@@ -161,24 +140,19 @@ class SecureChannel:
 
     @property
     def rtt_ms(self) -> float | None:
-        """The smoothed round-trip time its transport measured: QUIC's
-        estimator, the kernel's for TCP (``TCP_INFO``); ``None`` where there is
-        none (a relayed channel: its legs are measured, not the whole path)."""
+        """The smoothed round-trip time its transport measured (QUIC's, or the
+        kernel's ``TCP_INFO``); ``None`` where there is none (a relayed channel)."""
         probe = self._writer.get_extra_info("rtt_ms")
         if callable(probe):
             value = probe()
             return None if value is None else round(float(value), 3)
         sock = self._writer.get_extra_info("socket")
-        if sock is None or not hasattr(socket, "TCP_INFO"):
-            return None
         try:
             info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_BYTES)
-        except OSError:
+            (rtt_us,) = struct.unpack_from("I", info, _TCP_INFO_RTT_OFFSET)
+        except (AttributeError, OSError, struct.error):  # no socket, no TCP_INFO, short
             return None
-        if len(info) < _TCP_INFO_RTT_OFFSET + 4:
-            return None
-        rtt_us = int(struct.unpack_from("I", info, _TCP_INFO_RTT_OFFSET)[0])
-        return round(rtt_us / 1000, 3)
+        return round(int(rtt_us) / 1000, 3)
 
     @property
     def is_closed(self) -> bool:
@@ -210,15 +184,8 @@ class SecureChannel:
             )
 
     def _write_now(self, frame: bytes) -> bool:
-        """The fast path: with nothing queued, nothing unsent in the transport
-        and the writer idle, seal and write ``frame`` at once instead of
-        waking the writer task. A flush that sends one frame to many peers
-        then writes them back to back (the receivers wake together), and a
-        frame costs no task switch. Anything else goes through the queue,
-        whose writer drains with the stall deadline. Only the first frame of
-        an event-loop turn is written this way: more frames to the same peer
-        in one turn queue behind it and leave together, sealed into as few
-        records as fit, in one write at the next turn."""
+        """Seal and write ``frame`` at once if the channel is idle and wrote
+        nothing yet this loop turn (see the module docs); else False."""
         if self._wrote_this_turn or self._writer_busy or len(self._sendq) or self._retiring:
             return False  # (retiring: the queue is closed, put_nowait raises)
         transport = self._transport
@@ -245,12 +212,6 @@ class SecureChannel:
         if not self._sendq.put_nowait(frame):
             self.send_would_block += 1
             raise WouldBlock(f"send queue to {self.peer_address[:12]} is full")
-
-    def send_now(self, frame: bytes) -> None:
-        """:meth:`send_nowait` (which writes at once when the channel is idle
-        and nothing was written to it yet in this loop turn, see
-        :meth:`_write_now`); kept for latency-bound callers."""
-        self.send_nowait(frame)
 
     async def send(self, frame: bytes, *, timeout_s: float | None = None) -> None:
         """Queue ``frame``, waiting while the send queue is full (backpressure).
@@ -320,9 +281,8 @@ class SecureChannel:
         if self._close_reason is not None:
             return
         self.frames_dropped += self._recvq.close(self._closed_error, discard=True)
-        local = ConnectionClosed("closed by this node")
         notify = None if self._retiring else (reason.code if reason else "normal")
-        self._end(reason or local, notify=notify, count=False)
+        self._end(Ending(reason or ConnectionClosed("closed by this node"), notify, count=False))
 
     def retire(self, reason: HivemeshError, *, linger_s: float = CLOSE_GRACE_S) -> None:
         """Half-close gracefully (see module docs): stop sending, send CLOSE
@@ -337,15 +297,12 @@ class SecureChannel:
         self._retiring = self._keep_unsent = True
         # Stop the writer between batches: a batch it already wrote stays ahead
         # of the CLOSE (same socket, same cipher, written in call order).
-        self._tasks[0].cancel()
+        self._write_task.cancel()
         self._sendq.close(self._closed_error, discard=False)
         with contextlib.suppress(Exception):
             self._writer.write(self._session.encode_close(reason.code))
-        self._linger = asyncio.get_running_loop().call_later(
-            linger_s,
-            self._end,
-            ConnectionClosed(f"the peer did not close within {linger_s}s of retire"),
-        )
+        late = ConnectionClosed(f"the peer did not close within {linger_s}s of retire")
+        self._linger = self._loop.call_later(linger_s, self._end, Ending(late, count=False))
 
     def take_unsent(self) -> list[bytes]:
         """Frames accepted by ``send`` but never written, once the channel
@@ -416,24 +373,23 @@ class SecureChannel:
         self._errors[code] = self._errors.get(code, 0) + 1
         self._counters.incr(f"errors.{code}")
 
-    def _end(
-        self, reason: HivemeshError, *, notify: str | None = None, count: bool = False
-    ) -> None:
-        """Record ``reason``, tell the peer if we can, close the socket."""
+    def _end(self, ending: Ending) -> None:
+        """Record why, tell the peer if we can, close the socket."""
         if self._close_reason is not None:
             return
-        self._close_reason = reason
+        reason = self._close_reason = ending.reason
+        self._keep_unsent |= ending.keep_unsent
         if self._linger is not None:
             self._linger.cancel()
-        if count:
+        if ending.count:
             self._count_error(reason.code)
         self.frames_dropped += self._sendq.close(self._closed_error, discard=not self._keep_unsent)
         self._recvq.close(self._closed_error, discard=False)
-        if notify is not None and not self._writer.is_closing():
+        if ending.notify is not None and not self._writer.is_closing():
             with contextlib.suppress(Exception):
-                self._writer.write(self._session.encode_close(notify))
+                self._writer.write(self._session.encode_close(ending.notify))
         current = asyncio.current_task()
-        for task in (*self._tasks, self._backlog_task):
+        for task in (self._write_task, self._backlog_task):
             if task is not None and task is not current:
                 task.cancel()
         transport = self._writer.transport
@@ -466,18 +422,15 @@ class SecureChannel:
         except ConnectionClosed:
             return  # the queue was closed: the channel already ended
         except TimeoutError:
-            self._end(
-                DeadlineExceeded(f"peer read nothing for {stall}s (stalled)"),
-                notify=DeadlineExceeded.code,
-                count=True,
-            )
+            stalled = DeadlineExceeded(f"peer read nothing for {stall}s (stalled)")
+            self._end(Ending(stalled, notify=stalled.code))
         except (ConnectionError, OSError) as exc:
-            self._end(ConnectionClosed(f"write failed: {exc}"), notify=None, count=True)
+            self._end(Ending(ConnectionClosed(f"write failed: {exc}")))
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:  # a bug: end the channel, never leave it open and mute
             _log.exception("the write loop to %s failed", self.peer_address[:12])
-            self._end(ConnectionClosed(f"write loop failed: {exc!r}"), notify=None, count=True)
+            self._end(Ending(ConnectionClosed(f"write loop failed: {exc!r}")))
         finally:
             self._writer_busy = False
             self._writer_idle.set()
@@ -499,9 +452,9 @@ class SecureChannel:
         if leftover:
             self._on_data(leftover)
         if reader.exception() is not None or transport.is_closing():
-            self._on_lost(reader.exception())
+            self._on_end(exc=reader.exception())
         elif reader.at_eof() or getattr(reader, "_eof", False):
-            self._on_eof()
+            self._on_end()
         elif getattr(reader, "_paused", False) and self._backlog is None:
             transport.resume_reading()  # the reader had paused on its full buffer
 
@@ -546,36 +499,18 @@ class SecureChannel:
         frames = session.receive_data(data)
         if frames:
             self._deliver(frames)
-        if session.failure is not None:
-            failure = session.failure
-            self._end(failure, notify=failure.code, count=True)
-            return
-        if session.peer_close is not None:
-            code = session.peer_close
-            if code == ChannelSuperseded.code:  # the peer retired it: a clean end
-                self._keep_unsent = True  # the owner re-sends them elsewhere
-            quiet = code in ("normal", ChannelSuperseded.code) or self._retiring
-            self._end(peer_close_error(code), notify=None, count=not quiet)
+        if session.failure is not None or session.peer_close is not None:
+            self._on_end(eof=False)
 
-    def _on_eof(self) -> None:
+    def _on_end(self, *, eof: bool = True, exc: BaseException | None = None) -> None:
         if self._close_reason is not None:
             return
-        if self._retiring:  # the peer read our CLOSE and hung up: clean
-            self._end(ConnectionClosed("retired"), notify=None, count=False)
+        if exc is not None:
+            self._end(Ending(ConnectionClosed(f"read failed: {exc}")))
             return
-        self._end(
-            ConnectionClosed("the peer closed the connection without a close notice"),
-            notify=None,
-            count=True,
-        )
-
-    def _on_lost(self, exc: BaseException | None) -> None:
-        if self._close_reason is not None:
-            return
-        if exc is None:
-            self._on_eof()
-            return
-        self._end(ConnectionClosed(f"read failed: {exc}"), notify=None, count=True)
+        ending = read_ending(self._session, retiring=self._retiring, eof=eof)
+        if ending is not None:
+            self._end(ending)
 
 
 class _ReadProtocol(asyncio.Protocol):
@@ -591,12 +526,12 @@ class _ReadProtocol(asyncio.Protocol):
         self._channel._on_data(data)
 
     def eof_received(self) -> bool:
-        self._channel._on_eof()
+        self._channel._on_end()
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._inner.connection_lost(exc)
-        self._channel._on_lost(exc)
+        self._channel._on_end(exc=exc)
 
     def pause_writing(self) -> None:
         self._inner.pause_writing()

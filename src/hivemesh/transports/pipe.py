@@ -1,24 +1,14 @@
-"""A byte stream that is not a socket, as an asyncio transport.
+"""A byte stream that is not a socket (a QUIC stream, a relayed circuit) as
+an asyncio transport, so the handshake and :class:`~hivemesh.transports.channel.SecureChannel`
+run over it unchanged.
 
-Theory of operation
--------------------
-The secure channel (:class:`~hivemesh.transports.channel.SecureChannel`) and
-the Noise handshake (:func:`~hivemesh.transports.streams.run_handshake`) read
-and write an asyncio ``StreamReader``/``StreamWriter`` pair over a
-transport. A QUIC stream and a relayed circuit are byte streams too, just
-not sockets: :class:`PipeTransport` is the transport for them, so the very
-same handshake, records, trust rules, counters and frame limits run over
-TCP, QUIC and a relay, end to end.
-
-The owner gives two callbacks: ``send(data)`` takes bytes towards the peer,
-``buffered()`` says how many of them are not yet gone (for flow control:
-above ``high_water`` the protocol is paused, below ``low_water`` resumed; the
-owner calls :meth:`PipeTransport.check_writable` when bytes leave), and
-``on_close()`` ends the underlying stream. The owner feeds what arrives with
-:meth:`PipeTransport.feed`, :meth:`PipeTransport.feed_eof` and
-:meth:`PipeTransport.lost`. While reading is paused, fed bytes are held
-(bounded by the underlying stream's own flow control: QUIC's stream credit,
-the relay's window) and handed over on resume.
+The owner passes ``send(data)`` (bytes towards the peer), ``buffered()``
+(how many are not gone yet: above ``high_water`` the protocol's writes pause,
+at ``low_water`` they resume; the owner calls :meth:`PipeTransport.check_writable`
+when bytes leave) and ``on_close()``, and feeds what arrives with
+:meth:`~PipeTransport.feed`, :meth:`~PipeTransport.feed_eof` and
+:meth:`~PipeTransport.lost`. Bytes fed while reading is paused are held
+(bounded by the carrier's own flow control) and handed over on resume.
 """
 
 from __future__ import annotations
@@ -79,9 +69,6 @@ class PipeTransport(asyncio.Transport):
     def abort(self) -> None:
         self.close()
 
-    def is_reading(self) -> bool:
-        return not self._paused_reading and not self._closing
-
     def pause_reading(self) -> None:
         self._paused_reading = True
 
@@ -102,20 +89,8 @@ class PipeTransport(asyncio.Transport):
         self._send(bytes(data))
         self.check_writable()
 
-    def can_write_eof(self) -> bool:
-        return False
-
     def get_write_buffer_size(self) -> int:
         return self._buffered()
-
-    def get_write_buffer_limits(self) -> tuple[int, int]:
-        return (self._low, self._high)
-
-    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        self._high = high if high is not None else self._high
-        self._low = low if low is not None else min(self._low, self._high // 4)
-
-    # -- the owner's side --------------------------------------------------
 
     def check_writable(self) -> None:
         """Pause or resume the protocol's writes by the bytes still buffered."""

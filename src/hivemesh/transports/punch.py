@@ -23,7 +23,8 @@ and tried in the order given (the relay's observation first).
 upgrade: after a failed punch the next is due after ``base_s`` doubling up
 to ``max_s``; a punch that never reports back (its circuit closed before
 the answer) stops blocking the next after ``in_flight_s``; a success or a
-direct link resets it.
+direct link resets it. No punch starts, nor answers a peer's offer, while
+one towards that peer runs or once a direct link exists.
 """
 
 from __future__ import annotations
@@ -106,6 +107,27 @@ class PunchSchedule:
     in_flight_s: float = 10.0
     _failures: dict[str, int] = field(default_factory=dict)
     _due: dict[str, float] = field(default_factory=dict)
+    _running: set[str] = field(default_factory=set)
+
+    def may_answer(self, peer: str, *, direct: bool) -> bool:
+        """Whether to punch on ``peer``'s offer (none runs, no direct link)."""
+        return not direct and peer not in self._running
+
+    def may_start(self, peer: str, now: float, *, direct: bool) -> bool:
+        """Whether to ask ``peer`` for a punch now (also: one is due)."""
+        return self.may_answer(peer, direct=direct) and self.due(peer, now)
+
+    def begin(self, peer: str) -> None:
+        """A punch towards ``peer`` runs (primes, dials or waits)."""
+        self._running.add(peer)
+
+    def ended(self, peer: str, ok: bool, now: float) -> None:
+        """The punch towards ``peer`` ended: a direct link (``ok``) or not."""
+        self._running.discard(peer)
+        if ok:
+            self.succeeded(peer)
+        else:
+            self.failed(peer, now)
 
     def due(self, peer: str, now: float) -> bool:
         """Whether a punch towards ``peer`` may start now."""

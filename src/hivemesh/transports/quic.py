@@ -4,38 +4,23 @@ Theory of operation
 -------------------
 A node owns one UDP socket, a :class:`QuicEndpoint`: it accepts QUIC
 connections on it *and* dials from it, so the address a peer observes for
-our socket is the one a punched NAT mapping leads to. Each QUIC connection
-carries one bidirectional stream (the dialler's first), and on that stream
-runs exactly the TCP transport's secure channel
-(:mod:`hivemesh.transports.streams`): the Noise XX handshake with the
-Ed25519 identity payload, the trust check, ``expect_address``, the records,
-the frame limit and the counters. QUIC's own TLS runs with a throwaway
-self-signed certificate and is not trusted for identity (the libp2p binding
-of a node key into the certificate would duplicate what Noise already
-proves); it brings what UDP lacks: retransmission, ordering, congestion
-and flow control, and a connection the NAT keeps open.
+our socket is the one a punched NAT mapping leads to (docs/nat.md). Each
+QUIC connection carries one bidirectional stream, and on it runs the TCP
+transport's very secure channel (:mod:`hivemesh.transports.streams`); QUIC's
+TLS uses a throwaway certificate and proves nothing (Noise does). QUIC
+brings what UDP lacks: retransmission, ordering, congestion and flow
+control, and a connection the NAT keeps open.
 
-* Datagrams are routed to connections by destination connection id, as a
-  QUIC server does; an Initial from an unknown id opens an inbound
-  connection, unless ``max_pending_handshakes`` inbound connections have no
-  channel yet or ``max_channels`` are open (``refused_busy``, dropped).
-* A connection that has no channel after ``2 * handshake_timeout_s`` is
-  closed (``quic_handshake_timeout``). The secure channel's own deadline
-  bounds the Noise handshake.
-* :meth:`QuicEndpoint.prime` sends a few small non-QUIC datagrams
-  (:data:`PRIME`, first byte 0: the QUIC fixed bit is clear) with a low TTL
-  towards a peer's candidate address: they open our NAT's mapping for that
-  peer and die before the peer's NAT sees them (hole punching). Non-QUIC
-  datagrams received go to :attr:`QuicEndpoint.on_other_datagram` (STUN
-  answers, :mod:`hivemesh.transports.stun`); those it does not take are
-  counted (``udp_non_quic``) and dropped. :meth:`QuicEndpoint.send_datagram`
-  sends a raw datagram from the same socket (a STUN request).
-* Flow control: the stream's bytes not yet sent (held by aioquic for the
-  congestion window or the peer's credit) above 1 MiB pause the channel's
-  writer, as a full socket buffer does on TCP.
-
-Closing a channel sends its CLOSE, ends the stream, and closes the QUIC
-connection once the peer ended its side or after the close grace.
+Which connection a datagram is for, and whether a new one may open, is
+:class:`~hivemesh.transports.quic_routes.QuicRoutes`'s; non-QUIC datagrams
+go to :attr:`QuicEndpoint.on_other_datagram` (STUN). A connection without a
+channel after ``2 * handshake_timeout_s`` is closed
+(``quic_handshake_timeout``). :meth:`QuicEndpoint.prime` sends low-TTL
+non-QUIC datagrams (:data:`PRIME`) that open our NAT's mapping towards a
+peer (hole punching). The stream's unsent bytes above 1 MiB pause the
+channel's writer, as a full socket buffer does on TCP. Closing a channel
+sends its CLOSE, ends the stream, and closes the connection once the peer
+ended its side or after the close grace.
 """
 
 from __future__ import annotations
@@ -49,10 +34,9 @@ import secrets
 import socket
 import ssl
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import cast
 
-from aioquic._buffer import Buffer
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection
 from aioquic.quic.events import (
@@ -63,7 +47,6 @@ from aioquic.quic.events import (
     StreamDataReceived,
     StreamReset,
 )
-from aioquic.quic.packet import QuicPacketType, pull_quic_header
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -80,9 +63,10 @@ from hivemesh.errors import (
 from hivemesh.transports.channel import CLOSE_GRACE_S, Authorize, SecureChannel
 from hivemesh.transports.noise import RandomBytes, StaticCredentials
 from hivemesh.transports.pipe import PipeTransport, open_pipe
+from hivemesh.transports.quic_routes import QuicRoutes
 from hivemesh.transports.session import ChannelOptions
 from hivemesh.transports.stats import TransportCounters
-from hivemesh.transports.streams import PROCESS_BOOT_ID, secure_accept, secure_dial
+from hivemesh.transports.streams import PROCESS_BOOT_ID, TaskSet, secure_accept, secure_dial
 
 __all__ = ["ALPN", "PRIME", "RELAY_ALPN", "QuicEndpoint"]
 
@@ -95,8 +79,6 @@ ALPN = "hivemesh/1"
 RELAY_ALPN = "hivemesh-relay/1"
 #: A priming datagram (not QUIC: its first byte has the fixed bit clear).
 PRIME = b"\x00hivemesh-prime"
-#: Smallest datagram that may open a connection (RFC 9000, 14.1).
-_MIN_INITIAL = 1200
 _STREAM_WINDOW = 8 << 20
 
 
@@ -125,7 +107,6 @@ class _Conn:
     quic: QuicConnection
     addr: tuple[str, int]
     inbound: bool
-    cids: set[bytes] = field(default_factory=set)
     stream_id: int | None = None
     pipe: PipeTransport | None = None
     timer: asyncio.TimerHandle | None = None
@@ -171,8 +152,9 @@ class QuicEndpoint(asyncio.DatagramProtocol):
         self._random_bytes = random_bytes
         self._boot_id = PROCESS_BOOT_ID if boot_id is None else boot_id
         self._creds = StaticCredentials.generate(identity, random_bytes, boot_id=self._boot_id)
-        self._max_pending = max_pending_handshakes
-        self._max_channels = max_channels
+        self._routes: QuicRoutes[_Conn] = QuicRoutes(
+            max_pending=max_pending_handshakes, max_channels=max_channels
+        )
         key, cert = _certificate()
         self._server_cfg = self._config(is_client=False, idle_timeout_s=idle_timeout_s)
         self._server_cfg.private_key, self._server_cfg.certificate = key, cert
@@ -180,9 +162,7 @@ class QuicEndpoint(asyncio.DatagramProtocol):
         self._relay_cfg = self._config(is_client=True, idle_timeout_s=idle_timeout_s)
         self._relay_cfg.alpn_protocols = [RELAY_ALPN]
         self._server_cfg.alpn_protocols = [ALPN, RELAY_ALPN]
-        self._by_cid: dict[bytes, _Conn] = {}
-        self._conns: set[_Conn] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet(self.counters, "quic_task")
         self._transport: asyncio.DatagramTransport | None = None
         self._loop = asyncio.get_running_loop()
         self._closed = False
@@ -224,24 +204,18 @@ class QuicEndpoint(asyncio.DatagramProtocol):
         self._closed = True
 
     def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
-        if not data or not data[0] & 0x40:
-            if data and self.on_other_datagram is not None and self.on_other_datagram(data, addr):
-                return
-            self.counters.incr("udp_non_quic")
+        route = self._routes.route(data)
+        other = self.on_other_datagram
+        if route.other and other is not None and other(data, addr):
             return
-        try:
-            header = pull_quic_header(Buffer(data=data), host_cid_length=8)
-        except ValueError:
-            self.counters.incr("udp_malformed")
+        if route.drop is not None:
+            self.counters.incr(route.drop)
             return
-        conn = self._by_cid.get(header.destination_cid)
+        conn = route.conn
         if conn is None:
-            if header.packet_type != QuicPacketType.INITIAL or len(data) < _MIN_INITIAL:
-                self.counters.incr("udp_unknown_connection")
+            if self._closed or route.open_cid is None:
                 return
-            conn = self._accept(header.destination_cid, addr)
-            if conn is None:
-                return
+            conn = self._accept(route.open_cid, addr)
         conn.quic.receive_datagram(data, addr, self._loop.time())
         self._process(conn)
 
@@ -255,31 +229,19 @@ class QuicEndpoint(asyncio.DatagramProtocol):
 
     def channels(self) -> list[SecureChannel]:
         """Open channels on this endpoint, both directions."""
-        return [c.channel for c in self._conns if c.channel is not None and not c.channel.is_closed]
+        conns = self._routes.connections()
+        return [c.channel for c in conns if c.channel is not None and not c.channel.is_closed]
 
-    def _pending_inbound(self) -> int:
-        return sum(1 for c in self._conns if c.inbound and c.channel is None)
-
-    def _accept(self, dcid: bytes, addr: tuple[str, int]) -> _Conn | None:
-        if self._closed:
-            return None
-        if self._pending_inbound() >= self._max_pending or len(self._conns) >= self._max_channels:
-            self.counters.incr("refused_busy")
-            return None
+    def _accept(self, dcid: bytes, addr: tuple[str, int]) -> _Conn:
         self.counters.incr("connections_accepted")
         quic = QuicConnection(
             configuration=self._server_cfg, original_destination_connection_id=dcid
         )
         conn = _Conn(quic, addr, inbound=True)
-        self._register(conn, dcid)
-        self._register(conn, quic.host_cid)
+        self._routes.add(conn, dcid, inbound=True)
+        self._routes.add(conn, quic.host_cid)
         self._arm_handshake_deadline(conn)
         return conn
-
-    def _register(self, conn: _Conn, cid: bytes) -> None:
-        conn.cids.add(cid)
-        self._by_cid[cid] = conn
-        self._conns.add(conn)
 
     def _arm_handshake_deadline(self, conn: _Conn) -> None:
         def expire() -> None:
@@ -294,10 +256,9 @@ class QuicEndpoint(asyncio.DatagramProtocol):
         quic = conn.quic
         while (event := quic.next_event()) is not None:
             if isinstance(event, ConnectionIdIssued):
-                self._register(conn, event.connection_id)
+                self._routes.add(conn, event.connection_id)
             elif isinstance(event, ConnectionIdRetired):
-                conn.cids.discard(event.connection_id)
-                self._by_cid.pop(event.connection_id, None)
+                self._routes.retire(conn, event.connection_id)
             elif isinstance(event, HandshakeCompleted):
                 conn.alpn = event.alpn_protocol
                 if conn.ready is not None and not conn.ready.done():
@@ -317,7 +278,7 @@ class QuicEndpoint(asyncio.DatagramProtocol):
         if conn.stream_id is None and conn.inbound and event.stream_id == 0:
             conn.stream_id = 0
             reader, writer = open_pipe(self._open_pipe(conn))
-            self._spawn(self._accept_channel(conn, reader, writer))
+            self._tasks.spawn(self._accept_channel(conn, reader, writer))
         if event.stream_id != conn.stream_id or conn.pipe is None:
             self.counters.incr("quic_stray_stream")
             return
@@ -326,7 +287,7 @@ class QuicEndpoint(asyncio.DatagramProtocol):
             conn.ended_remote = True
             conn.pipe.feed_eof()
             if conn.ended_local:
-                self._close_quic(conn)
+                self._terminate(conn)
 
     def _flush(self, conn: _Conn) -> None:
         conn.flush_due = False
@@ -382,9 +343,9 @@ class QuicEndpoint(asyncio.DatagramProtocol):
             conn.quic.send_stream_data(sid, b"", end_stream=True)
             self._schedule_flush(conn)
             if conn.ended_remote:
-                self._close_quic(conn)
+                self._terminate(conn)
             else:
-                self._loop.call_later(CLOSE_GRACE_S, self._close_quic, conn)
+                self._loop.call_later(CLOSE_GRACE_S, self._terminate, conn)
 
         def rtt_ms() -> float | None:
             loss = conn.quic._loss  # aioquic's RTT estimator (smoothed, RFC 9002)
@@ -395,14 +356,9 @@ class QuicEndpoint(asyncio.DatagramProtocol):
         )
         return conn.pipe
 
-    def _close_quic(self, conn: _Conn) -> None:
-        if conn.done:
-            return
-        conn.quic.close(reason_phrase="closed")
-        self._flush(conn)
-        self._ended(conn, ConnectionClosed("closed"))
-
-    def _terminate(self, conn: _Conn, reason: HivemeshError) -> None:
+    def _terminate(self, conn: _Conn, reason: HivemeshError | None = None) -> None:
+        """Close ``conn``'s QUIC connection (``reason``: why, if not cleanly)."""
+        reason = reason or ConnectionClosed("closed")
         if conn.done:
             return
         conn.quic.close(reason_phrase=reason.code)
@@ -415,10 +371,7 @@ class QuicEndpoint(asyncio.DatagramProtocol):
         conn.done = True
         if conn.timer is not None:
             conn.timer.cancel()
-        for cid in conn.cids:
-            if self._by_cid.get(cid) is conn:
-                del self._by_cid[cid]
-        self._conns.discard(conn)
+        self._routes.remove(conn)
         if conn.ready is not None and not conn.ready.done():
             conn.ready.set_exception(PeerUnreachable(str(reason)))
         if conn.pipe is not None:
@@ -453,17 +406,13 @@ class QuicEndpoint(asyncio.DatagramProtocol):
             _log.debug("QUIC handshake from %s failed: %r", conn.addr, exc)
             return
         conn.channel = channel
+        self._routes.established(conn)
         try:
             await handler(channel)
         except Exception:
             self.counters.incr("errors.on_channel")
             _log.exception("on_channel failed for %r", channel)
             channel.close()
-
-    def _spawn(self, coro: Awaitable[None]) -> None:
-        task: asyncio.Task[None] = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     async def dial(
         self,
@@ -482,7 +431,7 @@ class QuicEndpoint(asyncio.DatagramProtocol):
         channel (ALPN :data:`RELAY_ALPN`) instead of a node channel."""
         if self._closed or self._transport is None:
             raise PeerUnreachable("the QUIC endpoint is closed")
-        if len(self._conns) >= self._max_channels:
+        if self._routes.full:
             raise PeerBusy("this endpoint holds its maximum of QUIC connections")
         try:  # the name lookup must not block the event loop
             infos = await self._loop.getaddrinfo(
@@ -494,7 +443,7 @@ class QuicEndpoint(asyncio.DatagramProtocol):
         quic = QuicConnection(configuration=self._relay_cfg if relay else self._client_cfg)
         conn = _Conn(quic, addr, inbound=False, stream_id=0)
         conn.ready = self._loop.create_future()
-        self._register(conn, quic.host_cid)
+        self._routes.add(conn, quic.host_cid)
         self.counters.incr("quic_dials")
         try:
             async with asyncio.timeout(timeout_s):
@@ -563,16 +512,14 @@ class QuicEndpoint(asyncio.DatagramProtocol):
         if self._closed:
             return
         self._closed = True
-        for conn in list(self._conns):
+        for conn in self._routes.connections():
             if conn.channel is not None:
                 conn.channel.close()
             self._terminate(conn, ConnectionClosed("endpoint closed"))
-        for task in list(self._tasks):
-            task.cancel()
+        self._tasks.cancel()
         if self._transport is not None:
             self._transport.close()
 
     async def wait_closed(self) -> None:
         """Wait for the handshake tasks to end."""
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._tasks.wait()

@@ -3,15 +3,10 @@
 Theory of operation
 -------------------
 A node with the relay role runs a :class:`RelayService` on its QUIC
-endpoint (relay channels: ALPN ``hivemesh-relay/1``). Every peer that opens
-a relay channel to it proves its identity in that channel's Noise handshake
-and passes the relay's trust check (an untrusted peer is refused in the
-handshake and counted ``errors.unknown_peer``). The service then reports
-the address it sees the peer come from (OBSERVED) and carries out
-:class:`~hivemesh.transports.relay_policy.RelayTable`'s decisions:
-reservations, circuits, shaping, punch forwarding. Forwarding awaits the
-outgoing channel's send queue, so a slow end slows its sender down (the
-relay channel's reader stops, and QUIC's flow control pushes back).
+endpoint (relay channels: ALPN ``hivemesh-relay/1``): it feeds each relay
+channel's frames to :class:`~hivemesh.transports.relay_policy.RelayTable`
+and sends what the table answers. Forwarding awaits the outgoing channel's
+send queue, so a slow end slows its sender down.
 
 A node behind a NAT runs a :class:`RelayClient` per relay it uses: it keeps
 a reservation (RESERVE) so that others can reach it, opens circuits
@@ -50,17 +45,23 @@ from hivemesh.transports.channel import Authorize, SecureChannel
 from hivemesh.transports.noise import StaticCredentials
 from hivemesh.transports.pipe import PipeTransport, open_pipe
 from hivemesh.transports.quic import QuicEndpoint
-from hivemesh.transports.relay_policy import RelayTable, punch_candidates
-from hivemesh.transports.relay_wire import Kind, Message, Punch, decode, encode, parse_hostport
+from hivemesh.transports.relay_policy import Forward, RelayTable
+from hivemesh.transports.relay_wire import (
+    Kind,
+    Message,
+    Punch,
+    data_frames,
+    decode,
+    encode,
+    parse_hostport,
+)
 from hivemesh.transports.session import ChannelOptions
 from hivemesh.transports.stats import TransportCounters
-from hivemesh.transports.streams import PROCESS_BOOT_ID, secure_accept, secure_dial
+from hivemesh.transports.streams import PROCESS_BOOT_ID, TaskSet, secure_accept, secure_dial
 
 __all__ = ["RelayClient", "RelayService"]
 
 _log = logging.getLogger(__name__)
-#: Bytes of a circuit per DATA message (well under the relay's max_data_bytes).
-CHUNK_BYTES = 32 << 10
 HostPort = tuple[str, int]
 
 
@@ -82,100 +83,47 @@ class RelayService:
         self._send_timeout_s = send_timeout_s
         self._clock = clock
         self._peers: dict[str, SecureChannel] = {}
-        self._observed: dict[str, HostPort] = {}
 
     @property
     def counters(self) -> dict[str, int]:
         """The relay's counters (``relay_bytes``, ``relay_refused_<code>``, ...)."""
         return dict(sorted(self.table.counters.items()))
 
-    async def _send(self, peer: str, msg: Message) -> None:
-        channel = self._peers.get(peer)
-        if channel is None:
-            self.table.counters["relay_dropped_no_channel"] += 1
-            return
-        try:
-            await channel.send(encode(msg), timeout_s=self._send_timeout_s)
-        except HivemeshError:
-            self.table.counters["relay_send_failed"] += 1
-            channel.close()
+    async def _send(self, forward: Forward) -> None:
+        for peer, msg in forward.sends:
+            channel = self._peers.get(peer)
+            if channel is None:
+                self.table.counters["relay_dropped_no_channel"] += 1
+                continue
+            if self.tap is not None and msg.kind == Kind.DATA:
+                self.tap(msg.data)
+            try:
+                await channel.send(encode(msg), timeout_s=self._send_timeout_s)
+            except HivemeshError:
+                self.table.counters["relay_send_failed"] += 1
+                channel.close()
 
     async def handle(self, channel: SecureChannel) -> None:
         """Serve one relay channel until it ends (the QUIC endpoint's ``on_relay_channel``)."""
-        peer = channel.peer_address
+        peer, table = channel.peer_address, self.table
         old = self._peers.get(peer)
         if old is not None:
             old.close()
         self._peers[peer] = channel
-        observed = channel.remote_endpoint
-        if observed is not None:
-            self._observed[peer] = observed
-            await self._send(peer, Message(Kind.OBSERVED, text=f"{observed[0]}:{observed[1]}"))
+        await self._send(table.link_up(peer, channel.remote_endpoint))
         try:
             while True:
                 for frame in await channel.recv_batch():
-                    await self._on_frame(peer, frame)
+                    forward = table.receive(peer, frame, self._clock())
+                    if forward.delay_s:
+                        await asyncio.sleep(forward.delay_s)
+                    await self._send(forward)
         except ConnectionClosed:
             pass
         finally:
             if self._peers.get(peer) is channel:
                 del self._peers[peer]
-                for other, cid in self.table.drop_peer(peer):
-                    await self._send(other, Message(Kind.CLOSE, cid, text="peer_gone"))
-
-    async def _on_frame(self, peer: str, frame: bytes) -> None:
-        table = self.table
-        try:
-            msg = decode(frame)
-        except DecodeError:
-            table.counters["relay_refused_malformed"] += 1
-            return
-        if msg.kind == Kind.DATA:
-            verdict = table.data(peer, msg.circuit, len(msg.data), self._clock())
-            if verdict.refused is not None:
-                await self._send(peer, Message(Kind.CLOSE, msg.circuit, text=verdict.refused))
-                if verdict.peer:  # an oversize circuit closed: its other leg hears it too
-                    close = Message(Kind.CLOSE, verdict.cid, text=verdict.refused)
-                    await self._send(verdict.peer, close)
-                return
-            if verdict.delay_s:
-                await asyncio.sleep(verdict.delay_s)
-            if self.tap is not None:
-                self.tap(msg.data)
-            await self._send(verdict.peer, Message(Kind.DATA, verdict.cid, data=msg.data))
-        elif msg.kind == Kind.RESERVE:
-            code = table.reserve(peer)
-            reply = Message(Kind.RESERVED) if code is None else Message(Kind.REFUSED, text=code)
-            await self._send(peer, reply)
-        elif msg.kind == Kind.CONNECT:
-            code, circuit = table.connect(
-                peer, msg.circuit, msg.text, online=msg.text in self._peers
-            )
-            if circuit is None:
-                await self._send(peer, Message(Kind.REFUSED, msg.circuit, text=code or "?"))
-                return
-            await self._send(circuit.b, Message(Kind.INCOMING, circuit.b_cid, text=peer))
-            await self._send(peer, Message(Kind.CONNECTED, msg.circuit))
-        elif msg.kind == Kind.CLOSE:
-            other = table.close(peer, msg.circuit)
-            if other is not None:
-                await self._send(other[0], Message(Kind.CLOSE, other[1], text=msg.text))
-        elif msg.kind == Kind.PUNCH and msg.punch is not None:
-            await self._punch(peer, msg.circuit, msg.punch)
-        else:
-            table.counters["relay_refused_unexpected"] += 1
-
-    async def _punch(self, peer: str, cid: int, punch: Punch) -> None:
-        n = len(punch.candidates)
-        code, (other, ocid) = self.table.punch(peer, cid, punch.claimed, n, self._clock())
-        if code is not None:
-            await self._send(peer, Message(Kind.REFUSED, cid, text=code))
-            return
-        mine, theirs = self._observed.get(peer), self._observed.get(other)
-        max_c = self.table.limits.max_candidates
-        forward, back = punch_candidates(mine, punch.candidates, theirs, max_c)
-        await self._send(other, Message(Kind.PUNCH, ocid, punch=Punch(peer, forward)))
-        await self._send(peer, Message(Kind.PUNCH, cid, punch=Punch(other, back)))
+                await self._send(table.link_down(peer))
 
 
 @dataclass(eq=False)
@@ -230,7 +178,7 @@ class RelayClient:
         )
         self._circuits: dict[int, _Circuit] = {}
         self._ids = itertools.count(1)
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet(self.counters, "relay_task")
         self._reserved = asyncio.Event()
 
     @property
@@ -248,14 +196,14 @@ class RelayClient:
         self.channel = await self.endpoint.dial(
             host, port, expect_address=self.relay_address, timeout_s=timeout_s, relay=True
         )
-        self._spawn(self._reader(self.channel))
+        self._tasks.spawn(self._reader(self.channel))
         if reserve:
             await self.channel.send(encode(Message(Kind.RESERVE)))
             async with asyncio.timeout(timeout_s):
                 await self._reserved.wait()
             if not self.reserved:
                 raise PeerUnreachable(f"the relay {self.relay_address[:12]} refused a reservation")
-            self._spawn(self._keepalive(self.channel))
+            self._tasks.spawn(self._keepalive(self.channel))
 
     async def _keepalive(self, channel: SecureChannel) -> None:
         """Renew the reservation every ``keepalive_s``: it also keeps our NAT's
@@ -267,12 +215,6 @@ class RelayClient:
                 channel.send_nowait(encode(Message(Kind.RESERVE)))
             except HivemeshError:
                 return
-
-    def _spawn(self, coro: Awaitable[None]) -> asyncio.Task[None]:
-        task: asyncio.Task[None] = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
 
     @property
     def is_up(self) -> bool:
@@ -339,24 +281,22 @@ class RelayClient:
 
     def _pipe(self, circuit: _Circuit) -> PipeTransport:
         def send(data: bytes) -> None:
+            frames = data_frames(circuit.cid, data)
             channel = self.channel
-            if not circuit.outq and channel is not None and not circuit.closed:
-                # fast path: nothing queued, send now (in order) until the channel is full
-                while data:
-                    chunk = data[:CHUNK_BYTES]
-                    try:
-                        channel.send_nowait(encode(Message(Kind.DATA, circuit.cid, data=chunk)))
-                    except WouldBlock:
-                        break
-                    except HivemeshError as exc:
-                        self._end(circuit, ConnectionClosed(f"relay channel: {exc}"))
-                        return
-                    data = data[CHUNK_BYTES:]
-                if not data:
+            if not circuit.queued and channel is not None and not circuit.closed:
+                try:  # nothing queued or in flight: send now, in order, while there is room
+                    while frames:
+                        channel.send_nowait(frames[0])
+                        del frames[0]
+                except WouldBlock:
+                    pass
+                except HivemeshError as exc:
+                    self._end(circuit, ConnectionClosed(f"relay channel: {exc}"))
                     return
-            circuit.outq.append(data)
-            circuit.queued += len(data)
-            circuit.wake.set()
+            if frames:
+                circuit.outq += frames
+                circuit.queued += sum(map(len, frames))
+                circuit.wake.set()
 
         def on_close() -> None:
             self._end(circuit, None)
@@ -364,7 +304,7 @@ class RelayClient:
         circuit.pipe = PipeTransport(
             send, lambda: circuit.queued, on_close, extra={"peername": None, "path": self.path}
         )
-        circuit.writer = self._spawn(self._write(circuit))
+        circuit.writer = self._tasks.spawn(self._write(circuit))
         return circuit.pipe
 
     async def _write(self, circuit: _Circuit) -> None:
@@ -372,15 +312,14 @@ class RelayClient:
             await circuit.wake.wait()
             circuit.wake.clear()
             while circuit.outq and self.channel is not None:
-                data = circuit.outq.pop(0)
-                for i in range(0, len(data), CHUNK_BYTES):
-                    chunk = data[i : i + CHUNK_BYTES]
-                    try:
-                        await self.channel.send(encode(Message(Kind.DATA, circuit.cid, data=chunk)))
-                    except HivemeshError as exc:
-                        self._end(circuit, ConnectionClosed(f"relay channel: {exc}"))
-                        return
-                circuit.queued -= len(data)
+                frame = circuit.outq[0]  # stays queued while in flight: send() keeps order
+                try:
+                    await self.channel.send(frame)
+                except HivemeshError as exc:
+                    self._end(circuit, ConnectionClosed(f"relay channel: {exc}"))
+                    return
+                del circuit.outq[0]
+                circuit.queued -= len(frame)
                 if circuit.pipe is not None:
                     circuit.pipe.check_writable()
             if circuit.closed:
@@ -406,7 +345,7 @@ class RelayClient:
             if circuit.outq and writer is not None and not writer.done():
                 circuit.close_pending = True  # the writer sends the queued bytes, then CLOSE
             else:
-                self._spawn(self._send_close(circuit.cid))
+                self._tasks.spawn(self._send_close(circuit.cid))
         circuit.wake.set()
         if circuit.pipe is not None:
             circuit.pipe.lost(reason)
@@ -435,7 +374,7 @@ class RelayClient:
                 return
             await self._on_channel(channel)
 
-        self._spawn(accept())
+        self._tasks.spawn(accept())
 
     async def open(self, target: str, *, timeout_s: float = 5.0) -> tuple[SecureChannel, int]:
         """A secure channel to ``target`` through the relay, and its circuit id."""
@@ -493,5 +432,4 @@ class RelayClient:
         """Close the relay channel and every circuit."""
         if self.channel is not None:
             self.channel.close()
-        for task in list(self._tasks):
-            task.cancel()
+        self._tasks.cancel()

@@ -33,6 +33,11 @@ in :attr:`RelayTable.counters` under ``relay_refused_<code>``.
   own candidates (at most ``max_candidates``); the sender gets the other
   end's observed address.
 
+The driver's inputs are ``link_up(peer, observed)``, ``receive(peer,
+frame, now)`` and ``link_down(peer)``; each answers a :class:`Forward`: the
+relay messages to send to which peers, after ``delay_s`` (shaping). The
+methods above are the rules those inputs apply.
+
 The relay reads nothing of the circuit's bytes: they are an end-to-end Noise
 stream between the two ends, who prove their identities to each other.
 """
@@ -42,18 +47,22 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from hivemesh.errors import InvalidArgument
+from hivemesh.errors import DecodeError, InvalidArgument
+from hivemesh.transports.relay_wire import Kind, Message, Punch, decode
 
 __all__ = [
     "RELAY_CIRCUIT_BIT",
     "Circuit",
     "DataVerdict",
+    "Forward",
     "RelayLimits",
     "RelayTable",
     "punch_candidates",
 ]
 
 HostPort = tuple[str, int]
+#: A message for one peer's relay channel.
+Send = tuple[str, Message]
 
 #: Circuit ids on one relay channel: the client numbers the circuits it opens
 #: below this bit, the relay numbers incoming ones with it set, so the two
@@ -107,6 +116,14 @@ class DataVerdict:
     refused: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """What the relay does for one input: wait ``delay_s``, then send ``sends``."""
+
+    sends: tuple[Send, ...] = ()
+    delay_s: float = 0.0
+
+
 @dataclass(slots=True)
 class _Bucket:
     tokens: float
@@ -120,9 +137,78 @@ class RelayTable:
     limits: RelayLimits = field(default_factory=RelayLimits)
     counters: Counter[str] = field(default_factory=Counter)
     reservations: set[str] = field(default_factory=set)
+    #: Peers whose relay channel is up, and the address each is seen from.
+    online: dict[str, HostPort | None] = field(default_factory=dict)
     _legs: dict[tuple[str, int], Circuit] = field(default_factory=dict)
     _next_cid: int = 1
     _buckets: dict[str, _Bucket] = field(default_factory=dict)
+
+    # -- the driver's inputs: a relay channel up or down, a frame on it -------
+
+    def link_up(self, peer: str, observed: HostPort | None) -> Forward:
+        """``peer``'s relay channel is up, its bytes seen from ``observed``."""
+        self.online[peer] = observed
+        if observed is None:
+            return Forward()
+        return Forward(((peer, Message(Kind.OBSERVED, text=f"{observed[0]}:{observed[1]}")),))
+
+    def link_down(self, peer: str) -> Forward:
+        """``peer``'s relay channel ended: its circuits' other legs hear CLOSE."""
+        self.online.pop(peer, None)
+        gone = self.drop_peer(peer)
+        return Forward(tuple((o, Message(Kind.CLOSE, c, text="peer_gone")) for o, c in gone))
+
+    def receive(self, peer: str, frame: bytes, now: float) -> Forward:
+        """A frame from ``peer``'s relay channel: what to send, to whom."""
+        try:
+            msg = decode(frame)
+        except DecodeError:
+            self._refuse("malformed")
+            return Forward()
+        cid = msg.circuit
+        if msg.kind == Kind.DATA:
+            v = self.data(peer, cid, len(msg.data), now)
+            if v.refused is None:
+                return Forward(((v.peer, Message(Kind.DATA, v.cid, data=msg.data)),), v.delay_s)
+            sends: tuple[Send, ...] = ((peer, Message(Kind.CLOSE, cid, text=v.refused)),)
+            if v.peer:  # an oversize circuit closed: its other leg hears it too
+                sends += ((v.peer, Message(Kind.CLOSE, v.cid, text=v.refused)),)
+            return Forward(sends)
+        if msg.kind == Kind.RESERVE:
+            code = self.reserve(peer)
+            return Forward(
+                ((peer, Message(Kind.RESERVED if code is None else Kind.REFUSED, text=code or "")),)
+            )
+        if msg.kind == Kind.CONNECT:
+            code, circuit = self.connect(peer, cid, msg.text, online=msg.text in self.online)
+            if circuit is None:
+                return Forward(((peer, Message(Kind.REFUSED, cid, text=code or "?")),))
+            incoming = Message(Kind.INCOMING, circuit.b_cid, text=peer)
+            return Forward(((circuit.b, incoming), (peer, Message(Kind.CONNECTED, cid))))
+        if msg.kind == Kind.CLOSE:
+            other = self.close(peer, cid)
+            return Forward(
+                () if other is None else ((other[0], Message(Kind.CLOSE, other[1], text=msg.text)),)
+            )
+        if msg.kind == Kind.PUNCH and msg.punch is not None:
+            return self._forward_punch(peer, cid, msg.punch, now)
+        self.counters["relay_refused_unexpected"] += 1
+        return Forward()
+
+    def _forward_punch(self, peer: str, cid: int, punch: Punch, now: float) -> Forward:
+        code, (other, ocid) = self.punch(peer, cid, punch.claimed, len(punch.candidates), now)
+        if code is not None:
+            return Forward(((peer, Message(Kind.REFUSED, cid, text=code)),))
+        mine, theirs = self.online.get(peer), self.online.get(other)
+        forward, back = punch_candidates(mine, punch.candidates, theirs, self.limits.max_candidates)
+        return Forward(
+            (
+                (other, Message(Kind.PUNCH, ocid, punch=Punch(peer, forward))),
+                (peer, Message(Kind.PUNCH, cid, punch=Punch(other, back))),
+            )
+        )
+
+    # -- the rules -------------------------------------------------------------
 
     def _refuse(self, code: str) -> str:
         self.counters[f"relay_refused_{code}"] += 1

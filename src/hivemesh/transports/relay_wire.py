@@ -30,12 +30,24 @@ from dataclasses import dataclass
 
 from hivemesh.errors import DecodeError
 
-__all__ = ["MAX_CANDIDATES_WIRE", "Kind", "Message", "Punch", "decode", "encode", "parse_hostport"]
+__all__ = [
+    "DATA_CHUNK_BYTES",
+    "MAX_CANDIDATES_WIRE",
+    "Kind",
+    "Message",
+    "Punch",
+    "data_frames",
+    "decode",
+    "encode",
+    "parse_hostport",
+]
 
 _HEAD = struct.Struct(">BI")
 _MAX_TEXT = 64
 #: The most candidates a PUNCH can carry on the wire (policy may allow fewer).
 MAX_CANDIDATES_WIRE = 32
+#: Bytes of a circuit per DATA message (well under a relay's ``max_data_bytes``).
+DATA_CHUNK_BYTES = 32 << 10
 
 
 class Kind(enum.IntEnum):
@@ -107,6 +119,12 @@ def encode(msg: Message) -> bytes:
             out += [bytes([len(c)]), c]
         return b"".join(out)
     return head
+
+
+def data_frames(circuit: int, data: bytes, chunk: int = DATA_CHUNK_BYTES) -> list[bytes]:
+    """The DATA frames carrying ``data`` on ``circuit``, in order, ``chunk`` bytes each at most."""
+    head = _HEAD.pack(Kind.DATA, circuit)
+    return [head + data[i : i + chunk] for i in range(0, len(data), chunk)]
 
 
 def _ascii(raw: bytes) -> str:

@@ -33,8 +33,9 @@ CLOSE("unknown_peer")). CLOSE(code) is sent before a deliberate close, so an
 EOF without it is visibly an unclean end (crash or truncation).
 
 A CLOSE code from the peer becomes a typed local error by the table
-:data:`PEER_CLOSE` (:func:`peer_close_error`); :class:`ChannelOptions` are
-the limits and deadlines of a channel.
+:data:`PEER_CLOSE` (:func:`peer_close_error`), and how the channel then ends
+(clean or a fault, frames kept or dropped) is :func:`read_ending`'s;
+:class:`ChannelOptions` are the limits and deadlines of a channel.
 
 Failure is sticky and never loses authenticated input: :meth:`receive_data`
 returns every frame that arrived intact before the fault and records the
@@ -68,8 +69,10 @@ __all__ = [
     "MAX_RECORD_PLAINTEXT",
     "PEER_CLOSE",
     "ChannelOptions",
+    "Ending",
     "FrameSession",
     "peer_close_error",
+    "read_ending",
 ]
 
 
@@ -112,6 +115,39 @@ def peer_close_error(code: str) -> HivemeshError:
     """The local error for a CLOSE item carrying ``code`` from the peer."""
     cls, text = PEER_CLOSE.get(code, (ConnectionClosed, f"the peer closed the channel: {code}"))
     return cls(text)
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """How a channel ends: ``reason``; the CLOSE code to send the peer
+    (``notify``, if any); whether it is a fault to count under
+    ``errors.<code>``; whether unwritten frames go back to the owner
+    (``keep_unsent``, a retired channel) instead of being dropped."""
+
+    reason: HivemeshError
+    notify: str | None = None
+    count: bool = True
+    keep_unsent: bool = False
+
+
+def read_ending(session: FrameSession, *, retiring: bool, eof: bool = False) -> Ending | None:
+    """How a channel ends after its input (``eof``: the peer hung up), or
+    ``None`` if it goes on. A fault in the input is answered with its code;
+    a CLOSE ``"normal"`` or ``channel_superseded`` (the peer retired it: its
+    unwritten frames go elsewhere), or any end of a channel we are
+    retiring, is clean; an EOF without CLOSE is not (a crash, a cut)."""
+    if session.failure is not None:
+        return Ending(session.failure, notify=session.failure.code)
+    code = session.peer_close
+    if code is not None:
+        superseded = code == ChannelSuperseded.code
+        quiet = superseded or code == "normal" or retiring
+        return Ending(peer_close_error(code), count=not quiet, keep_unsent=superseded)
+    if not eof:
+        return None
+    if retiring:  # the peer read our CLOSE and hung up
+        return Ending(ConnectionClosed("retired"), count=False)
+    return Ending(ConnectionClosed("the peer closed the connection without a close notice"))
 
 
 #: Largest plaintext in one record.

@@ -1,28 +1,19 @@
 """A secure channel over any byte stream (TCP, a QUIC stream, a relayed
-circuit): one handshake, records, trust rules, counters and frame limits.
-
-:func:`run_handshake` runs a :class:`~hivemesh.transports.noise.SecureHandshake`
-over a stream, with the wire format and refusals described in
-:mod:`hivemesh.transports.tcp`; :func:`open_channel` makes the channel.
-
-:func:`secure_dial` and :func:`secure_accept` take a connected
-``StreamReader``/``StreamWriter`` (a QUIC stream or a relayed circuit made
-into one by :mod:`hivemesh.transports.pipe`), run the Noise XX handshake of
-:mod:`hivemesh.transports.noise` under one deadline and return a
-:class:`~hivemesh.transports.channel.SecureChannel` whose :attr:`path` says
-how its bytes travel. Failures are typed, counted in ``counters`` and close
-the stream. The identity, the trust check (``authorize``) and the
-``expect_address`` check are exactly the TCP transport's: whoever carries
-the bytes (a QUIC peer, a relay) learns and can change nothing.
+circuit): :func:`secure_dial` and :func:`secure_accept` run the handshake
+(:mod:`hivemesh.transports.stream_handshake`) under one deadline and return a
+:class:`~hivemesh.transports.channel.SecureChannel` whose ``path`` says how
+its bytes travel. Identity, trust and ``expect_address`` are checked end to
+end: whoever carries the bytes learns and can change nothing. Failures are
+typed, counted in ``counters`` and close the stream.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import secrets
-import struct
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from hivemesh.core.identity import Identity
 from hivemesh.errors import (
@@ -30,51 +21,66 @@ from hivemesh.errors import (
     HandshakeError,
     HivemeshError,
     InvalidArgument,
-    UnknownPeer,
 )
-from hivemesh.transports.admission import REFUSAL_MARK, refusal_error
 from hivemesh.transports.channel import Authorize, SecureChannel
 from hivemesh.transports.noise import (
-    ACCEPTED_MESSAGE_BYTES,
     BOOT_ID_BYTES,
     RandomBytes,
     SecureHandshake,
     StaticCredentials,
 )
-from hivemesh.transports.session import ChannelOptions, FrameSession, peer_close_error
+from hivemesh.transports.session import ChannelOptions, FrameSession
 from hivemesh.transports.stats import TransportCounters
+from hivemesh.transports.stream_handshake import StreamHandshake
 
-__all__ = ["PROCESS_BOOT_ID", "open_channel", "run_handshake", "secure_accept", "secure_dial"]
+__all__ = [
+    "PROCESS_BOOT_ID",
+    "TaskSet",
+    "open_channel",
+    "run_handshake",
+    "secure_accept",
+    "secure_dial",
+]
 
-_U16 = struct.Struct(">H")
+_log = logging.getLogger(__name__)
+
 #: The boot id this process proves when no other is given: random, drawn once
 #: per process start.
 PROCESS_BOOT_ID = secrets.token_bytes(BOOT_ID_BYTES)
 
 
-def _write_record(writer: asyncio.StreamWriter, message: bytes) -> None:
-    writer.write(_U16.pack(len(message)) + message)
+class TaskSet:
+    """The tasks of one transport object (handshakes, readers, punches): a
+    task's failure is logged and counted as ``errors.<name>`` at once (the
+    object goes on); :meth:`cancel` and :meth:`wait` end them all."""
 
+    def __init__(self, counters: TransportCounters, name: str) -> None:
+        self._counters = counters
+        self._name = name
+        self._tasks: set[asyncio.Task[None]] = set()
 
-async def _read_refusal(reader: asyncio.StreamReader) -> HivemeshError:
-    """Read a refusal's code (its mark was read); return the error to raise."""
-    (n,) = await reader.readexactly(1)
-    return refusal_error((await reader.readexactly(n)).decode("ascii", "replace"))
+    def spawn(self, coro: Awaitable[None]) -> asyncio.Task[None]:
+        """Run ``coro`` as a task of this set."""
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+        return task
 
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            self._counters.incr(f"errors.{self._name}")
+            _log.error("a %s task failed", self._name, exc_info=exc)
 
-async def _read_record(
-    reader: asyncio.StreamReader, sizes: tuple[int, ...], *, dialler: bool
-) -> bytes:
-    """One handshake message of one of ``sizes`` (ours first; the others are
-    legacy versions', read only to be refused by their version)."""
-    (size,) = _U16.unpack(await reader.readexactly(2))
-    if size == 0 and dialler:  # only a listener refuses
-        raise await _read_refusal(reader)
-    if size not in sizes:
-        raise HandshakeError(
-            f"handshake message of {size} bytes, expected {sizes[0]} (not hivemesh?)"
-        )
-    return await reader.readexactly(size)
+    def cancel(self) -> None:
+        """Cancel every task."""
+        for task in list(self._tasks):
+            task.cancel()
+
+    async def wait(self) -> None:
+        """Wait for every task to end."""
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
 async def run_handshake(
@@ -84,66 +90,28 @@ async def run_handshake(
     options: ChannelOptions,
     progress: Callable[[int], None] | None = None,
 ) -> tuple[FrameSession, list[bytes]]:
-    """Run ``hs`` to completion over any byte stream (TCP, a QUIC stream, a
-    relayed circuit); raise typed errors only. Returns the session and the
-    frames that arrived with the responder's ACCEPT.
-
-    The responder calls ``progress(i)`` when handshake message ``i`` (0 or
-    2) has arrived complete.
-    """
+    """Run ``hs`` over a byte stream (:class:`StreamHandshake`); raise typed
+    errors only. Returns the session and the frames that came with the
+    responder's ACCEPT. ``progress(i)``: handshake message ``i`` arrived whole."""
+    machine = StreamHandshake(hs, max_frame_bytes=options.max_frame_bytes)
     try:
-        if hs.initiator:
-            _write_record(writer, hs.initiate())
-            reply = hs.receive(await _read_record(reader, ACCEPTED_MESSAGE_BYTES[1], dialler=True))
-            assert reply is not None
-            _write_record(writer, reply)
-            result = hs.result()
-            session = FrameSession(
-                result.send, result.recv, initiator=True, max_frame_bytes=options.max_frame_bytes
-            )
-            # Evicted after message 2, the responder sends a refusal in
-            # place of its ACCEPT record: a record never starts with 0x0000.
-            mark = await reader.readexactly(2)
-            if mark == REFUSAL_MARK:
-                raise await _read_refusal(reader)
-            frames: list[bytes] = []
-            data = mark
-            while True:
-                frames += session.receive_data(data)
-                if session.failure is not None:
-                    raise session.failure
-                if session.peer_close is not None:
-                    raise peer_close_error(session.peer_close)
-                if session.accepted:
-                    return session, frames
-                data = await reader.read(options.read_chunk_bytes)
-                if not data:
-                    raise HandshakeError("the responder closed before accepting us")
-        reply = hs.receive(await _read_record(reader, ACCEPTED_MESSAGE_BYTES[0], dialler=False))
-        assert reply is not None
-        if progress is not None:
-            progress(0)
-        _write_record(writer, reply)
-        try:
-            hs.receive(await _read_record(reader, ACCEPTED_MESSAGE_BYTES[2], dialler=False))
-        except UnknownPeer:
-            result = hs.result()  # keys exist: tell the peer why, encrypted
-            refusal = FrameSession(result.send, result.recv, initiator=False)
-            writer.write(refusal.encode_close(UnknownPeer.code))
+        while not machine.done:
+            writer.write(machine.data_to_send())
+            data = await reader.read(machine.wanted(options.read_chunk_bytes))
+            seen = machine.last_message
+            machine.receive_data(data) if data else machine.receive_eof()
+            if progress is not None and machine.last_message != seen:
+                progress(machine.last_message or 0)
+        writer.write(machine.data_to_send())
+        await writer.drain()
+        assert machine.session is not None
+        return machine.session, machine.frames
+    except HivemeshError:
+        if last_word := machine.data_to_send():
+            writer.write(last_word)
             with contextlib.suppress(Exception):
                 await writer.drain()
-            raise
-        if progress is not None:
-            progress(2)
-        result = hs.result()
-        session = FrameSession(
-            result.send, result.recv, initiator=False, max_frame_bytes=options.max_frame_bytes
-        )
-        writer.write(session.encode_accept())
-        await writer.drain()
-        return session, []
-    except asyncio.IncompleteReadError:
-        raise HandshakeError("the peer closed the connection during the handshake") from None
+        raise
     except (ConnectionError, OSError) as exc:
         raise HandshakeError(f"connection failed during the handshake: {exc}") from None
 

@@ -1,56 +1,21 @@
-"""Secure channels over asyncio TCP: Noise XX handshake, then framed records.
+"""Secure channels over asyncio TCP: :func:`connect` and :func:`serve`.
 
-Theory of operation
--------------------
-The handshake over a stream (shared with QUIC streams and relayed
-circuits) is :mod:`hivemesh.transports.streams`'s; this module opens and
-accepts the TCP connections. Together they are the thin asyncio pump around
-two sans-IO objects:
-:class:`~hivemesh.transports.noise.SecureHandshake` (who is the peer, may we
-talk) and :class:`~hivemesh.transports.session.FrameSession` (frames <->
-encrypted records), driven per connection by
-:class:`~hivemesh.transports.channel.SecureChannel`. On the wire every
-message, handshake or transport, is a ``u16`` big-endian length followed by
-one Noise message; handshake messages have fixed sizes, so garbage on the
-port fails at its first two bytes.
+The handshake over a stream is :mod:`hivemesh.transports.streams`'s (its
+wire format and refusals: :mod:`hivemesh.transports.stream_handshake`); this
+module opens and accepts the TCP connections.
 
-* :func:`connect` dials, runs the handshake as initiator under one deadline
-  (TCP connect + handshake + the responder's ACCEPT) and returns a
-  :class:`SecureChannel`. The peer must prove ``expect_address`` if given
-  (else :class:`~hivemesh.errors.PeerIdentityMismatch`) and pass
-  ``authorize`` (else :class:`~hivemesh.errors.UnknownPeer`); the responder
-  refusing us also surfaces as :class:`~hivemesh.errors.UnknownPeer`.
-* :func:`serve` listens; each connection gets a handshake deadline, a cap
-  on concurrent handshakes, and on success ``on_channel(channel)``. Failures
-  are counted by error code in :attr:`Listener.counters` and never stop the
-  listener. :meth:`Listener.revalidate` re-runs the trust policy on open
-  channels (revocation).
+* :func:`connect` dials and runs the handshake as initiator under one
+  deadline (TCP connect + handshake + ACCEPT).
+* :func:`serve` listens; each connection gets a handshake deadline and, on
+  success, ``on_channel(channel)``. When ``max_pending_handshakes`` are in
+  progress the one that waited longest for its peer is evicted
+  (:mod:`hivemesh.transports.admission`); an evicted connection, and one
+  beyond ``max_channels``, is refused ``busy``. Failures are counted by
+  error code in :attr:`Listener.counters` and never stop the listener.
 
-**Refusing for load.** When the handshake cap is reached, a newcomer is
-still admitted and the pending handshake that waited longest for its peer
-is evicted instead (:mod:`hivemesh.transports.admission`: a flood of silent
-or half-finished handshakes cannot keep a legitimate peer out). An evicted
-connection, and any connection beyond ``max_channels``, is told why before
-it is closed, in place of the next handshake message::
-
-    refusal := 0x0000 || length (u8) || code (ASCII), e.g. "busy"
-
-No handshake message is empty, so a zero length is unambiguous. The dialler
-raises :class:`~hivemesh.errors.PeerBusy` for ``busy`` (its caller backs off
-and retries), :class:`~hivemesh.errors.HandshakeError` naming any other
-code. The refusal is not authenticated (nothing is yet): an on-path
-attacker could forge one, as it could forge a TCP reset.
-
-**Dialling oneself.** A handshake whose peer proves our own identity (a
-node with its own endpoint in its bootstrap list, or two processes sharing
-one key) fails with :class:`~hivemesh.errors.SelfConnection`; the dialler
-checks before sending message 3, so it never completes.
-
-**Boot ids.** Both sides prove a boot id in the handshake (see
-:mod:`hivemesh.transports.noise`); :attr:`SecureChannel.peer_boot_id` is the
-peer's. :func:`connect` and :func:`serve` send ``boot_id`` (a node passes the
-one it drew at start), by default :data:`PROCESS_BOOT_ID`, drawn once per
-process.
+Both sides prove a boot id (:mod:`hivemesh.transports.noise`), by default
+:data:`~hivemesh.transports.streams.PROCESS_BOOT_ID`; a peer that proves our
+own identity fails with :class:`~hivemesh.errors.SelfConnection`.
 """
 
 from __future__ import annotations
@@ -70,7 +35,13 @@ from hivemesh.transports.channel import Authorize, SecureChannel
 from hivemesh.transports.noise import RandomBytes, SecureHandshake, StaticCredentials
 from hivemesh.transports.session import ChannelOptions
 from hivemesh.transports.stats import TransportCounters
-from hivemesh.transports.streams import PROCESS_BOOT_ID, open_channel, run_handshake, secure_dial
+from hivemesh.transports.streams import (
+    PROCESS_BOOT_ID,
+    TaskSet,
+    open_channel,
+    run_handshake,
+    secure_dial,
+)
 
 __all__ = ["ChannelOptions", "Listener", "SecureChannel", "connect", "serve"]
 
@@ -173,7 +144,7 @@ class Listener:
         self._admission = HandshakeAdmission(max_pending_handshakes)
         self._max_channels = max_channels
         self._channels: dict[int, SecureChannel] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet(counters, "accept_handler")
         self._server: asyncio.Server | None = None
 
     @property
@@ -262,17 +233,7 @@ class Listener:
             victim.deadline.reschedule(loop.time())
 
     def _spawn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.create_task(self._handle(reader, writer))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        task.add_done_callback(self._handled)
-
-    def _handled(self, task: asyncio.Task[None]) -> None:
-        """A connection's handler ended: a bug in it is logged and counted at
-        once (the listener goes on accepting; the socket was closed)."""
-        if not task.cancelled() and (exc := task.exception()) is not None:
-            self.counters.incr("errors.accept_handler")
-            _log.error("handling an inbound connection failed", exc_info=exc)
+        self._tasks.spawn(self._handle(reader, writer))
 
     def close(self) -> None:
         """Stop listening and close every channel and pending handshake."""
@@ -281,13 +242,11 @@ class Listener:
         for channel in list(self._channels.values()):
             channel.close()
         self._channels.clear()
-        for task in list(self._tasks):
-            task.cancel()
+        self._tasks.cancel()
 
     async def wait_closed(self) -> None:
         """Wait for the listening socket and handler tasks to finish."""
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._tasks.wait()
         if self._server is not None:
             await self._server.wait_closed()
 

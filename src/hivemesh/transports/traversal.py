@@ -1,31 +1,18 @@
-"""A node's UDP paths to its peers: direct QUIC, relayed, punched.
+"""A node's UDP paths to its peers: direct QUIC, relayed, punched (docs/nat.md).
 
 Theory of operation
 -------------------
 :class:`Traversal` owns the node's :class:`~hivemesh.transports.quic.QuicEndpoint`
-and one :class:`~hivemesh.transports.relay.RelayClient` per relay it uses,
-and hands every channel it makes to its owner: ``on_inbound(channel)`` for
-channels the peer opened, ``on_outbound(channel)`` for ours (the connection
-manager adopts them; its tie-break prefers a direct channel to a relayed
-one, so a punched channel replaces a relayed one in place and the relayed
-one is retired, its unsent frames moved).
-
-* Address discovery: relays report what they observe (OBSERVED) into
-  :class:`~hivemesh.transports.punch.ObservedAddresses`.
-* :meth:`Traversal.connect_relayed` opens a relayed channel to a peer that
-  holds a reservation on one of our relays, then starts a punch.
-* Punching: the circuit's opener sends PUNCH with our candidates; the relay
-  forwards them (our observed address first) and answers with the peer's
-  observed address. Both ends then follow :func:`~hivemesh.transports.punch.plan_punch`:
-  prime their own NAT with TTL-2 datagrams to every candidate; the smaller
-  address dials (channel path ``"punched"``), the other waits for it.
-* While a peer is reachable only through a relay (``has_direct(peer)`` is
-  false), the opener punches again on :class:`~hivemesh.transports.punch.PunchSchedule`
-  (backoff after failures), so a link keeps trying to upgrade and recovers
-  after a NAT forgot its mapping.
-
-Counters (``punch_started``, ``punch_ok``, ``punch_failed``, ...) are in
-:attr:`Traversal.counters`.
+and one :class:`~hivemesh.transports.relay.RelayClient` per relay, and hands
+every channel it makes to its owner: ``on_inbound`` for the peer's,
+``on_outbound`` for ours (the connection manager prefers a direct channel,
+so a punched one replaces a relayed one in place). A relayed channel we
+opened is upgraded by punching: both ends follow
+:func:`~hivemesh.transports.punch.plan_punch`, and while the peer is reachable
+only through a relay the opener asks again on
+:class:`~hivemesh.transports.punch.PunchSchedule`. :meth:`Traversal.tick`
+also re-opens a relay whose channel ended. Counters (``punch_started``,
+``punch_ok``, ``punch_failed``, ...) are in :attr:`Traversal.counters`.
 """
 
 from __future__ import annotations
@@ -43,6 +30,7 @@ from hivemesh.transports.quic import QuicEndpoint
 from hivemesh.transports.relay import RelayClient
 from hivemesh.transports.session import ChannelOptions
 from hivemesh.transports.stats import TransportCounters
+from hivemesh.transports.streams import TaskSet
 
 __all__ = ["Traversal"]
 
@@ -86,25 +74,13 @@ class Traversal:
         self._punch_wait_s = punch_wait_s
         self._clock = clock
         self._circuits: dict[str, tuple[RelayClient, int]] = {}  # peer -> circuit we opened
-        self._punching: set[str] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet(self.counters, "traversal_task")
         self._waiters: dict[str, asyncio.Event] = {}
         #: relay -> when its channel may next be re-opened (it ended: the relay restarted)
         self._revive_at: dict[str, float] = {}
         self._reserving: dict[str, bool] = {}  # relay -> reserve on it
         #: Seconds between attempts to re-open an ended relay channel.
         self.revive_s = 5.0
-
-    def _spawn(self, coro: Awaitable[None]) -> None:
-        task: asyncio.Task[None] = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._done)
-
-    def _done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and (exc := task.exception()) is not None:
-            self.counters.incr("errors.traversal_task")
-            _log.error("a traversal task failed", exc_info=exc)
 
     async def inbound(self, channel: SecureChannel) -> None:
         """Every inbound channel (QUIC direct or punched, relayed) goes here first."""
@@ -166,9 +142,7 @@ class Traversal:
         """Start a punch towards ``peer`` if one is due; whether one started."""
         now = self._clock()
         entry = self._circuits.get(peer)
-        if entry is None or peer in self._punching or self._has_direct(peer):
-            return False
-        if not self.schedule.due(peer, now):
+        if entry is None or not self.schedule.may_start(peer, now, direct=self._has_direct(peer)):
             return False
         client, cid = entry
         if not client.is_up or client.circuit_of(peer) != cid:
@@ -176,7 +150,7 @@ class Traversal:
             return False
         self.schedule.started(peer, now)
         self.counters.incr("punch_requested")
-        self._spawn(client.punch(cid, tuple(self.observed.candidates(now))))
+        self._tasks.spawn(client.punch(cid, tuple(self.observed.candidates(now))))
         return True
 
     def tick(self) -> None:
@@ -193,7 +167,7 @@ class Traversal:
             if client.is_up or now < self._revive_at.get(relay, float("-inf")):
                 continue
             self._revive_at[relay] = now + self.revive_s
-            self._spawn(self._revive(client, self._reserving.get(relay, True)))
+            self._tasks.spawn(self._revive(client, self._reserving.get(relay, True)))
 
     async def _revive(self, client: RelayClient, reserve: bool) -> None:
         try:
@@ -206,19 +180,20 @@ class Traversal:
     def _on_punch(
         self, client: RelayClient, peer: str, cid: int, candidates: tuple[HostPort, ...]
     ) -> None:
-        if peer in self._punching or self._has_direct(peer):
+        if not self.schedule.may_answer(peer, direct=self._has_direct(peer)):
             self.counters.incr("punch_skipped")
             return
-        self._spawn(self._punch(peer, candidates))
+        self._tasks.spawn(self._punch(peer, candidates))
 
     async def _punch(self, peer: str, candidates: tuple[HostPort, ...]) -> None:
         plan = plan_punch(self.address, peer, list(candidates))
         if not plan.candidates:
             self.counters.incr("punch_no_candidates")
-            self.schedule.failed(peer, self._clock())
+            self.schedule.ended(peer, False, self._clock())
             return
-        self._punching.add(peer)
+        self.schedule.begin(peer)
         self.counters.incr("punch_started")
+        ok = False
         try:
             for host, port in plan.candidates:
                 self.endpoint.prime(host, port, ttl=plan.prime_ttl)
@@ -228,13 +203,8 @@ class Traversal:
                 else self._await_punch(peer, plan.candidates)
             )
         finally:
-            self._punching.discard(peer)
-        if ok:
-            self.counters.incr("punch_ok")
-            self.schedule.succeeded(peer)
-        else:
-            self.counters.incr("punch_failed")
-            self.schedule.failed(peer, self._clock())
+            self.schedule.ended(peer, ok, self._clock())
+        self.counters.incr("punch_ok" if ok else "punch_failed")
 
     async def _dial(self, peer: str, candidates: tuple[HostPort, ...], after_s: float) -> bool:
         await asyncio.sleep(after_s)
@@ -266,5 +236,4 @@ class Traversal:
         """Close the relay clients and tasks (not the endpoint)."""
         for client in self.relays.values():
             client.close()
-        for task in list(self._tasks):
-            task.cancel()
+        self._tasks.cancel()
