@@ -123,7 +123,7 @@ def gc_paused() -> Iterator[None]:
 
     A replay allocates millions of objects that reference counting frees
     (events, bodies, lists: no cycles), and the collector's passes over a
-    growing heap cost ~3% of a shared-document replay for nothing (callgrind,
+    growing heap cost ~2% of a shared-document replay for nothing (callgrind,
     20,000 updates). The daemon collects and freezes its heap once it is
     up anyway."""
     was = gc.isenabled()
