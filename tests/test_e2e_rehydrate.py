@@ -71,6 +71,14 @@ def test_restart_replays_only_the_tail(tmp_path: Path) -> None:
         assert first["checkpoint"] == "none"
         assert first["ctx_imports"] == _ctx_events(head) and first["ctx_imports_pending"] == 0
         assert first["counters"]["view_checkpoint_saved"] == 1  # the tail was long: at start
+        # the replay verified the 5 chains and one head signature each; the
+        # others are audited off the event loop once the node is up
+        assert first["signatures_verified"] == 5 and first["signatures_covered"] > 0
+        wait_until(
+            lambda: node.client.call("status")["journal"]["rehydration"]["signature_audit"] == "ok",
+            30,
+            what="signature audit",
+        )
         _stop(swarm, "a")
         assert viewcheckpoint.checkpoint_path(data_dir / "store.db").exists()
         _prefill(data_dir, tail)  # more history arrived (as if by a restore of peers' feeds)

@@ -11,7 +11,11 @@ updates, chat lines, tool results), then times, in the same run:
   blobs) as a node does at start-up. The goal is judged on the full figure.
 
 Full rehydration replays in causal order and in the daemon's slices
-(:func:`hivemesh.runtime.rehydration.replay_slices`).
+(:func:`hivemesh.runtime.rehydration.replay_slices`), with the daemon's
+checks: every hash chain and each feed's head signature (the other
+signatures are audited off the event loop once the node is up; the
+"verified replay" rows still check every signature), with the cyclic GC
+paused as in the daemon.
 
 **Shared document** (``--shared-updates``, default 100,000; 0 skips it):
 5 authors interleaving writes on one context, each author catching up with
@@ -63,7 +67,7 @@ from hivemesh.core.identity import Identity
 from hivemesh.core.journal import Journal
 from hivemesh.core.views import ContextView, MaxRegisterView, NamesView, standard_views
 from hivemesh.errors import HivemeshError
-from hivemesh.runtime.rehydration import replay_slices
+from hivemesh.runtime.rehydration import gc_paused, replay_slices
 from hivemesh.stores.private import secure_data_dir
 from hivemesh.stores.replay import rehydrate
 from hivemesh.stores.sqlite import SQLiteStore
@@ -180,9 +184,10 @@ def _replay(path: Path, *, views: bool) -> int:
         for view in installed:
             journal.add_view(view)
         n = 0
-        for chunk in replay_slices(store):  # the daemon's order and slices
-            journal.apply_to_views(chunk, replay=True)
-            n += len(chunk)
+        with gc_paused():  # as the daemon's replay
+            for chunk in replay_slices(store):  # the daemon's order, slices and checks
+                journal.apply_to_views(chunk, replay=True)
+                n += len(chunk)
         rejected = sum(sum(v.rejected.values()) for v in installed)
         if rejected:
             raise RuntimeError(f"views rejected {rejected} events of an honest journal")

@@ -255,6 +255,26 @@ class Journal:
             return None
         return raws, sig
 
+    def withhold_signature(self, author: bytes, seq: int) -> bool:
+        """Never serve the stored signature over ``author``'s ``seq`` again: an
+        audit found it damaged (:func:`hivemesh.stores.replay.audit_signatures`).
+
+        The events it covers stay: a later verified signature covers them
+        through the hash chain. :meth:`read_chunk` ends chunks at the other
+        signed seqs only, so a peer is never handed a batch it would refuse
+        (a range with no other signed seq within the batch limit is not
+        served; peers fetch it elsewhere). The feed's head signature is never
+        withheld. Returns False if ``seq`` was not a served signed seq."""
+        signed = self._signed.get(author)
+        head = self.heads.get(author)
+        if not signed or head is None or seq == head.seq:
+            return False
+        i = bisect.bisect_left(signed, seq)
+        if i == len(signed) or signed[i] != seq:
+            return False
+        del signed[i]
+        return True
+
     # -- writing -------------------------------------------------------------
 
     def ingest(

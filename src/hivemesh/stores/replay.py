@@ -24,6 +24,50 @@ A caller applying events to views must discard them on that error.
 Cost per event: one msgpack decode, one blake2b, a few comparisons; the rest
 is amortised per batch. ``hivemesh bench rehydrate`` measures it.
 
+**Head signatures** (``signatures="head"``, what the daemon's start-up
+replay uses). Verifying every stored signature is redundant: checking each
+feed's complete hash chain and only the signature on its *last* batch
+authenticates every event of the feed just as well. The argument, from what
+the code checks (:mod:`hivemesh.core.event`, :mod:`hivemesh.core.feed`):
+
+1. An author signs ``b"hivemesh/head/v1" || author || seq:u64be || H(raw_seq)``
+   (:func:`~hivemesh.core.feed.head_message`), where ``H`` is blake2b-256 and
+   ``raw_seq`` the exact stored bytes of event ``seq``. A valid signature on
+   the last signed seq ``n`` therefore commits to ``H(raw_n)``.
+2. Each ``raw_i`` is the msgpack array ``[1, author, i, prev_i, hlc, kind,
+   body]``, and the replay checks, for every event in turn, that it decodes,
+   names this author and seq ``i`` (the row's seq column too), and that
+   ``prev_i == H(raw_{i-1})`` (``prev_1`` is 32 zero bytes). So ``raw_i``
+   commits to ``H(raw_{i-1})``, which commits to ``raw_{i-1}``, and so on
+   back to seq 1: ``H(raw_n)`` commits to the whole byte sequence
+   ``raw_1 .. raw_n``.
+3. Storing any other sequence of events that passes those checks and the
+   head signature therefore needs a blake2b-256 second preimage or collision
+   somewhere on the chain, or an Ed25519 forgery on the head: the same
+   assumptions every replica already relies on (a remote batch of ``k``
+   events is accepted on ``k`` hashes and one signature, and an attested
+   run is stored under its last signature alone, :mod:`hivemesh.core.journal`).
+4. Every stored event must be covered: events after the last signed seq
+   fail ("not covered by a signature"), a signature past the last event
+   fails ("signature stored for an event that is missing"), and the chain
+   must end exactly at the recorded head ``(seq, hash)`` of the ``feeds``
+   table. A feed's last stored signature is thus always its head's, and no
+   batch can lie beyond the head that vouches for it.
+
+What this does *not* check at start-up is the intermediate signatures
+themselves: they authenticate nothing the head does not (a damaged one makes
+no event suspect), but the node serves them to peers with the ranges they
+end (:meth:`~hivemesh.core.journal.Journal.read_chunk`), so a damaged one
+would be refused by the peer it is served to. The replay hands them over
+(:class:`SigTally`) and :func:`audit_signatures` verifies them later, off
+the event loop (the daemon, :mod:`hivemesh.runtime.rehydration`);
+:func:`verify_feeds`, :func:`verify_batches` and :func:`rehydrate` (the
+store audits) still verify every signature. The order of the checks does
+change one thing: with head signatures, a feed's events are yielded (in
+signed batches) once their chain checks out so far, before the head
+signature at the feed's end has verified. The rule for callers is the same
+as for causal replay already: on :class:`StoreCorrupt`, discard the views.
+
 **Causal order.** :func:`verify_causal` verifies the same way but reads every
 feed at once (one cursor per author, smaller fetch chunks when there are
 many) and merges them by ``(hlc, author)``: an event's HLC is above every
@@ -41,7 +85,8 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
 
 import msgpack
 
@@ -55,8 +100,12 @@ from hivemesh.errors import DecodeError, StoreCorrupt
 from hivemesh.stores.sqlite import SQLiteStore
 
 __all__ = [
+    "DeferredSig",
     "FeedRows",
     "ReplayStats",
+    "SigMode",
+    "SigTally",
+    "audit_signatures",
     "rehydrate",
     "verify_batches",
     "verify_causal",
@@ -72,6 +121,26 @@ _CAUSAL_ROWS = 4_096
 
 #: One author's stored feed: ``(author, chunks of (seq, raw) rows, [(seq, sig)])``.
 FeedRows = tuple[bytes, Iterable[list[tuple[int, bytes]]], list[tuple[int, bytes]]]
+
+
+#: Which stored signatures a replay verifies: every one, or each feed's last.
+SigMode = Literal["all", "head"]
+#: A signature a head-only replay did not verify: ``(author, seq, hash of
+#: event seq, sig)``, everything :func:`audit_signatures` needs.
+DeferredSig = tuple[bytes, int, bytes, bytes]
+
+
+@dataclass(slots=True)
+class SigTally:
+    """What a replay did with the stored signatures (filled as feeds end)."""
+
+    #: Signatures verified (Ed25519) during the replay.
+    verified: int = 0
+    #: Signatures not verified because a later verified one covers their
+    #: events through the hash chain (``signatures="head"``).
+    covered: int = 0
+    #: Those signatures, for :func:`audit_signatures`.
+    deferred: list[DeferredSig] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,19 +194,48 @@ def verify_batches(store: FeedStore) -> Iterator[list[Event]]:
     _check_all_seen(heads, seen, corrupt)
 
 
-def verify_causal(store: FeedStore) -> Iterator[list[Event]]:
+def verify_causal(
+    store: FeedStore, signatures: SigMode = "all", tally: SigTally | None = None
+) -> Iterator[list[Event]]:
     """Every stored event, verified as :func:`verify_batches` does, in
     ``(hlc, author)`` order (see the module docstring): lists of consecutive
     events of one author. Raises :class:`StoreCorrupt` on the first problem
-    found, possibly after events of other feeds were yielded."""
+    found, possibly after events of other feeds were yielded.
+
+    ``signatures="head"`` verifies each feed's whole hash chain and only its
+    last signature (see "Head signatures" in the module docs); ``tally``, if
+    given, counts the signatures verified and keeps the others for
+    :func:`audit_signatures`."""
     heads, counts, corrupt, feeds = _sources(store, rows=_CAUSAL_ROWS)
     seen: set[bytes] = set()
     streams: list[Iterator[list[Event]]] = []
+    head_only = _head_only(signatures)
     for author, chunks, sigs in feeds:
         _check_author(author, seen, corrupt)
-        streams.append(_verify_feed(author, chunks, sigs, heads, counts, corrupt))
+        streams.append(_verify_feed(author, chunks, sigs, heads, counts, corrupt, head_only, tally))
     yield from causal_merge(streams)
     _check_all_seen(heads, seen, corrupt)
+
+
+def audit_signatures(
+    deferred: Iterable[DeferredSig], where: str = ""
+) -> list[tuple[DeferredSig, StoreCorrupt]]:
+    """Verify signatures a head-only replay left aside; each that fails,
+    with a :class:`StoreCorrupt` naming it (an empty list: all good).
+
+    Such a signature covers events that are already authentic (the feed's
+    verified head covers them through the chain), so a bad one does not
+    make any stored event suspect: it says the store is damaged, and that
+    a peer served the range it ends would refuse it. Pure and thread-safe
+    (libsodium through PyNaCl releases the GIL): the daemon runs it off the
+    event loop after its replay (:mod:`hivemesh.runtime.rehydration`)."""
+    corrupt = _Corrupt(where)
+    bad: list[tuple[DeferredSig, StoreCorrupt]] = []
+    for item in deferred:
+        author, seq, h, sig = item
+        if not verify(author, sig, head_message(author, seq, h)):
+            bad.append((item, corrupt(author, seq, "signature over the head does not verify")))
+    return bad
 
 
 def _check_author(author: object, seen: set[bytes], corrupt: _Corrupt) -> None:
@@ -198,6 +296,12 @@ def _feed(author: object) -> str:
     return f"feed {author!r:.40}"
 
 
+def _head_only(signatures: SigMode) -> bool:
+    if signatures not in ("all", "head"):
+        raise ValueError(f"signatures must be 'all' or 'head', not {signatures!r}")
+    return signatures == "head"
+
+
 def _verify_feed(
     author: bytes,
     chunks: Iterable[list[tuple[int, bytes]]],
@@ -205,8 +309,13 @@ def _verify_feed(
     heads: dict[bytes, StoredHead],
     counts: dict[bytes, int] | None,
     corrupt: _Corrupt,
+    head_only: bool = False,
+    tally: SigTally | None = None,
 ) -> Iterator[list[Event]]:
-    """Verify one author's feed; yield it one signed batch at a time."""
+    """Verify one author's feed; yield it one signed batch at a time.
+
+    With ``head_only`` only the last stored signature is verified (module
+    docs, "Head signatures"); the others go to ``tally.deferred``."""
     unpackb = msgpack.unpackb
     version = EVENT_VERSION
     max_bytes = MAX_EVENT_BYTES
@@ -233,6 +342,11 @@ def _verify_feed(
             raise corrupt(author, 0, f"signature stored at invalid seq {s!r}")
         if type(sg) is not bytes:
             raise corrupt(author, s, f"stored signature is a {type(sg).__name__}, not bytes")
+    # The one signed seq whose signature is verified here when ``head_only``
+    # (the last one); -1: every signed seq is.
+    final = sigs[-1][0] if head_only and sigs else -1
+    deferred = None if tally is None else tally.deferred
+    checked = 0
     signed = iter(sigs)
     next_signed, sig = next(signed, (0, b""))
     expect = 1
@@ -270,8 +384,12 @@ def _verify_feed(
             # views hashing or comparing it per event hit its cached hash.
             append(Event(author, es, ep, eh, ek, body, raw, prev))
             if es == next_signed:
-                if not verify(author, sig, head_message(author, es, prev)):
-                    raise corrupt(author, es, "signature over the head does not verify")
+                if final < 0 or es == final:
+                    if not verify(author, sig, head_message(author, es, prev)):
+                        raise corrupt(author, es, "signature over the head does not verify")
+                    checked += 1
+                elif deferred is not None:
+                    deferred.append((author, es, prev, sig))
                 yield pending
                 pending = []
                 append = pending.append
@@ -291,6 +409,9 @@ def _verify_feed(
         raise corrupt(author, last, f"recorded head is #{head[0]} but the feed ends here")
     if counts is not None and counts.get(author) != len(sigs):
         raise corrupt(author, last, f"{len(sigs)} signatures stored, {counts.get(author)} recorded")
+    if tally is not None:
+        tally.verified += checked
+        tally.covered += len(sigs) - checked
 
 
 class _Corrupt:
