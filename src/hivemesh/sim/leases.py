@@ -230,6 +230,7 @@ class LeaseCluster(Cluster):
         self.ops: list[Op] = []
         self.problems: list[str] = []
         self.lease_crashes = 0
+        self.log_writes_lost = 0  # voter log writes a crash lost (not synced)
         self._cut_lease: set[tuple[int, int]] = set()  # (src, dst) dropping LEASE frames
         lease_opts = self.options(opts.nodes, seed)
         if w.network is not None:
@@ -314,7 +315,7 @@ class LeaseCluster(Cluster):
     def _crash(self, sn: SimNode) -> None:
         if sn.node is not None:
             log = self._logs[sn.index]
-            self.stats["lease_log_writes_lost"] += len(log.cached)
+            self.log_writes_lost += len(log.cached)
             log.cached.clear()  # the unsynced voter log writes are lost
             self.lease_crashes += 1
             c = self._client(sn.index)
@@ -527,6 +528,7 @@ class LeaseCluster(Cluster):
             lease_unknown=sum(1 for op in self.ops if op.outcome == "unknown"),
             lease_split_prepares=int(any(op.resource == _SPLIT for op in self.ops)),
             lease_crashes=self.lease_crashes,
+            lease_log_writes_lost=self.log_writes_lost,
         )
         res.stats["lease_fenced_effects"] = self.stats["lease_fenced_effects"]
         self.trace.update(repr(self.ops).encode())
