@@ -16,7 +16,7 @@ from hivemesh.core.lease_quorum import Acquire, Proposer
 from hivemesh.core.lease_voter import PREPARE, Voter
 from hivemesh.sim.campaign import ci_scenario, default_options, run_campaign, run_seed
 from hivemesh.sim.cluster import SimNode
-from hivemesh.sim.leases import LeaseCluster, lease_options
+from hivemesh.sim.leases import LeaseCluster, LeaseWorkload, lease_options
 from hivemesh.sim.options import SimOptions
 from hivemesh.sim.peer_adapter import PeerAdapter
 
@@ -41,6 +41,41 @@ def test_the_leases_are_voted_by_peers() -> None:
     )
     assert voted > 20
     assert any(log.synced for log in c._logs.values())  # the voter log reached the disk
+
+
+def test_the_workload_sets_the_peers_voter_set_and_protocol_variant() -> None:
+    """The knobs reach the Peers' own lease parts: else the protocol's
+    campaigns (tests/test_lease_quorum.py) would run the daemon's variant
+    under other names."""
+    plain = LeaseWorkload(voters=3, thrifty=False, fast_acquire=False, token_reserve=0)
+    for w in (LeaseWorkload(), plain):
+        c = LeaseCluster("3", default_options(5), workload=w)
+        c.run()
+        voters = {c.nodes[i].identity.address for i in range(w.voters or 5)}
+        fast = voted = 0
+        for sn in c.nodes:
+            if sn.adapter is None:  # the split prepare's holder, killed
+                continue
+            leases = sn.adapter.peer.leases
+            assert leases.voter.token_reserve == w.token_reserve
+            stats = leases.statistics()
+            if leases.proposer is not None:
+                assert set(leases.proposer.voters) == voters
+                assert leases.proposer.fanout == (3 if w.thrifty else 0)
+                fast += stats["proposer"].get("fast_acquire", 0)
+            voted += sum(stats["voter"].values())
+            if sn.identity.address not in voters:
+                assert stats["voter"] == {}  # asked nothing
+        assert voted > 20 and (fast > 0) == w.fast_acquire
+
+
+def test_clock_rates_drift_each_node_clock() -> None:
+    c = LeaseCluster("5", default_options(5), workload=LeaseWorkload(max_rate_skew=0.05))
+    start = [sn.skew_ms for sn in c.nodes]
+    c.run()
+    for sn, rate, skew in zip(c.nodes, c._rates, start, strict=True):
+        assert abs(sn.skew_ms - skew - rate * c.now) <= 1, (rate, skew, sn.skew_ms)
+    assert max(abs(r) for r in c._rates) > 0.01
 
 
 def test_leases_seed_replays_exactly() -> None:

@@ -46,12 +46,37 @@ quarantine), the run replays the failure first seen on real processes
 
 Steps 3 and 4 are checked (``split prepare ...`` violations); the operations
 join the history.
+
+**Knobs** (:class:`LeaseWorkload`; the defaults are the CI workload's). The
+voter set may be the first ``voters`` nodes only, with ``clients``
+applications on the first nodes (voters or not) and ``resources`` resources.
+The network and the cluster's faults are the seed's (:func:`lease_options`)
+unless given. On top of them: node crashes at ``crash_per_s`` (a Poisson
+process while the applications run; the victim is a voter's node, which
+restarts ``restart_after_ms`` later from its synced voter log), each node's
+clock *rate* off by up to ``max_rate_skew`` (beside its offset; beyond the
+drift bound :data:`~hivemesh.leases.DRIFT_RATIO` the checker must flag the
+beliefs), and, to show the checks can fail, a broken driver that reports
+the voter log synced before it is (``ack_before_sync``: a crash inside the
+``fsync_ms`` window loses votes already acknowledged).
+
+*Protocol variants.* The daemon's Peer runs a thrifty proposer (a majority
+asked first) with fast acquire, and a voter with a token reserve of
+:data:`~hivemesh.core.lease_swarm.TOKEN_RESERVE`. ``thrifty``,
+``fast_acquire`` and ``token_reserve`` set other modes of the same
+:class:`~hivemesh.core.lease_quorum.Proposer` and
+:class:`~hivemesh.core.lease_voter.Voter`, so the protocol's own tests run
+them on Peers too: the one place the simulator sets them is
+:meth:`LeaseCluster._new_adapter`, on the Peer's voter and proposer before
+the Peer takes any input (a :class:`~hivemesh.core.trace.Trace` does not
+record them: a variant's trace replays as the daemon's wiring).
 """
 
 from __future__ import annotations
 
 import contextlib
 import heapq
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -61,15 +86,16 @@ from hivemesh.commands.coordination import LeaseAcquire, LeaseRelease, LeaseRene
 from hivemesh.core.effects import Effect, LeaseLog, LeaseSync, Reply
 from hivemesh.core.frames import FrameType
 from hivemesh.core.lease_quorum import Outcome
-from hivemesh.core.lease_swarm import LeaseSetup
+from hivemesh.core.lease_swarm import TOKEN_RESERVE, LeaseSetup
 from hivemesh.core.peer import PeerConfig
 from hivemesh.leases import DRIFT_MS, DRIFT_RATIO, FencingGuard
 from hivemesh.leases.errors import StaleFencingToken
 from hivemesh.sim.cluster import Cluster, SimNode, SimResult
 from hivemesh.sim.options import FaultOptions, NetworkOptions, SimOptions
+from hivemesh.sim.peer_adapter import PeerAdapter
 from hivemesh.verify.linearizability import Op, check_history
 
-__all__ = ["SPLIT_TTL_MS", "LeaseCluster", "lease_options"]
+__all__ = ["SPLIT_TTL_MS", "LeaseCluster", "LeaseWorkload", "lease_options"]
 
 #: The split-prepare scenario's lease: long enough that only the fix answers
 #: before the competing acquire's deadline.
@@ -77,6 +103,8 @@ SPLIT_TTL_MS = 3_000
 _SPLIT = "split"
 _ACT = 3000  # heap event kind: a client's next step (far from the cluster's own)
 _SYNC = 3001  # heap event kind: a voter log's sync completes
+_KILL = 3002  # heap event kind: a voter's node crashes (``crash_per_s``)
+_REVIVE = 3003  # heap event kind: ... and restarts
 #: Client operations' deadline, TTLs, and the time a voter log's sync takes.
 TIMEOUT_MS = 1_000
 TTLS_MS = (300, 600, 1_200)
@@ -107,6 +135,43 @@ def lease_options(nodes: int, seed: str) -> SimOptions:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class LeaseWorkload:
+    """What the applications do, and the faults and protocol variants on
+    top of the cluster's (module docs). The defaults are the CI workload's:
+    the daemon's wiring, with the network and faults the seed picks."""
+
+    #: The voter set: the first ``voters`` nodes (None: every node).
+    voters: int | None = None
+    #: Applications, on the first nodes (at most one a node).
+    clients: int = 4
+    ops_per_client: int = 20
+    #: Resources the applications pick from (None: the seed picks 1 or 2).
+    resources: int | None = None
+    ttls_ms: tuple[int, ...] = TTLS_MS
+    #: Each application operation's deadline.
+    timeout_ms: int = TIMEOUT_MS
+    #: The network and the cluster's faults (None: :func:`lease_options`'s).
+    network: NetworkOptions | None = None
+    faults: FaultOptions | None = None
+    #: Crashes of voters' nodes per simulated second, while applications run.
+    crash_per_s: float = 0.0
+    restart_after_ms: tuple[int, int] = (5, 300)
+    #: Each node's clock runs at ``1 + r``, ``r`` uniform in +-this.
+    max_rate_skew: float = 0.0
+    #: A voter log's sync takes this long.
+    fsync_ms: int = FSYNC_MS
+    #: A broken driver: the voter log is reported synced at once (its
+    #: writes reach the disk ``fsync_ms`` later).
+    ack_before_sync: bool = False
+    #: Protocol variants (module docs; the defaults are the daemon's).
+    thrifty: bool = True
+    fast_acquire: bool = True
+    token_reserve: int = TOKEN_RESERVE
+    #: End with the split prepare (module docs).
+    split_prepare: bool = True
+
+
 @dataclass
 class _Client:
     """One node's application: its lease, and its operation in flight."""
@@ -116,8 +181,8 @@ class _Client:
     ops_left: int
     lease: tuple[str, int, int, int] | None = None  # resource, token, ttl, belief (local ms)
     renews_left: int = 0
-    #: rid, kind, resource, invoked (sim ms), ttl, incarnation, token presented
-    #: (renew, release; None: acquire)
+    #: rid, kind, resource, invoked (sim ms), invoked (local ms), ttl, token
+    #: presented (renew, release; None: acquire)
     inflight: tuple[int, str, str, int, int, int, int | None] | None = None
     on_outcome: Callable[[str, Op, Outcome | None], None] | None = None
 
@@ -155,22 +220,38 @@ class LeaseCluster(Cluster):
     epoch_ms = 1_000_000
 
     def __init__(
-        self, seed: str, opts: SimOptions, *, clients: int = 4, ops_per_client: int = 20
+        self, seed: str, opts: SimOptions, *, workload: LeaseWorkload | None = None
     ) -> None:
-        """``opts``: only ``nodes`` is read (the rest: :func:`lease_options`)."""
+        """``opts``: only ``nodes`` is read (the rest: :func:`lease_options`
+        and ``workload``)."""
+        w = self.workload = workload or LeaseWorkload()
         self._logs: dict[int, _VoterLog] = {}
         self.guard = FencingGuard()
         self.ops: list[Op] = []
         self.problems: list[str] = []
         self.lease_crashes = 0
+        self.log_writes_lost = 0  # voter log writes a crash lost (not synced)
         self._cut_lease: set[tuple[int, int]] = set()  # (src, dst) dropping LEASE frames
         lease_opts = self.options(opts.nodes, seed)
+        if w.network is not None:
+            lease_opts = replace(lease_opts, network=w.network)
+        if w.faults is not None:
+            lease_opts = replace(lease_opts, faults=w.faults)
         r = random.Random(f"{seed}/lease-variant/resources")
-        self.resources = [f"res{i}" for i in range(r.choice((1, 1, 2)))]
+        count = r.choice((1, 1, 2)) if w.resources is None else w.resources
+        self.resources = [f"res{i}" for i in range(count)]
         self.clients = [
-            _Client(i, random.Random(f"{seed}/client/{i}"), ops_per_client)
-            for i in range(min(opts.nodes, clients))
+            _Client(i, random.Random(f"{seed}/client/{i}"), w.ops_per_client)
+            for i in range(min(opts.nodes, w.clients))
         ]
+        #: The voters' nodes (indices).
+        self.voter_nodes = list(range(min(opts.nodes, w.voters or opts.nodes)))
+        self._crash_rng = random.Random(f"{seed}/lease-crash")
+        #: Each node's clock rate, less one (module docs), and its offset
+        #: from the rate accumulated up to ``_ticked``.
+        r = random.Random(f"{seed}/lease-clock")
+        self._rates = [r.uniform(-1, 1) * w.max_rate_skew for _ in range(opts.nodes)]
+        self._ticked = 0
         super().__init__(seed, lease_opts)
 
     @staticmethod
@@ -181,7 +262,7 @@ class LeaseCluster(Cluster):
     # -- the Peers' lease wiring -------------------------------------------------------
 
     def _peer_config(self, sn: SimNode) -> PeerConfig:
-        voters = tuple(sorted(n.identity.address for n in self.nodes))
+        voters = tuple(sorted(self.nodes[i].identity.address for i in self.voter_nodes))
         return replace(super()._peer_config(sn), lease_voters=voters)
 
     def _lease_setup(self, sn: SimNode) -> LeaseSetup:
@@ -189,13 +270,31 @@ class LeaseCluster(Cluster):
         log.writes = 0
         return LeaseSetup(voter_state=log.state())
 
+    def _new_adapter(self, sn: SimNode) -> PeerAdapter:
+        """This life's Peer, its lease voter and proposer set to the
+        workload's protocol variant (module docs)."""
+        adapter = super()._new_adapter(sn)
+        w = self.workload
+        leases = adapter.peer.leases
+        leases.voter.token_reserve = w.token_reserve
+        if not (w.thrifty and w.fast_acquire):
+            leases.voters(self.now + sn.skew_ms)  # the proposer, on the configured set
+            p = leases.proposer
+            assert p is not None
+            p.fanout = p.fanout if w.thrifty else 0
+            p.fast_acquire = w.fast_acquire
+        return adapter
+
     def _effect(self, sn: SimNode, e: Effect) -> None:
         if type(e) is LeaseLog:
             log = self._logs[sn.index]
             log.cached.append((e.resource, e.bound, e.max_ttl_ms))
             log.writes += 1
         elif type(e) is LeaseSync:
-            self._at(self.now + FSYNC_MS, _SYNC, (sn.index, sn.incarnation, e.upto))
+            self._at(self.now + self.workload.fsync_ms, _SYNC, (sn.index, sn.incarnation, e.upto))
+            if self.workload.ack_before_sync:  # the broken driver (module docs)
+                assert sn.adapter is not None
+                sn.adapter.lease_synced(e.upto, None, self.now + sn.skew_ms)
         elif type(e) is Reply:
             c = self._client(sn.index)
             if c is None or c.inflight is None or c.inflight[0] != e.rid:
@@ -215,7 +314,9 @@ class LeaseCluster(Cluster):
 
     def _crash(self, sn: SimNode) -> None:
         if sn.node is not None:
-            self._logs[sn.index].cached.clear()  # the unsynced voter log writes are lost
+            log = self._logs[sn.index]
+            self.log_writes_lost += len(log.cached)
+            log.cached.clear()  # the unsynced voter log writes are lost
             self.lease_crashes += 1
             c = self._client(sn.index)
             if c is not None and c.inflight is not None:  # it never learns the outcome
@@ -231,6 +332,7 @@ class LeaseCluster(Cluster):
             self._at(self.now + c.rng.randrange(50), _ACT, c.index)
 
     def _dispatch(self, kind: int, data: Any) -> None:
+        self._tick_clocks()
         if kind == _ACT:
             c = self._client(data)
             if c is not None and c.on_outcome is None:
@@ -241,10 +343,48 @@ class LeaseCluster(Cluster):
             if sn.adapter is None or sn.incarnation != incarnation:
                 return
             self._logs[index].sync()
-            sn.adapter.lease_synced(upto, None, self.now + sn.skew_ms)
-            self._flush(sn)
+            if not self.workload.ack_before_sync:  # (it was reported synced already)
+                sn.adapter.lease_synced(upto, None, self.now + sn.skew_ms)
+                self._flush(sn)
+        elif kind in (_KILL, _REVIVE):
+            self._crash_fault(kind, data)
         else:
             super()._dispatch(kind, data)
+
+    def _tick_clocks(self) -> None:
+        """Each node's clock offset grows (or shrinks) with its rate: every
+        reading after this sees ``now * (1 + rate)`` plus its offset."""
+        if self._ticked == self.now or not any(self._rates):
+            return
+        before, self._ticked = self._ticked, self.now
+        for sn, rate in zip(self.nodes, self._rates, strict=True):
+            sn.skew_ms += math.floor(rate * self.now) - math.floor(rate * before)
+
+    def _true_ms(self, index: int, local_ms: float, at: int, at_local_ms: int) -> float:
+        """When (sim ms) node ``index``'s clock reads ``local_ms``, given
+        that it read ``at_local_ms`` at ``at``."""
+        rate = self._rates[index]
+        if not rate:
+            return local_ms - (at_local_ms - at)
+        return at + (local_ms - at_local_ms) / (1 + rate)
+
+    def _crash_fault(self, kind: int, index: int) -> None:
+        """A voter's node crashes (``crash_per_s``), or restarts."""
+        w = self.workload
+        if kind == _REVIVE:
+            sn = self.nodes[index]
+            if sn.adapter is None and not self.healing:
+                self._boot(sn)
+                self._note("restart", index)
+            return
+        if self.healing or not self._busy():
+            return
+        r = self._crash_rng
+        sn = self.nodes[r.choice(self.voter_nodes)]
+        if sn.adapter is not None:
+            self._crash(sn)
+            self._at(self.now + r.randint(*w.restart_after_ms), _REVIVE, sn.index)
+        self._at(self.now + 1 + int(r.expovariate(w.crash_per_s) * 1000), _KILL, None)
 
     def _client(self, index: int) -> _Client | None:
         return self.clients[index] if index < len(self.clients) else None
@@ -252,18 +392,18 @@ class LeaseCluster(Cluster):
     # -- the applications -----------------------------------------------------------------
 
     def _local(self, c: _Client) -> int:
+        self._tick_clocks()
         return self.now + self.nodes[c.index].skew_ms
 
-    def _start(
-        self, c: _Client, kind: str, cmd: Any, ttl: int, timeout_ms: int = TIMEOUT_MS
-    ) -> None:
+    def _start(self, c: _Client, kind: str, cmd: Any, ttl: int) -> None:
         sn = self.nodes[c.index]
         assert sn.adapter is not None
         c.ops_left -= 1
-        cmd = replace(cmd, timeout_s=timeout_ms / 1000)
-        rid = sn.adapter.command(cmd, self._local(c))
+        cmd = replace(cmd, timeout_s=self.workload.timeout_ms / 1000)
+        local = self._local(c)
+        rid = sn.adapter.command(cmd, local)
         token = getattr(cmd, "token", None)  # a renew's or release's, known before any answer
-        c.inflight = (rid, kind, cmd.resource, self.now, ttl, sn.incarnation, token)
+        c.inflight = (rid, kind, cmd.resource, self.now, local, ttl, token)
         self._flush(sn)
 
     def _act(self, c: _Client) -> None:
@@ -273,7 +413,7 @@ class LeaseCluster(Cluster):
         if c.lease is None:
             if c.ops_left <= 0:
                 return
-            ttl = c.rng.choice(TTLS_MS)
+            ttl = c.rng.choice(self.workload.ttls_ms)
             resource = c.rng.choice(self.resources)
             self._start(c, "acquire", LeaseAcquire(resource, c.name, ttl), ttl)
             return
@@ -310,7 +450,7 @@ class LeaseCluster(Cluster):
         """Close ``c``'s operation in flight with ``ev`` (None: its node
         crashed first: unknown); its history entry."""
         assert c.inflight is not None
-        _, kind, resource, invoked, ttl, _inc, presented = c.inflight
+        _, kind, resource, invoked, invoked_local, ttl, presented = c.inflight
         c.inflight = None
         if ev is None:
             # A renew or release records the token it presented even when its
@@ -323,10 +463,12 @@ class LeaseCluster(Cluster):
         else:
             status = "unknown" if ev.status == "fail" and ev.partial else ev.status
             token = ev.token
-        skew = self.nodes[c.index].skew_ms
-        belief_local = int(invoked + skew + ttl * (1 - DRIFT_RATIO) - DRIFT_MS)
+        # the holder believes its lease on its own clock (rate and offset)
+        belief_local = int(invoked_local + ttl * (1 - DRIFT_RATIO) - DRIFT_MS)
         ok = status == "ok"
-        valid_until = belief_local - skew if ok and kind != "release" else None
+        valid_until = None
+        if ok and kind != "release":
+            valid_until = self._true_ms(c.index, belief_local, invoked, invoked_local)
         op = Op(c.name, kind, resource, invoked, self.now, status, token, ttl, valid_until)  # type: ignore[arg-type]
         self.ops.append(op)
         if ok and kind in ("acquire", "renew"):
@@ -345,6 +487,9 @@ class LeaseCluster(Cluster):
         super()._plan()
         for c in self.clients:
             self._at(500 + c.rng.randrange(1_000), _ACT, c.index)  # links and SWIM first
+        w = self.workload
+        if w.crash_per_s > 0:
+            self._at(500 + int(self._crash_rng.expovariate(w.crash_per_s) * 1000), _KILL, None)
 
     def converged(self) -> bool:
         """The cluster's test, with every application done."""
@@ -364,7 +509,7 @@ class LeaseCluster(Cluster):
         """Run the random phase, then the split prepare, then the checks."""
         res = super().run()
         crashes = self.lease_crashes  # of the random phase (the split kills one more)
-        if not res.violations and self.healing:
+        if not res.violations and self.healing and self.workload.split_prepare:
             self._split_prepare()
         # A restarted voter refuses, quarantined, without a witness: no spurious
         # check under crashes (as in the quorum lease tests).
@@ -383,6 +528,7 @@ class LeaseCluster(Cluster):
             lease_unknown=sum(1 for op in self.ops if op.outcome == "unknown"),
             lease_split_prepares=int(any(op.resource == _SPLIT for op in self.ops)),
             lease_crashes=self.lease_crashes,
+            lease_log_writes_lost=self.log_writes_lost,
         )
         res.stats["lease_fenced_effects"] = self.stats["lease_fenced_effects"]
         self.trace.update(repr(self.ops).encode())
@@ -392,18 +538,28 @@ class LeaseCluster(Cluster):
     # -- the split prepare (module docs) ---------------------------------------------------
 
     def _split_prepare(self) -> None:
-        n = len(self.nodes)
-        candidates = [c for c in self.clients if self.nodes[c.index].adapter is not None]
-        if len(candidates) < 2 or n < 3:
+        voters = self.voter_nodes
+        n = len(voters)
+        timeout = self.workload.timeout_ms
+        slow = 1 + 2 * self.workload.max_rate_skew  # the slowest clock against the fastest
+        candidates = [
+            c for c in self.clients if c.index in voters and self.nodes[c.index].adapter is not None
+        ]
+        others = [c for c in self.clients if self.nodes[c.index].adapter is not None]
+        if not candidates or len(others) < 2 or n < 3:
             return
         r = random.Random(f"{self.seed}/split")
         # every voter out of quarantine and every lease of the random phase run out
-        self.run_until(self.now + 2 * max(TTLS_MS) + 2 * DRIFT_MS + 500)
-        h, other = r.sample(candidates, 2)
+        self.run_until(self.now + int(2 * max(self.workload.ttls_ms) * slow) + 2 * DRIFT_MS + 500)
+        if len(candidates) == len(others):  # (as it was when every node voted)
+            h, other = r.sample(candidates, 2)
+        else:
+            h = r.choice(candidates)
+            other = r.choice([c for c in others if c is not h])
         majority = n // 2 + 1
-        rest = [i for i in range(n) if i != h.index]
+        rest = [i for i in voters if i != h.index]
         granted = {h.index, *r.sample(rest, majority - 1)}
-        self._cut_lease = {(h.index, i) for i in range(n) if i not in granted}
+        self._cut_lease = {(h.index, i) for i in voters if i not in granted}
         got: list[tuple[str, Op]] = []
 
         def keep(status: str, op: Op, _ev: Outcome | None) -> None:
@@ -412,7 +568,7 @@ class LeaseCluster(Cluster):
         h.on_outcome = other.on_outcome = keep
         h.lease = other.lease = None
         self._start(h, "acquire", LeaseAcquire(_SPLIT, h.name, SPLIT_TTL_MS), SPLIT_TTL_MS)
-        self._run_while(lambda: not got, 10 * TIMEOUT_MS)
+        self._run_while(lambda: not got, 10 * timeout)
         if not got or got[0][0] != "ok":
             self.problems.append(f"split prepare: the holder's acquire ended {got[:1]}")
             return
@@ -420,18 +576,18 @@ class LeaseCluster(Cluster):
         self._cut_lease = set()
         invoked = self.now
         self._start(other, "acquire", LeaseAcquire(_SPLIT, other.name, 100), 100)
-        self._run_while(lambda: len(got) < 2, 10 * TIMEOUT_MS)
-        if len(got) < 2 or got[1][0] != "fail" or got[1][1].complete_ms >= invoked + TIMEOUT_MS:
+        self._run_while(lambda: len(got) < 2, 10 * timeout)
+        if len(got) < 2 or got[1][0] != "fail" or got[1][1].complete_ms >= invoked + timeout:
             self.problems.append(
                 "split prepare: an acquire of a lease held at a bare majority whose holder's "
                 f"node died ended {got[1][0] if len(got) > 1 else 'never'} "
                 f"after {(got[1][1].complete_ms if len(got) > 1 else self.now) - invoked:.0f} ms "
-                f"(must fail as held before its {TIMEOUT_MS} ms deadline)"
+                f"(must fail as held before its {timeout} ms deadline)"
             )
             return
-        self.run_until(self.now + SPLIT_TTL_MS + 2 * DRIFT_MS + 100)
+        self.run_until(self.now + int(SPLIT_TTL_MS * slow) + 2 * DRIFT_MS + 100)
         self._start(other, "acquire", LeaseAcquire(_SPLIT, other.name, 100), 100)
-        self._run_while(lambda: len(got) < 3, 10 * TIMEOUT_MS)
+        self._run_while(lambda: len(got) < 3, 10 * timeout)
         if len(got) < 3 or got[2][0] != "ok":
             self.problems.append(
                 "split prepare: once the dead holder's lease ran out, acquiring it ended "
