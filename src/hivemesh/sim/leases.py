@@ -87,6 +87,7 @@ from hivemesh.core.effects import Effect, LeaseLog, LeaseSync, Reply
 from hivemesh.core.frames import FrameType
 from hivemesh.core.lease_quorum import Outcome
 from hivemesh.core.lease_swarm import TOKEN_RESERVE, LeaseSetup
+from hivemesh.core.lease_voter import DurableBounds
 from hivemesh.core.peer import PeerConfig
 from hivemesh.leases import DRIFT_MS, DRIFT_RATIO, FencingGuard
 from hivemesh.leases.errors import StaleFencingToken
@@ -195,21 +196,20 @@ class _Client:
 class _VoterLog:
     """A node's simulated voter log: synced state, and the writes not yet synced."""
 
-    synced: dict[str, Any] = field(default_factory=dict)
+    synced: DurableBounds | None = None  # None: nothing synced yet
     cached: list[tuple[str, int, int]] = field(default_factory=list)
     writes: int = 0  # writes asked for in this life (LeaseSync counts them)
 
     def state(self) -> dict[str, Any] | None:
-        return dict(self.synced) if self.synced else None
+        return None if self.synced is None else self.synced.state()
 
     def sync(self) -> None:
-        tokens = dict(self.synced.get("max_tokens", {}))
-        max_ttl = self.synced.get("max_ttl_ms", 0)
+        """The cached writes reach the disk: folded as the daemon's log folds them."""
+        if self.synced is None:
+            self.synced = DurableBounds()
         for resource, bound, ttl in self.cached:
-            tokens[resource] = max(tokens.get(resource, 0), bound)
-            max_ttl = max(max_ttl, ttl)
+            self.synced.change(resource, bound, ttl)
         self.cached.clear()
-        self.synced = {"max_ttl_ms": max_ttl, "max_tokens": tokens}
 
 
 class LeaseCluster(Cluster):
