@@ -7,7 +7,7 @@ A node keeps a channel to every endpoint it *wants* (a known peer's
 tells). :class:`Dialer` decides when each is dialled; the driver
 (:mod:`hivemesh.runtime.connections`) only opens the sockets. Time is the
 caller's monotonic clock in milliseconds, passed to every input;
-randomness (the jitter) is an injected ``random.Random``. No I/O, no clock.
+randomness (the jitter) is an injected generator (:class:`Jitter`). No I/O, no clock.
 
 Inputs: :meth:`Dialer.want`, :meth:`Dialer.forget`, link changes
 (:meth:`Dialer.linked`, :meth:`Dialer.unlinked`), how a dial went
@@ -56,7 +56,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from hivemesh.errors import (
     ChannelSuperseded,
@@ -67,8 +67,15 @@ from hivemesh.errors import (
     UnknownPeer,
 )
 
-if TYPE_CHECKING:  # the jitter's generator is passed in; the core never draws on its own
-    import random
+
+class Jitter(Protocol):
+    """The jitter's generator, passed in (a seeded ``random.Random`` does):
+    the core never draws on its own."""
+
+    def random(self) -> float:
+        """A float in [0, 1)."""
+        ...
+
 
 __all__ = [
     "REFUSALS",
@@ -78,6 +85,7 @@ __all__ = [
     "Dialer",
     "Endpoint",
     "Fallback",
+    "Jitter",
     "Outcome",
     "StunSchedule",
     "Target",
@@ -178,7 +186,7 @@ class Target:
 class Dialer:
     """The dial schedule of every wanted endpoint (see module docs)."""
 
-    def __init__(self, local: str, policy: DialPolicy, rng: random.Random) -> None:
+    def __init__(self, local: str, policy: DialPolicy, rng: Jitter) -> None:
         self.local = local
         self.policy = policy
         self._rng = rng
