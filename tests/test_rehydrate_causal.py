@@ -197,3 +197,62 @@ def test_replay_many_equals_replay_one_by_one(
     assert many.rejected == one.rejected and sum(one.rejected.values()) == 3
     assert many._next == one._next and many._exported == one._exported
     assert (many.checkpoint() is None) == (one.checkpoint() is None)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    updates=st.integers(8, 120),
+    authors=st.integers(1, 4),
+    seed=st.integers(0, 10_000),
+    at=st.floats(0.1, 0.9),
+    own=st.booleans(),
+    size=st.sampled_from([7, 64, 512]),
+)
+def test_replay_many_malformed_update_inside_a_run(
+    updates: int, authors: int, seed: int, at: float, own: bool, size: int
+) -> None:
+    """A malformed update in the middle of an author's run (corrupted loro
+    bytes, a foreign context name, a body of the wrong shape, a repeated
+    update) leaves replay_many exactly where replay() event by event does:
+    the same events rejected with the same codes, the same state, version
+    vectors, next-op table and checkpoint; the run's later updates still
+    import."""
+    store = MemoryStore()
+    _fill(store, updates, authors, seed)
+    events = [ev for run in verify_causal(store) for ev in run]
+    k = int(len(events) * at)
+    ev = events[k]
+    blob = ev.body["u"]
+    flipped = bytearray(blob)
+    flipped[len(blob) // 2] ^= 0x55
+    name = ev.body["c"]
+
+    def like(body: object) -> Event:  # ``ev`` with another body
+        return Event(ev.author, ev.seq, ev.prev, ev.hlc, ev.kind, body, ev.raw, ev.id)
+
+    junk = [
+        like({"c": name, "u": bytes(flipped)}),
+        like({"c": "elsewhere", "u": blob}),
+        like({"c": name, "u": blob, "x": 1}),
+        ev,  # the same update again
+    ]
+    events[k + 1 : k + 1] = junk
+    me = ev.author if own else None
+    one, many = ContextView(me), ContextView(me)
+    for e in events:
+        one.replay(e)
+    for i in range(0, len(events), size):
+        many.replay_many(events[i : i + size])
+    assert sum(one.rejected.values()) >= 2  # the shape and the corrupted bytes at least
+    assert many.rejected == one.rejected
+    assert (many.imports, many.imports_pending, many.applied) == (
+        one.imports,
+        one.imports_pending,
+        one.applied,
+    )
+    assert many._next == one._next and many._exported == one._exported
+    assert many.names() == one.names()
+    for name in one.names():
+        assert many._docs[name].oplog_vv == one._docs[name].oplog_vv
+    assert many.digest() == one.digest()
+    assert many.checkpoint() == one.checkpoint()

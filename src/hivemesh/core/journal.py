@@ -191,6 +191,12 @@ class Journal:
                 many(events)
         fns = self._replay_fns if replay else self._apply_fns
         star = self._apply_fns.get(_ALL, ())
+        if not star:  # the common case: a membership test per event, no call
+            for ev in events:
+                if ev.kind in fns:
+                    for fn in fns[ev.kind]:
+                        fn(ev)
+            return
         get = fns.get
         for ev in events:
             for fn in get(ev.kind, ()):

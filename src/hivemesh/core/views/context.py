@@ -483,43 +483,58 @@ class ContextView(ViewBase):
         slow = self.replay
         touched: dict[tuple[str, bytes], LoroDoc] = {}
         seen: set[int] = set()  # docs made ready (detached, committed) in this call
-        last_doc: LoroDoc | None = None
-        last_author = b""
+        # The run being imported: events of one author into one doc (a causal
+        # replay hands on runs of one author). What the fast path checks once
+        # per run (a known author, a context not broken, the doc ready) holds
+        # while both stay the same; the slow path may change it, so it ends
+        # the run.
+        run_doc: LoroDoc | None = None
+        run_author = b""
+        imp: Any = None
         fast = pending = 0
         for ev in events:
             if ev.kind != kind:
                 continue
-            author = ev.author
-            if covered and ev.seq <= covered.get(author, 0):
+            if covered and ev.seq <= covered.get(ev.author, 0):
                 self.replay_skipped += 1
                 continue
             body = ev.body
-            doc = None
-            if type(body) is dict and len(body) == 2:
-                c, u = body.get("c"), body.get("u")
-                if type(c) is str and type(u) is bytes and author in peers:
-                    name, blob = c, u
-                    doc = docs.get(name)
-                    if broken and name in broken:
-                        doc = None
-            if doc is None:
+            if type(body) is not dict or len(body) != 2:
                 slow(ev)
+                run_doc = None
                 continue
-            if doc is not last_doc or author != last_author:
+            try:
+                name = body["c"]
+                blob = body["u"]
+                doc = docs[name]
+            except (KeyError, TypeError):  # no such key or context; unhashable name
+                doc = None
+            if doc is None or type(name) is not str or type(blob) is not bytes:
+                slow(ev)
+                run_doc = None
+                continue
+            author = ev.author
+            if doc is not run_doc or author is not run_author:
+                if author not in peers or name in broken:
+                    slow(ev)
+                    run_doc = None
+                    continue
                 if id(doc) not in seen:
                     self._ready(doc)
                     seen.add(id(doc))
                 touched[(name, author)] = doc
-                last_doc, last_author = doc, author
+                run_doc, run_author, imp = doc, author, doc.import_
             try:
-                status = doc.import_(blob)
+                status = imp(blob)
             except Exception:
                 slow(ev)  # the full path says what was wrong (nothing was imported)
+                run_doc = None
                 continue
             except BaseException as exc:
                 if type(exc) is not BaseException and not _is_panic(exc):
                     raise
                 slow(ev)  # as above; a panic breaks the context there
+                run_doc = None
                 continue
             fast += 1
             if status.pending is not None:  # waits for dependencies: exact bookkeeping
