@@ -114,6 +114,11 @@ def test_both_ends_of_the_stream_close_the_connection() -> None:
     ended = server.end_stream(pair.now)  # the peer ended first: close now
     assert [e.what for e in ended] == [Link.ENDED] and server.done
     assert server.get_timer() is None
+    last = server.datagrams_to_send(pair.now)  # its CONNECTION_CLOSE, once
+    assert last and server.datagrams_to_send(pair.now) == []
+    events = pair.events["client"]
+    for data, _ in last:
+        events += pair.client.receive_datagram(data, SERVER, pair.now)
     pair.pump()
     assert not pair.client.done  # draining (RFC 9000, 10.2) until its timer
     when = pair.client.get_timer()

@@ -153,6 +153,7 @@ class QuicLink:
         self._ended_local = self._ended_remote = False
         self._handshake_by = now + handshake_timeout_s if inbound else None
         self._grace_by: float | None = None
+        self._sent_last = False
 
     # -- inputs ---------------------------------------------------------------
 
@@ -214,7 +215,11 @@ class QuicLink:
     # -- outputs --------------------------------------------------------------
 
     def datagrams_to_send(self, now: float) -> list[tuple[bytes, HostPort]]:
-        """What to send now."""
+        """What to send now; once the connection ended, its last datagrams
+        (a CONNECTION_CLOSE) once, then nothing."""
+        if self._sent_last:
+            return []
+        self._sent_last = self.done
         return self.quic.datagrams_to_send(now)
 
     def get_timer(self) -> float | None:
