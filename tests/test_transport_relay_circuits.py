@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from hivemesh.transports.relay_circuits import ClientCircuits, Event, Happened
 from hivemesh.transports.relay_wire import (
     DATA_CHUNK_BYTES,
@@ -118,3 +121,17 @@ def test_the_channels_end_ends_every_circuit_and_the_reservation() -> None:
     assert c.channel_ended() == [one, two]
     assert not c.reserved and c.take() is None and c.circuit_of(BOB) is None
     assert c.open(BOB) == two + 1  # ids are never reused on this client
+
+
+@given(st.lists(st.binary(max_size=80), max_size=20))
+def test_any_frames_from_the_relay_never_raise_and_data_needs_a_connected_circuit(
+    frames: list[bytes],
+) -> None:
+    c = ClientCircuits(ME)
+    c.open(BOB)
+    for frame in frames:
+        event = c.receive(frame)
+        if event is not None and event.what in (Happened.DATA, Happened.PUNCH):
+            assert c.is_open(event.cid)
+    c.channel_ended()
+    assert c.take() is None
