@@ -70,12 +70,16 @@ def test_the_relays_close_drops_the_circuits_queued_data() -> None:
     assert incoming == Event(Happened.INCOMING, 1 << 31 | 7, text=BOB)
     cid = incoming.cid
     assert c.circuit_of(BOB) == cid
+    assert c.accepted(cid, BOB) and not c.accepted(cid, EVE)
+    assert c.counters.get("relay_source_mismatch") == 1
     c.send(cid, b"never")
     c.reserve()
     ended = c.receive(encode(Message(Kind.CLOSE, cid, text="peer_gone")))
     assert ended == Event(Happened.ENDED, cid, text="peer_gone")
     assert [m.kind for m in sent(c)] == [Kind.RESERVE]
     assert not c.is_open(cid) and not c.close(cid)  # no CLOSE back for it
+    assert not c.accepted(cid, BOB)  # ended before its handshake did: no mismatch
+    assert c.counters.get("relay_source_mismatch") == 1
 
 
 def test_reservation_refusals_and_observed_addresses() -> None:

@@ -281,7 +281,7 @@ class RelayClient:
         elif what == Happened.REFUSED and ready is not None and not ready.done():
             ready.set_exception(PeerUnreachable(f"relay refused: {event.text}"))
         elif what == Happened.INCOMING:
-            self._incoming(cid, event.text)
+            self._incoming(cid)
         elif what == Happened.ENDED:
             self._end(cid, ConnectionClosed(f"relayed circuit closed: {event.text}"))
         elif what == Happened.PUNCH and self._on_punch is not None:
@@ -312,7 +312,7 @@ class RelayClient:
         if pipe is not None:
             pipe.lost(reason)
 
-    def _incoming(self, cid: int, source: str) -> None:
+    def _incoming(self, cid: int) -> None:
         reader, writer = open_pipe(self._pipe(cid))
 
         async def accept() -> None:
@@ -328,8 +328,7 @@ class RelayClient:
                 )
             except HivemeshError:
                 return
-            if channel.peer_address != source:  # the relay named someone else
-                self.counters.incr("relay_source_mismatch")
+            if not self.circuits.accepted(cid, channel.peer_address):
                 channel.close()
                 return
             await self._on_channel(channel)

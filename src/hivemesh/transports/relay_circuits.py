@@ -163,6 +163,16 @@ class ClientCircuits:
         """The id of an open circuit with ``peer``, if any."""
         return next((cid for cid, c in sorted(self._circuits.items()) if c.peer == peer), None)
 
+    def accepted(self, cid: int, address: str) -> bool:
+        """Whether the end-to-end handshake on incoming circuit ``cid`` proved
+        the address the relay named in INCOMING (else ``relay_source_mismatch``:
+        the relay named someone else; a circuit that ended meanwhile is not)."""
+        circuit = self._circuits.get(cid)
+        if circuit is None or circuit.peer == address:
+            return circuit is not None
+        self.counters.incr("relay_source_mismatch")
+        return False
+
     def is_open(self, cid: int) -> bool:
         """Whether circuit ``cid`` has not ended."""
         return cid in self._circuits
