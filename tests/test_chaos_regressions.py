@@ -103,7 +103,7 @@ def test_a_relay_client_reserves_again_once_its_relay_restarted(relay_down_at_st
                                             on_channel=ignore)  # fmt: skip
         trav = Traversal(b_ep, b_id, authorize=lambda a: True, on_inbound=adopt,
                          on_outbound=adopt, has_direct=lambda p: False)  # fmt: skip
-        trav.revive_s = 0.2
+        trav.upgrades.revive_s = 0.2
         try:
             if relay_down_at_start:
                 relay.close()

@@ -53,6 +53,17 @@ def test_admission_evicts_the_least_recently_progressed_handshake() -> None:
     assert adm.admit("e", "10.0.0.9", 5.0) is None  # a slot was free
 
 
+def test_a_handshake_past_its_last_message_cannot_be_evicted() -> None:
+    adm = HandshakeAdmission(2)
+    adm.admit("a", "h", 0.0)
+    adm.admit("b", "h", 1.0)
+    adm.received("a", 1, 2.0)  # progress: b now waits longest
+    adm.received("b", 2, 3.0)  # b's last message: no longer pending
+    assert "b" not in adm and len(adm) == 1
+    assert adm.admit("c", "h", 4.0) is None  # room: nobody evicted
+    assert adm.admit("d", "h", 5.0) == "a"
+
+
 def test_admission_evicts_from_the_source_holding_the_most() -> None:
     adm = HandshakeAdmission(4)
     adm.admit("peer", "10.0.0.1", 0.0)  # the oldest of all, but alone on its host

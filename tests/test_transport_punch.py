@@ -4,13 +4,20 @@ observed addresses, punch plans and retries."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from hivemesh.errors import DecodeError, InvalidArgument
-from hivemesh.transports.punch import ObservedAddresses, PunchSchedule, plan_punch
+from hivemesh.transports.punch import (
+    ObservedAddresses,
+    PunchAsk,
+    PunchSchedule,
+    Upgrades,
+    plan_punch,
+)
 from hivemesh.transports.relay_policy import (
     RELAY_CIRCUIT_BIT,
     Forward,
@@ -251,3 +258,49 @@ def test_one_punch_at_a_time_per_peer_and_none_beside_a_direct_link() -> None:
     s.begin("p")
     s.ended("p", True, 4)
     assert s.may_start("p", 4, direct=False)  # a success starts over
+
+
+def test_upgrades_ask_when_due_and_forget_a_closed_circuit() -> None:
+    up = Upgrades("hma", schedule=PunchSchedule(base_s=5, in_flight_s=10))
+    up.observed.report("relay", ("1.2.3.4", 7000), 0.0)
+    up.relayed("hmb", "relay", 3)
+    up.relayed("hmc", "relay", 4)
+    assert up.peers() == ["hmb", "hmc"] and up.counters.get("relayed_opened") == 2
+    always: Callable[[str, int], bool] = lambda relay, cid: True  # noqa: E731
+    asked = up.ask("hmb", 0.0, direct=False, open_=always)
+    assert asked == PunchAsk("relay", 3, (("1.2.3.4", 7000),))
+    assert up.ask("hmb", 9.0, direct=False, open_=always) is None  # one in flight
+    assert up.ask("hmb", 10.0, direct=True, open_=always) is None  # a direct link: none
+    assert up.ask("hmb", 10.0, direct=False, open_=always) is not None  # in flight too long
+    assert up.ask("hmc", 0.0, direct=False, open_=lambda relay, cid: False) is None
+    assert up.peers() == ["hmb"]  # its circuit closed: forgotten
+    assert up.counters.get("punch_requested") == 2
+
+
+def test_upgrades_answer_an_offer_once_and_back_off_after_a_failure() -> None:
+    up = Upgrades("hma", schedule=PunchSchedule(base_s=5))
+    cands = (("1.2.3.4", 7000), ("1.2.3.4", 7000), ("5.6.7.8", 0))
+    plan = up.answer("hmb", cands, 0.0, direct=False)
+    assert plan is not None and plan.dial and plan.candidates == (("1.2.3.4", 7000),)
+    assert up.answer("hmb", cands, 0.1, direct=False) is None  # one runs already
+    assert up.answer("hmc", cands, 0.1, direct=True) is None  # a direct link
+    assert up.counters.get("punch_skipped") == 2
+    up.ended("hmb", False, 1.0)
+    assert up.counters.get("punch_failed") == 1 and not up.schedule.due("hmb", 5.9)
+    assert up.answer("hma0", (), 1.0, direct=False) is None  # nothing to punch towards
+    assert up.counters.get("punch_no_candidates") == 1 and not up.schedule.due("hma0", 5.9)
+    waiting = up.answer("hm0", cands, 2.0, direct=False)
+    assert waiting is not None and not waiting.dial  # the larger address waits
+    up.ended("hm0", True, 3.0)
+    assert up.counters.get("punch_ok") == 1 and up.counters.get("punch_started") == 2
+
+
+def test_upgrades_reopen_an_ended_relay_every_revive_s() -> None:
+    up = Upgrades("hma", revive_s=5.0)
+    up.relay_added("r", 0.0)
+    assert not up.revive("r", 4.9, up=False)  # its first start just ran
+    assert up.revive("r", 5.0, up=False)
+    assert not up.revive("r", 9.9, up=False)
+    assert not up.revive("r", 20.0, up=True)  # up again: nothing to do
+    assert up.revive("r", 20.1, up=False)
+    assert up.revive("unknown", 0.0, up=False)  # never started: try at once

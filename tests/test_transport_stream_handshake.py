@@ -15,6 +15,7 @@ from hivemesh.core.identity import Identity
 from hivemesh.errors import (
     ChannelSuperseded,
     ConnectionClosed,
+    DeadlineExceeded,
     HandshakeError,
     HivemeshError,
     PeerBusy,
@@ -22,7 +23,7 @@ from hivemesh.errors import (
 )
 from hivemesh.transports.admission import encode_refusal
 from hivemesh.transports.noise import SecureHandshake, StaticCredentials
-from hivemesh.transports.session import FrameSession, read_ending
+from hivemesh.transports.session import FrameSession, close_ending, read_ending, write_ending
 from hivemesh.transports.stream_handshake import StreamHandshake
 
 A = Identity.from_seed(b"a" * 32)
@@ -145,3 +146,24 @@ def test_how_a_channel_ends_after_its_input() -> None:
     mine.receive_data(b"\x00\x20" + b"\x00" * 32)  # a record that fails authentication
     ending = read_ending(mine, retiring=True)
     assert ending is not None and ending.count and ending.notify == ending.reason.code
+
+
+def test_how_a_channel_ends_when_we_close_it_or_its_writer_fails() -> None:
+    """Our close tells the peer its code (none once retiring) and is no
+    fault; a stalled write tells the peer and aborts; a socket error or a
+    bug in the writer ends it as a fault without a word to the peer."""
+    plain = close_ending(None, retiring=False)
+    assert plain.notify == "normal" and not plain.count and not plain.abort
+    revoked = close_ending(UnknownPeer("revoked"), retiring=False)
+    assert revoked.notify == UnknownPeer.code and isinstance(revoked.reason, UnknownPeer)
+    assert close_ending(UnknownPeer("revoked"), retiring=True).notify is None
+    stalled = write_ending(TimeoutError(), 30.0)
+    assert isinstance(stalled.reason, DeadlineExceeded) and "30.0s" in str(stalled.reason)
+    assert stalled.notify == DeadlineExceeded.code and stalled.count and stalled.abort
+    for exc, text in (
+        (ConnectionResetError("reset"), "write failed"),
+        (KeyError(1), "loop failed"),
+    ):
+        ending = write_ending(exc, 30.0)
+        assert isinstance(ending.reason, ConnectionClosed) and text in str(ending.reason)
+        assert ending.notify is None and ending.count and not ending.abort

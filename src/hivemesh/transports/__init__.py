@@ -8,6 +8,10 @@
   byte stream (framing, refusals, ACCEPT).
 * :mod:`~hivemesh.transports.channel` / :mod:`~hivemesh.transports.tcp` --
   the asyncio TCP driver: :func:`connect`, :func:`serve`.
+* sans-IO rules of the UDP paths: :mod:`~hivemesh.transports.quic_routes`,
+  :mod:`~hivemesh.transports.quic_link`, :mod:`~hivemesh.transports.relay_policy`,
+  :mod:`~hivemesh.transports.relay_circuits`, :mod:`~hivemesh.transports.punch`;
+  their asyncio drivers: ``quic``, ``relay``, ``traversal``.
 """
 
 from hivemesh.transports.channel import SecureChannel as SecureChannel

@@ -104,6 +104,14 @@ class HandshakeAdmission:
         self._by_source.setdefault(source, OrderedDict())[key] = None
         return victim
 
+    def received(self, key: Hashable, message: int, now: float) -> None:
+        """Handshake message ``message`` (0, 1, 2) arrived whole on ``key``:
+        progress; after the last (2) it is past eviction (about to be a channel)."""
+        if message == 2:
+            self.finish(key)
+        else:
+            self.progress(key, now)
+
     def progress(self, key: Hashable, now: float) -> None:
         """A complete handshake message arrived on ``key``."""
         source = self._source.get(key)

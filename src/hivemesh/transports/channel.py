@@ -43,7 +43,14 @@ from hivemesh.errors import (
     WouldBlock,
 )
 from hivemesh.transports._queue import FrameQueue
-from hivemesh.transports.session import ChannelOptions, Ending, FrameSession, read_ending
+from hivemesh.transports.session import (
+    ChannelOptions,
+    Ending,
+    FrameSession,
+    close_ending,
+    read_ending,
+    write_ending,
+)
 from hivemesh.transports.stats import ChannelStatistics, TransportCounters
 
 _log = logging.getLogger(__name__)
@@ -281,8 +288,7 @@ class SecureChannel:
         if self._close_reason is not None:
             return
         self.frames_dropped += self._recvq.close(self._closed_error, discard=True)
-        notify = None if self._retiring else (reason.code if reason else "normal")
-        self._end(Ending(reason or ConnectionClosed("closed by this node"), notify, count=False))
+        self._end(close_ending(reason, retiring=self._retiring))
 
     def retire(self, reason: HivemeshError, *, linger_s: float = CLOSE_GRACE_S) -> None:
         """Half-close gracefully (see module docs): stop sending, send CLOSE
@@ -394,7 +400,7 @@ class SecureChannel:
                 task.cancel()
         transport = self._writer.transport
         self._writer.close()  # flushes what is buffered, CLOSE included ...
-        if isinstance(reason, DeadlineExceeded):
+        if ending.abort:
             transport.abort()  # ... unless the peer stopped reading: then drop now
         else:  # ... and a peer that never reads cannot pin the socket open
             asyncio.get_running_loop().call_later(CLOSE_GRACE_S, transport.abort)
@@ -417,20 +423,14 @@ class SecureChannel:
                 self.bytes_out += nbytes
                 async with asyncio.timeout(stall):
                     await writer.drain()
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
             raise
         except ConnectionClosed:
             return  # the queue was closed: the channel already ended
-        except TimeoutError:
-            stalled = DeadlineExceeded(f"peer read nothing for {stall}s (stalled)")
-            self._end(Ending(stalled, notify=stalled.code))
-        except (ConnectionError, OSError) as exc:
-            self._end(Ending(ConnectionClosed(f"write failed: {exc}")))
-        except (KeyboardInterrupt, SystemExit):
-            raise
-        except BaseException as exc:  # a bug: end the channel, never leave it open and mute
-            _log.exception("the write loop to %s failed", self.peer_address[:12])
-            self._end(Ending(ConnectionClosed(f"write loop failed: {exc!r}")))
+        except BaseException as exc:  # a stall, a socket error or a bug: never open and mute
+            if not isinstance(exc, OSError):
+                _log.exception("the write loop to %s failed", self.peer_address[:12])
+            self._end(write_ending(exc, stall))
         finally:
             self._writer_busy = False
             self._writer_idle.set()

@@ -25,14 +25,25 @@ to ``max_s``; a punch that never reports back (its circuit closed before
 the answer) stops blocking the next after ``in_flight_s``; a success or a
 direct link resets it. No punch starts, nor answers a peer's offer, while
 one towards that peer runs or once a direct link exists.
+
+**Upgrades** (:class:`Upgrades`). What the asyncio traversal
+(:mod:`hivemesh.transports.traversal`) decides, in one place: which
+relayed circuit we opened to each peer, when to ask a peer for a punch
+(due on the schedule, its circuit still open), whether to answer a peer's
+offer and with which plan, and when to re-open a relay channel that ended
+(every ``revive_s``). It counts ``punch_requested``, ``punch_skipped``,
+``punch_no_candidates``, ``punch_started``, ``punch_ok`` and ``punch_failed``.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["ObservedAddresses", "PunchPlan", "PunchSchedule", "plan_punch"]
+from hivemesh.transports.stats import TransportCounters
+
+__all__ = ["ObservedAddresses", "PunchAsk", "PunchPlan", "PunchSchedule", "Upgrades", "plan_punch"]
 
 HostPort = tuple[str, int]
 
@@ -149,3 +160,83 @@ class PunchSchedule:
         """A direct link exists: start over next time."""
         self._failures.pop(peer, None)
         self._due.pop(peer, None)
+
+
+@dataclass(frozen=True, slots=True)
+class PunchAsk:
+    """Ask ``peer`` for a punch: offer ``candidates`` on circuit ``cid`` of ``relay``."""
+
+    relay: str
+    cid: int
+    candidates: tuple[HostPort, ...]
+
+
+@dataclass
+class Upgrades:
+    """Relayed links to upgrade and relays to re-open (see the module docs)."""
+
+    local: str
+    schedule: PunchSchedule = field(default_factory=PunchSchedule)
+    observed: ObservedAddresses = field(default_factory=lambda: ObservedAddresses(quorum=1))
+    counters: TransportCounters = field(default_factory=TransportCounters)
+    #: Seconds between attempts to re-open an ended relay channel.
+    revive_s: float = 5.0
+    _circuits: dict[str, tuple[str, int]] = field(default_factory=dict)
+    _revive_at: dict[str, float] = field(default_factory=dict)
+
+    def relayed(self, peer: str, relay: str, cid: int) -> None:
+        """We opened circuit ``cid`` to ``peer`` through ``relay``."""
+        self._circuits[peer] = (relay, cid)
+        self.counters.incr("relayed_opened")
+
+    def peers(self) -> list[str]:
+        """Peers we hold a relayed circuit to, sorted."""
+        return sorted(self._circuits)
+
+    def ask(
+        self, peer: str, now: float, *, direct: bool, open_: Callable[[str, int], bool]
+    ) -> PunchAsk | None:
+        """Whether to ask ``peer`` for a punch now (``open_(relay, cid)``: the
+        circuit is still open; a closed one is forgotten)."""
+        entry = self._circuits.get(peer)
+        if entry is None or not self.schedule.may_start(peer, now, direct=direct):
+            return None
+        if not open_(*entry):
+            del self._circuits[peer]
+            return None
+        self.schedule.started(peer, now)
+        self.counters.incr("punch_requested")
+        return PunchAsk(entry[0], entry[1], tuple(self.observed.candidates(now)))
+
+    def answer(
+        self, peer: str, candidates: tuple[HostPort, ...], now: float, *, direct: bool
+    ) -> PunchPlan | None:
+        """Whether to punch on ``peer``'s offer of ``candidates``, and how; a
+        plan returned is running until :meth:`ended`."""
+        if not self.schedule.may_answer(peer, direct=direct):
+            self.counters.incr("punch_skipped")
+            return None
+        plan = plan_punch(self.local, peer, list(candidates))
+        if not plan.candidates:
+            self.counters.incr("punch_no_candidates")
+            self.schedule.ended(peer, False, now)
+            return None
+        self.schedule.begin(peer)
+        self.counters.incr("punch_started")
+        return plan
+
+    def ended(self, peer: str, ok: bool, now: float) -> None:
+        """The punch towards ``peer`` ended: a direct link (``ok``) or not."""
+        self.schedule.ended(peer, ok, now)
+        self.counters.incr("punch_ok" if ok else "punch_failed")
+
+    def relay_added(self, relay: str, now: float) -> None:
+        """A relay is in use (its first start runs now)."""
+        self._revive_at[relay] = now + self.revive_s
+
+    def revive(self, relay: str, now: float, *, up: bool) -> bool:
+        """Whether to re-open ``relay``'s channel now (it is not ``up``)."""
+        if up or now < self._revive_at.get(relay, float("-inf")):
+            return False
+        self._revive_at[relay] = now + self.revive_s
+        return True

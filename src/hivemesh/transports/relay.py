@@ -26,17 +26,14 @@ so both ends learn where to punch (:mod:`hivemesh.transports.punch`).
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 
 from hivemesh.core.identity import Identity
 from hivemesh.errors import (
     ConnectionClosed,
-    DecodeError,
     HivemeshError,
     PeerUnreachable,
     WouldBlock,
@@ -45,16 +42,9 @@ from hivemesh.transports.channel import Authorize, SecureChannel
 from hivemesh.transports.noise import StaticCredentials
 from hivemesh.transports.pipe import PipeTransport, open_pipe
 from hivemesh.transports.quic import QuicEndpoint
+from hivemesh.transports.relay_circuits import ClientCircuits, Event, Happened
 from hivemesh.transports.relay_policy import Forward, RelayTable
-from hivemesh.transports.relay_wire import (
-    Kind,
-    Message,
-    Punch,
-    data_frames,
-    decode,
-    encode,
-    parse_hostport,
-)
+from hivemesh.transports.relay_wire import Kind, encode
 from hivemesh.transports.session import ChannelOptions
 from hivemesh.transports.stats import TransportCounters
 from hivemesh.transports.streams import PROCESS_BOOT_ID, TaskSet, secure_accept, secure_dial
@@ -126,22 +116,12 @@ class RelayService:
                 await self._send(table.link_down(peer))
 
 
-@dataclass(eq=False)
-class _Circuit:
-    cid: int
-    peer: str
-    pipe: PipeTransport | None = None
-    outq: list[bytes] = field(default_factory=list)
-    queued: int = 0
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
-    ready: asyncio.Future[None] | None = None
-    writer: asyncio.Task[None] | None = None
-    closed: bool = False
-    close_pending: bool = False
-
-
 class RelayClient:
-    """A node's relay channel to one relay, and its circuits (see module docs)."""
+    """A node's relay channel to one relay, and its circuits (see module docs).
+
+    What a relay frame means, and what to send in which order, is its
+    :class:`~hivemesh.transports.relay_circuits.ClientCircuits`'s; this
+    class feeds it, and carries frames, pipes and handshakes."""
 
     def __init__(
         self,
@@ -163,8 +143,8 @@ class RelayClient:
         self.relay_address = relay_address
         self.relay_endpoint = relay_endpoint
         self.counters = counters if counters is not None else TransportCounters()
+        self.circuits = ClientCircuits(identity.address, self.counters)
         self.channel: SecureChannel | None = None
-        self.reserved = False
         #: Seconds between reservation renewals (see :meth:`_keepalive`).
         self.keepalive_s = 5.0
         self._authorize = authorize
@@ -176,8 +156,9 @@ class RelayClient:
         self._creds = StaticCredentials.generate(
             identity, secrets.token_bytes, boot_id=PROCESS_BOOT_ID if boot_id is None else boot_id
         )
-        self._circuits: dict[int, _Circuit] = {}
-        self._ids = itertools.count(1)
+        self._pipes: dict[int, PipeTransport] = {}
+        self._ready: dict[int, asyncio.Future[None]] = {}
+        self._writing: SecureChannel | None = None  # a task waits for room on it
         self._tasks = TaskSet(self.counters, "relay_task")
         self._reserved = asyncio.Event()
 
@@ -186,19 +167,25 @@ class RelayClient:
         """The ``path`` of channels through this relay."""
         return f"relay:{self.relay_address}"
 
+    @property
+    def reserved(self) -> bool:
+        """Whether the relay holds our reservation."""
+        return self.circuits.reserved
+
     async def start(self, *, reserve: bool = True, timeout_s: float = 5.0) -> None:
         """Open the relay channel (and reserve: others may reach us through it).
         Called again once the channel ended (the relay restarted), it opens a
         new one and reserves afresh."""
         host, port = self.relay_endpoint
-        self.reserved = False
+        if self.channel is not None:  # it ended: its circuits end now
+            self._lost(self.channel)
         self._reserved = asyncio.Event()
         self.channel = await self.endpoint.dial(
             host, port, expect_address=self.relay_address, timeout_s=timeout_s, relay=True
         )
         self._tasks.spawn(self._reader(self.channel))
         if reserve:
-            await self.channel.send(encode(Message(Kind.RESERVE)))
+            self._command(self.circuits.reserve)
             async with asyncio.timeout(timeout_s):
                 await self._reserved.wait()
             if not self.reserved:
@@ -211,149 +198,122 @@ class RelayClient:
         (a mapping the relay cannot refresh from outside)."""
         while not channel.is_closed:
             await asyncio.sleep(self.keepalive_s)
-            try:
-                channel.send_nowait(encode(Message(Kind.RESERVE)))
-            except HivemeshError:
-                return
+            if channel is self.channel:
+                self._command(self.circuits.reserve)
 
     @property
     def is_up(self) -> bool:
         """Whether the relay channel is open."""
         return self.channel is not None and not self.channel.is_closed
 
+    def _command(self, command: Callable[[], object]) -> None:
+        command()
+        self._flush()
+
+    def _flush(self) -> None:
+        """Send what the circuits queued while the channel takes it at once;
+        a task waits for room for the rest (frames stay in order)."""
+        channel = self.channel
+        if channel is None or self._writing is channel:
+            return
+        while (item := self.circuits.take()) is not None:
+            try:
+                channel.send_nowait(item[1])
+            except WouldBlock:
+                self._writing = channel
+                self._tasks.spawn(self._write(channel, item))
+                return
+            except HivemeshError:
+                return  # the channel ended: the reader ends its circuits
+            self._sent(item[0])
+
+    async def _write(self, channel: SecureChannel, item: tuple[int, bytes] | None) -> None:
+        try:
+            while item is not None:
+                await channel.send(item[1])
+                self._sent(item[0])
+                item = self.circuits.take()
+        except HivemeshError:
+            pass  # the channel ended: the reader ends its circuits
+        finally:
+            if self._writing is channel:
+                self._writing = None
+
+    def _sent(self, cid: int) -> None:
+        pipe = self._pipes.get(cid)
+        if pipe is not None:
+            pipe.check_writable()
+
     async def _reader(self, channel: SecureChannel) -> None:
         try:
             while True:
                 for frame in await channel.recv_batch():
-                    self._on_frame(frame)
+                    event = self.circuits.receive(frame)
+                    if event is not None:
+                        self._on_event(event)
         except ConnectionClosed:
             pass
         finally:
-            for circuit in list(self._circuits.values()):
-                self._end(circuit, ConnectionClosed("the relay channel ended"))
-            self._reserved.set()
+            self._lost(channel)
 
-    def _on_frame(self, frame: bytes) -> None:
-        try:
-            msg = decode(frame)
-        except DecodeError:
-            self.counters.incr("relay_malformed")
+    def _lost(self, channel: SecureChannel) -> None:
+        """``channel`` ended: if it is still ours, every circuit with it."""
+        if channel is not self.channel:
             return
-        circuit = self._circuits.get(msg.circuit)
-        if msg.kind == Kind.DATA:
-            if circuit is not None and circuit.pipe is not None:
-                circuit.pipe.feed(msg.data)
-            else:
-                self.counters.incr("relay_data_unknown_circuit")
-        elif msg.kind == Kind.OBSERVED:
-            if self._on_observed is not None:
-                try:
-                    self._on_observed(self.relay_address, parse_hostport(msg.text))
-                except DecodeError:
-                    self.counters.incr("relay_malformed")
-        elif msg.kind in (Kind.RESERVED, Kind.REFUSED) and msg.circuit == 0:
-            self.reserved = msg.kind == Kind.RESERVED
-            if not self.reserved:
-                self.counters.incr(f"relay_refused_{msg.text}")
-            self._reserved.set()
-        elif msg.kind == Kind.CONNECTED and circuit is not None:
-            if circuit.ready is not None and not circuit.ready.done():
-                circuit.ready.set_result(None)
-        elif msg.kind == Kind.REFUSED and circuit is not None:
-            self.counters.incr(f"relay_refused_{msg.text}")
-            if circuit.ready is not None and not circuit.ready.done():
-                circuit.ready.set_exception(PeerUnreachable(f"relay refused: {msg.text}"))
-            # else: a refused PUNCH; the circuit itself ends only by CLOSE
-        elif msg.kind == Kind.INCOMING:
-            self._incoming(msg.circuit, msg.text)
-        elif msg.kind == Kind.CLOSE and circuit is not None:
-            self._end(
-                circuit, ConnectionClosed(f"relayed circuit closed: {msg.text}"), notify=False
-            )
-        elif msg.kind == Kind.PUNCH and circuit is not None and msg.punch is not None:
-            if msg.punch.claimed != circuit.peer:
-                self.counters.incr("punch_refused_spoofed")
-                return
-            if self._on_punch is not None:
-                self._on_punch(self, circuit.peer, msg.circuit, msg.punch.candidates)
-        else:
-            self.counters.incr("relay_unexpected")
+        channel.close()
+        self.channel = None
+        for cid in self.circuits.channel_ended():
+            self._end(cid, ConnectionClosed("the relay channel ended"))
+        self._reserved.set()
 
-    def _pipe(self, circuit: _Circuit) -> PipeTransport:
+    def _on_event(self, event: Event) -> None:
+        what, cid = event.what, event.cid
+        ready = self._ready.get(cid)
+        if what == Happened.DATA:
+            self._pipes[cid].feed(event.data)  # a connected circuit has its pipe
+        elif what == Happened.OBSERVED and self._on_observed is not None:
+            assert event.addr is not None
+            self._on_observed(self.relay_address, event.addr)
+        elif what == Happened.RESERVED:
+            self._reserved.set()
+        elif what == Happened.CONNECTED and ready is not None and not ready.done():
+            ready.set_result(None)
+        elif what == Happened.REFUSED and ready is not None and not ready.done():
+            ready.set_exception(PeerUnreachable(f"relay refused: {event.text}"))
+        elif what == Happened.INCOMING:
+            self._incoming(cid)
+        elif what == Happened.ENDED:
+            self._end(cid, ConnectionClosed(f"relayed circuit closed: {event.text}"))
+        elif what == Happened.PUNCH and self._on_punch is not None:
+            self._on_punch(self, event.text, cid, event.candidates)
+
+    def _pipe(self, cid: int) -> PipeTransport:
         def send(data: bytes) -> None:
-            frames = data_frames(circuit.cid, data)
-            channel = self.channel
-            if not circuit.queued and channel is not None and not circuit.closed:
-                try:  # nothing queued or in flight: send now, in order, while there is room
-                    while frames:
-                        channel.send_nowait(frames[0])
-                        del frames[0]
-                except WouldBlock:
-                    pass
-                except HivemeshError as exc:
-                    self._end(circuit, ConnectionClosed(f"relay channel: {exc}"))
-                    return
-            if frames:
-                circuit.outq += frames
-                circuit.queued += sum(map(len, frames))
-                circuit.wake.set()
+            self.circuits.send(cid, data)
+            self._flush()
 
         def on_close() -> None:
-            self._end(circuit, None)
+            if self.circuits.close(cid):
+                self._flush()
+            self._end(cid, None)
 
-        circuit.pipe = PipeTransport(
-            send, lambda: circuit.queued, on_close, extra={"peername": None, "path": self.path}
+        pipe = self._pipes[cid] = PipeTransport(
+            send,
+            lambda: self.circuits.buffered(cid),
+            on_close,
+            extra={"peername": None, "path": self.path},
         )
-        circuit.writer = self._tasks.spawn(self._write(circuit))
-        return circuit.pipe
+        return pipe
 
-    async def _write(self, circuit: _Circuit) -> None:
-        while True:
-            await circuit.wake.wait()
-            circuit.wake.clear()
-            while circuit.outq and self.channel is not None:
-                frame = circuit.outq[0]  # stays queued while in flight: send() keeps order
-                try:
-                    await self.channel.send(frame)
-                except HivemeshError as exc:
-                    self._end(circuit, ConnectionClosed(f"relay channel: {exc}"))
-                    return
-                del circuit.outq[0]
-                circuit.queued -= len(frame)
-                if circuit.pipe is not None:
-                    circuit.pipe.check_writable()
-            if circuit.closed:
-                if circuit.close_pending:  # our end closed: what it wrote went first
-                    await self._send_close(circuit.cid)
-                return
+    def _end(self, cid: int, reason: HivemeshError | None) -> None:
+        """Circuit ``cid`` ended (the circuits already forgot it): its pipe with it."""
+        self._ready.pop(cid, None)
+        pipe = self._pipes.pop(cid, None)
+        if pipe is not None:
+            pipe.lost(reason)
 
-    async def _send_close(self, cid: int) -> None:
-        if self.channel is None or self.channel.is_closed:
-            return
-        try:
-            await self.channel.send(encode(Message(Kind.CLOSE, cid, text="normal")), timeout_s=5.0)
-        except HivemeshError:
-            self.counters.incr("relay_close_unsent")
-
-    def _end(self, circuit: _Circuit, reason: HivemeshError | None, *, notify: bool = True) -> None:
-        if circuit.closed:
-            return
-        circuit.closed = True
-        self._circuits.pop(circuit.cid, None)
-        if notify:
-            writer = circuit.writer
-            if circuit.outq and writer is not None and not writer.done():
-                circuit.close_pending = True  # the writer sends the queued bytes, then CLOSE
-            else:
-                self._tasks.spawn(self._send_close(circuit.cid))
-        circuit.wake.set()
-        if circuit.pipe is not None:
-            circuit.pipe.lost(reason)
-
-    def _incoming(self, cid: int, source: str) -> None:
-        circuit = _Circuit(cid, source)
-        self._circuits[cid] = circuit
-        reader, writer = open_pipe(self._pipe(circuit))
+    def _incoming(self, cid: int) -> None:
+        reader, writer = open_pipe(self._pipe(cid))
 
         async def accept() -> None:
             try:
@@ -368,8 +328,7 @@ class RelayClient:
                 )
             except HivemeshError:
                 return
-            if channel.peer_address != source:  # the relay named someone else
-                self.counters.incr("relay_source_mismatch")
+            if not self.circuits.accepted(cid, channel.peer_address):
                 channel.close()
                 return
             await self._on_channel(channel)
@@ -380,15 +339,13 @@ class RelayClient:
         """A secure channel to ``target`` through the relay, and its circuit id."""
         if self.channel is None or self.channel.is_closed:
             raise PeerUnreachable("no relay channel")
-        cid = next(self._ids)
-        circuit = _Circuit(cid, target, ready=asyncio.get_running_loop().create_future())
-        self._circuits[cid] = circuit
+        cid = self.circuits.open(target)
+        ready = self._ready[cid] = asyncio.get_running_loop().create_future()
+        reader, writer = open_pipe(self._pipe(cid))
+        self._flush()
         try:
             async with asyncio.timeout(timeout_s):
-                await self.channel.send(encode(Message(Kind.CONNECT, cid, text=target)))
-                assert circuit.ready is not None
-                await circuit.ready
-                reader, writer = open_pipe(self._pipe(circuit))
+                await ready
                 channel = await secure_dial(
                     reader,
                     writer,
@@ -401,27 +358,24 @@ class RelayClient:
                     counters=self.counters,
                     boot_id=self._boot_id,
                 )
-        except TimeoutError:
-            self._end(circuit, None)
-            raise PeerUnreachable(f"no relayed channel to {target[:12]} in {timeout_s}s") from None
-        except BaseException:
-            self._end(circuit, None)
+        except BaseException as exc:
+            if self.circuits.close(cid):
+                self._flush()
+            self._end(cid, None)
+            if isinstance(exc, TimeoutError):
+                raise PeerUnreachable(
+                    f"no relayed channel to {target[:12]} in {timeout_s}s"
+                ) from None
             raise
         return channel, cid
 
     def circuit_of(self, peer: str) -> int | None:
         """The id of an open circuit with ``peer``, if any."""
-        for cid, c in sorted(self._circuits.items()):
-            if c.peer == peer and not c.closed:
-                return cid
-        return None
+        return self.circuits.circuit_of(peer)
 
     async def punch(self, cid: int, candidates: tuple[HostPort, ...]) -> None:
         """Offer our ``candidates`` to the other end of circuit ``cid``."""
-        if self.channel is None:
-            return
-        punch = Punch(self.identity.address, candidates)
-        await self.channel.send(encode(Message(Kind.PUNCH, cid, punch=punch)))
+        self._command(lambda: self.circuits.punch(cid, candidates))
 
     async def send_raw(self, frame: bytes) -> None:
         """Send a raw relay frame (tests: malformed and hostile input)."""

@@ -53,6 +53,7 @@ from hivemesh.core.joins import JOIN_REFUSALS
 from hivemesh.errors import (
     ChannelSuperseded,
     ConnectionClosed,
+    DeadlineExceeded,
     DecodeError,
     FrameTooLarge,
     HivemeshError,
@@ -71,8 +72,10 @@ __all__ = [
     "ChannelOptions",
     "Ending",
     "FrameSession",
+    "close_ending",
     "peer_close_error",
     "read_ending",
+    "write_ending",
 ]
 
 
@@ -128,6 +131,32 @@ class Ending:
     notify: str | None = None
     count: bool = True
     keep_unsent: bool = False
+
+    @property
+    def abort(self) -> bool:
+        """Drop the connection at once instead of flushing its last bytes
+        (the peer stopped reading: a deadline passed)."""
+        return isinstance(self.reason, DeadlineExceeded)
+
+
+def close_ending(reason: HivemeshError | None, *, retiring: bool) -> Ending:
+    """How a channel this node closes ends: its CLOSE carries ``reason``'s
+    code (``"normal"`` if none), or nothing once retiring (that CLOSE went
+    already); never a fault to count."""
+    notify = None if retiring else (reason.code if reason else "normal")
+    return Ending(reason or ConnectionClosed("closed by this node"), notify, count=False)
+
+
+def write_ending(exc: BaseException, stall_s: float) -> Ending:
+    """How a channel ends when writing failed with ``exc``: a write that
+    stalled ``stall_s`` (``TimeoutError``) tells the peer why; a socket
+    error, or a bug in the writer, does not."""
+    if isinstance(exc, TimeoutError):
+        stalled = DeadlineExceeded(f"peer read nothing for {stall_s}s (stalled)")
+        return Ending(stalled, notify=stalled.code)
+    if isinstance(exc, OSError):  # ConnectionError included
+        return Ending(ConnectionClosed(f"write failed: {exc}"))
+    return Ending(ConnectionClosed(f"write loop failed: {exc!r}"))
 
 
 def read_ending(session: FrameSession, *, retiring: bool, eof: bool = False) -> Ending | None:

@@ -179,10 +179,7 @@ class Listener:
             self._evict(victim, loop)
 
         def progress(message: int) -> None:
-            if message == 2:  # the last one: past eviction, about to be a channel
-                self._admission.finish(me)
-            else:
-                self._admission.progress(me, loop.time())
+            self._admission.received(me, message, loop.time())
 
         hs = SecureHandshake(
             self._creds, initiator=False, random_bytes=self._random_bytes, authorize=self._authorize

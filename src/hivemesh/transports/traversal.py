@@ -7,11 +7,10 @@ and one :class:`~hivemesh.transports.relay.RelayClient` per relay, and hands
 every channel it makes to its owner: ``on_inbound`` for the peer's,
 ``on_outbound`` for ours (the connection manager prefers a direct channel,
 so a punched one replaces a relayed one in place). A relayed channel we
-opened is upgraded by punching: both ends follow
-:func:`~hivemesh.transports.punch.plan_punch`, and while the peer is reachable
-only through a relay the opener asks again on
-:class:`~hivemesh.transports.punch.PunchSchedule`. :meth:`Traversal.tick`
-also re-opens a relay whose channel ended. Counters (``punch_started``,
+opened is upgraded by punching, and :meth:`Traversal.tick` re-opens a relay
+whose channel ended. When to ask, whether to answer and how to punch, and
+when to re-open a relay are :class:`~hivemesh.transports.punch.Upgrades`'s
+decisions; this class carries them out. Counters (``punch_started``,
 ``punch_ok``, ``punch_failed``, ...) are in :attr:`Traversal.counters`.
 """
 
@@ -25,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from hivemesh.core.identity import Identity
 from hivemesh.errors import HivemeshError, PeerUnreachable
 from hivemesh.transports.channel import Authorize, SecureChannel
-from hivemesh.transports.punch import ObservedAddresses, PunchSchedule, plan_punch
+from hivemesh.transports.punch import ObservedAddresses, PunchPlan, PunchSchedule, Upgrades
 from hivemesh.transports.quic import QuicEndpoint
 from hivemesh.transports.relay import RelayClient
 from hivemesh.transports.session import ChannelOptions
@@ -60,10 +59,13 @@ class Traversal:
     ) -> None:
         self.endpoint = endpoint
         self.identity = identity
-        self.address = identity.address
-        self.observed = observed if observed is not None else ObservedAddresses(quorum=1)
-        self.schedule = schedule if schedule is not None else PunchSchedule()
         self.counters = TransportCounters()
+        self.upgrades = Upgrades(identity.address, counters=self.counters)
+        if observed is not None:
+            self.upgrades.observed = observed
+        if schedule is not None:
+            self.upgrades.schedule = schedule
+        self.observed, self.schedule = self.upgrades.observed, self.upgrades.schedule
         self.relays: dict[str, RelayClient] = {}
         self._authorize = authorize
         self._on_inbound = on_inbound
@@ -73,14 +75,9 @@ class Traversal:
         self._boot_id = boot_id
         self._punch_wait_s = punch_wait_s
         self._clock = clock
-        self._circuits: dict[str, tuple[RelayClient, int]] = {}  # peer -> circuit we opened
         self._tasks = TaskSet(self.counters, "traversal_task")
         self._waiters: dict[str, asyncio.Event] = {}
-        #: relay -> when its channel may next be re-opened (it ended: the relay restarted)
-        self._revive_at: dict[str, float] = {}
         self._reserving: dict[str, bool] = {}  # relay -> reserve on it
-        #: Seconds between attempts to re-open an ended relay channel.
-        self.revive_s = 5.0
 
     async def inbound(self, channel: SecureChannel) -> None:
         """Every inbound channel (QUIC direct or punched, relayed) goes here first."""
@@ -112,7 +109,7 @@ class Traversal:
         )
         self.relays[relay_address] = client
         self._reserving[relay_address] = reserve
-        self._revive_at[relay_address] = self._clock() + self.revive_s
+        self.upgrades.relay_added(relay_address, self._clock())
         await client.start(reserve=reserve)
         return client
 
@@ -131,8 +128,7 @@ class Traversal:
             except HivemeshError as exc:
                 errors.append(f"{relay_address[:12]}: {exc}")
                 continue
-            self._circuits[peer] = (client, cid)
-            self.counters.incr("relayed_opened")
+            self.upgrades.relayed(peer, relay_address, cid)
             await self._on_outbound(channel)
             self.upgrade(peer)
             return channel
@@ -140,18 +136,15 @@ class Traversal:
 
     def upgrade(self, peer: str) -> bool:
         """Start a punch towards ``peer`` if one is due; whether one started."""
-        now = self._clock()
-        entry = self._circuits.get(peer)
-        if entry is None or not self.schedule.may_start(peer, now, direct=self._has_direct(peer)):
-            return False
-        client, cid = entry
-        if not client.is_up or client.circuit_of(peer) != cid:
-            self._circuits.pop(peer, None)
-            return False
-        self.schedule.started(peer, now)
-        self.counters.incr("punch_requested")
-        self._tasks.spawn(client.punch(cid, tuple(self.observed.candidates(now))))
-        return True
+
+        def open_(relay: str, cid: int) -> bool:
+            client = self.relays[relay]
+            return client.is_up and client.circuit_of(peer) == cid
+
+        ask = self.upgrades.ask(peer, self._clock(), direct=self._has_direct(peer), open_=open_)
+        if ask is not None:
+            self._tasks.spawn(self.relays[ask.relay].punch(ask.cid, ask.candidates))
+        return ask is not None
 
     def tick(self) -> None:
         """Re-try upgrades that are due, and re-open (and reserve again on) a
@@ -160,14 +153,12 @@ class Traversal:
         unable to reach its NATed peers, for good once its relay restarted
         (chaos scenario ``nat``); so did one whose relay was down or cut off
         when it started."""
-        for peer in sorted(self._circuits):
+        for peer in self.upgrades.peers():
             self.upgrade(peer)
         now = self._clock()
         for relay, client in sorted(self.relays.items()):
-            if client.is_up or now < self._revive_at.get(relay, float("-inf")):
-                continue
-            self._revive_at[relay] = now + self.revive_s
-            self._tasks.spawn(self._revive(client, self._reserving.get(relay, True)))
+            if self.upgrades.revive(relay, now, up=client.is_up):
+                self._tasks.spawn(self._revive(client, self._reserving.get(relay, True)))
 
     async def _revive(self, client: RelayClient, reserve: bool) -> None:
         try:
@@ -180,19 +171,11 @@ class Traversal:
     def _on_punch(
         self, client: RelayClient, peer: str, cid: int, candidates: tuple[HostPort, ...]
     ) -> None:
-        if not self.schedule.may_answer(peer, direct=self._has_direct(peer)):
-            self.counters.incr("punch_skipped")
-            return
-        self._tasks.spawn(self._punch(peer, candidates))
+        plan = self.upgrades.answer(peer, candidates, self._clock(), direct=self._has_direct(peer))
+        if plan is not None:
+            self._tasks.spawn(self._punch(peer, plan))
 
-    async def _punch(self, peer: str, candidates: tuple[HostPort, ...]) -> None:
-        plan = plan_punch(self.address, peer, list(candidates))
-        if not plan.candidates:
-            self.counters.incr("punch_no_candidates")
-            self.schedule.ended(peer, False, self._clock())
-            return
-        self.schedule.begin(peer)
-        self.counters.incr("punch_started")
+    async def _punch(self, peer: str, plan: PunchPlan) -> None:
         ok = False
         try:
             for host, port in plan.candidates:
@@ -203,8 +186,7 @@ class Traversal:
                 else self._await_punch(peer, plan.candidates)
             )
         finally:
-            self.schedule.ended(peer, ok, self._clock())
-        self.counters.incr("punch_ok" if ok else "punch_failed")
+            self.upgrades.ended(peer, ok, self._clock())
 
     async def _dial(self, peer: str, candidates: tuple[HostPort, ...], after_s: float) -> bool:
         await asyncio.sleep(after_s)
