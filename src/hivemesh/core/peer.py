@@ -113,6 +113,7 @@ from hivemesh.commands.node import Append, FeedAcceptLoss
 from hivemesh.commands.peer import (
     AppendMany,
     FetchBlob,
+    Learn,
     Leave,
     Request,
     Resolve,
@@ -1085,6 +1086,10 @@ class Peer:
         self.node.append(KIND_TRUST_ADD, {"address": cmd.address, "swarm": cmd.swarm}, now_ms)
         self._fx.append(Reply(rid, True))
 
+    def _do_learn(self, rid: int, cmd: Learn, now_ms: int) -> None:
+        self._dial(cmd.address, list(cmd.endpoints))
+        self._fx.append(Reply(rid, None))
+
     def _do_accept_feed_loss(self, rid: int, cmd: FeedAcceptLoss, now_ms: int) -> None:
         reason = self._reason()
         lost = self.node.accept_feed_loss(now_ms)
@@ -1188,6 +1193,7 @@ _COMMANDS: dict[type, Callable[[Peer, int, Any, int], None]] = {
     msgs.Send: Peer._do_send,
     TrustRevoke: Peer._do_revoke,
     Vouch: Peer._do_vouch,
+    Learn: Peer._do_learn,
     Leave: Peer._do_leave,
     StartJoin: Peer._do_start_join,
     FeedAcceptLoss: Peer._do_accept_feed_loss,

@@ -116,10 +116,20 @@ from typing import Any, TypeVar
 
 from hivemesh import commands as c
 from hivemesh.commands.names import NameClaim, NameClaimReply
-from hivemesh.commands.peer import CommitContext, FetchBlob, Leave, Request, Resolve, Vouch
+from hivemesh.commands.peer import (
+    CommitContext,
+    FetchBlob,
+    Learn,
+    Leave,
+    Request,
+    Resolve,
+    Vouch,
+)
 from hivemesh.commands.trust import TrustRevoke
-from hivemesh.config import UDP_PREFIX, Config, bootstrap_targets, parse_endpoint
+from hivemesh.config import Config, bootstrap_targets
 from hivemesh.core.answers import export_pending
+from hivemesh.core.dialer import UDP_PREFIX
+from hivemesh.core.dialer import routes as dial_routes
 from hivemesh.core.direct import DirectConfig
 from hivemesh.core.effects import (
     Close,
@@ -153,7 +163,6 @@ from hivemesh.core.views.names import NamesView
 from hivemesh.core.views.trust import TrustView, TrustWeb
 from hivemesh.error_codes import error_class
 from hivemesh.errors import (
-    ConfigError,
     HivemeshError,
     InvalidAddress,
     InvalidArgument,
@@ -428,7 +437,7 @@ class Daemon:
             endpoints.append(f"{UDP_PREFIX}{endpoint}")
         peer.start(endpoints, t)  # the appends of a new life (errors: no start)
         for address, eps in self.endpoints.known().items():
-            self.learn(address, eps)
+            peer.command(Learn(address, tuple(eps)), t)  # dialled by the flush below
         for addr, h, p in bootstrap_targets(cfg.bootstrap):
             self.conns.want(h, p, addr)
         for spec in APPS:  # applications (runtime.apps)
@@ -904,7 +913,7 @@ class Daemon:
         elif isinstance(e, Count):
             self.counters[e.name] += e.n
         elif isinstance(e, Dial):
-            self.learn(e.address, list(e.endpoints))
+            self._dial(e)
         elif isinstance(e, Close):
             if e.forget:
                 self.conns.forget(e.peer)
@@ -1068,18 +1077,17 @@ class Daemon:
         self._lives[peer] = boot_id
         self.peer.link_up(peer, boot_id, now_ms(), endpoint)
 
+    def _dial(self, e: Dial) -> None:
+        """Dial what the Peer decided to, by transport (:func:`~hivemesh.core.dialer.routes`)."""
+        routes = dial_routes(e.endpoints)
+        if routes.bad:
+            self.counters["bad_endpoint"] += routes.bad
+        for host, port in routes.tcp:
+            self.conns.want(host, port, e.address)
+        for endpoint in routes.udp if self.paths is not None else ():
+            self.paths.learn_udp(e.address, endpoint)  # QUIC: runtime.paths dials it
+
     def learn(self, address: str, endpoints: list[str]) -> None:
-        """Keep dialling ``address`` at ``endpoints`` (if it may connect)."""
-        if address == self.address or not self.authorize(address):
-            return
-        for ep in endpoints:
-            if ep.startswith(UDP_PREFIX):  # a QUIC endpoint: runtime.paths dials it
-                if self.paths is not None:
-                    self.paths.learn_udp(address, ep[len(UDP_PREFIX) :])
-                continue
-            try:
-                h, p = parse_endpoint(ep)
-            except ConfigError:
-                self.counters["bad_endpoint"] += 1
-                continue
-            self.conns.want(h, p, address)
+        """``address`` is found at ``endpoints``: the Peer decides whether to dial it."""
+        self.peer.command(Learn(address, tuple(endpoints)), now_ms())
+        self._carry_out()
