@@ -29,3 +29,13 @@ def test_a_stall_is_a_silence_longer_than_its_limit() -> None:
     assert stalled_for(80.0, 100.0, 30.0) is None
     assert stalled_for(80.0, 110.0, 30.0) is None  # exactly the limit: not yet
     assert stalled_for(80.0, 110.5, 30.0) == 30.5
+
+
+def test_a_streak_logs_its_first_failure_every_hundredth_and_its_end() -> None:
+    from hivemesh.core.restarts import Streak
+
+    streak = Streak()
+    logged = [n for n in range(1, 251) if streak.failed()]
+    assert logged == [1, 100, 200] and streak.failing == 250
+    assert streak.ok() == 250 and streak.ok() == 0  # the end is reported once
+    assert streak.failed() and Streak(every=2).failed()

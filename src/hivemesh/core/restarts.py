@@ -22,6 +22,12 @@ otherwise, the n-th within the window           :class:`Restart` after
 
 :func:`stalled_for` says whether a running task that beats has hung: no beat
 for longer than ``stall_s`` (reported once per stall by the driver).
+
+:class:`Streak` says which failures in a row of an operation that is retried
+(the group commit on a full disk, every few ms) are logged: the first, then
+every :attr:`Streak.every`-th, and the end of the streak once it works again;
+all are counted. The log must neither flood (it may be on the full disk) nor
+hide the failure.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ __all__ = [
     "Policy",
     "Restart",
     "Restarts",
+    "Streak",
     "stalled_for",
 ]
 
@@ -106,3 +113,22 @@ def stalled_for(last_beat_s: float | None, now_s: float, stall_s: float) -> floa
         return None
     quiet_s = now_s - last_beat_s
     return quiet_s if quiet_s > stall_s else None
+
+
+class Streak:
+    """Failures in a row of a retried operation: which to log (module docs)."""
+
+    def __init__(self, every: int = 100) -> None:
+        self.every = every
+        #: failures since the last success (0: healthy)
+        self.failing = 0
+
+    def failed(self) -> bool:
+        """One more failure; True if it is to be logged."""
+        self.failing += 1
+        return self.failing == 1 or self.failing % self.every == 0
+
+    def ok(self) -> int:
+        """A success: the length of the streak it ends (0 if none), to log."""
+        ended, self.failing = self.failing, 0
+        return ended

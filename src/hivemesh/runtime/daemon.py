@@ -155,6 +155,7 @@ from hivemesh.core.identity import Identity, public_key_of, short
 from hivemesh.core.node import Node, NodeConfig
 from hivemesh.core.peer import Peer, PeerConfig, TrustFile
 from hivemesh.core.pex import MembershipConfig
+from hivemesh.core.restarts import RESTART_WATCHED, Streak
 from hivemesh.core.trace import Trace
 from hivemesh.core.views.blobs import BlobIndex, blob_digest
 from hivemesh.core.views.context import Context, ContextView
@@ -179,7 +180,7 @@ from hivemesh.runtime.leases import MeshClaims, VoterDisk, lease_client
 from hivemesh.runtime.messaging import Messaging
 from hivemesh.runtime.rehydration import Rehydration
 from hivemesh.runtime.status import Subscription, peers_of, status_of
-from hivemesh.runtime.supervise import RESTART_WATCHED, Supervisor, TaskFailed
+from hivemesh.runtime.supervise import Supervisor, TaskFailed
 from hivemesh.stores.feedmark import FileMarkStore, open_mark
 from hivemesh.transports import ChannelOptions
 from hivemesh.transports.noise import BOOT_ID_BYTES
@@ -249,8 +250,8 @@ class Daemon:
         self._lock_fd: int | None = None
         self._trust_generation = 0
         self._calls: dict[int, asyncio.Future[Any]] = {}  # command rid -> its caller
-        #: group commits failed in a row (a full disk, I/O errors); 0 when healthy
-        self._commit_failing = 0
+        #: group commits failed in a row (a full disk, I/O errors): which are logged
+        self._commit_streak = Streak()
         self._lives: dict[str, bytes] = {}  # linked peer -> the boot id given to the Peer
         #: the Peer's recorded inputs and effects (``trace_peer`` only)
         self.trace: Trace | None = None
@@ -953,23 +954,15 @@ class Daemon:
         except HivemeshError as exc:  # disk full, I/O error: retried at the next commit
             self._commit_failed(exc)
             return
-        if self._commit_failing:
-            log.warning("group commit works again after %d failures", self._commit_failing)
-            self._commit_failing = 0
+        if ended := self._commit_streak.ok():
+            log.warning("group commit works again after %d failures", ended)
 
     def _commit_failed(self, exc: HivemeshError) -> None:
-        """Count a failed commit; log it once, then every 100th in a row: a
-        typed store error retried every few ms must not flood the log (on a
-        full disk the log may be on that disk), nor hide (it is counted)."""
+        """Count a failed commit; log the ones core.restarts.Streak says to."""
         self.counters["group_commit_failed"] += 1
-        self._commit_failing += 1
-        if self._commit_failing == 1 or self._commit_failing % 100 == 0:
-            log.warning(
-                "group commit failed (%s, %d in a row, retried at the next commit): %s",
-                exc.code,
-                self._commit_failing,
-                exc,
-            )
+        if self._commit_streak.failed():
+            n = self._commit_streak.failing
+            log.warning("group commit failed (%s, %d in a row, retried): %s", exc.code, n, exc)
 
     def call(self, cmd: Any) -> asyncio.Future[Any]:
         """Run a Peer command now; the future resolves with its reply (the
