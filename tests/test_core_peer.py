@@ -382,6 +382,23 @@ def test_endpoints_the_driver_finds_are_dialled_only_if_the_peer_admits_them() -
     assert dials == [Dial(a1, ("10.0.0.1:7000", "udp:10.0.0.1:7000"))]
 
 
+def test_only_pushed_events_tell_the_driver_that_no_deadline_moved() -> None:
+    net = Net(2)
+    net.mesh()
+    a0 = net.addr(0)
+    net.p(0).command(Append("app.note", {"x": 1}), net.now)
+    pushed = [
+        e.frame
+        for e in net.p(0).effects()
+        if isinstance(e, Send) and e.frame[2:3] == bytes([FrameType.EVENTS])
+    ]
+    assert pushed
+    assert net.p(1).receive_many(a0, pushed, net.now) is False
+    ping = encode_frame(FrameType.RT_PING, 7)
+    assert net.p(1).receive_many(a0, [*pushed, ping], net.now) is True
+    assert net.p(1).receive_many(a0, [], net.now) is False
+
+
 def test_a_revoke_command_publishes_and_cuts_the_peer_off() -> None:
     net = Net(2)
     net.mesh()

@@ -397,19 +397,26 @@ class Peer:
             self.node.receive(peer, frame, now_ms)
         self._after(now_ms)
 
-    def receive_many(self, peer: str, frames: Iterable[bytes], now_ms: int) -> None:
-        """Frames read from ``peer`` at once (the same as :meth:`receive` each)."""
+    def receive_many(self, peer: str, frames: Iterable[bytes], now_ms: int) -> bool:
+        """Frames read from ``peer`` at once (the same as :meth:`receive` each).
+
+        Returns whether :meth:`next_deadline` may have moved earlier: not
+        when every frame was EVENTS (applying pushed events arms no timer,
+        and a gap's pull is a send), so the driver need not look again."""
         if self._trace is not None:
             frames = list(frames)
             self._trace.record("receive_many", peer, frames, now_ms)
         self._heard[peer] = now_ms
         receive = self.node.receive
+        moved = False
         for frame in frames:
+            moved = moved or frame[2:3] != _EVENTS_TYPE_BYTE
             if self.joins.held(peer):
                 self.joins.probation_frame(peer, frame, now_ms)
             else:
                 receive(peer, frame, now_ms)
         self._after(now_ms)
+        return moved
 
     def link_up(self, peer: str, boot_id: bytes, now_ms: int, endpoint: str | None = None) -> None:
         """A link to ``peer`` (of life ``boot_id``; ``endpoint``: where we
@@ -1173,6 +1180,10 @@ class Peer:
         voters = self.leases.voters(now_ms)
         stats = self.leases.statistics()
         self._fx.append(Reply(rid, {**stats, "voters": voters, "majority": len(voters) // 2 + 1}))
+
+
+#: Byte 2 of an encoded EVENTS frame (msgpack ``[version, type, ...]``).
+_EVENTS_TYPE_BYTE = bytes([FrameType.EVENTS])
 
 
 def _ms(timeout_s: float, least: int) -> int:

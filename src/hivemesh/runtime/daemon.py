@@ -150,7 +150,6 @@ from hivemesh.core.effects import (
     TrustEdit,
 )
 from hivemesh.core.event import Event
-from hivemesh.core.frames import FrameType
 from hivemesh.core.identity import Identity, public_key_of, short
 from hivemesh.core.node import Node, NodeConfig
 from hivemesh.core.peer import Peer, PeerConfig, TrustFile
@@ -190,8 +189,6 @@ __all__ = ["Daemon", "Subscription", "membership_config", "now_ms"]
 
 log = logging.getLogger("hivemesh.runtime")
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
-#: Byte 2 of an encoded EVENTS frame (msgpack ``[version, type, ...]``).
-_EVENTS_TYPE_BYTE = bytes([FrameType.EVENTS])
 
 
 def membership_config(
@@ -830,26 +827,15 @@ class Daemon:
         """A batch of frames read from ``peer`` at once: handle them all, then
         flush once (outputs wait at most one batch, 64 frames)."""
         await self._ready.wait()
-        receive = self.peer.receive
-        only_events = True
-        for frame in frames:
-            only_events = only_events and frame[2:3] == _EVENTS_TYPE_BYTE
-            receive(peer, frame, now_ms())
-        await self.flush(deadlines=not only_events)
+        await self.flush(deadlines=self.peer.receive_many(peer, frames, now_ms()))
 
     def _on_frames_now(self, peer: str, frames: list[bytes]) -> bool:
         """:meth:`_on_frames` inline from the channel's read callback, when
         nothing could make it wait (else False: the reader task takes them)."""
         if self._flush_lock.locked() or self._unsent or not self._ready.is_set():
             return False
-        self._flush_now(deadlines=not self._receive_all(peer, frames))
+        self._flush_now(deadlines=self.peer.receive_many(peer, frames, now_ms()))
         return True
-
-    def _receive_all(self, peer: str, frames: list[bytes]) -> bool:
-        """Hand ``frames`` to the Peer; True if all were EVENTS frames."""
-        only_events = all(frame[2:3] == _EVENTS_TYPE_BYTE for frame in frames)
-        self.peer.receive_many(peer, frames, now_ms())
-        return only_events
 
     def disconnect_later(self, peer: str, reason: str, error: HivemeshError | None = None) -> None:
         """Close the channel to ``peer`` from synchronous code (the peer's CLOSE
@@ -859,9 +845,9 @@ class Daemon:
     async def flush(self, *, deadlines: bool = True) -> None:
         """Drain the core's outbox and events (see module docs).
 
-        ``deadlines=False`` (a flush after EVENTS frames only) skips looking
-        for a new earlier timer unless the flush sent something: applying
-        pushed events moves no deadline earlier, and a gap's pull sends a WANT.
+        ``deadlines=False`` (the Peer said its deadline did not move:
+        :meth:`~hivemesh.core.peer.Peer.receive_many`) skips looking for a
+        new earlier timer unless the flush sent something.
         """
         async with self._flush_lock:
             sent = self._drain()
