@@ -21,7 +21,9 @@ otherwise, the n-th within the window           :class:`Restart` after
 ==============================================  ==============================
 
 :func:`stalled_for` says whether a running task that beats has hung: no beat
-for longer than ``stall_s`` (reported once per stall by the driver).
+for longer than ``stall_s``. :class:`TaskHealth` is one task's record
+(running, failures, restarts, last error, beats): it reports a stall once,
+until the task beats again, and says when a beat ends one.
 
 :class:`Streak` says which failures in a row of an operation that is retried
 (the group commit on a full disk, every few ms) are logged: the first, then
@@ -44,6 +46,7 @@ __all__ = [
     "Restart",
     "Restarts",
     "Streak",
+    "TaskHealth",
     "stalled_for",
 ]
 
@@ -132,3 +135,51 @@ class Streak:
         """A success: the length of the streak it ends (0 if none), to log."""
         ended, self.failing = self.failing, 0
         return ended
+
+
+class TaskHealth:
+    """One supervised task's record (module docs); times are ``now_s``."""
+
+    def __init__(self) -> None:
+        self.failures = 0
+        self.restarts = 0
+        self.running = False
+        self.last_error = ""
+        self.last_beat: float | None = None
+        self.stalled = False
+
+    def started(self, now_s: float) -> None:
+        """The task (re)starts: running, and its silence counts from now."""
+        self.running, self.last_beat = True, now_s
+
+    def beat(self, now_s: float) -> bool:
+        """The task made progress; True if that ends a reported stall."""
+        self.last_beat = now_s
+        ended, self.stalled = self.stalled, False
+        return ended
+
+    def stall(self, now_s: float, stall_s: float) -> float | None:
+        """A stall to report now: how long the running task has been silent;
+        None if it is not stalled, or that stall was reported already."""
+        if not self.running or self.stalled:
+            return None
+        quiet_s = stalled_for(self.last_beat, now_s, stall_s)
+        self.stalled = quiet_s is not None
+        return quiet_s
+
+    def failed(self, error: str) -> None:
+        """The task failed with ``error`` (``Type: message``)."""
+        self.failures += 1
+        self.last_error = error
+
+    def snapshot(self, now_s: float) -> dict[str, object]:
+        """For ``status``: running, failures, restarts, last error, stalled, beat age."""
+        beat = None if self.last_beat is None else round(now_s - self.last_beat, 3)
+        return {
+            "running": self.running,
+            "failures": self.failures,
+            "restarts": self.restarts,
+            "last_error": self.last_error,
+            "stalled": self.stalled,
+            "beat_s_ago": beat,
+        }
