@@ -249,7 +249,6 @@ class Daemon:
         self._calls: dict[int, asyncio.Future[Any]] = {}  # command rid -> its caller
         #: group commits failed in a row (a full disk, I/O errors): which are logged
         self._commit_streak = Streak()
-        self._lives: dict[str, bytes] = {}  # linked peer -> the boot id given to the Peer
         #: the Peer's recorded inputs and effects (``trace_peer`` only)
         self.trace: Trace | None = None
         self.advertised = ""
@@ -1041,7 +1040,8 @@ class Daemon:
         if up:  # on probation, or an inviter not admitting us yet: the Peer holds it
             self.member_up(peer)
         else:
-            self.peer.link_down(peer, self._lives.pop(peer, b""), now_ms())
+            # the life the Peer linked (none if it held the peer on probation)
+            self.peer.link_down(peer, self.peer.links.get(peer, b""), now_ms())
         await self.flush()
 
     def member_up(self, peer: str) -> None:
@@ -1053,7 +1053,6 @@ class Daemon:
         endpoint = None
         if link is not None and link.endpoint is not None:
             endpoint = f"{link.endpoint[0]}:{link.endpoint[1]}"
-        self._lives[peer] = boot_id
         self.peer.link_up(peer, boot_id, now_ms(), endpoint)
 
     def _dial(self, e: Dial) -> None:
