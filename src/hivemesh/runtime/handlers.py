@@ -58,9 +58,10 @@ def event_json(ev: Event) -> dict[str, Any]:
 
 async def _by_peer(d: Daemon, req: Command) -> Reply:
     """A command the Peer answers from its own state (:mod:`hivemesh.core.answers`,
-    :meth:`hivemesh.core.peer.Peer.command`): the daemon only carries it there."""
-    reply: Reply = await d.call(req)
-    return reply
+    :meth:`hivemesh.core.peer.Peer.command`): the daemon only carries it there
+    (a plain answer, such as ``lease.voters``' figures, is a :class:`Record`)."""
+    reply = await d.call(req)
+    return reply if isinstance(reply, Reply) else Record(reply)
 
 
 async def _status(d: Daemon, req: c.Status) -> Record:
@@ -220,7 +221,6 @@ _DRIVER: Mapping[type[Command], Handler] = {
     c.LeaseRelease: leases.on_release,
     c.LeaseRenew: leases.on_renew,
     c.LeaseShow: leases.on_show,
-    c.LeaseVoters: leases.on_voters,
     c.MetricsQuery: _by_app,
     c.MetricsRecord: _by_app,
     c.MetricsSend: _by_app,
