@@ -4,7 +4,19 @@ from __future__ import annotations
 
 import random
 
-from hivemesh.core.dialer import Dialer, DialPolicy, Fallback, Outcome, path_changes
+import pytest
+
+from hivemesh.core.dialer import (
+    Dialer,
+    DialPolicy,
+    Fallback,
+    Outcome,
+    Routes,
+    parse_endpoint,
+    path_changes,
+    routes,
+)
+from hivemesh.errors import ConfigError
 
 A, B, ME = "hmA", "hmB", "hmME"
 EP = ("10.0.0.1", 7420)
@@ -240,3 +252,16 @@ def test_a_join_has_nowhere_left_when_every_endpoint_refused() -> None:
     ]
     assert not refused_everywhere(rows, "a") and refused_everywhere(rows, "b")
     assert last_error(rows, "a") == "TimeoutError: " and last_error(rows, "c") is None
+
+
+def test_endpoint_records_are_routed_by_transport_and_bad_ones_counted() -> None:
+    got = routes(["10.0.0.1:7000", "udp:10.0.0.1:7000", "[::1]:1", "nohost", "udp:x:99999", "h:p"])
+    assert got == Routes(tcp=(("10.0.0.1", 7000), ("::1", 1)), udp=(("10.0.0.1", 7000),), bad=3)
+    assert routes([]) == Routes((), (), 0)
+
+
+def test_parse_endpoint_refuses_what_is_not_host_and_port() -> None:
+    assert parse_endpoint("[::1]:7420") == ("::1", 7420)
+    for bad in ("7420", ":7420", "h:", "h:x", "h:65536", "h:-1"):
+        with pytest.raises(ConfigError):
+            parse_endpoint(bad)

@@ -15,7 +15,7 @@ from hivemesh.commands.messages import Ping
 from hivemesh.commands.messages import Send as SendDirect
 from hivemesh.commands.names import NameClaim
 from hivemesh.commands.node import Append
-from hivemesh.commands.peer import FetchBlob, Request, Resolve, Serve
+from hivemesh.commands.peer import FetchBlob, Learn, Request, Resolve, Serve
 from hivemesh.commands.trust import TrustRevoke, TrustRevokeReply
 from hivemesh.core.direct import DirectConfig
 from hivemesh.core.effects import (
@@ -366,6 +366,37 @@ def test_revoking_in_the_trust_file_closes_and_forgets_the_peer() -> None:
     assert Close(a1, "revoked", code=UnknownPeer.code, forget=True) in net.hosts[0].effects
     assert a1 not in net.p(0).node.peers and not net.p(0).authorize(a1)
     assert counted(net.hosts[0], "disconnected_revoked") == 1
+
+
+def test_endpoints_the_driver_finds_are_dialled_only_if_the_peer_admits_them() -> None:
+    a0, a1, a2 = IDS[0].address, IDS[1].address, IDS[2].address
+    trust = {0: TrustFile(trusted=frozenset({a1}), revoked=frozenset({a2}))}
+    net = Net(1, config=PeerConfig(membership=FAST, trust_mode="invite"), trust=trust)
+    p = net.p(0)
+    p.command(Learn(a1, ("10.0.0.1:7000", "udp:10.0.0.1:7000")), net.now)
+    p.command(Learn(a2, ("10.0.0.2:7000",)), net.now)  # revoked
+    p.command(Learn(IDS[3].address, ("10.0.0.3:7000",)), net.now)  # not trusted (invite mode)
+    p.command(Learn(a0, ("10.0.0.0:7000",)), net.now)  # this node itself
+    p.command(Learn(a1, ()), net.now)  # nowhere to dial
+    dials = [e for e in p.effects() if isinstance(e, Dial)]
+    assert dials == [Dial(a1, ("10.0.0.1:7000", "udp:10.0.0.1:7000"))]
+
+
+def test_only_pushed_events_tell_the_driver_that_no_deadline_moved() -> None:
+    net = Net(2)
+    net.mesh()
+    a0 = net.addr(0)
+    net.p(0).command(Append("app.note", {"x": 1}), net.now)
+    pushed = [
+        e.frame
+        for e in net.p(0).effects()
+        if isinstance(e, Send) and e.frame[2:3] == bytes([FrameType.EVENTS])
+    ]
+    assert pushed
+    assert net.p(1).receive_many(a0, pushed, net.now) is False
+    ping = encode_frame(FrameType.RT_PING, 7)
+    assert net.p(1).receive_many(a0, [*pushed, ping], net.now) is True
+    assert net.p(1).receive_many(a0, [], net.now) is False
 
 
 def test_a_revoke_command_publishes_and_cuts_the_peer_off() -> None:

@@ -29,3 +29,38 @@ def test_a_stall_is_a_silence_longer_than_its_limit() -> None:
     assert stalled_for(80.0, 100.0, 30.0) is None
     assert stalled_for(80.0, 110.0, 30.0) is None  # exactly the limit: not yet
     assert stalled_for(80.0, 110.5, 30.0) == 30.5
+
+
+def test_a_streak_logs_its_first_failure_every_hundredth_and_its_end() -> None:
+    from hivemesh.core.restarts import Streak
+
+    streak = Streak()
+    logged = [n for n in range(1, 251) if streak.failed()]
+    assert logged == [1, 100, 200] and streak.failing == 250
+    assert streak.ok() == 250 and streak.ok() == 0  # the end is reported once
+    assert streak.failed() and Streak(every=2).failed()
+
+
+def test_a_tasks_health_reports_a_stall_once_until_it_beats_again() -> None:
+    from hivemesh.core.restarts import TaskHealth
+
+    h = TaskHealth()
+    assert h.stall(100.0, 30.0) is None  # not running yet
+    h.started(0.0)
+    assert h.stall(20.0, 30.0) is None
+    assert h.stall(40.0, 30.0) == 40.0 and h.stalled
+    assert h.stall(80.0, 30.0) is None  # reported once
+    assert h.beat(81.0) is True and not h.stalled  # the stall ended: logged
+    assert h.beat(82.0) is False
+    assert h.stall(200.0, 30.0) == 118.0  # a new stall
+    h.failed("RuntimeError: boom")
+    h.running = False
+    assert h.stall(400.0, 30.0) is None  # a task that is not running does not stall
+    assert h.snapshot(82.5) == {
+        "running": False,
+        "failures": 1,
+        "restarts": 0,
+        "last_error": "RuntimeError: boom",
+        "stalled": True,
+        "beat_s_ago": 0.5,
+    }

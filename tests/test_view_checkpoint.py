@@ -111,14 +111,17 @@ def test_damaged_checkpoint_is_refused(saved: tuple[Path, Path], damage: object,
     db, path = saved
     assert _load(db, path) is not None
     path.write_bytes(damage(path.read_bytes()))  # type: ignore[operator]
-    with pytest.raises(ViewCheckpointInvalid, match=why):
+    with pytest.raises(ViewCheckpointInvalid, match=why) as refused:
         _load(db, path)
+    # the counter suffix (view_checkpoint_ignored_<reason>) travels with the error
+    assert refused.value.reason == {"checksum": "checksum", "magic": "format"}[why]
 
 
 def test_checkpoint_of_another_node_is_refused(saved: tuple[Path, Path]) -> None:
     db, path = saved
-    with pytest.raises(ViewCheckpointInvalid, match="another node"):
+    with pytest.raises(ViewCheckpointInvalid, match="another node") as refused:
         _load(db, path, node=b"\x08" * 32)
+    assert refused.value.reason == "node"
 
 
 def test_checkpoint_beside_another_journal_is_refused(saved: tuple[Path, Path]) -> None:
@@ -127,8 +130,9 @@ def test_checkpoint_beside_another_journal_is_refused(saved: tuple[Path, Path]) 
     db.unlink()
     with SQLiteStore(db) as store:  # a shorter journal: a store restored from a backup
         _append(store, same[: len(same) // 2])
-    with pytest.raises(ViewCheckpointInvalid, match="lacks an event"):
+    with pytest.raises(ViewCheckpointInvalid, match="lacks an event") as refused:
         _load(db, path)
+    assert refused.value.reason == "journal"
     db.unlink()
     with SQLiteStore(db) as store:  # the same writers, other events at the same seqs
         _append(store, list(shared_history(600, 5, 5, others=0.0)))

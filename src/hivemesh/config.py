@@ -53,6 +53,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hivemesh.core.dialer import UDP_PREFIX as UDP_PREFIX
+from hivemesh.core.dialer import parse_endpoint as parse_endpoint
 from hivemesh.errors import ConfigError
 from hivemesh.tools.spec import MCPServerSpec, parse_mcp_config
 
@@ -65,9 +67,6 @@ __all__ = [
     "load_config",
     "parse_endpoint",
 ]
-
-#: An endpoint record for QUIC over UDP reads ``udp:host:port`` (plain ``host:port`` is TCP).
-UDP_PREFIX = "udp:"
 
 #: At most this many ``stun`` servers (each is asked every minute).
 MAX_STUN_SERVERS = 8
@@ -224,21 +223,6 @@ _FIELDS = {f.name: f for f in dataclasses.fields(Config)}
 _TRUST_MODES = ("open", "invite")
 _TRUST_VOUCHES = ("web", "direct", "none")
 _LOG_LEVELS = ("debug", "info", "warning", "error")
-
-
-def parse_endpoint(text: str) -> tuple[str, int]:
-    """Parse ``host:port`` (``[v6]:port`` too); raises :class:`ConfigError`."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not host:
-        raise ConfigError(f"endpoint must be host:port, got {text!r}")
-    host = host.strip("[]")
-    try:
-        p = int(port)
-    except ValueError:
-        raise ConfigError(f"bad port in endpoint {text!r}") from None
-    if not 0 <= p <= 65535:
-        raise ConfigError(f"port out of range in endpoint {text!r}")
-    return host, p
 
 
 def bootstrap_targets(entries: tuple[str, ...]) -> list[tuple[str | None, str, int]]:

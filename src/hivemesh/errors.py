@@ -685,6 +685,12 @@ class ViewCheckpointInvalid(StoreError):
     """A view checkpoint cannot be used: torn or altered (checksum), of
     another format or node, or not a prefix of the journal it sits beside.
     Never raised to a caller: the node logs it, counts it and replays the
-    whole journal instead (:mod:`hivemesh.stores.viewcheckpoint`)."""
+    whole journal instead (:mod:`hivemesh.stores.viewcheckpoint`).
+    ``reason`` names the kind of damage for counters (``checksum``,
+    ``format``, ``node``, ``journal``, ``store``, ``other``)."""
 
     code = "view_checkpoint_invalid"
+
+    def __init__(self, message: str, reason: str = "other") -> None:
+        super().__init__(message)
+        self.reason = reason

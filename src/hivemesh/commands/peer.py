@@ -20,6 +20,7 @@ __all__ = [
     "AppendMany",
     "CommitContext",
     "FetchBlob",
+    "Learn",
     "Leave",
     "Request",
     "Resolve",
@@ -110,6 +111,17 @@ class Vouch(Command):
     op: ClassVar[str] = "trust.vouch"
     address: str
     swarm: str
+
+
+@dataclass(frozen=True, slots=True)
+class Learn(Command):
+    """The driver found ``address`` at ``endpoints`` (mDNS, an admission, the
+    endpoints view at start): the Peer dials it (a ``Dial`` effect) if it
+    may connect and is not this node."""
+
+    op: ClassVar[str] = "endpoints.learn"
+    address: str
+    endpoints: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)

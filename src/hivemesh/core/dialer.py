@@ -60,6 +60,7 @@ from typing import Protocol
 
 from hivemesh.errors import (
     ChannelSuperseded,
+    ConfigError,
     HivemeshError,
     InviteError,
     PeerIdentityMismatch,
@@ -81,28 +82,76 @@ __all__ = [
     "REFUSALS",
     "STUN_INTERVAL_MS",
     "STUN_RETRY_MS",
+    "UDP_PREFIX",
     "DialPolicy",
     "Dialer",
     "Endpoint",
     "Fallback",
     "Jitter",
     "Outcome",
+    "Routes",
     "StunSchedule",
     "Target",
     "dial_outcome",
     "last_error",
+    "parse_endpoint",
     "path_changes",
     "refused_everywhere",
+    "routes",
 ]
 
 #: ``(host, port)``
 Endpoint = tuple[str, int]
+
+#: An endpoint record ``udp:host:port`` is a QUIC endpoint (the others are TCP).
+UDP_PREFIX = "udp:"
 
 #: A STUN server that answered is asked again after this long (ms): well
 #: inside the observed addresses' 300 s lifetime and a NAT's UDP timeout.
 STUN_INTERVAL_MS = 60_000
 #: A STUN server that did not answer is asked again after this long (ms).
 STUN_RETRY_MS = 15_000
+
+
+def parse_endpoint(text: str) -> tuple[str, int]:
+    """Parse ``host:port`` (``[v6]:port`` too); raises :class:`ConfigError`."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host:
+        raise ConfigError(f"endpoint must be host:port, got {text!r}")
+    host = host.strip("[]")
+    try:
+        p = int(port)
+    except ValueError:
+        raise ConfigError(f"bad port in endpoint {text!r}") from None
+    if not 0 <= p <= 65535:
+        raise ConfigError(f"port out of range in endpoint {text!r}")
+    return host, p
+
+
+@dataclass(frozen=True, slots=True)
+class Routes:
+    """How a :class:`~hivemesh.core.effects.Dial`'s endpoint records are
+    reached: ``tcp`` go to the dial schedule (:class:`Dialer`), ``udp``
+    (``udp:`` records) to the QUIC paths, ``bad`` malformed ones are
+    dropped and counted (``bad_endpoint``)."""
+
+    tcp: tuple[Endpoint, ...]
+    udp: tuple[Endpoint, ...]
+    bad: int
+
+
+def routes(endpoints: Iterable[str]) -> Routes:
+    """Sort endpoint records by transport (:class:`Routes`), in their order."""
+    tcp: list[Endpoint] = []
+    udp: list[Endpoint] = []
+    bad = 0
+    for ep in endpoints:
+        quic = ep.startswith(UDP_PREFIX)
+        try:
+            (udp if quic else tcp).append(parse_endpoint(ep[len(UDP_PREFIX) :] if quic else ep))
+        except ConfigError:
+            bad += 1
+    return Routes(tuple(tcp), tuple(udp), bad)
 
 
 class Outcome(enum.Enum):

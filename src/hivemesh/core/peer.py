@@ -113,6 +113,7 @@ from hivemesh.commands.node import Append, FeedAcceptLoss
 from hivemesh.commands.peer import (
     AppendMany,
     FetchBlob,
+    Learn,
     Leave,
     Request,
     Resolve,
@@ -396,19 +397,26 @@ class Peer:
             self.node.receive(peer, frame, now_ms)
         self._after(now_ms)
 
-    def receive_many(self, peer: str, frames: Iterable[bytes], now_ms: int) -> None:
-        """Frames read from ``peer`` at once (the same as :meth:`receive` each)."""
+    def receive_many(self, peer: str, frames: Iterable[bytes], now_ms: int) -> bool:
+        """Frames read from ``peer`` at once (the same as :meth:`receive` each).
+
+        Returns whether :meth:`next_deadline` may have moved earlier: not
+        when every frame was EVENTS (applying pushed events arms no timer,
+        and a gap's pull is a send), so the driver need not look again."""
         if self._trace is not None:
             frames = list(frames)
             self._trace.record("receive_many", peer, frames, now_ms)
         self._heard[peer] = now_ms
         receive = self.node.receive
+        moved = False
         for frame in frames:
+            moved = moved or frame[2:3] != _EVENTS_TYPE_BYTE
             if self.joins.held(peer):
                 self.joins.probation_frame(peer, frame, now_ms)
             else:
                 receive(peer, frame, now_ms)
         self._after(now_ms)
+        return moved
 
     def link_up(self, peer: str, boot_id: bytes, now_ms: int, endpoint: str | None = None) -> None:
         """A link to ``peer`` (of life ``boot_id``; ``endpoint``: where we
@@ -1085,6 +1093,10 @@ class Peer:
         self.node.append(KIND_TRUST_ADD, {"address": cmd.address, "swarm": cmd.swarm}, now_ms)
         self._fx.append(Reply(rid, True))
 
+    def _do_learn(self, rid: int, cmd: Learn, now_ms: int) -> None:
+        self._dial(cmd.address, list(cmd.endpoints))
+        self._fx.append(Reply(rid, None))
+
     def _do_accept_feed_loss(self, rid: int, cmd: FeedAcceptLoss, now_ms: int) -> None:
         reason = self._reason()
         lost = self.node.accept_feed_loss(now_ms)
@@ -1170,6 +1182,10 @@ class Peer:
         self._fx.append(Reply(rid, {**stats, "voters": voters, "majority": len(voters) // 2 + 1}))
 
 
+#: Byte 2 of an encoded EVENTS frame (msgpack ``[version, type, ...]``).
+_EVENTS_TYPE_BYTE = bytes([FrameType.EVENTS])
+
+
 def _ms(timeout_s: float, least: int) -> int:
     """A command's ``timeout_s`` in whole milliseconds, at least ``least``."""
     return max(least, int(timeout_s * 1000))
@@ -1188,6 +1204,7 @@ _COMMANDS: dict[type, Callable[[Peer, int, Any, int], None]] = {
     msgs.Send: Peer._do_send,
     TrustRevoke: Peer._do_revoke,
     Vouch: Peer._do_vouch,
+    Learn: Peer._do_learn,
     Leave: Peer._do_leave,
     StartJoin: Peer._do_start_join,
     FeedAcceptLoss: Peer._do_accept_feed_loss,

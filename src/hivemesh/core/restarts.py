@@ -21,7 +21,15 @@ otherwise, the n-th within the window           :class:`Restart` after
 ==============================================  ==============================
 
 :func:`stalled_for` says whether a running task that beats has hung: no beat
-for longer than ``stall_s`` (reported once per stall by the driver).
+for longer than ``stall_s``. :class:`TaskHealth` is one task's record
+(running, failures, restarts, last error, beats): it reports a stall once,
+until the task beats again, and says when a beat ends one.
+
+:class:`Streak` says which failures in a row of an operation that is retried
+(the group commit on a full disk, every few ms) are logged: the first, then
+every :attr:`Streak.every`-th, and the end of the streak once it works again;
+all are counted. The log must neither flood (it may be on the full disk) nor
+hide the failure.
 """
 
 from __future__ import annotations
@@ -37,6 +45,8 @@ __all__ = [
     "Policy",
     "Restart",
     "Restarts",
+    "Streak",
+    "TaskHealth",
     "stalled_for",
 ]
 
@@ -106,3 +116,70 @@ def stalled_for(last_beat_s: float | None, now_s: float, stall_s: float) -> floa
         return None
     quiet_s = now_s - last_beat_s
     return quiet_s if quiet_s > stall_s else None
+
+
+class Streak:
+    """Failures in a row of a retried operation: which to log (module docs)."""
+
+    def __init__(self, every: int = 100) -> None:
+        self.every = every
+        #: failures since the last success (0: healthy)
+        self.failing = 0
+
+    def failed(self) -> bool:
+        """One more failure; True if it is to be logged."""
+        self.failing += 1
+        return self.failing == 1 or self.failing % self.every == 0
+
+    def ok(self) -> int:
+        """A success: the length of the streak it ends (0 if none), to log."""
+        ended, self.failing = self.failing, 0
+        return ended
+
+
+class TaskHealth:
+    """One supervised task's record (module docs); times are ``now_s``."""
+
+    def __init__(self) -> None:
+        self.failures = 0
+        self.restarts = 0
+        self.running = False
+        self.last_error = ""
+        self.last_beat: float | None = None
+        self.stalled = False
+
+    def started(self, now_s: float) -> None:
+        """The task (re)starts: running, and its silence counts from now."""
+        self.running, self.last_beat = True, now_s
+
+    def beat(self, now_s: float) -> bool:
+        """The task made progress; True if that ends a reported stall."""
+        self.last_beat = now_s
+        ended, self.stalled = self.stalled, False
+        return ended
+
+    def stall(self, now_s: float, stall_s: float) -> float | None:
+        """A stall to report now: how long the running task has been silent;
+        None if it is not stalled, or that stall was reported already."""
+        if not self.running or self.stalled:
+            return None
+        quiet_s = stalled_for(self.last_beat, now_s, stall_s)
+        self.stalled = quiet_s is not None
+        return quiet_s
+
+    def failed(self, error: str) -> None:
+        """The task failed with ``error`` (``Type: message``)."""
+        self.failures += 1
+        self.last_error = error
+
+    def snapshot(self, now_s: float) -> dict[str, object]:
+        """For ``status``: running, failures, restarts, last error, stalled, beat age."""
+        beat = None if self.last_beat is None else round(now_s - self.last_beat, 3)
+        return {
+            "running": self.running,
+            "failures": self.failures,
+            "restarts": self.restarts,
+            "last_error": self.last_error,
+            "stalled": self.stalled,
+            "beat_s_ago": beat,
+        }

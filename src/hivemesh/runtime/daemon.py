@@ -116,10 +116,20 @@ from typing import Any, TypeVar
 
 from hivemesh import commands as c
 from hivemesh.commands.names import NameClaim, NameClaimReply
-from hivemesh.commands.peer import CommitContext, FetchBlob, Leave, Request, Resolve, Vouch
+from hivemesh.commands.peer import (
+    CommitContext,
+    FetchBlob,
+    Learn,
+    Leave,
+    Request,
+    Resolve,
+    Vouch,
+)
 from hivemesh.commands.trust import TrustRevoke
-from hivemesh.config import UDP_PREFIX, Config, bootstrap_targets, parse_endpoint
+from hivemesh.config import Config, bootstrap_targets
 from hivemesh.core.answers import export_pending
+from hivemesh.core.dialer import UDP_PREFIX
+from hivemesh.core.dialer import routes as dial_routes
 from hivemesh.core.direct import DirectConfig
 from hivemesh.core.effects import (
     Close,
@@ -140,11 +150,11 @@ from hivemesh.core.effects import (
     TrustEdit,
 )
 from hivemesh.core.event import Event
-from hivemesh.core.frames import FrameType
 from hivemesh.core.identity import Identity, public_key_of, short
 from hivemesh.core.node import Node, NodeConfig
 from hivemesh.core.peer import Peer, PeerConfig, TrustFile
 from hivemesh.core.pex import MembershipConfig
+from hivemesh.core.restarts import RESTART_WATCHED, Streak
 from hivemesh.core.trace import Trace
 from hivemesh.core.views.blobs import BlobIndex, blob_digest
 from hivemesh.core.views.context import Context, ContextView
@@ -153,7 +163,6 @@ from hivemesh.core.views.names import NamesView
 from hivemesh.core.views.trust import TrustView, TrustWeb
 from hivemesh.error_codes import error_class
 from hivemesh.errors import (
-    ConfigError,
     HivemeshError,
     InvalidAddress,
     InvalidArgument,
@@ -170,7 +179,7 @@ from hivemesh.runtime.leases import MeshClaims, VoterDisk, lease_client
 from hivemesh.runtime.messaging import Messaging
 from hivemesh.runtime.rehydration import Rehydration
 from hivemesh.runtime.status import Subscription, peers_of, status_of
-from hivemesh.runtime.supervise import RESTART_WATCHED, Supervisor, TaskFailed
+from hivemesh.runtime.supervise import Supervisor, TaskFailed
 from hivemesh.stores.feedmark import FileMarkStore, open_mark
 from hivemesh.transports import ChannelOptions
 from hivemesh.transports.noise import BOOT_ID_BYTES
@@ -180,8 +189,6 @@ __all__ = ["Daemon", "Subscription", "membership_config", "now_ms"]
 
 log = logging.getLogger("hivemesh.runtime")
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
-#: Byte 2 of an encoded EVENTS frame (msgpack ``[version, type, ...]``).
-_EVENTS_TYPE_BYTE = bytes([FrameType.EVENTS])
 
 
 def membership_config(
@@ -240,9 +247,8 @@ class Daemon:
         self._lock_fd: int | None = None
         self._trust_generation = 0
         self._calls: dict[int, asyncio.Future[Any]] = {}  # command rid -> its caller
-        #: group commits failed in a row (a full disk, I/O errors); 0 when healthy
-        self._commit_failing = 0
-        self._lives: dict[str, bytes] = {}  # linked peer -> the boot id given to the Peer
+        #: group commits failed in a row (a full disk, I/O errors): which are logged
+        self._commit_streak = Streak()
         #: the Peer's recorded inputs and effects (``trace_peer`` only)
         self.trace: Trace | None = None
         self.advertised = ""
@@ -428,7 +434,7 @@ class Daemon:
             endpoints.append(f"{UDP_PREFIX}{endpoint}")
         peer.start(endpoints, t)  # the appends of a new life (errors: no start)
         for address, eps in self.endpoints.known().items():
-            self.learn(address, eps)
+            peer.command(Learn(address, tuple(eps)), t)  # dialled by the flush below
         for addr, h, p in bootstrap_targets(cfg.bootstrap):
             self.conns.want(h, p, addr)
         for spec in APPS:  # applications (runtime.apps)
@@ -820,26 +826,15 @@ class Daemon:
         """A batch of frames read from ``peer`` at once: handle them all, then
         flush once (outputs wait at most one batch, 64 frames)."""
         await self._ready.wait()
-        receive = self.peer.receive
-        only_events = True
-        for frame in frames:
-            only_events = only_events and frame[2:3] == _EVENTS_TYPE_BYTE
-            receive(peer, frame, now_ms())
-        await self.flush(deadlines=not only_events)
+        await self.flush(deadlines=self.peer.receive_many(peer, frames, now_ms()))
 
     def _on_frames_now(self, peer: str, frames: list[bytes]) -> bool:
         """:meth:`_on_frames` inline from the channel's read callback, when
         nothing could make it wait (else False: the reader task takes them)."""
         if self._flush_lock.locked() or self._unsent or not self._ready.is_set():
             return False
-        self._flush_now(deadlines=not self._receive_all(peer, frames))
+        self._flush_now(deadlines=self.peer.receive_many(peer, frames, now_ms()))
         return True
-
-    def _receive_all(self, peer: str, frames: list[bytes]) -> bool:
-        """Hand ``frames`` to the Peer; True if all were EVENTS frames."""
-        only_events = all(frame[2:3] == _EVENTS_TYPE_BYTE for frame in frames)
-        self.peer.receive_many(peer, frames, now_ms())
-        return only_events
 
     def disconnect_later(self, peer: str, reason: str, error: HivemeshError | None = None) -> None:
         """Close the channel to ``peer`` from synchronous code (the peer's CLOSE
@@ -849,9 +844,9 @@ class Daemon:
     async def flush(self, *, deadlines: bool = True) -> None:
         """Drain the core's outbox and events (see module docs).
 
-        ``deadlines=False`` (a flush after EVENTS frames only) skips looking
-        for a new earlier timer unless the flush sent something: applying
-        pushed events moves no deadline earlier, and a gap's pull sends a WANT.
+        ``deadlines=False`` (the Peer said its deadline did not move:
+        :meth:`~hivemesh.core.peer.Peer.receive_many`) skips looking for a
+        new earlier timer unless the flush sent something.
         """
         async with self._flush_lock:
             sent = self._drain()
@@ -904,7 +899,7 @@ class Daemon:
         elif isinstance(e, Count):
             self.counters[e.name] += e.n
         elif isinstance(e, Dial):
-            self.learn(e.address, list(e.endpoints))
+            self._dial(e)
         elif isinstance(e, Close):
             if e.forget:
                 self.conns.forget(e.peer)
@@ -944,23 +939,15 @@ class Daemon:
         except HivemeshError as exc:  # disk full, I/O error: retried at the next commit
             self._commit_failed(exc)
             return
-        if self._commit_failing:
-            log.warning("group commit works again after %d failures", self._commit_failing)
-            self._commit_failing = 0
+        if ended := self._commit_streak.ok():
+            log.warning("group commit works again after %d failures", ended)
 
     def _commit_failed(self, exc: HivemeshError) -> None:
-        """Count a failed commit; log it once, then every 100th in a row: a
-        typed store error retried every few ms must not flood the log (on a
-        full disk the log may be on that disk), nor hide (it is counted)."""
+        """Count a failed commit; log the ones core.restarts.Streak says to."""
         self.counters["group_commit_failed"] += 1
-        self._commit_failing += 1
-        if self._commit_failing == 1 or self._commit_failing % 100 == 0:
-            log.warning(
-                "group commit failed (%s, %d in a row, retried at the next commit): %s",
-                exc.code,
-                self._commit_failing,
-                exc,
-            )
+        if self._commit_streak.failed():
+            n = self._commit_streak.failing
+            log.warning("group commit failed (%s, %d in a row, retried): %s", exc.code, n, exc)
 
     def call(self, cmd: Any) -> asyncio.Future[Any]:
         """Run a Peer command now; the future resolves with its reply (the
@@ -1053,7 +1040,8 @@ class Daemon:
         if up:  # on probation, or an inviter not admitting us yet: the Peer holds it
             self.member_up(peer)
         else:
-            self.peer.link_down(peer, self._lives.pop(peer, b""), now_ms())
+            # the life the Peer linked (none if it held the peer on probation)
+            self.peer.link_down(peer, self.peer.links.get(peer, b""), now_ms())
         await self.flush()
 
     def member_up(self, peer: str) -> None:
@@ -1065,21 +1053,19 @@ class Daemon:
         endpoint = None
         if link is not None and link.endpoint is not None:
             endpoint = f"{link.endpoint[0]}:{link.endpoint[1]}"
-        self._lives[peer] = boot_id
         self.peer.link_up(peer, boot_id, now_ms(), endpoint)
 
+    def _dial(self, e: Dial) -> None:
+        """Dial what the Peer decided to, by transport (:func:`~hivemesh.core.dialer.routes`)."""
+        routes = dial_routes(e.endpoints)
+        if routes.bad:
+            self.counters["bad_endpoint"] += routes.bad
+        for host, port in routes.tcp:
+            self.conns.want(host, port, e.address)
+        for endpoint in routes.udp if self.paths is not None else ():
+            self.paths.learn_udp(e.address, endpoint)  # QUIC: runtime.paths dials it
+
     def learn(self, address: str, endpoints: list[str]) -> None:
-        """Keep dialling ``address`` at ``endpoints`` (if it may connect)."""
-        if address == self.address or not self.authorize(address):
-            return
-        for ep in endpoints:
-            if ep.startswith(UDP_PREFIX):  # a QUIC endpoint: runtime.paths dials it
-                if self.paths is not None:
-                    self.paths.learn_udp(address, ep[len(UDP_PREFIX) :])
-                continue
-            try:
-                h, p = parse_endpoint(ep)
-            except ConfigError:
-                self.counters["bad_endpoint"] += 1
-                continue
-            self.conns.want(h, p, address)
+        """``address`` is found at ``endpoints``: the Peer decides whether to dial it."""
+        self.peer.command(Learn(address, tuple(endpoints)), now_ms())
+        self._carry_out()

@@ -23,9 +23,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from hivemesh import commands as c
-from hivemesh.commands import Command, Record, Reply, jsonable
+from hivemesh.commands import COMMANDS, Command, Record, Reply, jsonable
 from hivemesh.core.event import Event
 from hivemesh.core.identity import address_of
+from hivemesh.core.peer import Peer
 from hivemesh.errors import DeadlineExceeded, LocalProtocolError, UnknownCommand
 from hivemesh.runtime import leases
 
@@ -57,9 +58,10 @@ def event_json(ev: Event) -> dict[str, Any]:
 
 async def _by_peer(d: Daemon, req: Command) -> Reply:
     """A command the Peer answers from its own state (:mod:`hivemesh.core.answers`,
-    :meth:`hivemesh.core.peer.Peer.command`): the daemon only carries it there."""
-    reply: Reply = await d.call(req)
-    return reply
+    :meth:`hivemesh.core.peer.Peer.command`): the daemon only carries it there
+    (a plain answer, such as ``lease.voters``' figures, is a :class:`Record`)."""
+    reply = await d.call(req)
+    return reply if isinstance(reply, Reply) else Record(reply)
 
 
 async def _status(d: Daemon, req: c.Status) -> Record:
@@ -203,28 +205,15 @@ async def _events_watch(d: Daemon, req: c.EventsWatch) -> AsyncIterator[dict[str
         d.unsubscribe(sub)
 
 
-#: The handler of every request-reply command.
-HANDLERS: Mapping[type[Command], Handler] = {
+#: The driver's own handlers: what needs its parts (status, stop, trust file,
+#: invites, applications) or, for leases, the broker mode's backend.
+_DRIVER: Mapping[type[Command], Handler] = {
     c.Append: _append,
     c.AuditAnswer: _audit_answer,
     c.AuditExport: _audit_export,
     c.AuditInbox: _audit_inbox,
     c.AuditStatus: _audit_status,
-    c.Claim: _by_peer,
-    c.ClaimDone: _by_peer,
-    c.ClaimRelease: _by_peer,
-    c.ClaimShow: _by_peer,
-    c.ClaimWait: _by_peer,
-    c.CtxAdd: _by_peer,
-    c.CtxAppend: _by_peer,
-    c.CtxContexts: _by_peer,
-    c.CtxGet: _by_peer,
-    c.CtxIncr: _by_peer,
-    c.CtxMembers: _by_peer,
-    c.CtxRemove: _by_peer,
-    c.CtxSet: _by_peer,
     c.FeedAcceptLoss: _feed_accept_loss,
-    c.FeedStatus: _by_peer,
     c.Inbox: _inbox,
     c.Invite: _invite,
     c.Join: _join,
@@ -232,12 +221,9 @@ HANDLERS: Mapping[type[Command], Handler] = {
     c.LeaseRelease: leases.on_release,
     c.LeaseRenew: leases.on_renew,
     c.LeaseShow: leases.on_show,
-    c.LeaseVoters: leases.on_voters,
     c.MetricsQuery: _by_app,
     c.MetricsRecord: _by_app,
     c.MetricsSend: _by_app,
-    c.NameClaim: _by_peer,
-    c.Names: _by_peer,
     c.Peers: _peers,
     c.Ping: _ping,
     c.PlanCancel: _planner("handle_cancel"),
@@ -246,10 +232,17 @@ HANDLERS: Mapping[type[Command], Handler] = {
     c.Send: _send,
     c.Status: _status,
     c.Stop: _stop,
-    c.SyncMajority: _by_peer,
     c.TrustAdmit: _admit,
     c.TrustList: _trust_list,
     c.TrustRevoke: _revoke,
+}
+
+#: The handler of every request-reply command: the Peer's command table
+#: (:meth:`hivemesh.core.peer.Peer.answers`) routes a command to the Peer
+#: unless the driver answers it itself.
+HANDLERS: Mapping[type[Command], Handler] = {
+    **{cls: _by_peer for cls in COMMANDS.values() if Peer.answers(cls)},
+    **_DRIVER,
 }
 
 #: The handler of every streaming command.

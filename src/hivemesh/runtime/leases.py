@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hivemesh import commands as c
-from hivemesh.commands import Record
 from hivemesh.core.lease_quorum import Outcome
 from hivemesh.core.lease_swarm import KIND_VOTERS, TOKEN_RESERVE, LeaseSetup, VotersView
 from hivemesh.errors import BackendUnavailable, ConfigError
@@ -67,7 +66,6 @@ __all__ = [
     "on_release",
     "on_renew",
     "on_show",
-    "on_voters",
     "outcome_of",
 ]
 
@@ -246,8 +244,3 @@ async def on_show(d: Daemon, req: c.LeaseShow) -> c.LeaseShowReply:
         fencing_token=info.fencing_token,
         remaining_ms=info.remaining_ms,
     )
-
-
-async def on_voters(d: Daemon, req: c.LeaseVoters) -> Record:
-    """``lease.voters``: the voters, the majority and the proposer's figures."""
-    return Record(await d.call(req))  # the Peer fixes the set if it is not yet

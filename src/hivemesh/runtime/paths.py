@@ -56,7 +56,7 @@ from hivemesh.config import bootstrap_targets, parse_endpoint
 from hivemesh.core.dialer import Fallback, StunSchedule, path_changes
 from hivemesh.core.identity import short
 from hivemesh.core.links import path_words
-from hivemesh.errors import ConfigError, HivemeshError, StunMalformed, StunMismatch
+from hivemesh.errors import HivemeshError, StunMalformed, StunMismatch
 from hivemesh.runtime.clock import now_ms
 from hivemesh.transports.stun import BindingTransaction, Transactions, is_stun
 
@@ -140,12 +140,10 @@ class NodePaths:
             self.endpoint.on_other_datagram = self._on_datagram
             d.supervisor.spawn("stun", self._stun_loop)
 
-    def learn_udp(self, address: str, endpoint: str) -> None:
-        """``address`` announced a QUIC endpoint ``host:port`` (``udp:`` record)."""
-        try:
-            self._udp.setdefault(address, set()).add(parse_endpoint(endpoint))
-        except ConfigError:
-            self.d.counters["bad_endpoint"] += 1
+    def learn_udp(self, address: str, endpoint: tuple[str, int]) -> None:
+        """``address`` announced a QUIC endpoint (a ``udp:`` record,
+        :func:`hivemesh.core.dialer.routes`)."""
+        self._udp.setdefault(address, set()).add(endpoint)
 
     async def _dial_udp(self, peer: str) -> bool:
         """A direct QUIC channel to one of ``peer``'s announced endpoints."""

@@ -80,18 +80,6 @@ SLICE_EVENTS = 512
 #: Time spent applying events between two returns to the event loop, about.
 SLICE_S = 0.02
 
-#: Checkpoint reasons, as counter suffixes (``view_checkpoint_ignored_<reason>``).
-_REASONS = (
-    ("checksum", "checksum"),
-    ("magic", "format"),
-    ("format", "format"),
-    ("malformed", "format"),
-    ("another node", "node"),
-    ("journal", "journal"),
-    ("empty feed", "journal"),
-    ("store", "store"),
-)
-
 
 def replay_events(store: Any, tally: SigTally | None = None) -> Iterator[Event]:
     """Every stored event, verified (chains, head signatures), in causal
@@ -133,11 +121,6 @@ def gc_paused() -> Iterator[None]:
     finally:
         if was:
             gc.enable()
-
-
-def _reason(exc: ViewCheckpointInvalid) -> str:
-    text = str(exc)
-    return next((r for key, r in _REASONS if key in text), "other")
 
 
 class Rehydration:
@@ -267,11 +250,10 @@ class Rehydration:
             d.context_view.restore(ckpt.views.get("ctx"), ckpt.covered)
         except (ViewCheckpointInvalid, HivemeshError) as exc:
             if not isinstance(exc, ViewCheckpointInvalid):
-                exc = ViewCheckpointInvalid(f"malformed context state: {exc}")
-            reason = _reason(exc)
+                exc = ViewCheckpointInvalid(f"malformed context state: {exc}", "format")
             self.checkpoint = f"ignored: {exc}"
             d.counters["view_checkpoint_ignored"] += 1
-            d.counters[f"view_checkpoint_ignored_{reason}"] += 1
+            d.counters[f"view_checkpoint_ignored_{exc.reason}"] += 1
             log.warning("view checkpoint %s not used (%s): replaying the whole journal", path, exc)
             return
         self.checkpoint = "loaded"

@@ -54,7 +54,6 @@ import time
 import types
 from collections import Counter
 from collections.abc import Callable, Coroutine, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from hivemesh.core.restarts import (
@@ -64,7 +63,7 @@ from hivemesh.core.restarts import (
     GiveUp,
     Policy,
     Restarts,
-    stalled_for,
+    TaskHealth,
 )
 from hivemesh.errors import HivemeshError
 
@@ -88,16 +87,6 @@ class TaskFailed(HivemeshError):
     stops and its process exits non-zero (the cause is chained)."""
 
     code = "task_failed"
-
-
-@dataclass(slots=True)
-class _TaskStats:
-    failures: int = 0
-    restarts: int = 0
-    running: bool = False
-    last_error: str = ""
-    last_beat: float | None = None
-    stalled: bool = False
 
 
 def _awaiting(task: asyncio.Task[None]) -> str:
@@ -139,7 +128,7 @@ class Supervisor:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._old_handler: Any = None
         self._handler: Any = None
-        self._stats: dict[str, _TaskStats] = {}
+        self._stats: dict[str, TaskHealth] = {}
         self._closing = False
         #: the failure that ended the daemon, if one did
         self.failure: TaskFailed | None = None
@@ -153,7 +142,7 @@ class Supervisor:
         policy: Policy = RESTART,
     ) -> asyncio.Task[None]:
         """Run the long-lived task ``factory()`` under ``policy`` until :meth:`close`."""
-        self._stats.setdefault(name, _TaskStats())
+        self._stats.setdefault(name, TaskHealth())
         task = self._track(self._keep(name, factory, policy), name)
         self._loops.add(task)
         task.add_done_callback(self._loops.discard)
@@ -166,11 +155,8 @@ class Supervisor:
     def beat(self, name: str) -> None:
         """Task ``name`` is making progress (see :attr:`Policy.stall_s`)."""
         stats = self._stats.get(name)
-        if stats is not None:
-            stats.last_beat = self._clock()
-            if stats.stalled:
-                stats.stalled = False
-                log.warning("the %s task is making progress again", name)
+        if stats is not None and stats.beat(self._clock()):
+            log.warning("the %s task is making progress again", name)
 
     def spawn_once(
         self, name: str, coro: Coroutine[Any, Any, None], *, fatal: bool = False
@@ -257,17 +243,7 @@ class Supervisor:
         """Each long-lived task: running, failures, restarts, last error, and
         (for a task that beats) whether it is stalled."""
         now = self._clock()
-        return {
-            name: {
-                "running": s.running,
-                "failures": s.failures,
-                "restarts": s.restarts,
-                "last_error": s.last_error,
-                "stalled": s.stalled,
-                "beat_s_ago": None if s.last_beat is None else round(now - s.last_beat, 3),
-            }
-            for name, s in sorted(self._stats.items())
-        }
+        return {name: s.snapshot(now) for name, s in sorted(self._stats.items())}
 
     # -- internals -------------------------------------------------------------------
 
@@ -282,15 +258,11 @@ class Supervisor:
         stats = self._stats[name]
         while not task.done():
             await asyncio.sleep(stall_s / 4)
-            if stats.running and not stats.stalled:
-                quiet_s = stalled_for(stats.last_beat, self._clock(), stall_s)
-                if quiet_s is not None:
-                    stats.stalled = True
-                    self.counters[f"task_stalled_{name}"] += 1
-                    where = _awaiting(task)
-                    log.error(
-                        "the %s task made no progress for %.1f s, at:%s", name, quiet_s, where
-                    )
+            quiet_s = stats.stall(self._clock(), stall_s)
+            if quiet_s is not None:
+                self.counters[f"task_stalled_{name}"] += 1
+                where = _awaiting(task)
+                log.error("the %s task made no progress for %.1f s, at:%s", name, quiet_s, where)
 
     async def _keep(
         self, name: str, factory: Callable[[], Coroutine[Any, Any, None]], policy: Policy
@@ -298,8 +270,7 @@ class Supervisor:
         stats = self._stats[name]
         restarts = Restarts(policy)
         while True:
-            stats.running = True
-            stats.last_beat = self._clock()
+            stats.started(self._clock())
             try:
                 await factory()
                 if self._closing:
@@ -335,9 +306,8 @@ class Supervisor:
             self._fatal(name, exc, "")
 
     def _failed(self, name: str, exc: BaseException) -> None:
-        stats = self._stats.setdefault(name, _TaskStats())
-        stats.failures += 1
-        stats.last_error = f"{type(exc).__name__}: {exc}"
+        stats = self._stats.setdefault(name, TaskHealth())
+        stats.failed(f"{type(exc).__name__}: {exc}")
         self.counters[f"task_failed_{name}"] += 1
         log.error("the %s task failed: %s", name, stats.last_error, exc_info=exc)
 

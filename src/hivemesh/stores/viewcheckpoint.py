@@ -125,31 +125,33 @@ def load(path: str | os.PathLike[str], node: bytes, store: FeedStore) -> Checkpo
         raise ViewCheckpointInvalid(f"unreadable: {exc}") from None
     start = len(MAGIC) + _SUM
     if not data.startswith(MAGIC) or len(data) < start:
-        raise ViewCheckpointInvalid("not a view checkpoint (magic)")
+        raise ViewCheckpointInvalid("not a view checkpoint (magic)", "format")
     payload = data[start:]
     if hashlib.blake2b(payload, digest_size=_SUM).digest() != data[len(MAGIC) : start]:
-        raise ViewCheckpointInvalid("checksum mismatch (torn or altered)")
+        raise ViewCheckpointInvalid("checksum mismatch (torn or altered)", "checksum")
     try:
         doc = msgpack.unpackb(payload, raw=False, strict_map_key=False)
         fmt, owner, heads, views = doc["format"], doc["node"], doc["heads"], doc["views"]
         covered = {bytes(a): int(s) for a, s, _h in heads}
         hashes = {bytes(a): bytes(h) for a, _s, h in heads}
     except Exception as exc:  # msgpack raises many types; the checksum passed
-        raise ViewCheckpointInvalid(f"malformed payload: {exc}") from None
+        raise ViewCheckpointInvalid(f"malformed payload: {exc}", "format") from None
     if fmt != FORMAT or not isinstance(views, dict):
-        raise ViewCheckpointInvalid(f"format {fmt!r}, expected {FORMAT}")
+        raise ViewCheckpointInvalid(f"format {fmt!r}, expected {FORMAT}", "format")
     if owner != node:
-        raise ViewCheckpointInvalid("written by another node")
+        raise ViewCheckpointInvalid("written by another node", "node")
     for author in sorted(covered):
         seq = covered[author]
         if seq < 1:
-            raise ViewCheckpointInvalid("covers an empty feed")
+            raise ViewCheckpointInvalid("covers an empty feed", "journal")
         try:
             raws = store.read_range(author, seq, seq)
         except StoreError as exc:
-            raise ViewCheckpointInvalid(f"store read failed: {exc}") from None
+            raise ViewCheckpointInvalid(f"store read failed: {exc}", "store") from None
         if len(raws) != 1:
-            raise ViewCheckpointInvalid(f"the journal lacks an event it covers (seq {seq})")
+            raise ViewCheckpointInvalid(
+                f"the journal lacks an event it covers (seq {seq})", "journal"
+            )
         if event_hash(raws[0]) != hashes[author]:
-            raise ViewCheckpointInvalid(f"the journal holds another event at seq {seq}")
+            raise ViewCheckpointInvalid(f"the journal holds another event at seq {seq}", "journal")
     return Checkpoint(covered=covered, views=views, size=len(data))
