@@ -161,7 +161,6 @@ def test_a_subscriber_that_falls_behind_is_counted_not_silent(tmp_path: Path) ->
         async with hivemesh.Node(tmp_path / "a") as a:
             events = a.subscribe("app.tick")
             waiter = asyncio.ensure_future(events.__anext__())
-            await asyncio.sleep(0)  # let the generator subscribe
             for i in range(1100):  # the queue holds 1024
                 await a.append("app.tick", i)
             first = await asyncio.wait_for(waiter, 5)
@@ -236,3 +235,26 @@ def test_node_not_started_is_a_local_error(tmp_path: Path) -> None:
     node = hivemesh.Node(tmp_path / "a")
     with pytest.raises(LocalProtocolError):
         _ = node.address
+
+
+def test_a_subscription_exists_when_subscribe_returns(tmp_path: Path) -> None:
+    """Events applied before the consumer first reads are not missed (the
+    async-generator version registered only at its first ``__anext__``)."""
+
+    async def main() -> None:
+        async with hivemesh.Node(tmp_path / "a") as a:
+            events = a.subscribe("app.tick")
+            for i in range(3):
+                await a.append("app.tick", i)
+            got = [(await asyncio.wait_for(events.__anext__(), 5)).body for _ in range(3)]
+            assert got == [0, 1, 2]
+            await events.aclose()
+            assert a.daemon._subs == []
+            with pytest.raises(StopAsyncIteration):
+                await events.__anext__()
+            leaked = a.subscribe("app.tick")
+            assert len(a.daemon._subs) == 1
+            del leaked  # left without aclose: unregistered when collected
+            assert a.daemon._subs == []
+
+    asyncio.run(main())

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -42,9 +42,10 @@ from hivemesh.leases import LeaseClient
 from hivemesh.runtime.daemon import Daemon
 from hivemesh.runtime.handlers import execute
 from hivemesh.runtime.leases import MeshClaims
+from hivemesh.runtime.status import Subscription
 from hivemesh.telemetry.recorder import Metrics
 
-__all__ = ["EventRecord", "Node"]
+__all__ = ["EventRecord", "Events", "Node"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +63,36 @@ class EventRecord:
     def of(cls, ev: Event) -> EventRecord:
         """Build from a core event."""
         return cls(address_of(ev.author), ev.seq, ev.hlc, ev.kind, ev.body, ev.id.hex())
+
+
+class Events:
+    """An async iterator over a node's new events (:meth:`Node.subscribe`).
+
+    Registered with the daemon when made, so nothing applied after
+    :meth:`Node.subscribe` returns is missed; :meth:`aclose` unregisters it
+    and adds its drops to the node's counters."""
+
+    def __init__(self, daemon: Daemon, kinds: tuple[str, ...]) -> None:
+        self._daemon = daemon
+        self._sub: Subscription | None = daemon.subscribe(kinds or None)
+
+    def __aiter__(self) -> Events:
+        return self
+
+    async def __anext__(self) -> EventRecord:
+        if self._sub is None:
+            raise StopAsyncIteration
+        return EventRecord.of(await self._sub.queue.get())
+
+    async def aclose(self) -> None:
+        """Stop receiving; further iteration ends at once."""
+        if self._sub is not None:
+            self._daemon.unsubscribe(self._sub)
+            self._sub = None
+
+    def __del__(self) -> None:  # a consumer that left its loop without aclose
+        if self._sub is not None:
+            self._daemon.unsubscribe(self._sub)
 
 
 class Node:
@@ -195,19 +226,17 @@ class Node:
         """Append an application event of ``kind`` to this node's feed."""
         return EventRecord.of(await self.daemon.append(kind, body))
 
-    async def subscribe(self, *kinds: str) -> AsyncIterator[EventRecord]:
+    def subscribe(self, *kinds: str) -> Events:
         """New events (of ``kinds``, or every kind), as they are applied.
 
-        The queue behind it is bounded; if the consumer falls behind, excess
-        events are counted in ``status()["counters"]["subscriber_dropped"]``.
+        The subscription exists when this returns: an event applied after
+        the call is delivered, even if the consumer has not started reading
+        yet. The queue behind it is bounded; if the consumer falls behind,
+        excess events are counted in
+        ``status()["counters"]["subscriber_dropped"]``. Close it with
+        ``await events.aclose()`` (or leave its ``async for``) to stop.
         """
-        daemon = self.daemon
-        sub = daemon.subscribe(kinds or None)
-        try:
-            while True:
-                yield EventRecord.of(await sub.queue.get())
-        finally:
-            daemon.unsubscribe(sub)
+        return Events(self.daemon, kinds)
 
     # -- names, messages, state ---------------------------------------------------
 
