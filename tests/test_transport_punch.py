@@ -304,3 +304,27 @@ def test_upgrades_reopen_an_ended_relay_every_revive_s() -> None:
     assert not up.revive("r", 20.0, up=True)  # up again: nothing to do
     assert up.revive("r", 20.1, up=False)
     assert up.revive("unknown", 0.0, up=False)  # never started: try at once
+
+
+def test_a_waiting_punchs_candidates_are_expected_until_it_ends() -> None:
+    """Only the punches running are expected: success, failure or cancel (all
+    ``ended``) forget their candidates, so the endpoint's sources stay bounded."""
+    up = Upgrades("hm5")
+    at = lambda i: ("10.0.0.1", 1000 + i)  # noqa: E731
+    plan = up.answer("hm1", (at(0),), 0.0, direct=False)  # the larger address waits
+    assert plan is not None and not plan.dial
+    assert at(0) in up.sources and at(1) not in up.sources and len(up.sources) == 1
+    dials = up.answer("hm9", (at(1),), 0.0, direct=False)  # we dial: nothing to expect
+    assert dials is not None and dials.dial and at(1) not in up.sources
+    up.ended("hm9", True, 1.0)
+    assert up.answer("hm2", (at(0), at(2)), 1.0, direct=False) is not None  # shares at(0)
+    up.ended("hm1", True, 2.0)
+    assert at(0) in up.sources and at(2) in up.sources  # still hm2's
+    up.ended("hm2", False, 2.0)
+    assert len(up.sources) == 0 and at(0) not in up.sources
+    for i in range(1000):  # many punches, each ended one way or another
+        peer = f"hm0{i:04d}"
+        assert up.answer(peer, (at(i),), float(i), direct=False) is not None
+        assert len(up.sources) == 1 and at(i) in up.sources
+        up.ended(peer, i % 2 == 0, float(i))
+    assert len(up.sources) == 0
