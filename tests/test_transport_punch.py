@@ -245,6 +245,45 @@ def test_an_oversize_data_message_closes_both_legs() -> None:
     ]
 
 
+def test_a_peers_new_relay_channel_ends_the_circuits_of_its_old_one() -> None:
+    """The replaced channel's circuits end as if it had closed: their other
+    legs hear CLOSE, the table forgets them (and the reservation made on it),
+    each end is counted, and they no longer count against the peer's caps."""
+    t = RelayTable(RelayLimits(max_circuits_per_peer=3))
+    a_at, a_new = ("198.51.100.1", 4000), ("198.51.100.1", 4001)
+    for peer, at in (("a", a_at), ("b", None), ("c", None)):
+        t.link_up(peer, at), t.reserve(peer)
+    rx = lambda peer, msg: _sends(t.receive(peer, encode(msg), 0.0))  # noqa: E731
+    (to_b, _) = rx("a", Message(Kind.CONNECT, 1, text="b"))  # a's own circuit
+    (to_a, _) = rx("c", Message(Kind.CONNECT, 1, text="a"))  # one to a
+    b_cid, a_cid = to_b[1].circuit, to_a[1].circuit
+    rx("b", Message(Kind.CONNECT, 2, text="c"))  # not a's: stays
+    closed = t.counters["relay_circuits_closed"]
+    assert _sends(t.link_up("a", a_new)) == [
+        ("b", Message(Kind.CLOSE, b_cid, text="replaced")),
+        ("c", Message(Kind.CLOSE, 1, text="replaced")),
+        ("a", Message(Kind.OBSERVED, text="198.51.100.1:4001")),
+    ]
+    assert t.counters["relay_circuits_closed"] == closed + 2
+    assert t.counters["relay_channels_replaced"] == 1
+    assert t.circuit("a", 1) is t.circuit("b", b_cid) is t.circuit("a", a_cid) is None
+    assert t.circuit("b", 2) is not None and t.online["a"] == a_new
+    assert rx("b", Message(Kind.DATA, b_cid, data=b"x")) == [
+        ("b", Message(Kind.CLOSE, b_cid, text="unknown_circuit"))
+    ]
+    assert rx("c", Message(Kind.CONNECT, 3, text="a"))[0][1].text == "no_reservation"
+    t.reserve("a")  # the new channel reserves again
+    assert rx("a", Message(Kind.CONNECT, 1, text="b"))[1] == ("a", Message(Kind.CONNECTED, 1))
+    for _ in range(100):  # however often a comes back, its old circuits never fill its caps
+        assert rx("a", Message(Kind.CONNECT, 2, text="c"))[1] == ("a", Message(Kind.CONNECTED, 2))
+        assert rx("c", Message(Kind.CONNECT, 4, text="a"))[1] == ("c", Message(Kind.CONNECTED, 4))
+        assert len(t.link_up("a", a_new).sends) == 3 + 1  # b's, c's two, OBSERVED
+        t.reserve("a")
+        assert rx("a", Message(Kind.CONNECT, 1, text="b"))[1] == ("a", Message(Kind.CONNECTED, 1))
+    assert t.counters["relay_channels_replaced"] == 101
+    assert t.counters["relay_circuits_closed"] == closed + 2 + 300
+
+
 def test_one_punch_at_a_time_per_peer_and_none_beside_a_direct_link() -> None:
     s = PunchSchedule(base_s=1, max_s=8)
     assert s.may_start("p", 0, direct=False) and not s.may_start("p", 0, direct=True)
@@ -304,3 +343,27 @@ def test_upgrades_reopen_an_ended_relay_every_revive_s() -> None:
     assert not up.revive("r", 20.0, up=True)  # up again: nothing to do
     assert up.revive("r", 20.1, up=False)
     assert up.revive("unknown", 0.0, up=False)  # never started: try at once
+
+
+def test_a_waiting_punchs_candidates_are_expected_until_it_ends() -> None:
+    """Only the punches running are expected: success, failure or cancel (all
+    ``ended``) forget their candidates, so the endpoint's sources stay bounded."""
+    up = Upgrades("hm5")
+    at = lambda i: ("10.0.0.1", 1000 + i)  # noqa: E731
+    plan = up.answer("hm1", (at(0),), 0.0, direct=False)  # the larger address waits
+    assert plan is not None and not plan.dial
+    assert at(0) in up.sources and at(1) not in up.sources and len(up.sources) == 1
+    dials = up.answer("hm9", (at(1),), 0.0, direct=False)  # we dial: nothing to expect
+    assert dials is not None and dials.dial and at(1) not in up.sources
+    up.ended("hm9", True, 1.0)
+    assert up.answer("hm2", (at(0), at(2)), 1.0, direct=False) is not None  # shares at(0)
+    up.ended("hm1", True, 2.0)
+    assert at(0) in up.sources and at(2) in up.sources  # still hm2's
+    up.ended("hm2", False, 2.0)
+    assert len(up.sources) == 0 and at(0) not in up.sources
+    for i in range(1000):  # many punches, each ended one way or another
+        peer = f"hm0{i:04d}"
+        assert up.answer(peer, (at(i),), float(i), direct=False) is not None
+        assert len(up.sources) == 1 and at(i) in up.sources
+        up.ended(peer, i % 2 == 0, float(i))
+    assert len(up.sources) == 0

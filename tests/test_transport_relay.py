@@ -19,7 +19,7 @@ from hivemesh.transports import SecureChannel
 quic = pytest.importorskip("hivemesh.transports.quic", reason="aioquic is not installed")
 from hivemesh.transports.relay import RelayClient, RelayService  # noqa: E402
 from hivemesh.transports.relay_policy import RelayLimits, RelayTable  # noqa: E402
-from hivemesh.transports.relay_wire import Kind, Message, Punch, encode  # noqa: E402
+from hivemesh.transports.relay_wire import Kind, Message, Punch, decode, encode  # noqa: E402
 
 HOST = "127.0.0.1"
 A = Identity.from_seed(b"a" * 32)
@@ -35,12 +35,13 @@ class Node:
     inbound: list[SecureChannel] = field(default_factory=list)
     punches: list[tuple[str, int, tuple[tuple[str, int], ...]]] = field(default_factory=list)
     observed: list[tuple[str, tuple[str, int]]] = field(default_factory=list)
+    clients: list[RelayClient] = field(default_factory=list)  # held while the test runs
 
     async def accept(self, channel: SecureChannel) -> None:
         self.inbound.append(channel)
 
     def client(self, relay: Node, **kw: object) -> RelayClient:
-        return RelayClient(
+        client = RelayClient(
             self.endpoint,
             self.identity,
             relay.identity.address,
@@ -51,6 +52,8 @@ class Node:
             on_observed=lambda relay, hp: self.observed.append((relay, hp)),
             **kw,  # type: ignore[arg-type]
         )
+        self.clients.append(client)
+        return client
 
 
 @asynccontextmanager
@@ -79,6 +82,16 @@ async def mesh(
     finally:
         for e in (nodes[0].endpoint, nodes[1].endpoint, relay_ep):
             e.close()
+
+
+async def relayed(a: Node, b: Node, c: Node) -> tuple[RelayClient, SecureChannel, int]:
+    """b reserves at the relay c; a opens a circuit to b through c, which b accepts."""
+    await b.client(c).start()
+    ra = a.client(c)
+    await ra.start(reserve=False)
+    ch, cid = await ra.open(B.address)
+    await eventually(lambda: bool(b.inbound), "b accepted")
+    return ra, ch, cid
 
 
 def test_a_relayed_channel_is_end_to_end_and_the_relay_sees_only_ciphertext() -> None:
@@ -146,12 +159,7 @@ def test_spoofed_punches_floods_and_oversize_frames_are_refused_and_counted() ->
     async def main() -> None:
         limits = RelayLimits(max_data_bytes=40 << 10, max_candidates=4, punch_interval_s=60)
         async with mesh(limits) as (a, b, c, service, _):
-            rb = b.client(c)
-            await rb.start()
-            ra = a.client(c)
-            await ra.start(reserve=False)
-            ch, cid = await ra.open(B.address)
-            await eventually(lambda: bool(b.inbound), "b accepted")
+            ra, ch, cid = await relayed(a, b, c)
             # a punch claiming another identity
             await ra.send_raw(encode(Message(Kind.PUNCH, cid, punch=Punch(M.address, ()))))
             # a punch on a circuit that is not a's
@@ -193,12 +201,7 @@ def test_relay_bandwidth_is_shaped_and_circuits_per_peer_are_capped() -> None:
     async def main() -> None:
         limits = RelayLimits(bytes_per_s=400_000, burst_bytes=100_000, max_circuits_per_peer=2)
         async with mesh(limits) as (a, b, c, service, _):
-            rb = b.client(c)
-            await rb.start()
-            ra = a.client(c)
-            await ra.start(reserve=False)
-            ch, _ = await ra.open(B.address)
-            await eventually(lambda: bool(b.inbound), "b accepted")
+            ra, ch, _ = await relayed(a, b, c)
             loop = asyncio.get_running_loop()
             t0 = loop.time()
             payload = b"y" * 50_000
@@ -212,5 +215,73 @@ def test_relay_bandwidth_is_shaped_and_circuits_per_peer_are_capped() -> None:
             with pytest.raises(PeerUnreachable, match="circuits_per_peer"):
                 await ra.open(B.address)
             assert struct.calcsize(">BI") == 5
+
+    run(main())
+
+
+def test_a_peers_second_relay_channel_ends_the_circuits_of_its_first() -> None:
+    async def main() -> None:
+        async with mesh(RelayLimits(max_circuits_per_peer=1)) as (a, b, c, service, _):
+            ra, ch, cid = await relayed(a, b, c)
+            assert service.table.circuit(A.address, cid) is not None
+            ra2 = a.client(c)  # a second relay channel from a: it replaces the first
+            await ra2.start(reserve=False)
+            await eventually(lambda: b.inbound[0].is_closed, "b heard its circuit end")
+            await eventually(lambda: ch.is_closed and not ra.is_up, "a's first channel ended")
+            assert service.table.circuit(A.address, cid) is None
+            assert service.counters["relay_channels_replaced"] == 1
+            assert service.counters["relay_circuits_closed"] == 1
+            ch2, _ = await ra2.open(B.address)  # the cap of one is free again
+            await eventually(lambda: len(b.inbound) == 2, "b accepted the new circuit")
+            await ch2.send(b"over the new channel")
+            assert await b.inbound[1].recv() == b"over the new channel"
+            assert service.counters.get("relay_refused_circuits_per_peer", 0) == 0
+
+    run(main())
+
+
+class _FakeRelayChannel:
+    """A relay channel of ``peer`` whose batches of frames the test hands in."""
+
+    def __init__(self, peer: str) -> None:
+        self.peer_address, self.remote_endpoint = peer, None
+        self.batches: asyncio.Queue[list[bytes]] = asyncio.Queue()
+        self.got: list[Message] = []
+        self.closed = False
+
+    async def recv_batch(self) -> list[bytes]:
+        return await self.batches.get()
+
+    async def send(self, data: bytes, timeout_s: float | None = None) -> None:
+        self.got.append(decode(data))
+
+    def close(self) -> None:
+        self.closed = True  # frames already read still come out of recv_batch
+
+
+def test_frames_a_replaced_channel_had_read_are_not_served() -> None:
+    """A batch the old channel read before it was replaced opens nothing: its
+    circuits would be the new channel's, which knows nothing of them."""
+
+    async def main() -> None:
+        service = RelayService()
+        ch = {n: _FakeRelayChannel(n) for n in ("a1", "a2", "b")}
+        ch["a2"].peer_address = ch["a1"].peer_address = "a"
+        serve = lambda n: asyncio.ensure_future(service.handle(ch[n]))  # type: ignore[arg-type]  # noqa: E731
+        tasks = [serve("b"), serve("a1")]
+        ch["b"].batches.put_nowait([encode(Message(Kind.RESERVE))])
+        await eventually(lambda: bool(ch["b"].got), "b reserved")
+        ch["b"].got.clear()
+        tasks.append(serve("a2"))
+        await eventually(lambda: ch["a1"].closed, "a's first channel closed")
+        connect = encode(Message(Kind.CONNECT, 5, text="b"))
+        ch["a1"].batches.put_nowait([connect])
+        await eventually(lambda: tasks[1].done(), "the replaced channel is served no more")
+        assert service.table.circuit("a", 5) is None and ch["b"].got == []
+        ch["a2"].batches.put_nowait([connect])
+        await eventually(lambda: service.table.circuit("a", 5) is not None, "a2's circuit")
+        assert [m.kind for m in ch["b"].got] == [Kind.INCOMING]
+        for t in tasks:
+            t.cancel()
 
     run(main())

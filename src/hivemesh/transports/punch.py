@@ -33,6 +33,15 @@ relayed circuit we opened to each peer, when to ask a peer for a punch
 offer and with which plan, and when to re-open a relay channel that ended
 (every ``revive_s``). It counts ``punch_requested``, ``punch_skipped``,
 ``punch_no_candidates``, ``punch_started``, ``punch_ok`` and ``punch_failed``.
+
+**Punch sources** (:class:`PunchSources`). A QUIC connection accepted from
+a candidate of a punch we wait for is "punched", not plain "udp". Those
+candidates are expected from :meth:`Upgrades.answer` until
+:meth:`Upgrades.ended` (success, failure or a cancelled punch: the driver
+ends every punch it started), so they are bounded by the punches running,
+at most one per peer. An accepted connection is labelled when its stream
+opens, before its channel can end the punch, so ending it forgets nothing
+a label still needs.
 """
 
 from __future__ import annotations
@@ -43,7 +52,15 @@ from dataclasses import dataclass, field
 
 from hivemesh.transports.stats import TransportCounters
 
-__all__ = ["ObservedAddresses", "PunchAsk", "PunchPlan", "PunchSchedule", "Upgrades", "plan_punch"]
+__all__ = [
+    "ObservedAddresses",
+    "PunchAsk",
+    "PunchPlan",
+    "PunchSchedule",
+    "PunchSources",
+    "Upgrades",
+    "plan_punch",
+]
 
 HostPort = tuple[str, int]
 
@@ -171,6 +188,30 @@ class PunchAsk:
     candidates: tuple[HostPort, ...]
 
 
+class PunchSources:
+    """Where the punches we wait for may come from (see the module docs): a
+    container of ``(host, port)`` for :meth:`QuicLink.path
+    <hivemesh.transports.quic_link.QuicLink.path>`."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[str, frozenset[HostPort]] = {}
+
+    def expect(self, peer: str, candidates: tuple[HostPort, ...]) -> None:
+        """A punch from ``peer`` may come from any of ``candidates``."""
+        self._waiting[peer] = frozenset(candidates)
+
+    def forget(self, peer: str) -> None:
+        """The punch with ``peer`` ended."""
+        self._waiting.pop(peer, None)
+
+    def __contains__(self, addr: object) -> bool:
+        return any(addr in c for c in self._waiting.values())
+
+    def __len__(self) -> int:
+        """How many punches are waited for."""
+        return len(self._waiting)
+
+
 @dataclass
 class Upgrades:
     """Relayed links to upgrade and relays to re-open (see the module docs)."""
@@ -181,6 +222,8 @@ class Upgrades:
     counters: TransportCounters = field(default_factory=TransportCounters)
     #: Seconds between attempts to re-open an ended relay channel.
     revive_s: float = 5.0
+    #: Candidates of the punches we wait for (the QUIC endpoint's ``punch_sources``).
+    sources: PunchSources = field(default_factory=PunchSources)
     _circuits: dict[str, tuple[str, int]] = field(default_factory=dict)
     _revive_at: dict[str, float] = field(default_factory=dict)
 
@@ -222,12 +265,16 @@ class Upgrades:
             self.schedule.ended(peer, False, now)
             return None
         self.schedule.begin(peer)
+        if not plan.dial:
+            self.sources.expect(peer, plan.candidates)
         self.counters.incr("punch_started")
         return plan
 
     def ended(self, peer: str, ok: bool, now: float) -> None:
-        """The punch towards ``peer`` ended: a direct link (``ok``) or not."""
+        """The punch towards ``peer`` ended: a direct link (``ok``) or not
+        (failed or cancelled); its candidates are expected no more."""
         self.schedule.ended(peer, ok, now)
+        self.sources.forget(peer)
         self.counters.incr("punch_ok" if ok else "punch_failed")
 
     def relay_added(self, relay: str, now: float) -> None:

@@ -31,7 +31,7 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Container
 from dataclasses import dataclass
 from typing import cast
 
@@ -106,8 +106,8 @@ class QuicEndpoint(asyncio.DatagramProtocol):
         self._on_channel = on_channel
         #: Where relay channels (ALPN :data:`RELAY_ALPN`) go; ``None``: refused.
         self.on_relay_channel = on_relay_channel
-        #: Sources of expected hole punches: their inbound channels are "punched".
-        self.punch_sources: set[tuple[str, int]] = set()
+        #: Sources of expected hole punches (:class:`~.punch.PunchSources`): "punched".
+        self.punch_sources: Container[tuple[str, int]] = frozenset()
         #: Takes a non-QUIC datagram ``(data, addr)``; ``True``: handled.
         self.on_other_datagram: Callable[[bytes, tuple[str, int]], bool] | None = None
         self._opts = options or ChannelOptions()

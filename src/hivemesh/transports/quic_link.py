@@ -31,6 +31,7 @@ from __future__ import annotations
 import datetime
 import enum
 import ssl
+from collections.abc import Container
 from dataclasses import dataclass
 
 from aioquic.quic.configuration import QuicConfiguration
@@ -244,7 +245,7 @@ class QuicLink:
         loss = self.quic._loss
         return loss._rtt_smoothed * 1000 if loss._rtt_initialized else None
 
-    def path(self, punch_sources: set[HostPort]) -> str:
+    def path(self, punch_sources: Container[HostPort]) -> str:
         """The ``path`` of this inbound connection's channel: ``"relay-control"``
         (a relay channel), ``"punched"`` (from an expected hole punch) or ``"udp"``."""
         if self.alpn == RELAY_ALPN:

@@ -96,14 +96,15 @@ class RelayService:
     async def handle(self, channel: SecureChannel) -> None:
         """Serve one relay channel until it ends (the QUIC endpoint's ``on_relay_channel``)."""
         peer, table = channel.peer_address, self.table
-        old = self._peers.get(peer)
-        if old is not None:
-            old.close()
+        if (old := self._peers.get(peer)) is not None:
+            old.close()  # replaced: the table ends its circuits (link_up)
         self._peers[peer] = channel
         await self._send(table.link_up(peer, channel.remote_endpoint))
         try:
             while True:
                 for frame in await channel.recv_batch():
+                    if self._peers.get(peer) is not channel:
+                        return  # replaced meanwhile: the rest is not the new channel's
                     forward = table.receive(peer, frame, self._clock())
                     if forward.delay_s:
                         await asyncio.sleep(forward.delay_s)
@@ -248,8 +249,7 @@ class RelayClient:
         try:
             while True:
                 for frame in await channel.recv_batch():
-                    event = self.circuits.receive(frame)
-                    if event is not None:
+                    if (event := self.circuits.receive(frame)) is not None:
                         self._on_event(event)
         except ConnectionClosed:
             pass

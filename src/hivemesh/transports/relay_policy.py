@@ -36,7 +36,9 @@ in :attr:`RelayTable.counters` under ``relay_refused_<code>``.
 The driver's inputs are ``link_up(peer, observed)``, ``receive(peer,
 frame, now)`` and ``link_down(peer)``; each answers a :class:`Forward`: the
 relay messages to send to which peers, after ``delay_s`` (shaping). The
-methods above are the rules those inputs apply.
+methods above are the rules those inputs apply. A peer has one relay
+channel: a new one replaces the old, whose circuits end with it (a peer's
+circuits and reservation live no longer than the channel they were made on).
 
 The relay reads nothing of the circuit's bytes: they are an end-to-end Noise
 stream between the two ends, who prove their identities to each other.
@@ -146,17 +148,25 @@ class RelayTable:
     # -- the driver's inputs: a relay channel up or down, a frame on it -------
 
     def link_up(self, peer: str, observed: HostPort | None) -> Forward:
-        """``peer``'s relay channel is up, its bytes seen from ``observed``."""
+        """``peer``'s relay channel is up, its bytes seen from ``observed``.
+        One that replaces ``peer``'s previous channel ends that channel's
+        circuits and reservation as :meth:`link_down` does (their other legs
+        hear CLOSE ``replaced``; ``peer`` learns it as its old channel closes),
+        counted ``relay_channels_replaced``."""
+        sends: tuple[Send, ...] = ()
+        if peer in self.online:
+            self.counters["relay_channels_replaced"] += 1
+            sends = self.link_down(peer, "replaced").sends
         self.online[peer] = observed
-        if observed is None:
-            return Forward()
-        return Forward(((peer, Message(Kind.OBSERVED, text=f"{observed[0]}:{observed[1]}")),))
+        if observed is not None:
+            sends += ((peer, Message(Kind.OBSERVED, text=f"{observed[0]}:{observed[1]}")),)
+        return Forward(sends)
 
-    def link_down(self, peer: str) -> Forward:
-        """``peer``'s relay channel ended: its circuits' other legs hear CLOSE."""
+    def link_down(self, peer: str, code: str = "peer_gone") -> Forward:
+        """``peer``'s relay channel ended: its circuits' other legs hear CLOSE ``code``."""
         self.online.pop(peer, None)
         gone = self.drop_peer(peer)
-        return Forward(tuple((o, Message(Kind.CLOSE, c, text="peer_gone")) for o, c in gone))
+        return Forward(tuple((o, Message(Kind.CLOSE, c, text=code)) for o, c in gone))
 
     def receive(self, peer: str, frame: bytes, now: float) -> Forward:
         """A frame from ``peer``'s relay channel: what to send, to whom."""

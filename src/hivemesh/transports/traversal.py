@@ -66,6 +66,7 @@ class Traversal:
         if schedule is not None:
             self.upgrades.schedule = schedule
         self.observed, self.schedule = self.upgrades.observed, self.upgrades.schedule
+        endpoint.punch_sources = self.upgrades.sources  # expected while a punch waits
         self.relays: dict[str, RelayClient] = {}
         self._authorize = authorize
         self._on_inbound = on_inbound
@@ -183,7 +184,7 @@ class Traversal:
             ok = await (
                 self._dial(peer, plan.candidates, plan.dial_after_s)
                 if plan.dial
-                else self._await_punch(peer, plan.candidates)
+                else self._await_punch(peer)
             )
         finally:
             self.upgrades.ended(peer, ok, self._clock())
@@ -202,8 +203,7 @@ class Traversal:
             return True
         return False
 
-    async def _await_punch(self, peer: str, candidates: tuple[HostPort, ...]) -> bool:
-        self.endpoint.punch_sources.update(candidates)
+    async def _await_punch(self, peer: str) -> bool:
         event = self._waiters.setdefault(peer, asyncio.Event())
         try:
             async with asyncio.timeout(self._punch_wait_s):
