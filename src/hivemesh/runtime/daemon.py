@@ -448,9 +448,12 @@ class Daemon:
         # Everything loaded so far (modules, rehydrated views) lives as long as
         # the process: keep the cyclic GC from re-scanning it in every full
         # collection, which stalled the loop for ~100 ms under load (the
-        # latency tail). Collect first so no garbage is frozen; frozen objects
-        # are still freed by reference counting.
-        gc.collect()
+        # latency tail). Frozen objects are still freed by reference counting.
+        # Only the young generations are collected first: a full collection
+        # here cost 25-75 ms before a late joiner's first event and found a
+        # handful of unreachable objects (5 of ~42k in the oldest generation),
+        # which stay frozen (BENCHMARKS.md, catch-up fourth pass).
+        gc.collect(1)
         gc.freeze()
         log.info(
             "node %s listening on %s:%d (%d events replayed)",
