@@ -449,11 +449,13 @@ class Daemon:
         # the process: keep the cyclic GC from re-scanning it in every full
         # collection, which stalled the loop for ~100 ms under load (the
         # latency tail). Frozen objects are still freed by reference counting.
-        # Only the young generations are collected first: a full collection
-        # here cost 25-75 ms before a late joiner's first event and found a
-        # handful of unreachable objects (5 of ~42k in the oldest generation),
-        # which stay frozen (BENCHMARKS.md, catch-up fourth pass).
-        gc.collect(1)
+        # Collect first so no garbage is frozen, but on a fresh node (an empty
+        # store) only the young generations: the oldest holds the imported
+        # modules (~42k objects), where a full collection cost 25-75 ms before
+        # a broker-mode late joiner's first event and found 0-5 unreachable
+        # objects; views restored or replayed may have left cycles there, so
+        # that collection stays full.
+        gc.collect(2 if self.rehydration.total else 1)
         gc.freeze()
         log.info(
             "node %s listening on %s:%d (%d events replayed)",
