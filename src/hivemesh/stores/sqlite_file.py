@@ -167,12 +167,16 @@ def _check_size(path: Path, db: sqlite3.Connection) -> None:
     tail no row uses (a run's last overflow page) reads back unchanged, so
     only its size tells that it was torn."""
     wal = Path(f"{path}-wal")
-    if wal.exists() and wal.stat().st_size:
+
+    def wal_empty() -> bool:
+        return not wal.exists() or not wal.stat().st_size
+
+    if not wal_empty():
         return  # pages may still live in the WAL only
     (pages,) = db.execute("PRAGMA page_count").fetchone()
     (page_size,) = db.execute("PRAGMA page_size").fetchone()
     size = path.stat().st_size
-    if size < pages * page_size:
+    if size < pages * page_size and wal_empty():  # (not a writer that just began)
         raise _corrupt(path, f"file is {size} bytes, its header counts {pages} pages")
 
 
