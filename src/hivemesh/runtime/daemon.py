@@ -447,14 +447,9 @@ class Daemon:
         await self.flush()
         # Everything loaded so far (modules, rehydrated views) lives as long as
         # the process: keep the cyclic GC from re-scanning it in every full
-        # collection, which stalled the loop for ~100 ms under load (the
-        # latency tail). Frozen objects are still freed by reference counting.
-        # Collect first so no garbage is frozen, but on a fresh node (an empty
-        # store) only the young generations: the oldest holds the imported
-        # modules (~42k objects), where a full collection cost 25-75 ms before
-        # a broker-mode late joiner's first event and found 0-5 unreachable
-        # objects; views restored or replayed may have left cycles there, so
-        # that collection stays full.
+        # collection (~100 ms loop stalls under load). Collect first so no
+        # garbage is frozen: fully if views were restored or replayed, else
+        # the young generations only (a full pass: 25-75 ms, found 0-5 objects).
         gc.collect(2 if self.rehydration.total else 1)
         gc.freeze()
         log.info(
