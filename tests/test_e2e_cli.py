@@ -252,11 +252,14 @@ def test_a_tampered_journal_is_refused_at_start_with_a_typed_error(tmp_path: Pat
         n = s.start("n")
         n.client.ctx_set("default", "k", "v")
         s.kill("n", signal.SIGTERM)
-    db = sqlite3.connect(n.data_dir / "store.db")
-    (raw,) = db.execute("SELECT raw FROM events ORDER BY seq DESC LIMIT 1").fetchone()
-    evil = raw[:-1] + bytes([raw[-1] ^ 1])  # one flipped bit in the newest event
-    db.execute("UPDATE events SET raw = ? WHERE raw = ?", (evil, raw))
-    db.commit()
+    from store_rows import event_raw, set_event_raw
+
+    db = sqlite3.connect(n.data_dir / "store.db", isolation_level=None)
+    author, seq = db.execute(
+        "SELECT author, last_seq FROM feeds ORDER BY last_seq DESC LIMIT 1"
+    ).fetchone()
+    raw = event_raw(db, author, seq)
+    set_event_raw(db, author, seq, raw[:-1] + bytes([raw[-1] ^ 1]))  # one flipped bit, newest
     db.close()
     out = cli("up", "--listen", "127.0.0.1:0", "--json", data_dir=n.data_dir)
     assert out.returncode == 1, out.stderr

@@ -23,6 +23,7 @@ from hivemesh.sim.cluster import Cluster, replay_store
 from hivemesh.sim.options import FaultOptions, SimOptions
 from hivemesh.stores.replay import verify_batches, verify_causal
 from hivemesh.stores.sqlite import SQLiteStore
+from store_rows import event_raw, set_event_raw
 
 Replay = Callable[[FeedStore], Iterator[list[Event]]]
 
@@ -118,11 +119,10 @@ def test_causal_replay_detects_tampering(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     with SQLiteStore(path) as store:
         _fill(store, 200, 3, 3)
-    db = sqlite3.connect(path)
-    author, raw = db.execute("SELECT author, raw FROM events WHERE seq = 17 LIMIT 1").fetchone()
-    bad = raw[:-1] + bytes([raw[-1] ^ 1])
-    db.execute("UPDATE events SET raw = ? WHERE author = ? AND seq = 17", (bad, author))
-    db.commit()
+    db = sqlite3.connect(path, isolation_level=None)
+    (author,) = db.execute("SELECT author FROM feeds WHERE last_seq >= 17 LIMIT 1").fetchone()
+    raw = event_raw(db, author, 17)
+    set_event_raw(db, author, 17, raw[:-1] + bytes([raw[-1] ^ 1]))
     db.close()
     with SQLiteStore(path) as store, pytest.raises(StoreCorrupt, match=r"#1[78]: "):
         for _ in verify_causal(store):

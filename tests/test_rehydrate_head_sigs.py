@@ -32,6 +32,7 @@ from hivemesh.runtime.rehydration import Rehydration, replay_slices
 from hivemesh.runtime.supervise import Supervisor
 from hivemesh.stores.replay import SigTally, audit_signatures, verify_causal, verify_feeds
 from hivemesh.stores.sqlite import SQLiteStore
+from store_rows import event_raw, set_event_raw
 from test_store_support import build_store
 
 
@@ -99,9 +100,9 @@ def test_flipped_bit_in_an_event_body_is_detected(pristine: Path, tmp_path: Path
     path = _copy(pristine, tmp_path)
     author, _, signed = _longest(path)
     seq = _unsigned_middle(signed)
-    ((raw,),) = _sql(path, "SELECT raw FROM events WHERE author = ? AND seq = ?", (author, seq))
+    raw = event_raw(path, author, seq)
     bad = raw[:-2] + bytes([raw[-2] ^ 0x01]) + raw[-1:]
-    _sql(path, "UPDATE events SET raw = ? WHERE author = ? AND seq = ?", (bad, author, seq))
+    set_event_raw(path, author, seq, bad)
     with pytest.raises(StoreCorrupt, match=str(path)):
         _head_replay(path)
 
@@ -114,10 +115,10 @@ def test_rewritten_event_is_detected(pristine: Path, tmp_path: Path, where: str)
     path = _copy(pristine, tmp_path)
     author, last, signed = _longest(path)
     seq = {"first": 1, "middle": _unsigned_middle(signed), "last": last}[where]
-    ((raw,),) = _sql(path, "SELECT raw FROM events WHERE author = ? AND seq = ?", (author, seq))
+    raw = event_raw(path, author, seq)
     _v, a, s, prev, hlc, kind, _body = unpack(raw)
     forged = encode_event(a, s, prev, hlc, kind, {"forged": True}).raw
-    _sql(path, "UPDATE events SET raw = ? WHERE author = ? AND seq = ?", (forged, author, seq))
+    set_event_raw(path, author, seq, forged)
     with pytest.raises(StoreCorrupt, match=str(path)):
         _head_replay(path)
 
@@ -126,14 +127,9 @@ def test_reordered_events_are_detected(pristine: Path, tmp_path: Path) -> None:
     path = _copy(pristine, tmp_path)
     author, _, signed = _longest(path)
     seq = _unsigned_middle(signed)
-    rows = _sql(
-        path,
-        "SELECT seq, raw FROM events WHERE author = ? AND seq IN (?, ?)",
-        (author, seq, seq + 1),
-    )
-    (s1, r1), (s2, r2) = rows
-    _sql(path, "UPDATE events SET raw = ? WHERE author = ? AND seq = ?", (r2, author, s1))
-    _sql(path, "UPDATE events SET raw = ? WHERE author = ? AND seq = ?", (r1, author, s2))
+    r1, r2 = event_raw(path, author, seq), event_raw(path, author, seq + 1)
+    set_event_raw(path, author, seq, r2)
+    set_event_raw(path, author, seq + 1, r1)
     with pytest.raises(StoreCorrupt, match="seq"):
         _head_replay(path)
 
@@ -158,17 +154,13 @@ def test_rechained_tail_is_detected(pristine: Path, tmp_path: Path, signer: str)
     path = _copy(pristine, tmp_path)
     author, last, signed = _longest(path)
     start = _unsigned_middle(signed)
-    rows = _sql(
-        path,
-        "SELECT seq, raw FROM events WHERE author = ? AND seq >= ? ORDER BY seq",
-        (author, start),
-    )
+    rows = [(seq, event_raw(path, author, seq)) for seq in range(start, last + 1)]
     prev = unpack(rows[0][1])[3]
     h = prev
     for seq, raw in rows:
         _v, a, s, _p, hlc, kind, body = unpack(raw)
         ev = encode_event(a, s, h, hlc, kind, body if seq != start else {"forged": True})
-        _sql(path, "UPDATE events SET raw = ? WHERE author = ? AND seq = ?", (ev.raw, author, seq))
+        set_event_raw(path, author, seq, ev.raw)
         h = ev.id
     _sql(path, "UPDATE feeds SET last_hash = ? WHERE author = ?", (h, author))
     if signer == "another key":

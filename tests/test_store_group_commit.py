@@ -151,22 +151,10 @@ def test_a_crash_loses_only_the_open_group(tmp_path: Path) -> None:
         store.check()
 
 
-@pytest.fixture
-def four_row_inserts(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Multi-row INSERTs of 4 rows (the store's are 1,024 or 256)."""
-    monkeypatch.setattr(sqlite_mod, "_INSERT_ROWS", 4)
-    monkeypatch.setattr(
-        sqlite_mod,
-        "_INSERT_MANY",
-        "INSERT INTO events (author, seq, raw) VALUES " + ", ".join(["(?, ?, ?)"] * 4),
-    )
-
-
-@pytest.mark.usefixtures("four_row_inserts")
 @pytest.mark.parametrize("rows", [1, 3, 8, 9, 17])
-def test_a_group_inserts_whole_multi_row_statements_and_the_rest(tmp_path: Path, rows: int) -> None:
-    """A group commit inserts its event rows ``_INSERT_ROWS`` per statement
-    and the remainder one by one: every row lands once, in order."""
+def test_a_group_stores_one_run_row_per_append(tmp_path: Path, rows: int) -> None:
+    """A group commit stores each append as one ``runs`` row: every event
+    reads back once, in order, whole ranges and ranges across runs alike."""
     rng = random.Random(rows)
     a, b = writer(0), writer(1)
     with SQLiteStore(tmp_path / "s.db") as store:
@@ -179,30 +167,35 @@ def test_a_group_inserts_whole_multi_row_statements_and_the_rest(tmp_path: Path,
         store.sync()
         for author, raws in held.items():
             assert store.read_range(author, 1, len(raws)) == raws
+            assert store.read_range(author, 2, len(raws) - 1) == raws[1:-1]
+            assert [r for rs in store.iter_feed_rows(author, 4) for r in rs] == list(
+                enumerate(raws, 1)
+            )
+        assert store.db.execute("SELECT count(*) FROM runs").fetchone()[0] == 3
+        assert store.db.execute("SELECT count(*) FROM events").fetchone()[0] == 0
     assert committed_heads(tmp_path / "s.db") == {
         a.identity.public: 2 * rows,
         b.identity.public: rows,
     }
 
 
-@pytest.mark.usefixtures("four_row_inserts")
-def test_a_failing_multi_row_insert_keeps_the_whole_group(tmp_path: Path) -> None:
-    """A row refused inside a multi-row statement (here: already stored)
-    rolls the whole group back and leaves it pending, as executemany did."""
+def test_a_failing_run_insert_keeps_the_whole_group(tmp_path: Path) -> None:
+    """A run refused by SQLite (here: its key is taken) rolls the whole group
+    back and leaves it pending."""
     rng = random.Random(5)
     w = writer(0)
     with SQLiteStore(tmp_path / "s.db") as store:
         store.write_behind = True
         events, sig = make_batch(w, 8, rng)
         store.append(w.identity.public, events, sig, durable=False)
-        store.db.execute(  # a stray row where the group's 6th event goes
-            "INSERT INTO events (author, seq, raw) VALUES (?, ?, ?)",
-            (w.identity.public, 6, b"stray"),
+        store.db.execute(  # a stray row where the group's run goes
+            "INSERT INTO runs (author, seq, raws) VALUES (?, ?, ?)",
+            (w.identity.public, 8, b"stray"),
         )
         with pytest.raises(sqlite_mod.StoreError):
             store.sync()
         assert store.pending == 1
         assert committed_heads(tmp_path / "s.db") == {}
-        store.db.execute("DELETE FROM events WHERE raw = ?", (b"stray",))
+        store.db.execute("DELETE FROM runs WHERE raws = ?", (b"stray",))
         store.sync()
         assert store.read_range(w.identity.public, 1, 8) == [e.raw for e in events]

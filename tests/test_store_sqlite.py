@@ -16,6 +16,7 @@ from hivemesh.core.store import MemoryStore
 from hivemesh.errors import InvalidArgument, StoreCorrupt, StoreError
 from hivemesh.stores.replay import ReplayStats, rehydrate, verify_batches, verify_feeds
 from hivemesh.stores.sqlite import APPLICATION_ID, SQLiteStore
+from store_rows import count_events
 from test_store_support import fill, make_batch, writer
 
 
@@ -131,7 +132,7 @@ def test_store_created_by_hivemesh_is_plain_sqlite(tmp_path: Path) -> None:
         n = sum(s for s, _ in store.heads().values())
     db = sqlite3.connect(path)
     try:
-        assert db.execute("SELECT count(*) FROM events").fetchone()[0] == n
+        assert count_events(db) == n
     finally:
         db.close()
 
@@ -194,3 +195,65 @@ def test_public_surface() -> None:
         "verify_causal",
         "verify_feeds",
     ]
+
+
+def _as_v1(path: Path) -> int:
+    """Rewrite a closed store as schema v1 wrote it: one ``events`` row per
+    event, no ``runs`` table; returns the events moved."""
+    import msgpack
+
+    db = sqlite3.connect(path, isolation_level=None)
+    try:
+        rows = []
+        for author, last, blob in db.execute("SELECT author, seq, raws FROM runs").fetchall():
+            raws = msgpack.unpackb(blob)
+            rows += [(author, last - len(raws) + 1 + i, r) for i, r in enumerate(raws)]
+        db.execute("BEGIN")
+        db.executemany("INSERT INTO events (author, seq, raw) VALUES (?, ?, ?)", rows)
+        db.execute("DROP TABLE runs")
+        db.execute("UPDATE meta SET value = 1 WHERE key = 'schema_version'")
+        db.execute("PRAGMA user_version = 1")
+        db.execute("COMMIT")
+    finally:
+        db.close()
+    return len(rows)
+
+
+def test_a_v1_store_is_upgraded_and_its_event_rows_read_beside_new_runs(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    rng = random.Random(3)
+    w = writer(0)
+    old = [make_batch(w, n, rng) for n in (3, 5)]
+    with SQLiteStore(path) as store:
+        for events, sig in old:
+            store.append(w.identity.public, events, sig)
+    assert _as_v1(path) == 8
+    with SQLiteStore(path) as store:  # upgraded in place: v1 rows stay, new batches are runs
+        new, sig = make_batch(w, 4, rng)
+        store.append(w.identity.public, new, sig)
+        raws = [e.raw for events, _ in old for e in events] + [e.raw for e in new]
+        assert store.read_range(w.identity.public, 1, 12) == raws
+        assert store.read_range(w.identity.public, 7, 10) == raws[6:10]
+        assert [r for rows in store.iter_feed_rows(w.identity.public, 5) for r in rows] == list(
+            enumerate(raws, 1)
+        )
+        assert store.event_authors() == [w.identity.public]
+        assert [e.raw for e in verify_feeds(store)] == raws
+    db = sqlite3.connect(path)
+    try:
+        assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (2,)
+        assert db.execute("SELECT count(*) FROM events").fetchone() == (8,)
+        assert db.execute("SELECT count(*) FROM runs").fetchone() == (1,)
+    finally:
+        db.close()
+
+
+def test_a_run_that_does_not_decode_is_corrupt(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with SQLiteStore(path) as store:
+        fill(store, 1, 3)
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("UPDATE runs SET raws = x'c1'")  # a byte msgpack never uses
+    db.close()
+    with SQLiteStore(path) as store, pytest.raises(StoreCorrupt, match="does not decode"):
+        list(verify_feeds(store))

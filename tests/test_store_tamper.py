@@ -26,6 +26,7 @@ from hivemesh.core.event import encode_event
 from hivemesh.errors import StoreCorrupt, StoreError
 from hivemesh.stores.replay import verify_feeds
 from hivemesh.stores.sqlite import SQLiteStore
+from store_rows import delete_event, event_raw, renumber_run, set_event_raw
 from test_store_support import build_store
 
 Snapshot = tuple[list[bytes], dict[bytes, tuple[int, bytes]], list[list[int]]]
@@ -82,9 +83,7 @@ def feed_row(path: Path, offset_from_end: int) -> tuple[bytes, int, bytes, int]:
             "SELECT author, last_seq FROM feeds ORDER BY last_seq DESC LIMIT 1"
         ).fetchone()
         seq = last - offset_from_end
-        (raw,) = db.execute(
-            "SELECT raw FROM events WHERE author = ? AND seq = ?", (author, seq)
-        ).fetchone()
+        raw = event_raw(db, author, seq)
     finally:
         db.close()
     return author, seq, raw, last
@@ -138,7 +137,7 @@ def _rewrite_body(path: Path, back: int) -> int:
     author, seq, raw, _ = feed_row(path, back)
     _v, a, s, prev, hlc, kind, _body = unpack(raw)
     forged = encode_event(a, s, prev, hlc, kind, {"forged": True})
-    sql(path, ("UPDATE events SET raw = ? WHERE author = ? AND seq = ?", (forged.raw, author, seq)))
+    set_event_raw(path, author, seq, forged.raw)
     return seq
 
 
@@ -157,7 +156,7 @@ def test_flipped_byte_in_event_row_is_detected(pristine: Path, tmp_path: Path) -
     def flip(p: Path) -> None:
         author, seq, raw, _ = feed_row(p, 3)
         bad = raw[:-1] + bytes([raw[-1] ^ 0x01])
-        sql(p, ("UPDATE events SET raw = ? WHERE author = ? AND seq = ?", (bad, author, seq)))
+        set_event_raw(p, author, seq, bad)
 
     expect_corrupt(mutated(pristine, tmp_path, flip))
 
@@ -165,7 +164,7 @@ def test_flipped_byte_in_event_row_is_detected(pristine: Path, tmp_path: Path) -
 def test_event_stored_as_wrong_type_is_detected(pristine: Path, tmp_path: Path) -> None:
     def retype(p: Path) -> None:
         author, seq, _, _ = feed_row(p, 2)
-        sql(p, ("UPDATE events SET raw = 'text' WHERE author = ? AND seq = ?", (author, seq)))
+        set_event_raw(p, author, seq, "text")
 
     assert "does not decode" in str(expect_corrupt(mutated(pristine, tmp_path, retype)))
 
@@ -173,7 +172,7 @@ def test_event_stored_as_wrong_type_is_detected(pristine: Path, tmp_path: Path) 
 def test_deleted_middle_event_is_detected(pristine: Path, tmp_path: Path) -> None:
     def delete(p: Path) -> None:
         author, seq, _, _ = feed_row(p, 7)
-        sql(p, ("DELETE FROM events WHERE author = ? AND seq = ?", (author, seq)))
+        delete_event(p, author, seq)
 
     assert "expected" in str(expect_corrupt(mutated(pristine, tmp_path, delete)))
 
@@ -181,7 +180,7 @@ def test_deleted_middle_event_is_detected(pristine: Path, tmp_path: Path) -> Non
 def test_deleted_last_event_is_detected(pristine: Path, tmp_path: Path) -> None:
     def delete(p: Path) -> None:
         author, seq, _, _ = feed_row(p, 0)
-        sql(p, ("DELETE FROM events WHERE author = ? AND seq = ?", (author, seq)))
+        delete_event(p, author, seq)
 
     expect_corrupt(mutated(pristine, tmp_path, delete))
 
@@ -189,10 +188,7 @@ def test_deleted_last_event_is_detected(pristine: Path, tmp_path: Path) -> None:
 def test_renumbered_row_is_detected(pristine: Path, tmp_path: Path) -> None:
     def renumber(p: Path) -> None:
         author, seq, _, last = feed_row(p, 0)
-        sql(
-            p,
-            ("UPDATE events SET seq = ? WHERE author = ? AND seq = ?", (last + 5, author, seq)),
-        )
+        renumber_run(p, author, seq, last + 5)
 
     expect_corrupt(mutated(pristine, tmp_path, renumber))
 
@@ -322,7 +318,7 @@ _VALUES = st.one_of(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
-    table=st.sampled_from(["events", "sigs", "feeds"]),
+    table=st.sampled_from(["runs", "sigs", "feeds"]),
     row=st.integers(0, 10_000),
     column=st.integers(0, 3),
     value=_VALUES,
@@ -332,7 +328,7 @@ def test_any_cell_rewritten_is_detected_or_unchanged(
 ) -> None:
     original = snapshot(pristine)
     columns = {
-        "events": ["author", "seq", "raw"],
+        "runs": ["author", "seq", "raws"],
         "sigs": ["author", "seq", "sig"],
         "feeds": ["author", "last_seq", "last_hash", "n_sigs"],
     }[table]

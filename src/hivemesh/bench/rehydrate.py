@@ -4,7 +4,8 @@ Builds (untimed) a SQLite store of ``--events`` events from ``--authors``
 feeds, in signed batches of 64..256 events with small msgpack bodies (context
 updates, chat lines, tool results), then times, in the same run:
 
-* baseline: ``SELECT raw FROM events ORDER BY author, seq``, touching every row;
+* baseline: every stored event's bytes read straight from SQLite, in author
+  then seq order (the ``runs`` rows unpacked, one per stored batch);
 * ours, twice: :func:`hivemesh.stores.replay.rehydrate` alone (decode, hash
   chain and signature checks of every event), and full rehydration: the same
   plus every event applied to the standard views (context, registers, names,
@@ -163,13 +164,16 @@ def build_journal(path: Path, events: int, authors: int, seed: int) -> int:
 
 
 def _raw_scan(path: Path) -> int:
+    import msgpack
+
     db = sqlite3.connect(path)
     try:
-        cur = db.execute("SELECT raw FROM events ORDER BY author, seq")
+        cur = db.execute("SELECT raws FROM runs ORDER BY author, seq")
         total = 0
-        while rows := cur.fetchmany(4096):
-            for (raw,) in rows:
-                total += len(raw)
+        while rows := cur.fetchmany(64):
+            for (blob,) in rows:
+                for raw in msgpack.unpackb(blob):
+                    total += len(raw)
         return total
     finally:
         db.close()

@@ -37,16 +37,23 @@ APPLICATION_ID = 0x484D5354
 #: Value of the ``magic`` row in the ``meta`` table.
 MAGIC = "hivemesh-store"
 #: Schema version written by this module; older readers refuse newer files.
-SCHEMA_VERSION = 1
+#: v2 adds ``runs`` (one row per appended batch); a v1 file is upgraded in
+#: place when opened (its ``events`` rows stay and are still read).
+SCHEMA_VERSION = 2
 
 #: ``journal_size_limit``: the WAL file is trimmed to this after a restart.
 _WAL_SIZE_LIMIT = 16 * 1024 * 1024
 _SQLITE_CORRUPT = 11
 _SQLITE_NOTADB = 26
+_RUNS = (
+    "CREATE TABLE IF NOT EXISTS runs (author BLOB NOT NULL, seq INTEGER NOT NULL,"
+    " raws BLOB NOT NULL, PRIMARY KEY (author, seq)) WITHOUT ROWID"
+)
 _SCHEMA = (
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID",
     "CREATE TABLE events (author BLOB NOT NULL, seq INTEGER NOT NULL, raw BLOB NOT NULL,"
     " PRIMARY KEY (author, seq)) WITHOUT ROWID",
+    _RUNS,
     "CREATE TABLE sigs (author BLOB NOT NULL, seq INTEGER NOT NULL, sig BLOB NOT NULL,"
     " PRIMARY KEY (author, seq)) WITHOUT ROWID",
     "CREATE TABLE feeds (author BLOB PRIMARY KEY, last_seq INTEGER NOT NULL,"
@@ -135,10 +142,13 @@ def open_file(path: Path, durability: str) -> sqlite3.Connection:
     with guard(path, "opening the store"):
         db = sqlite3.connect(path, isolation_level=None)
         try:
-            _check_identity(path, db)
+            version = _check_identity(path, db)
+            _check_size(path, db)
             mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StoreError(f"{path}: cannot enable WAL mode (got {mode!r})")
+            if version < SCHEMA_VERSION:
+                _upgrade(db)
             sync = "FULL" if durability == "power" else "NORMAL"
             db.execute(f"PRAGMA synchronous = {sync}")
             db.execute("PRAGMA cell_size_check = ON")
@@ -151,7 +161,41 @@ def open_file(path: Path, durability: str) -> sqlite3.Connection:
     return db
 
 
-def _check_identity(path: Path, db: sqlite3.Connection) -> None:
+def _check_size(path: Path, db: sqlite3.Connection) -> None:
+    """Without a WAL (a clean close checkpoints it into the file), the file
+    must hold every page its header counts: a file cut inside a page whose
+    tail no row uses (a run's last overflow page) reads back unchanged, so
+    only its size tells that it was torn."""
+    wal = Path(f"{path}-wal")
+
+    def wal_empty() -> bool:
+        return not wal.exists() or not wal.stat().st_size
+
+    if not wal_empty():
+        return  # pages may still live in the WAL only
+    (pages,) = db.execute("PRAGMA page_count").fetchone()
+    (page_size,) = db.execute("PRAGMA page_size").fetchone()
+    size = path.stat().st_size
+    if size < pages * page_size and wal_empty():  # (not a writer that just began)
+        raise _corrupt(path, f"file is {size} bytes, its header counts {pages} pages")
+
+
+def _upgrade(db: sqlite3.Connection) -> None:
+    """v1 -> v2 in one transaction: add the ``runs`` table (nothing is moved)."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        db.execute(_RUNS)
+        db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (SCHEMA_VERSION,))
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+
+
+def _check_identity(path: Path, db: sqlite3.Connection) -> int:
+    """Raise unless ``db`` is a hivemesh store this module can open; its schema version."""
     app_id = db.execute("PRAGMA application_id").fetchone()[0]
     if app_id != APPLICATION_ID:
         raise _corrupt(
@@ -174,6 +218,7 @@ def _check_identity(path: Path, db: sqlite3.Connection) -> None:
             f"{path}: store schema v{version} is newer than this hivemesh "
             f"(supports v{SCHEMA_VERSION}); upgrade hivemesh"
         )
+    return version
 
 
 def _corrupt(path: Path, what: str) -> StoreCorrupt:
