@@ -167,6 +167,8 @@ class Membership(NewsRules):
         self._send = send
         self._admit = admit
         self._members: dict[str, MemberRecord] = {}
+        self._live_n = 0
+        self._suspects: set[str] = set()
         self._changes: list[MemberChange] = []
         self._queue = BroadcastQueue(capacity=self.config.max_members)
         self._seq = 0
@@ -230,19 +232,29 @@ class Membership(NewsRules):
 
     def next_deadline(self) -> int:
         """When :meth:`handle_timer` should next run (ms)."""
-        d = min(self._next_probe_ms, self._next_push_pull_ms, self._next_prune_ms)
-        if self._queue:
-            d = min(d, self._next_gossip_ms)
-        if self._joins:
-            d = min(d, self._next_join_ms)
+        # asked after every input: comparisons, not min() calls
+        d = self._next_probe_ms
+        if self._next_push_pull_ms < d:
+            d = self._next_push_pull_ms
+        if self._next_prune_ms < d:
+            d = self._next_prune_ms
+        if self._next_gossip_ms < d and self._queue:
+            d = self._next_gossip_ms
+        if self._next_join_ms < d and self._joins:
+            d = self._next_join_ms
         p = self._probe
-        if p is not None and not p.acked and not p.indirect_sent:
-            d = min(d, p.timeout_at_ms)
-        for r in self._members.values():
-            if r.state is MemberState.SUSPECT:
-                d = min(d, r.suspect_deadline_ms)
-        for relay in self._relays.values():
-            d = min(d, relay.expires_ms)
+        if p is not None and p.timeout_at_ms < d and not p.acked and not p.indirect_sent:
+            d = p.timeout_at_ms
+        if self._suspects:
+            members = self._members
+            for a in self._suspects:
+                t = members[a].suspect_deadline_ms
+                if t < d:
+                    d = t
+        if self._relays:
+            for relay in self._relays.values():
+                if relay.expires_ms < d:
+                    d = relay.expires_ms
         return d
 
     # -- commands -----------------------------------------------------------------
@@ -283,6 +295,8 @@ class Membership(NewsRules):
         rec = self._members.pop(address, None)
         self._joins.pop(address, None)
         if rec is not None and rec.state in (MemberState.UP, MemberState.SUSPECT):
+            self._live_n -= 1
+            self._suspects.discard(address)
             self._changes.append(
                 MemberChange(
                     address, rec.state, MemberState.DOWN, rec.incarnation, rec.endpoints, now_ms
@@ -306,9 +320,9 @@ class Membership(NewsRules):
             self._next_probe_ms = now_ms + cfg.probe_interval_ms
             if not self._left:
                 self._start_probe(now_ms)
-        for addr in sorted(self._members):
+        for addr in sorted(self._suspects):
             r = self._members[addr]
-            if r.state is not MemberState.SUSPECT or now_ms < r.suspect_deadline_ms:
+            if now_ms < r.suspect_deadline_ms:
                 continue
             if stalled:
                 r.suspect_deadline_ms = now_ms + cfg.probe_interval_ms

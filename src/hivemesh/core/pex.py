@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
+from functools import lru_cache
 from typing import Any
 
 from hivemesh.core.identity import public_key_of
@@ -256,6 +257,7 @@ def decode_updates(value: Any) -> list[Update]:
     return [decode_update(item) for item in value]
 
 
+@lru_cache(maxsize=256)  # asked for every frame sent; a pure function of two ints
 def retransmit_limit(retransmit_mult: int, n_members: int) -> int:
     """How many times an update is piggybacked before it is retired."""
     return retransmit_mult * max(1, math.ceil(math.log10(n_members + 1)))
