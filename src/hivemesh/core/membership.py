@@ -225,6 +225,11 @@ class Membership(NewsRules):
             else Member(r.address, r.state, r.incarnation, r.endpoints, r.since_ms)
         )
 
+    def state_of(self, address: str) -> MemberState | None:
+        """One member's state (None if unknown): :meth:`member` without the snapshot."""
+        r = self._members.get(address)
+        return None if r is None else r.state
+
     def changes(self) -> list[MemberChange]:
         """State changes since the last call, in order (drains)."""
         out, self._changes = self._changes, []

@@ -108,6 +108,8 @@ STATE_OF = {
     UpdateState.LEFT: MemberState.LEFT,
 }
 UPDATE_OF = {v: k for k, v in STATE_OF.items()}
+#: Wire code -> update state (decoding: a lookup, not an enum call).
+_UPDATE_STATES: dict[int, UpdateState] = {int(s): s for s in UpdateState}
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,12 +239,13 @@ def decode_update(item: Any) -> Update:
     if type(item) is not list or len(item) != 5:
         raise DecodeError("update must be [state, address, incarnation, endpoints, origin]")
     state, address, inc, endpoints, origin = item
-    if type(state) is not int or state not in UpdateState._value2member_map_:
+    code = _UPDATE_STATES.get(state) if type(state) is int else None
+    if code is None:
         raise DecodeError(f"unknown member state {state!r:.20}")
     if type(inc) is not int or not 0 <= inc <= _MAX_INCARNATION:
         raise DecodeError("incarnation must be a non-negative int64")
     return Update(
-        UpdateState(state),
+        code,
         check_address(address, "update address"),
         inc,
         check_endpoints(endpoints),

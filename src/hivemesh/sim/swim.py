@@ -206,8 +206,7 @@ class SwimNet:
 
     def view(self, observer: Membership, target: str) -> MemberState | None:
         """What ``observer`` believes of ``target`` (None: never heard of it)."""
-        m = observer.member(target)
-        return None if m is None else m.state
+        return observer.state_of(target)
 
     def all_see(self, target: str, state: MemberState) -> Callable[[], bool]:
         """A condition: every live member but ``target`` sees it in ``state``."""
