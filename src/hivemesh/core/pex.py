@@ -299,7 +299,10 @@ class BroadcastQueue:
         """Up to ``limit`` updates to piggyback now; counts the transmission."""
         if not self._items or limit <= 0:
             return []
-        chosen = sorted(self._items.values(), key=lambda q: (q.transmits, -q.order))[:limit]
+        chosen = list(self._items.values())
+        if len(chosen) > 1:  # often one piece of news
+            chosen.sort(key=lambda q: (q.transmits, -q.order))
+            del chosen[limit:]
         out = []
         for q in chosen:
             q.transmits += 1
