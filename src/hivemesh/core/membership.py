@@ -116,6 +116,7 @@ if TYPE_CHECKING:
 __all__ = ["Member", "MemberChange", "MemberState", "Membership", "MembershipConfig"]
 
 _MAX_SEQ = 2**63 - 1
+_LIVE_STATES = (MemberState.UP, MemberState.SUSPECT)
 
 
 @dataclass(slots=True)
@@ -169,6 +170,7 @@ class Membership(NewsRules):
         self._members: dict[str, MemberRecord] = {}
         self._live_n = 0
         self._suspects: set[str] = set()
+        self._live_sorted: list[str] | None = None
         self._changes: list[MemberChange] = []
         self._queue = BroadcastQueue(capacity=self.config.max_members)
         self._seq = 0
@@ -302,6 +304,7 @@ class Membership(NewsRules):
         if rec is not None and rec.state in (MemberState.UP, MemberState.SUSPECT):
             self._live_n -= 1
             self._suspects.discard(address)
+            self._live_sorted = None
             self._changes.append(
                 MemberChange(
                     address, rec.state, MemberState.DOWN, rec.incarnation, rec.endpoints, now_ms
@@ -367,6 +370,7 @@ class Membership(NewsRules):
                 gone = r.state in (MemberState.DOWN, MemberState.LEFT)
                 if gone and now_ms - r.since_ms >= cfg.down_retention_ms:
                     del self._members[addr]
+                    self._live_sorted = None
 
     # -- probing ------------------------------------------------------------------
 
@@ -505,7 +509,13 @@ class Membership(NewsRules):
     # -- helpers -----------------------------------------------------------------------
 
     def _live(self, *, exclude: str | None, up_only: bool = False) -> list[str]:
-        ok = (MemberState.UP,) if up_only else (MemberState.UP, MemberState.SUSPECT)
+        if exclude is None and not up_only:  # the common question, kept between changes
+            if self._live_sorted is None:
+                self._live_sorted = [
+                    a for a in sorted(self._members) if self._members[a].state in _LIVE_STATES
+                ]
+            return self._live_sorted[:]
+        ok = (MemberState.UP,) if up_only else _LIVE_STATES
         return [a for a in sorted(self._members) if a != exclude and self._members[a].state in ok]
 
     def _piggyback(self) -> list[Any]:

@@ -76,6 +76,8 @@ class NewsRules:
     #: asked on every frame sent), and the addresses of the suspects.
     _live_n: int
     _suspects: set[str]
+    #: The live addresses, sorted (None: to be recomputed after a change).
+    _live_sorted: list[str] | None
     _changes: list[MemberChange]
     _queue: BroadcastQueue
     _left: bool
@@ -166,6 +168,7 @@ class NewsRules:
             return False
         self._members[address] = MemberRecord(address, MemberState.UP, inc, endpoints, now_ms)
         self._live_n += 1
+        self._live_sorted = None
         self._changes.append(MemberChange(address, None, MemberState.UP, inc, endpoints, now_ms))
         return True
 
@@ -174,6 +177,7 @@ class NewsRules:
             return
         prev, r.state, r.since_ms = r.state, state, now_ms
         self._live_n += _LIVE[state] - _LIVE[prev]
+        self._live_sorted = None
         if state is MemberState.SUSPECT:
             self._suspects.add(r.address)
         else:
