@@ -28,6 +28,7 @@ from hivemesh.core.membership import MembershipConfig
 from hivemesh.sim.cluster import Cluster, SimResult
 from hivemesh.sim.memo import verification_memo
 from hivemesh.sim.options import FaultOptions, NetworkOptions, SimOptions
+from hivemesh.sim.packer import shared_packer
 
 __all__ = [
     "WORKLOADS",
@@ -93,8 +94,9 @@ def workload_factory(workload: str) -> ClusterFactory:
 
 
 def run_seed(seed: int, opts: SimOptions, factory: ClusterFactory = Cluster) -> SimResult:
-    """One seeded run (each signature verified once: :mod:`hivemesh.sim.memo`)."""
-    with verification_memo():
+    """One seeded run (each signature verified once: :mod:`hivemesh.sim.memo`;
+    one msgpack packer: :mod:`hivemesh.sim.packer`)."""
+    with verification_memo(), shared_packer():
         return factory(str(seed), opts).run()
 
 
