@@ -251,8 +251,8 @@ class Scenario:
 #: handing out the expensive seeds first). Node counts above 10 are rarer:
 #: a seed's cost grows about with the square of its node count.
 #: The shares keep 10,000 seeds inside CI's 15 minutes on 2 cores: measured
-#: CPU per seed (CI seeds 301..1500, 2026-12-03) membership 0.047 s, journal
-#: 0.14, leases 0.16, claims 0.29, clock 0.28, plan 0.39 (0.094 over the mix;
+#: CPU per seed (CI seeds 1..1000, 2026-12-03) membership 0.046 s, journal
+#: 0.13, leases 0.16, claims 0.20, clock 0.26, plan 0.32 (0.086 over the mix;
 #: docs/simulator.md); with every node a Peer the earlier shares (journal 37%,
 #: membership 30%) took 19.4 min.
 CI_MIX: dict[str, tuple[float, dict[int, float], float]] = {
