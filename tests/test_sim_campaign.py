@@ -28,6 +28,29 @@ def test_memo_answers_as_libsodium_and_never_remembers_a_refusal() -> None:
     assert nacl.bindings.crypto_sign_open is real
 
 
+def test_memo_knows_its_own_signatures_and_still_refuses_a_wrong_key() -> None:
+    me, other = Identity.from_seed(b"\x01" * 32), Identity.from_seed(b"\x02" * 32)
+    calls: list[bytes] = []
+    real = nacl.bindings.crypto_sign_open
+
+    def counting(signed: bytes, pk: bytes) -> bytes:
+        calls.append(pk)
+        return real(signed, pk)
+
+    nacl.bindings.crypto_sign_open = counting
+    try:
+        with verification_memo():
+            sig = me.sign(b"head")  # made in the run: its verification is known
+            assert verify(me.public, sig, b"head") and calls == []
+            assert not verify(other.public, sig, b"head")  # another key: libsodium says no
+            assert not verify(me.public, sig, b"tail")
+            assert not verify(me.public, other.sign(b"head"), b"head")
+            assert len(calls) == 3
+    finally:
+        nacl.bindings.crypto_sign_open = real
+    assert verify(me.public, sig, b"head")  # and libsodium agrees
+
+
 def test_a_seed_runs_the_same_with_and_without_the_memo() -> None:
     opts = default_options(5)
     for seed in (3, 104):

@@ -250,6 +250,8 @@ class Majority:
 
     def next_deadline(self) -> int | None:
         """When :meth:`tick` must run next (None: only inputs matter)."""
+        if not self._holding and not self._runs:
+            return None
         times = [h.until_ms for h in self._holding.values()]
         for run in self._runs.values():
             times += [run.until_ms, *run.retry.values()]

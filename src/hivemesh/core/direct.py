@@ -440,6 +440,8 @@ class Direct:
 
     def next_deadline(self) -> int | None:
         """When :meth:`handle_timer` should next run, or None when idle."""
+        if not self._pending:
+            return next(iter(self._seen.values())) if self._seen else None
         times = [min(p.next_at_ms, p.deadline_at_ms) for p in self._pending.values()]
         if self._seen:
             times.append(next(iter(self._seen.values())))

@@ -394,6 +394,8 @@ class Joins:
 
     def next_deadline(self) -> int | None:
         """The earliest probation end or join deadline."""
+        if not self.probation and not self.joins:
+            return None  # asked after every input: the common case first
         deadlines = [t for t in self.probation.values() if t != _CLOSING]
         deadlines += [j.deadline_ms for j in self.joins.values()]
         return min(deadlines, default=None)

@@ -404,7 +404,8 @@ class Journal:
     @property
     def unsettled(self) -> int:
         """Events applied from attested runs whose signature is not yet checked."""
-        return sum(len(r.events) for r in self._runs.values())
+        runs = self._runs
+        return sum(len(r.events) for r in runs.values()) if runs else 0
 
     def settle(self) -> list[bytes]:
         """Check every unsettled run's head signature and store the good ones

@@ -95,7 +95,9 @@ class Mailbox:
 
     def next_deadline(self) -> int | None:
         """The earliest deadline of a request waiting for its reply."""
-        return min((r.deadline_ms for r in self._requests.values()), default=None)
+        if not self._requests:
+            return None
+        return min(r.deadline_ms for r in self._requests.values())
 
     def expire(self, now_ms: int) -> list[Effect]:
         """Fail the requests whose reply did not come in time."""

@@ -116,6 +116,7 @@ if TYPE_CHECKING:
 __all__ = ["Member", "MemberChange", "MemberState", "Membership", "MembershipConfig"]
 
 _MAX_SEQ = 2**63 - 1
+_LIVE_STATES = (MemberState.UP, MemberState.SUSPECT)
 
 
 @dataclass(slots=True)
@@ -167,6 +168,9 @@ class Membership(NewsRules):
         self._send = send
         self._admit = admit
         self._members: dict[str, MemberRecord] = {}
+        self._live_n = 0
+        self._suspects: set[str] = set()
+        self._live_sorted: list[str] | None = None
         self._changes: list[MemberChange] = []
         self._queue = BroadcastQueue(capacity=self.config.max_members)
         self._seq = 0
@@ -223,6 +227,11 @@ class Membership(NewsRules):
             else Member(r.address, r.state, r.incarnation, r.endpoints, r.since_ms)
         )
 
+    def state_of(self, address: str) -> MemberState | None:
+        """One member's state (None if unknown): :meth:`member` without the snapshot."""
+        r = self._members.get(address)
+        return None if r is None else r.state
+
     def changes(self) -> list[MemberChange]:
         """State changes since the last call, in order (drains)."""
         out, self._changes = self._changes, []
@@ -230,19 +239,29 @@ class Membership(NewsRules):
 
     def next_deadline(self) -> int:
         """When :meth:`handle_timer` should next run (ms)."""
-        d = min(self._next_probe_ms, self._next_push_pull_ms, self._next_prune_ms)
-        if self._queue:
-            d = min(d, self._next_gossip_ms)
-        if self._joins:
-            d = min(d, self._next_join_ms)
+        # asked after every input: comparisons, not min() calls
+        d = self._next_probe_ms
+        if self._next_push_pull_ms < d:
+            d = self._next_push_pull_ms
+        if self._next_prune_ms < d:
+            d = self._next_prune_ms
+        if self._next_gossip_ms < d and self._queue:
+            d = self._next_gossip_ms
+        if self._next_join_ms < d and self._joins:
+            d = self._next_join_ms
         p = self._probe
-        if p is not None and not p.acked and not p.indirect_sent:
-            d = min(d, p.timeout_at_ms)
-        for r in self._members.values():
-            if r.state is MemberState.SUSPECT:
-                d = min(d, r.suspect_deadline_ms)
-        for relay in self._relays.values():
-            d = min(d, relay.expires_ms)
+        if p is not None and p.timeout_at_ms < d and not p.acked and not p.indirect_sent:
+            d = p.timeout_at_ms
+        if self._suspects:
+            members = self._members
+            for a in self._suspects:
+                t = members[a].suspect_deadline_ms
+                if t < d:
+                    d = t
+        if self._relays:
+            for relay in self._relays.values():
+                if relay.expires_ms < d:
+                    d = relay.expires_ms
         return d
 
     # -- commands -----------------------------------------------------------------
@@ -283,6 +302,9 @@ class Membership(NewsRules):
         rec = self._members.pop(address, None)
         self._joins.pop(address, None)
         if rec is not None and rec.state in (MemberState.UP, MemberState.SUSPECT):
+            self._live_n -= 1
+            self._suspects.discard(address)
+            self._live_sorted = None
             self._changes.append(
                 MemberChange(
                     address, rec.state, MemberState.DOWN, rec.incarnation, rec.endpoints, now_ms
@@ -306,9 +328,9 @@ class Membership(NewsRules):
             self._next_probe_ms = now_ms + cfg.probe_interval_ms
             if not self._left:
                 self._start_probe(now_ms)
-        for addr in sorted(self._members):
+        for addr in sorted(self._suspects):
             r = self._members[addr]
-            if r.state is not MemberState.SUSPECT or now_ms < r.suspect_deadline_ms:
+            if now_ms < r.suspect_deadline_ms:
                 continue
             if stalled:
                 r.suspect_deadline_ms = now_ms + cfg.probe_interval_ms
@@ -348,6 +370,7 @@ class Membership(NewsRules):
                 gone = r.state in (MemberState.DOWN, MemberState.LEFT)
                 if gone and now_ms - r.since_ms >= cfg.down_retention_ms:
                     del self._members[addr]
+                    self._live_sorted = None
 
     # -- probing ------------------------------------------------------------------
 
@@ -486,7 +509,13 @@ class Membership(NewsRules):
     # -- helpers -----------------------------------------------------------------------
 
     def _live(self, *, exclude: str | None, up_only: bool = False) -> list[str]:
-        ok = (MemberState.UP,) if up_only else (MemberState.UP, MemberState.SUSPECT)
+        if exclude is None and not up_only:  # the common question, kept between changes
+            if self._live_sorted is None:
+                self._live_sorted = [
+                    a for a in sorted(self._members) if self._members[a].state in _LIVE_STATES
+                ]
+            return self._live_sorted[:]
+        ok = (MemberState.UP,) if up_only else _LIVE_STATES
         return [a for a in sorted(self._members) if a != exclude and self._members[a].state in ok]
 
     def _piggyback(self) -> list[Any]:

@@ -41,6 +41,9 @@ from hivemesh.core.pex import (
 
 __all__ = ["MemberRecord", "NewsRules"]
 
+#: 1 for the states that count as live (up or suspect), else 0.
+_LIVE = {MemberState.UP: 1, MemberState.SUSPECT: 1, MemberState.DOWN: 0, MemberState.LEFT: 0}
+
 
 @dataclass(slots=True)
 class MemberRecord:
@@ -69,6 +72,12 @@ class NewsRules:
     counters: Counter[str]
     _admit: Callable[[str], bool] | None
     _members: dict[str, MemberRecord]
+    #: Members up or suspect (kept with ``_members``: the cluster size is
+    #: asked on every frame sent), and the addresses of the suspects.
+    _live_n: int
+    _suspects: set[str]
+    #: The live addresses, sorted (None: to be recomputed after a change).
+    _live_sorted: list[str] | None
     _changes: list[MemberChange]
     _queue: BroadcastQueue
     _left: bool
@@ -158,6 +167,8 @@ class NewsRules:
             self.counters["members_full"] += 1
             return False
         self._members[address] = MemberRecord(address, MemberState.UP, inc, endpoints, now_ms)
+        self._live_n += 1
+        self._live_sorted = None
         self._changes.append(MemberChange(address, None, MemberState.UP, inc, endpoints, now_ms))
         return True
 
@@ -165,17 +176,19 @@ class NewsRules:
         if r.state is state:
             return
         prev, r.state, r.since_ms = r.state, state, now_ms
-        if state is not MemberState.SUSPECT:
+        self._live_n += _LIVE[state] - _LIVE[prev]
+        self._live_sorted = None
+        if state is MemberState.SUSPECT:
+            self._suspects.add(r.address)
+        else:
+            self._suspects.discard(r.address)
             r.confirmers = set()
         self._changes.append(
             MemberChange(r.address, prev, state, r.incarnation, r.endpoints, now_ms)
         )
 
     def _cluster_size(self) -> int:
-        live = sum(
-            1 for r in self._members.values() if r.state in (MemberState.UP, MemberState.SUSPECT)
-        )
-        return live + 1
+        return self._live_n + 1
 
     def _self_update(self, state: UpdateState) -> Update:
         return Update(state, self.address, self.incarnation, self.endpoints, self.address)

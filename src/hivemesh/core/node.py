@@ -352,13 +352,15 @@ class Node:
         """When :meth:`handle_timer` should next be called (ms)."""
         deadline = self._next_sync_ms
         for pull in self._pulls.values():
-            deadline = min(deadline, pull.deadline_ms)
+            if pull.deadline_ms < deadline:
+                deadline = pull.deadline_ms
         delay = self.config.settle_delay_ms
         if self._unsettled_ms is not None and delay is not None:
             deadline = min(deadline, self._unsettled_ms + delay)
-        release = self.deferrals.next_release()
-        if release is not None:
-            deadline = min(deadline, release)
+        if self.deferrals.held:
+            release = self.deferrals.next_release()
+            if release is not None and release < deadline:
+                deadline = release
         return deadline
 
     # -- inputs ----------------------------------------------------------------

@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
+from functools import lru_cache
 from typing import Any
 
 from hivemesh.core.identity import public_key_of
@@ -107,6 +108,8 @@ STATE_OF = {
     UpdateState.LEFT: MemberState.LEFT,
 }
 UPDATE_OF = {v: k for k, v in STATE_OF.items()}
+#: Wire code -> update state (decoding: a lookup, not an enum call).
+_UPDATE_STATES: dict[int, UpdateState] = {int(s): s for s in UpdateState}
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,12 +239,13 @@ def decode_update(item: Any) -> Update:
     if type(item) is not list or len(item) != 5:
         raise DecodeError("update must be [state, address, incarnation, endpoints, origin]")
     state, address, inc, endpoints, origin = item
-    if type(state) is not int or state not in UpdateState._value2member_map_:
+    code = _UPDATE_STATES.get(state) if type(state) is int else None
+    if code is None:
         raise DecodeError(f"unknown member state {state!r:.20}")
     if type(inc) is not int or not 0 <= inc <= _MAX_INCARNATION:
         raise DecodeError("incarnation must be a non-negative int64")
     return Update(
-        UpdateState(state),
+        code,
         check_address(address, "update address"),
         inc,
         check_endpoints(endpoints),
@@ -256,6 +260,7 @@ def decode_updates(value: Any) -> list[Update]:
     return [decode_update(item) for item in value]
 
 
+@lru_cache(maxsize=256)  # asked for every frame sent; a pure function of two ints
 def retransmit_limit(retransmit_mult: int, n_members: int) -> int:
     """How many times an update is piggybacked before it is retired."""
     return retransmit_mult * max(1, math.ceil(math.log10(n_members + 1)))
@@ -294,7 +299,10 @@ class BroadcastQueue:
         """Up to ``limit`` updates to piggyback now; counts the transmission."""
         if not self._items or limit <= 0:
             return []
-        chosen = sorted(self._items.values(), key=lambda q: (q.transmits, -q.order))[:limit]
+        chosen = list(self._items.values())
+        if len(chosen) > 1:  # often one piece of news
+            chosen.sort(key=lambda q: (q.transmits, -q.order))
+            del chosen[limit:]
         out = []
         for q in chosen:
             q.transmits += 1

@@ -28,6 +28,7 @@ from hivemesh.core.membership import MembershipConfig
 from hivemesh.sim.cluster import Cluster, SimResult
 from hivemesh.sim.memo import verification_memo
 from hivemesh.sim.options import FaultOptions, NetworkOptions, SimOptions
+from hivemesh.sim.packer import shared_packer
 
 __all__ = [
     "WORKLOADS",
@@ -93,8 +94,9 @@ def workload_factory(workload: str) -> ClusterFactory:
 
 
 def run_seed(seed: int, opts: SimOptions, factory: ClusterFactory = Cluster) -> SimResult:
-    """One seeded run (each signature verified once: :mod:`hivemesh.sim.memo`)."""
-    with verification_memo():
+    """One seeded run (each signature verified once: :mod:`hivemesh.sim.memo`;
+    one msgpack packer: :mod:`hivemesh.sim.packer`)."""
+    with verification_memo(), shared_packer():
         return factory(str(seed), opts).run()
 
 
@@ -249,9 +251,10 @@ class Scenario:
 #: handing out the expensive seeds first). Node counts above 10 are rarer:
 #: a seed's cost grows about with the square of its node count.
 #: The shares keep 10,000 seeds inside CI's 15 minutes on 2 cores: measured
-#: CPU per seed (seeds 1..500, 2026-12-02) membership 0.09 s, journal 0.21,
-#: leases 0.25, claims 0.36, plan 0.41, clock 0.45; with every node a Peer the
-#: earlier shares (journal 37%, membership 30%) took 19.4 min.
+#: CPU per seed (CI seeds 1..1000, 2026-12-03) membership 0.046 s, journal
+#: 0.13, leases 0.16, claims 0.20, clock 0.26, plan 0.32 (0.086 over the mix;
+#: docs/simulator.md); with every node a Peer the earlier shares (journal 37%,
+#: membership 30%) took 19.4 min.
 CI_MIX: dict[str, tuple[float, dict[int, float], float]] = {
     "journal": (
         0.18,

@@ -131,6 +131,10 @@ _FOR_NODE = {
 }
 
 
+#: The first bytes of every EVENTS frame.
+_EVENTS_HEAD = encode_frame(FrameType.EVENTS)[:3]
+
+
 def replay_store(store: MemoryStore) -> Iterator[Event]:
     """Stored events in causal order, as the daemon replays (the store was
     verified on ingest; :mod:`hivemesh.core.causal`)."""
@@ -354,7 +358,7 @@ class Cluster:
                     self._effect(sn, e)
             if sn.adapter is not adapter:
                 return  # an effect crashed it
-        if (sn.store.cached or adapter.node.journal.unsettled) and not sn.commit_pending:
+        if not sn.commit_pending and (sn.store.cached or adapter.node.journal.unsettled):
             sn.commit_pending = True
             self._at(self.now + self.opts.commit_delay_ms, _COMMIT, (sn.index, sn.incarnation))
         deadline = adapter.next_deadline() - sn.skew_ms
@@ -488,7 +492,7 @@ class Cluster:
                 self._at(self.now + delay, _DELIVER, life)
                 self.stats["frames_duplicated"] += 1
         self._at(self.now + self._delay(), _DELIVER, life)
-        if len(self.seen_frames) < 64 and frame[:3] == encode_frame(FrameType.EVENTS)[:3]:
+        if len(self.seen_frames) < 64 and frame[:3] == _EVENTS_HEAD:
             self.seen_frames.append(frame)
 
     # -- the run -----------------------------------------------------------------
@@ -644,16 +648,18 @@ class Cluster:
         if kind == _DELIVER:
             src, dst, frame, boot_id = data
             sn = self.nodes[dst]
-            if sn.node is None:
+            adapter = sn.adapter
+            if adapter is None:
                 self.stats["frames_to_crashed"] += 1
                 return
             sender = self.nodes[src].identity.address
             if sn.links.get(sender) != boot_id:
                 self.stats["frames_unlinked"] += 1
                 return
-            self._note("d", src, dst, hashlib.blake2b(frame, digest_size=8).hexdigest())
-            assert sn.adapter is not None
-            sn.adapter.receive(self.nodes[src].identity.address, frame, self.now + sn.skew_ms)
+            # _note("d", src, dst, digest), spelt out: one per delivered frame
+            digest = hashlib.blake2b(frame, digest_size=8).hexdigest()
+            self.trace.update(f"({self.now}, 'd', {src}, {dst}, '{digest}')".encode())
+            adapter.receive(sender, frame, self.now + sn.skew_ms)
             self._flush(sn)
         elif kind == _TIMER:
             index, incarnation = data

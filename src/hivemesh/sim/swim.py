@@ -178,33 +178,35 @@ class SwimNet:
             if t > end:
                 self.now = end
                 return until is not None and until()
-            self.now = max(self.now, t)
-            touched: set[str] = set()
-            while self.heap and self.heap[0][0] <= self.now:
-                _, _, src, dst, frame = heapq.heappop(self.heap)
-                if dst in self.stalled:
-                    self.stalled[dst].append((src, frame))
-                elif src in self.nodes and dst in self.nodes:
-                    self.nodes[dst].receive(src, frame, self.now)
-                    touched.add(dst)
-            while timers and timers[0][0] <= self.now:
+            self.now = now = max(self.now, t)
+            touched: list[str] = []
+            heap, nodes, stalled = self.heap, self.nodes, self.stalled
+            while heap and heap[0][0] <= now:
+                _, _, src, dst, frame = heapq.heappop(heap)
+                if dst in stalled:
+                    stalled[dst].append((src, frame))
+                elif src in nodes and dst in nodes:
+                    nodes[dst].receive(src, frame, now)
+                    touched.append(dst)
+            while timers and timers[0][0] <= now:
                 _, a = heapq.heappop(timers)
-                m = self.nodes.get(a)
-                if m is not None and a not in self.stalled and m.next_deadline() <= self.now:
-                    m.handle_timer(self.now)
+                m = nodes.get(a)
+                if m is not None and a not in stalled and m.next_deadline() <= now:
+                    m.handle_timer(now)
                 due.pop(a, None)
-                touched.add(a)
-            for a in sorted(touched):
-                m = self.nodes.get(a)
-                if m is not None and a not in self.stalled:
-                    self.log.extend((a, ch) for ch in m.changes())
+                touched.append(a)
+            for a in sorted(set(touched)) if len(touched) > 1 else touched:
+                m = nodes.get(a)
+                if m is not None and a not in stalled:
+                    chs = m.changes()
+                    if chs:
+                        self.log.extend((a, ch) for ch in chs)
                 arm(a)
         raise AssertionError("simulation did not finish")
 
     def view(self, observer: Membership, target: str) -> MemberState | None:
         """What ``observer`` believes of ``target`` (None: never heard of it)."""
-        m = observer.member(target)
-        return None if m is None else m.state
+        return observer.state_of(target)
 
     def all_see(self, target: str, state: MemberState) -> Callable[[], bool]:
         """A condition: every live member but ``target`` sees it in ``state``."""

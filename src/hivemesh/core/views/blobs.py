@@ -482,6 +482,8 @@ class BlobFetcher:
 
     def next_deadline(self) -> int | None:
         """When :meth:`handle_timer` must next be called (``None``: no timers)."""
+        if not self._wants:
+            return None
         times = [t for w in self._wants.values() for t in w.requested.values()]
         times += [w.search_until for w in self._wants.values() if w.search_until is not None]
         return min(times) if times else None
