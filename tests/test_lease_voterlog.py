@@ -120,6 +120,10 @@ def test_no_room_to_rewrite_the_log_at_open_is_a_typed_store_error(tmp_path: Pat
     """Found by tests/test_e2e_diskfull.py: a daemon restarted on a full disk
     died with a bare OSError traceback from this compaction at open. A file
     size limit stands in for the full disk here (EFBIG instead of ENOSPC)."""
+    first = VoterLog(tmp_path / "v.log")
+    first.open()
+    first.append("r", 1, 100)  # a log to rewrite at the restart
+    first.close()
     code = (
         "import resource, signal, sys\n"
         "from hivemesh.errors import StoreError\n"
@@ -134,3 +138,19 @@ def test_no_room_to_rewrite_the_log_at_open_is_a_typed_store_error(tmp_path: Pat
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "typed store_error", out.stderr
     assert not (tmp_path / "v.tmp").exists()
+
+
+def test_a_fresh_voter_creates_its_log_with_its_first_change(tmp_path: Path) -> None:
+    """A voter without a log has promised nothing: open writes no file (a
+    fresh node's start paid a 1 MiB write and two syncs); the first change
+    creates the log with it, synced, before any reply could leave."""
+    path = tmp_path / "v.log"
+    log = VoterLog(path)
+    assert log.open() is None and log.compactions == 0
+    assert not path.exists() and not log.pending and log.sync() is False
+    log.write("r", 7, 500)
+    assert path.exists() and log.compactions == 1 and not log.pending  # synced with it
+    log.write("r", 8, 500)  # then records as usual
+    assert log.pending and log.sync() is True
+    log.close()
+    assert VoterLog(path).open() == {"max_ttl_ms": 500, "max_tokens": {"r": 8}}

@@ -21,8 +21,15 @@ from hivemesh.core.codec import pack, unpack
 from hivemesh.core.direct import InboxMessage
 from hivemesh.errors import DecodeError, StoreError
 from hivemesh.stores.private import create_private
+from hivemesh.stores.sqlite_file import build_atomically
 
 __all__ = ["Inbox"]
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS inbox (n INTEGER PRIMARY KEY AUTOINCREMENT,"
+    " sender TEXT NOT NULL, msg_id TEXT NOT NULL, data BLOB NOT NULL,"
+    " received_ms INTEGER NOT NULL, relayed_by TEXT, UNIQUE (sender, msg_id))"
+)
 
 
 class Inbox:
@@ -31,15 +38,13 @@ class Inbox:
     def __init__(self, path: Path, *, on_removed: Callable[[], None] | None = None) -> None:
         self._on_removed = on_removed
         try:
+            if not path.exists():  # built aside: 2 syncs, not SQLite's 6 in place
+                build_atomically(path, lambda db: db.execute(_SCHEMA))
             create_private(path)  # 0600, and so its -wal and -shm
             self.db = sqlite3.connect(str(path), isolation_level=None)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
-            self.db.execute(
-                "CREATE TABLE IF NOT EXISTS inbox (n INTEGER PRIMARY KEY AUTOINCREMENT,"
-                " sender TEXT NOT NULL, msg_id TEXT NOT NULL, data BLOB NOT NULL,"
-                " received_ms INTEGER NOT NULL, relayed_by TEXT, UNIQUE (sender, msg_id))"
-            )
+            self.db.execute(_SCHEMA)
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"{path}: cannot open the inbox: {exc}") from None
 

@@ -42,12 +42,20 @@ import msgpack
 
 from hivemesh.errors import InvalidArgument, StoreCorrupt, StoreError
 from hivemesh.stores.private import create_private
+from hivemesh.stores.sqlite_file import build_atomically
 from hivemesh.telemetry.errors import SpoolFull
 from hivemesh.telemetry.schema import BATCH_TYPE, MAX_BATCH_BYTES, MAX_BATCH_RECORDS
 
 __all__ = ["Spool", "SpoolBatch", "SpoolStats"]
 
 _SEQ_FMT = struct.Struct("<Q")
+
+
+def _create_tables(db: sqlite3.Connection) -> None:
+    db.execute("CREATE TABLE IF NOT EXISTS spool(seq INTEGER PRIMARY KEY, rec BLOB NOT NULL)")
+    db.execute("CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v INTEGER NOT NULL)")
+
+
 _BATCH_BYTES_TARGET = MAX_BATCH_BYTES - 4096
 
 
@@ -82,16 +90,13 @@ class Spool:
         self.max_records = max_records
         self._lock = threading.Lock()
         try:
+            if not self.path.exists():  # built aside: 2 syncs, not SQLite's 6 in place
+                build_atomically(self.path, _create_tables)
             create_private(self.path)  # 0600, and so its -wal and -shm
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.execute(
-                "CREATE TABLE IF NOT EXISTS spool(seq INTEGER PRIMARY KEY, rec BLOB NOT NULL)"
-            )
-            self._db.execute(
-                "CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v INTEGER NOT NULL)"
-            )
+            _create_tables(self._db)
             meta = dict(self._db.execute("SELECT k, v FROM meta").fetchall())
             row = self._db.execute("SELECT count(*), max(seq) FROM spool").fetchone()
         except sqlite3.DatabaseError as exc:
