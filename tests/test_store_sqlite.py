@@ -257,3 +257,30 @@ def test_a_run_that_does_not_decode_is_corrupt(tmp_path: Path) -> None:
     db.close()
     with SQLiteStore(path) as store, pytest.raises(StoreCorrupt, match="does not decode"):
         list(verify_feeds(store))
+
+
+def test_a_creator_that_lost_the_race_opens_the_winners_store(tmp_path: Path) -> None:
+    """A creator that saw no store, then finds the side files of the store a
+    concurrent creator linked in and opened meanwhile, is not looking at a
+    torn store (test_concurrent_creation_yields_one_store hit this ~1 run in
+    30): it leaves that store alone and the caller opens it."""
+    from hivemesh.stores.sqlite_file import create_file
+
+    path = tmp_path / "s.db"
+    with SQLiteStore(path) as winner:  # the winner's open store has its -shm
+        assert Path(f"{path}-shm").exists()
+        before = path.read_bytes()
+        create_file(path)  # the loser, past its own "no store file" check
+        assert path.read_bytes() == before
+        with SQLiteStore(path) as loser:
+            assert loser.feed_summary() == winner.feed_summary()
+
+
+def test_side_files_without_their_store_are_still_refused(tmp_path: Path) -> None:
+    from hivemesh.stores.sqlite_file import create_file
+
+    path = tmp_path / "s.db"
+    Path(f"{path}-wal").write_bytes(b"x" * 32)
+    with pytest.raises(StoreCorrupt, match="no store file"):
+        create_file(path)
+    assert not path.exists()

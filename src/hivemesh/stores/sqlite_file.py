@@ -88,7 +88,12 @@ def create_file(path: Path) -> None:
     """Create an empty, initialised store at ``path`` atomically."""
     for suffix in ("-wal", "-shm"):
         side = Path(f"{path}{suffix}")
+        # A side file only appears once the store is open, so if the store
+        # exists when checked *after* the side file, a concurrent creator
+        # linked it in meanwhile (not torn): the caller opens that one.
         if side.exists():
+            if path.exists():
+                return
             raise _corrupt(
                 path,
                 f"no store file but {side.name} exists (database deleted or torn); "
