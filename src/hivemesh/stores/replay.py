@@ -17,7 +17,7 @@ what a remote receiver would check (:mod:`hivemesh.core.feed`):
 
 Events are yielded only once the signature covering them has verified, one
 signed batch at a time; memory is bounded by the largest batch (plus one
-SQLite fetch chunk). Any mismatch raises :class:`~hivemesh.errors.StoreCorrupt`
+SQLite fetch of stored batches). Any mismatch raises :class:`~hivemesh.errors.StoreCorrupt`
 naming the file, the feed and the seq: ``feed hm4x2abcdefg #1234: ...``.
 A caller applying events to views must discard them on that error.
 
@@ -69,7 +69,7 @@ signature at the feed's end has verified. The rule for callers is the same
 as for causal replay already: on :class:`StoreCorrupt`, discard the views.
 
 **Causal order.** :func:`verify_causal` verifies the same way but reads every
-feed at once (one cursor per author, smaller fetch chunks when there are
+feed at once (one cursor per author, fewer rows per fetch when there are
 many) and merges them by ``(hlc, author)``: an event's HLC is above every
 event its author had received (the node's clock observes what it ingests),
 so that order is causal. Views may take events in any interleaving that
@@ -114,13 +114,17 @@ __all__ = [
 
 _MAX_HLC = (1 << 63) - 1
 _MAX_CONTAINER = 65_536
-#: Rows held in SQLite fetch chunks across all feeds of a causal replay (at
-#: least 128 per feed). Small on purpose: reading feeds interleaved with larger
-#: chunks measured slower (the working set leaves the CPU caches).
-_CAUSAL_ROWS = 4_096
+#: Stored rows (one per signed batch) fetched at once across all feeds of a
+#: causal replay (at least one per feed). Small on purpose: reading feeds
+#: interleaved with larger fetches measured slower (the working set leaves
+#: the CPU caches), and memory stays bounded with many feeds.
+_CAUSAL_ROWS = 64
+#: Stored rows fetched at once by a feed-by-feed replay.
+_FEED_FETCH = 16
 
-#: One author's stored feed: ``(author, chunks of (seq, raw) rows, [(seq, sig)])``.
-FeedRows = tuple[bytes, Iterable[list[tuple[int, bytes]]], list[tuple[int, bytes]]]
+#: One author's stored feed: ``(author, runs, [(seq, sig)])``, its events as
+#: runs ``(first seq, [raw, ...])`` in seq order (values as stored: checked).
+FeedRows = tuple[bytes, Iterable[tuple[int, list[bytes]]], list[tuple[int, bytes]]]
 
 
 #: Which stored signatures a replay verifies: every one, or each feed's last.
@@ -186,11 +190,11 @@ def verify_feeds(store: FeedStore) -> Iterator[Event]:
 def verify_batches(store: FeedStore) -> Iterator[list[Event]]:
     """Like :func:`verify_feeds`, one verified signed batch (a list of one
     author's consecutive events, ending at a signed seq) at a time."""
-    heads, counts, corrupt, feeds = _sources(store, rows=None)
+    heads, counts, corrupt, feeds = _sources(store, fetch=None)
     seen: set[bytes] = set()
-    for author, chunks, sigs in feeds:
+    for author, runs, sigs in feeds:
         _check_author(author, seen, corrupt)
-        yield from _verify_feed(author, chunks, sigs, heads, counts, corrupt)
+        yield from _verify_feed(author, runs, sigs, heads, counts, corrupt)
     _check_all_seen(heads, seen, corrupt)
 
 
@@ -206,13 +210,13 @@ def verify_causal(
     last signature (see "Head signatures" in the module docs); ``tally``, if
     given, counts the signatures verified and keeps the others for
     :func:`audit_signatures`."""
-    heads, counts, corrupt, feeds = _sources(store, rows=_CAUSAL_ROWS)
+    heads, counts, corrupt, feeds = _sources(store, fetch=_CAUSAL_ROWS)
     seen: set[bytes] = set()
     streams: list[Iterator[list[Event]]] = []
     head_only = _head_only(signatures)
-    for author, chunks, sigs in feeds:
+    for author, runs, sigs in feeds:
         _check_author(author, seen, corrupt)
-        streams.append(_verify_feed(author, chunks, sigs, heads, counts, corrupt, head_only, tally))
+        streams.append(_verify_feed(author, runs, sigs, heads, counts, corrupt, head_only, tally))
     yield from causal_merge(streams)
     _check_all_seen(heads, seen, corrupt)
 
@@ -254,14 +258,14 @@ def _check_all_seen(heads: dict[bytes, StoredHead], seen: set[bytes], corrupt: _
 
 
 def _sources(
-    store: FeedStore, rows: int | None
+    store: FeedStore, fetch: int | None
 ) -> tuple[dict[bytes, StoredHead], dict[bytes, int] | None, _Corrupt, Iterable[FeedRows]]:
-    """What verification checks a store against, and its feeds' rows. SQLite
-    streams them in fetch chunks: the store's default size, or with ``rows``
+    """What verification checks a store against, and its feeds' runs. SQLite
+    streams them, :data:`_FEED_FETCH` rows at a time, or with ``fetch``
     (every feed read at once) that many rows shared among the feeds."""
     if isinstance(store, SQLiteStore):
         summary = store.feed_summary()
-        chunk = None if rows is None else max(128, rows // max(1, len(summary)))
+        rows = _FEED_FETCH if fetch is None else max(1, fetch // max(1, len(summary)))
         heads: dict[bytes, StoredHead] = {a: (s, h) for a, (s, h, _) in summary.items()}
         counts: dict[bytes, int] | None = {a: n for a, (_, _, n) in summary.items()}
         where = f"{store.path}: "
@@ -271,19 +275,14 @@ def _sources(
         if unknown:
             raise corrupt(unknown[0], 1, "events stored but no feed head recorded")
         feeds: Iterable[FeedRows] = (
-            (
-                a,
-                store.iter_feed_rows(a) if chunk is None else store.iter_feed_rows(a, chunk),
-                store.signatures(a),
-            )
-            for a in sorted(heads)
+            (a, store.iter_feed_runs(a, rows), store.signatures(a)) for a in sorted(heads)
         )
     else:
         heads = store.heads()
         counts = None
         corrupt = _Corrupt("")
         feeds = (
-            (a, [list(enumerate(raws, 1))], sigs)
+            (a, [(1, list(raws))], sigs)
             for a, raws, sigs in store.scan()
             if raws or sigs  # an empty feed holds nothing to verify
         )
@@ -304,7 +303,7 @@ def _head_only(signatures: SigMode) -> bool:
 
 def _verify_feed(
     author: bytes,
-    chunks: Iterable[list[tuple[int, bytes]]],
+    runs: Iterable[tuple[int, list[bytes]]],
     sigs: list[tuple[int, bytes]],
     heads: dict[bytes, StoredHead],
     counts: dict[bytes, int] | None,
@@ -353,8 +352,10 @@ def _verify_feed(
     prev = GENESIS
     pending: list[Event] = []
     append = pending.append
-    for chunk in chunks:
-        for s_col, raw in chunk:
+    for first, raws in runs:
+        if first != expect:
+            raise corrupt(author, expect, _misplaced(first, expect))
+        for raw in raws:
             try:
                 if len(raw) <= small:
                     v, ea, es, ep, eh, ek, body = unpackb(raw, max_ext_len=0)
@@ -368,7 +369,6 @@ def _verify_feed(
                 v != version
                 or ea != author
                 or es != expect
-                or s_col != expect
                 or ep != prev
                 or type(es) is not int
                 or type(eh) is not int
@@ -376,7 +376,7 @@ def _verify_feed(
                 or not (0 <= eh <= max_hlc)
                 or not (0 < len(ek) <= max_kind)
             ):
-                raise corrupt(author, expect, _mismatch(raw, author, expect, s_col, prev))
+                raise corrupt(author, expect, _mismatch(raw, author, expect, prev))
             h = new_hash()
             h.update(raw)
             prev = h.digest()
@@ -435,13 +435,15 @@ def _why(raw: object, exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _mismatch(raw: bytes, author: bytes, expect: int, s_col: object, prev: bytes) -> str:
+def _misplaced(first: object, expect: int) -> str:
+    return f"row stored at seq {first!r} where #{expect} was expected (gap or duplicate)"
+
+
+def _mismatch(raw: bytes, author: bytes, expect: int, prev: bytes) -> str:
     try:
         ev = decode_event(raw)
     except Exception as exc:
         return f"malformed event: {exc}"
-    if s_col != expect:
-        return f"row stored at seq {s_col!r} where #{expect} was expected (gap or duplicate)"
     if ev.author != author:
         return "event is signed into another author's feed"
     if ev.seq != expect:

@@ -502,14 +502,18 @@ class SQLiteStore:
 
     def _explode(self, author: bytes, seq: Any, data: Any) -> list[tuple[int, Any]]:
         """The ``(seq, raw)`` rows of one ``runs`` row (module docs)."""
+        raws = self._run_raws(author, seq, data)
+        return list(zip(range(seq - len(raws) + 1, seq + 1), raws, strict=True))
+
+    def _run_raws(self, author: bytes, seq: Any, data: Any) -> list[Any]:
+        """The raw events of one ``runs`` row, ending at ``seq``."""
         try:
             raws = _unpackb(data, max_ext_len=0) if type(data) is bytes else None
         except Exception:  # any damage: says which row below
             raws = None
         if type(raws) is not list or not raws or type(seq) is not int:
             raise self._corrupt(f"the run of {author.hex()[:12]} ending at #{seq} does not decode")
-        first = seq - len(raws) + 1
-        return list(zip(range(first, seq + 1), raws, strict=True))
+        return raws
 
     def iter_rows(self, chunk: int = _SCAN_ROWS) -> Iterator[list[tuple[bytes, int, bytes]]]:
         """Stream every stored event as chunks of ``(author, seq, raw)`` rows,
@@ -542,25 +546,36 @@ class SQLiteStore:
     ) -> Iterator[list[tuple[int, bytes]]]:
         """Stream ``author``'s stored events as chunks of ``(seq, raw)`` rows in
         seq order, holding at most ``chunk`` rows at a time (plus one run)."""
+        out: list[tuple[int, Any]] = []
+        for first, raws in self.iter_feed_runs(author):
+            out.extend(zip(range(first, first + len(raws)), raws))
+            while len(out) >= chunk:
+                yield out[:chunk]
+                out = out[chunk:]
+        if out:
+            yield out
+
+    def iter_feed_runs(self, author: bytes, fetch: int = 16) -> Iterator[tuple[Any, list[Any]]]:
+        """Stream ``author``'s stored events in seq order as runs ``(first
+        seq, [raw, ...])``: one per stored signed batch (one per event for
+        rows of a version 1 file), reading ``fetch`` rows at a time. The
+        verified replay's hot path: no per-event row. Values are as stored
+        (the replay checks them); a run that does not decode raises
+        :class:`~hivemesh.errors.StoreCorrupt`."""
         with self._guard("scanning events"):
             cur = self._read().execute(_FEED_ROWS, (author, 0))
         try:
-            out: list[tuple[int, Any]] = []
             while True:
                 with self._guard("scanning events"):
-                    rows = cur.fetchmany(64)
+                    rows = cur.fetchmany(fetch)
                 if not rows:
                     break
                 for seq, data, packed in rows:
                     if packed:
-                        out.extend(self._explode(author, seq, data))
+                        raws = self._run_raws(author, seq, data)
+                        yield seq - len(raws) + 1, raws
                     else:
-                        out.append((seq, data))
-                    while len(out) >= chunk:
-                        yield out[:chunk]
-                        out = out[chunk:]
-            if out:
-                yield out
+                        yield seq, [data]
         finally:
             with contextlib.suppress(sqlite3.Error):
                 cur.close()  # may run after close() when a reader stops early
