@@ -548,7 +548,10 @@ class SQLiteStore:
         seq order, holding at most ``chunk`` rows at a time (plus one run)."""
         out: list[tuple[int, Any]] = []
         for first, raws in self.iter_feed_runs(author):
-            out.extend(zip(range(first, first + len(raws)), raws))
+            if len(raws) == 1:  # a version 1 row: as stored
+                out.append((first, raws[0]))
+            else:
+                out.extend(zip(range(first, first + len(raws)), raws, strict=True))
             while len(out) >= chunk:
                 yield out[:chunk]
                 out = out[chunk:]
