@@ -15,7 +15,7 @@ import pytest
 from hivemesh.core import codec
 from hivemesh.core.lease_voter import Voter
 from hivemesh.errors import StoreCorrupt
-from hivemesh.runtime.voterlog import VoterLog
+from hivemesh.stores.voterlog import VoterLog
 
 
 def test_changes_survive_reopen_and_restore_a_quarantined_voter(tmp_path: Path) -> None:
@@ -90,7 +90,7 @@ def test_group_commit_writes_then_one_sync_and_compaction_syncs_too(tmp_path: Pa
 
 _CRASH_AFTER_SYNC = """
 import os, sys
-from hivemesh.runtime.voterlog import VoterLog
+from hivemesh.stores.voterlog import VoterLog
 log = VoterLog(sys.argv[1])
 log.open()
 log.write("r", 1025, 3000)  # the voter's durable change for an accept of token 1
@@ -127,7 +127,7 @@ def test_no_room_to_rewrite_the_log_at_open_is_a_typed_store_error(tmp_path: Pat
     code = (
         "import resource, signal, sys\n"
         "from hivemesh.errors import StoreError\n"
-        "from hivemesh.runtime.voterlog import VoterLog\n"
+        "from hivemesh.stores.voterlog import VoterLog\n"
         "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
         "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))\n"
         "try:\n"

@@ -39,7 +39,7 @@ A restored voter quarantines itself: it reports every resource as held, and
 accepts nothing, for ``quarantine_ms`` (the longest TTL it ever granted).
 
 *Records.* The driver keeps the durable state in a log of records
-(:mod:`hivemesh.runtime.voterlog` does the file I/O). A record is ``u32
+(:mod:`hivemesh.stores.voterlog` does the file I/O). A record is ``u32
 length, u32 crc32(payload), payload`` (little endian; :func:`pack_record`),
 the payload msgpack ``[resource, bound, max_ttl_ms]`` (a change) or
 ``{"max_ttl_ms": .., "max_tokens": {..}}`` (a full snapshot). Reading stops

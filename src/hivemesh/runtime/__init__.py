@@ -13,9 +13,9 @@ Modules
   ping.
 * :mod:`~hivemesh.runtime.invites` -- invite tokens and ``trust.json`` for
   the Peer's probation and joins (:mod:`hivemesh.core.joins`).
-* :mod:`~hivemesh.runtime.leases` -- the lease voter's log and the quorum
-  as a lease backend (the voter and proposer are the Peer's:
-  :mod:`hivemesh.core.lease_swarm`).
+* :mod:`~hivemesh.runtime.leases` -- the lease voter's log on disk
+  (:mod:`hivemesh.stores.voterlog`) and the quorum as a lease backend (the
+  voter and proposer are the Peer's: :mod:`hivemesh.core.lease_swarm`).
 * :mod:`~hivemesh.runtime.control` -- the JSON-lines control socket (its
   clients, the CLI's plumbing and local swarms of node processes are not
   the daemon's: :mod:`hivemesh.client`).

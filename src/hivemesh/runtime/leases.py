@@ -8,7 +8,7 @@ fast acquire) are the Peer's (:mod:`hivemesh.core.lease_swarm`). This module
 only carries out its lease effects and offers the quorum as a lease backend:
 
 * :class:`VoterDisk` -- the voter's durable state in
-  ``<data_dir>/lease_voter.log`` (:mod:`hivemesh.runtime.voterlog`):
+  ``<data_dir>/lease_voter.log`` (:mod:`hivemesh.stores.voterlog`):
   :class:`~hivemesh.core.effects.LeaseLog` writes a record at once;
   :class:`~hivemesh.core.effects.LeaseSync` syncs once per event-loop turn
   (one ``fdatasync`` for every vote of that turn: the group commit) and then
@@ -49,8 +49,8 @@ from hivemesh.leases import (
 )
 from hivemesh.leases.errors import LeaseContended
 from hivemesh.runtime.claims import MeshClaims
-from hivemesh.runtime.voterlog import VoterLog
 from hivemesh.stores.private import write_private
+from hivemesh.stores.voterlog import VoterLog
 
 if TYPE_CHECKING:
     from hivemesh.runtime.daemon import Daemon

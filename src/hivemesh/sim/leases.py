@@ -17,7 +17,7 @@ log (in its write cache); a ``LeaseSync`` syncs it ``fsync_ms`` later and
 answers with the Peer's ``lease_synced`` input. A crash loses what was not
 synced; the next life's Peer starts from the synced log
 (:class:`~hivemesh.core.lease_swarm.LeaseSetup`, the voter then quarantined
-for its longest TTL), as the daemon's :mod:`hivemesh.runtime.voterlog`.
+for its longest TTL), as the daemon's :mod:`hivemesh.stores.voterlog`.
 
 **Checks.** Every application operation is recorded as a
 :class:`~hivemesh.verify.linearizability.Op` in simulated (true) time -- a

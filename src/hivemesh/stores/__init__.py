@@ -6,6 +6,8 @@
   store with every hash chain and signature re-checked; :func:`verify_causal`
   the same in causal order (what a node's start-up replays).
 * :func:`load_or_create_identity` -- the node's Ed25519 key file (mode 0600).
+* :mod:`~hivemesh.stores.voterlog` -- the quorum lease voter's durable state,
+  a preallocated record log synced with ``fdatasync``.
 """
 
 from hivemesh.stores.keyfile import load_identity as load_identity
