@@ -74,6 +74,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--duration-s", type=float, default=5.0, help="length of the latency phase")
     a("--libp2p-events", type=int, default=2000, help="throughput-phase events for gossipsub")
     a("--timeout-s", type=float, default=120.0, help="deadline of each phase")
+    a("--late-joins", type=int, default=5, help="--mode nats: late-join rounds (median)")
     a("--stall-s", type=float, default=15.0, help="give up on a phase after this long idle")
     a("--skip-nats", action="store_true", help="no NATS baseline")
     a("--skip-libp2p", action="store_true", help="no py-libp2p gossipsub baseline")
