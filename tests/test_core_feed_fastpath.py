@@ -97,17 +97,27 @@ def test_damaged_batches_same_error(monkeypatch: pytest.MonkeyPatch) -> None:
         ([*raws[:4], bytearray(raws[4]), *raws[5:]], sig, {}),  # not bytes
         ([*raws[:4], raws[4] + b"\x00", *raws[5:]], sig, {}),  # trailing byte
     ]
-    v, a, s, p, h, k, b = msgpack.unpackb(raws[4])
-    for mutated in (
-        [2, a, s, p, h, k, b],  # version
-        [v, a, s, p[:31], h, k, b],  # short prev
-        [v, a, True, p, h, k, b],  # bool seq
-        [v, a, s, p, -1, k, b],  # negative hlc
-        [v, a, s, p, h, "", b],  # empty kind
-        [v, a, s, p, h, "k" * 65, b],  # long kind
-        [v, a, s, p, h, k],  # six fields
-    ):
-        cases.append(([*raws[:4], pack(mutated), *raws[5:]], sig, {}))
+    # each mutation on the first event (checked field by field) and on a
+    # later one (checked through the chain: prev, seq)
+    for at in (0, 4):
+        v, a, s, p, h, k, b = msgpack.unpackb(raws[at])
+        for mutated in (
+            [2, a, s, p, h, k, b],  # version
+            [v, a, s, p[:31], h, k, b],  # short prev
+            [v, a, s, p + b"\x00", h, k, b],  # long prev
+            [v, a, True, p, h, k, b],  # bool seq
+            [v, a, float(s), p, h, k, b],  # float seq
+            [v, a, 0, p, h, k, b],  # seq 0
+            [v, a.hex(), s, p, h, k, b],  # author as a string
+            [v, BOB.public, s, p, h, k, b],  # another author
+            [v, a, s, p, float(h), k, b],  # float hlc
+            [v, a, s, p, -1, k, b],  # negative hlc
+            [v, a, s, p, h, "", b],  # empty kind
+            [v, a, s, p, h, "k" * 65, b],  # long kind
+            [v, a, s, p, h, k.encode(), b],  # kind as bytes
+            [v, a, s, p, h, k],  # six fields
+        ):
+            cases.append(([*raws[:at], pack(mutated), *raws[at + 1 :]], sig, {}))
     for case_raws, case_sig, kw in cases:
         out = _same(monkeypatch, case_raws, case_sig, **kw)
         assert not isinstance(out, list), out

@@ -177,34 +177,38 @@ def decode_chain(
     version, max_kind = EVENT_VERSION, MAX_KIND_CHARS
     out: list[Event] = []
     append = out.append
-    expect_seq = -1
-    expect_prev = b""
+    prev: bytes | None = None
+    seq = 0
     try:
         for raw in raws:
             if type(raw) is not bytes or len(raw) > _SMALL_EVENT:
                 return None
             v, ea, es, ep, eh, ek, body = unpackb(raw, max_ext_len=0)
+            if prev is None:  # the first event: where the chain starts
+                if not (type(ep) is bytes and len(ep) == 32 and type(es) is int and es >= 1):
+                    return None
+                prev, seq = ep, es
+            # From the second event on, ``ep == prev`` (the previous hash)
+            # and ``es == seq`` (an int >= 2; ``type(es) is int`` rules out
+            # 2.0 and True) are the chain checks and the field checks at once.
             if not (
-                v == version
+                ep == prev
+                and es == seq
+                and type(es) is int
                 and ea == author
                 and type(ea) is bytes
-                and type(ep) is bytes
-                and len(ep) == 32
-                and type(es) is int
-                and es >= 1
+                and v == version
                 and type(eh) is int
                 and 0 <= eh <= max_hlc
                 and type(ek) is str
                 and 0 < len(ek) <= max_kind
             ):
                 return None
-            if expect_seq >= 0 and (es != expect_seq or ep != expect_prev):
-                return None
             h = new_hash()
             h.update(raw)
-            expect_prev = h.digest()
-            expect_seq = es + 1
-            append(Event(ea, es, ep, eh, ek, body, raw, expect_prev))
+            prev = h.digest()
+            seq += 1
+            append(Event(author, es, ep, eh, ek, body, raw, prev))
     except Exception:  # malformed in some way: the precise path says how
         return None
     return out
