@@ -27,7 +27,7 @@ SRC = pathlib.Path(__file__).resolve().parents[1] / "src" / "hivemesh"
 
 #: Physical lines of the asyncio driver allowed (the figure after the last
 #: shrink; the issue's target is about 2,500).
-BUDGET = 6890
+BUDGET = 6887
 
 
 def _imports_asyncio(path: pathlib.Path) -> bool:

@@ -88,23 +88,24 @@ def open_links(d: Daemon) -> BrokerLinks:
 
 class _OwnEvents:
     """A subscriber of the daemon's delivered events that wakes the publisher
-    when our own feed grows (its ``dropped`` is always 0: it keeps nothing)."""
+    when our own feed's head moved (looked at once per delivered batch, not
+    per event; its ``dropped`` is always 0: it keeps nothing)."""
 
     kinds = None
     dropped = 0
 
     def __init__(self, me: bytes, feedlog: FeedLog) -> None:
-        self._me = me
-        self._feedlog = feedlog
+        self._me, self._feedlog, self._seen = me, feedlog, 0
 
-    def offer(self, ev: Event) -> None:
-        if ev.author == self._me:
+    def offer_many(self, events: tuple[Event, ...]) -> None:
+        head = self._feedlog.node.journal.head(self._me).seq
+        if head != self._seen:
+            self._seen = head
             self._feedlog.grew()
 
 
 def _feedlog(d: Daemon, engine: Any) -> FeedLog:
-    store = d._store
-    journal = d.node.journal
+    store, journal = d._store, d.node.journal
 
     def commit() -> bool:
         """Commit what was handed over (the cursor may pass it only then)."""
@@ -117,12 +118,7 @@ def _feedlog(d: Daemon, engine: Any) -> FeedLog:
         return not store.pending
 
     return FeedLog(
-        d.node,
-        engine,
-        d.config.data_dir,
-        on_frames=d._on_frames,
-        committed=commit,
-        now_ms=now_ms,
+        d.node, engine, d.config.data_dir, on_frames=d._on_frames, committed=commit, now_ms=now_ms
     )
 
 

@@ -892,10 +892,9 @@ class Daemon:
 
     def _execute(self, e: Effect) -> None:
         """Carry out one effect other than :class:`Send`."""
-        if isinstance(e, Deliver):
+        if isinstance(e, Deliver):  # the whole batch: one call per subscriber, not per event
             for sub in self._subs:
-                for ev in e.events:
-                    sub.offer(ev)
+                sub.offer_many(e.events)
         elif isinstance(e, Count):
             self.counters[e.name] += e.n
         elif isinstance(e, Dial):

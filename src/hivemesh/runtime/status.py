@@ -39,14 +39,16 @@ class Subscription:
         self.queue: asyncio.Queue[Event] = asyncio.Queue(maxsize)
         self.dropped = 0
 
-    def offer(self, ev: Event) -> None:
-        """Queue ``ev`` if it is of a subscribed kind; count it if the queue is full."""
-        if self.kinds is not None and ev.kind not in self.kinds:
-            return
-        try:
-            self.queue.put_nowait(ev)
-        except asyncio.QueueFull:
-            self.dropped += 1
+    def offer_many(self, events: tuple[Event, ...]) -> None:
+        """Queue each of ``events`` of a subscribed kind (the daemon hands
+        over a whole delivered batch); count those a full queue drops."""
+        kinds, put = self.kinds, self.queue.put_nowait
+        for ev in events:
+            if kinds is None or ev.kind in kinds:
+                try:
+                    put(ev)
+                except asyncio.QueueFull:
+                    self.dropped += 1
 
 
 def status_of(d: Daemon) -> dict[str, Any]:
