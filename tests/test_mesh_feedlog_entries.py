@@ -6,12 +6,14 @@ frame once. Entries whose head is not an EVENTS frame of a public key, or
 names another author than its subject, are refused and counted
 (``mesh_<code>``, ``mesh_broker_misrouted``) before the Peer; an entry whose
 head is fine and whose rest is tampered with is refused by the Peer's
-receive path and counted there by code. No broker: the engine is a stub.
+receive path and counted there by code. While a backlog is read the cyclic
+garbage collector is off. No broker: the engine is a stub.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import random
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ from hivemesh.core.identity import Identity
 from hivemesh.core.node import Node
 from hivemesh.core.store import MemoryStore
 from hivemesh.errors import DecodeError, FrameTooLarge, UnsupportedVersion
+from hivemesh.mesh import feedlog as feedlog_module
 from hivemesh.mesh.feedlog import FeedLog, _entry_author
 from hivemesh.sim.views import EventSetDigest
 
@@ -155,3 +158,82 @@ def test_a_tampered_body_under_a_good_head_is_refused_by_the_peer(tmp_path: Path
     assert node.counters["malformed"] == 2
     assert sum(node.counters.values()) >= 4, node.counters
     assert not {k for k in feedlog.counters if k != "mesh_entries_in"}
+
+
+class _Backlog:
+    """An engine whose log holds ``left`` more entries after each one read."""
+
+    def __init__(self, entries: list[bytes]) -> None:
+        self.entries = entries
+        self.backlog = 0
+        self.collector_on: list[bool] = []
+        self.reading = asyncio.Event()
+
+    async def log_id(self) -> str:
+        return "log"
+
+    async def consume_feeds(self, after: str | None, on_msg: Any) -> None:
+        for i, data in enumerate(self.entries, 1):
+            self.backlog = len(self.entries) - i
+            await on_msg(str(i), AUTHOR.address, data)
+            self.collector_on.append(gc.isenabled())
+            await asyncio.sleep(0)  # the broker's next entry arrives
+        self.reading.set()
+        await asyncio.Event().wait()  # a live reader waits for more
+
+
+def _backlog_reader(tmp_path: Path, n: int) -> tuple[FeedLog, _Backlog]:
+    feedlog, _node, _seen, _handed = _reader(tmp_path)
+    raws, sig = _batch()
+    engine = _Backlog([encode_frame(FrameType.EVENTS, AUTHOR.public, raws, sig, 0)] * n)
+    feedlog.engine = engine  # type: ignore[assignment]
+    return feedlog, engine
+
+
+def _read_until_stopped(feedlog: FeedLog, engine: _Backlog, stop_early: bool) -> None:
+    async def run() -> None:
+        task = asyncio.create_task(feedlog.read_loop())
+        if stop_early:  # stopped in the middle of the backlog
+            while not engine.collector_on:
+                await asyncio.sleep(0)
+        else:
+            await engine.reading.wait()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(run())
+
+
+def test_the_collector_is_off_while_a_backlog_is_read(tmp_path: Path) -> None:
+    assert gc.isenabled()
+    feedlog, engine = _backlog_reader(tmp_path, 4)
+    _read_until_stopped(feedlog, engine, stop_early=False)
+    assert engine.collector_on == [False, False, False, True]  # on again once caught up
+    assert gc.isenabled()
+
+
+def test_the_collector_comes_back_when_the_reader_stops_mid_backlog(tmp_path: Path) -> None:
+    feedlog, engine = _backlog_reader(tmp_path, 50)
+    _read_until_stopped(feedlog, engine, stop_early=True)
+    assert engine.collector_on[0] is False and len(engine.collector_on) < 50
+    assert gc.isenabled()
+
+
+def test_a_long_backlog_gets_the_collector_back_now_and_then(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(feedlog_module, "_GC_PAUSE_ENTRIES", 3)
+    feedlog, engine = _backlog_reader(tmp_path, 10)
+    _read_until_stopped(feedlog, engine, stop_early=False)
+    assert True in engine.collector_on[:-1] and engine.collector_on.count(False) >= 6
+    assert gc.isenabled()
+
+
+def test_a_collector_someone_else_turned_off_stays_off(tmp_path: Path) -> None:
+    feedlog, engine = _backlog_reader(tmp_path, 3)
+    gc.disable()
+    try:
+        _read_until_stopped(feedlog, engine, stop_early=False)
+        assert engine.collector_on == [False, False, False] and not gc.isenabled()
+    finally:
+        gc.enable()

@@ -42,6 +42,12 @@ missing and is reported (``gap`` counts, ``hivemesh status``).
 ``push_grace_ms`` after the backlog ends, so a late joiner is not sent
 the same history a second time by its peers over the broker links.
 
+While it reads a backlog the reader also keeps Python's cyclic garbage
+collector off (as a rehydration does: the events it allocates are freed by
+reference counting, and the collector's passes over them cost ~3% of a
+catch-up), at most :data:`_GC_PAUSE_ENTRIES` entries in a row, and turns it
+back on when the backlog ends or the reader stops.
+
 **Where reading resumes.** The reader's position is kept in
 ``<data_dir>/mesh_cursor.json`` with the log's incarnation. It is saved only
 when everything handed over has been committed to the store (no pending
@@ -58,6 +64,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import io
 import json
 import logging
@@ -91,6 +98,7 @@ log = logging.getLogger("hivemesh.mesh")
 _MAX_ENTRY_BYTES = 900 * 1024  # under nats-server's default 1 MiB max_payload
 _IDLE_CHECK_S = 0.25  # publish check when nothing woke us (a missed wake-up)
 _CURSOR_SAVE_S = 0.5
+_GC_PAUSE_ENTRIES = 1024  # backlog entries (up to ~1M events) read with the collector off
 
 FramesCallback = Callable[[str, list[bytes]], Awaitable[None]]
 
@@ -125,6 +133,7 @@ class FeedLog:
         self._log_id = ""
         self._saved: str | None = None
         self._behind = False  # the last entry had more waiting behind it
+        self._gc_paused = 0  # entries read since the reader turned the collector off
 
     # -- publishing -------------------------------------------------------------
 
@@ -228,7 +237,21 @@ class FeedLog:
         if self._pos is None:
             self._pos = self._saved = self._load_cursor(self._log_id)
         self.node.log_backlog(self._now_ms())  # until the first read says otherwise
-        await self.engine.consume_feeds(self._pos, self._on_entry)
+        try:
+            await self.engine.consume_feeds(self._pos, self._on_entry)
+        finally:
+            self._collector(False)
+
+    def _collector(self, behind: bool) -> None:
+        """Keep the cyclic GC off while a backlog is read (module docs)."""
+        if self._gc_paused:
+            self._gc_paused += 1
+            if not behind or self._gc_paused > _GC_PAUSE_ENTRIES:
+                self._gc_paused = 0
+                gc.enable()
+        elif behind and gc.isenabled():  # (not if someone else turned it off)
+            gc.disable()
+            self._gc_paused = 1
 
     async def _on_entry(self, pos: str, author: str, data: bytes) -> None:
         self.counters["mesh_entries_in"] += 1
@@ -237,6 +260,7 @@ class FeedLog:
         self._behind = behind
         if behind:  # the log brings the rest: peers need not
             self.node.log_backlog(self._now_ms())
+        self._collector(behind)
         try:
             claimed = _entry_author(data)
         except RemoteProtocolError as exc:
