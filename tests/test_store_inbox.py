@@ -20,8 +20,10 @@ def _msg(n: int, sender: str = "a") -> InboxMessage:
 def test_messages_are_kept_once_oldest_first_and_taken_out(tmp_path: pathlib.Path) -> None:
     removed: list[int] = []
     inbox = Inbox(tmp_path / "inbox.db", on_removed=lambda: removed.append(1))
-    assert stat.S_IMODE(os.stat(tmp_path / "inbox.db").st_mode) == 0o600
+    assert inbox.count() == 0 and inbox.list(10, remove=True) == [] and removed == []
+    assert not (tmp_path / "inbox.db").exists()  # made when the first message is stored
     assert inbox.add([_msg(1), _msg(2)]) == 2
+    assert stat.S_IMODE(os.stat(tmp_path / "inbox.db").st_mode) == 0o600
     inbox.add([_msg(2), _msg(3)])  # a retransmission of m2: stored once
     assert inbox.count() == 3
     first = inbox.list(2, remove=True)
@@ -49,5 +51,11 @@ def test_a_failed_commit_stores_nothing_and_says_so(tmp_path: pathlib.Path) -> N
         inbox.add([_msg(3), InboxMessage("a", "bad", object(), 0, None)])
     assert inbox.add([_msg(3)]) == 1
     inbox.close()
-    with pytest.raises(StoreError, match="cannot open the inbox"):
-        Inbox(tmp_path / "missing-dir" / "inbox.db")
+    nowhere = Inbox(tmp_path / "missing-dir" / "inbox.db")  # made at the first message:
+    assert nowhere.count() == 0
+    with pytest.raises(StoreError, match="cannot open the inbox"):  # which is not stored
+        nowhere.add([_msg(1)])
+    nowhere.close()
+    (tmp_path / "bad.db").write_bytes(b"not a database" * 100)
+    with pytest.raises(StoreError, match="cannot open the inbox"):  # one there is opened at once
+        Inbox(tmp_path / "bad.db")

@@ -33,23 +33,50 @@ _SCHEMA = (
 
 
 class Inbox:
-    """Received direct messages in SQLite, oldest first."""
+    """Received direct messages in SQLite, oldest first.
+
+    A node that has none has no ``inbox.db`` yet: it is created (built
+    aside, two syncs) when the first message is stored, not at every fresh
+    node's start (~1.5 ms of CPU and the syncs, 2-9 ms before a late joiner
+    reads its first log entry); an existing one is opened at once."""
 
     def __init__(self, path: Path, *, on_removed: Callable[[], None] | None = None) -> None:
         self._on_removed = on_removed
+        self.path = path
+        self._db: sqlite3.Connection | None = None
+        if path.exists():
+            self._open()
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        """The database (created at first use; :class:`StoreError` if it cannot be)."""
+        if self._db is None:
+            self._open()
+            assert self._db is not None
+        return self._db
+
+    def _open(self) -> None:
+        path = self.path
         try:
             if not path.exists():  # built aside: 2 syncs, not SQLite's 6 in place
                 build_atomically(path, lambda db: db.execute(_SCHEMA))
             create_private(path)  # 0600, and so its -wal and -shm
-            self.db = sqlite3.connect(str(path), isolation_level=None)
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")
-            self.db.execute(_SCHEMA)
+            db = sqlite3.connect(str(path), isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute(_SCHEMA)
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"{path}: cannot open the inbox: {exc}") from None
+        self._db = db
+
+    def _absent(self) -> bool:
+        """No inbox yet (nothing was ever stored): reads need not create it."""
+        return self._db is None and not self.path.exists()
 
     def count(self) -> int:
         """Messages held."""
+        if self._absent():
+            return 0
         return int(self.db.execute("SELECT count(*) FROM inbox").fetchone()[0])
 
     def add(self, messages: list[InboxMessage]) -> int:
@@ -75,6 +102,8 @@ class Inbox:
 
     def list(self, limit: int, *, remove: bool = False) -> list[dict[str, Any]]:
         """The oldest ``limit`` messages (removed if ``remove``)."""
+        if self._absent():
+            return []
         rows = self.db.execute(
             "SELECT n, sender, msg_id, data, received_ms, relayed_by FROM inbox ORDER BY n LIMIT ?",
             (limit,),
@@ -102,5 +131,6 @@ class Inbox:
         return out
 
     def close(self) -> None:
-        """Close the database."""
-        self.db.close()
+        """Close the database (if it was opened)."""
+        if self._db is not None:
+            self._db.close()
