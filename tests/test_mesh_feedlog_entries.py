@@ -22,14 +22,14 @@ import msgpack
 import pytest
 
 from hivemesh.core.feed import FeedWriter, Head
-from hivemesh.core.frames import FRAME_VERSION, FrameType, encode_frame
+from hivemesh.core.frames import FRAME_VERSION, FrameType, decode_frame, encode_frame, events_author
 from hivemesh.core.hlc import HLC
 from hivemesh.core.identity import Identity
 from hivemesh.core.node import Node
 from hivemesh.core.store import MemoryStore
 from hivemesh.errors import DecodeError, FrameTooLarge, UnsupportedVersion
 from hivemesh.mesh import feedlog as feedlog_module
-from hivemesh.mesh.feedlog import FeedLog, _entry_author
+from hivemesh.mesh.feedlog import FeedLog
 from hivemesh.sim.views import EventSetDigest
 
 ME = Identity.from_seed(b"n" * 32)
@@ -125,8 +125,7 @@ def test_garbage_is_refused_before_the_peer_and_counted(
 def test_the_head_is_read_as_the_whole_frame_would_be() -> None:
     raws, sig = _batch()
     frame = encode_frame(FrameType.EVENTS, AUTHOR.public, raws, sig, 0)
-    assert _entry_author(frame) == AUTHOR.address
-    assert _entry_author(bytearray(frame)) == AUTHOR.address
+    assert events_author(frame) == AUTHOR.public
     for data, exc in (
         (b"\x00", DecodeError),
         (
@@ -136,7 +135,35 @@ def test_the_head_is_read_as_the_whole_frame_would_be() -> None:
         (b"\x96" + b"x" * (5 << 20), FrameTooLarge),
     ):
         with pytest.raises(exc):
-            _entry_author(data)
+            events_author(data)
+
+
+def test_the_head_never_accepts_what_the_whole_frame_refuses_at_its_head() -> None:
+    """Random damage to a frame's first bytes: wherever the whole decode
+    sees an EVENTS frame with a 32-byte author, the head reads that author;
+    a head the whole decode refuses for its version or type, the head
+    refuses too (the rest of the frame is the Peer's to refuse)."""
+    raws, sig = _batch()
+    frame = encode_frame(FrameType.EVENTS, AUTHOR.public, raws, sig, 0)
+    rng = random.Random(7)
+    for _ in range(500):
+        data = bytearray(frame)
+        for _ in range(rng.randrange(1, 4)):
+            data[rng.randrange(40)] = rng.randrange(256)
+        try:
+            ftype, fields = decode_frame(bytes(data))
+        except UnsupportedVersion:
+            with pytest.raises((UnsupportedVersion, DecodeError)):
+                events_author(bytes(data))
+            continue
+        except DecodeError:
+            continue  # the head may be fine and the rest not: the Peer refuses it
+        author = fields[0] if ftype == FrameType.EVENTS and len(fields) == 4 else None
+        if type(author) is bytes and len(author) == 32:
+            assert events_author(bytes(data)) == author
+            continue
+        with pytest.raises(DecodeError):  # a whole frame that is not one with an author
+            events_author(bytes(data))
 
 
 def test_a_tampered_body_under_a_good_head_is_refused_by_the_peer(tmp_path: Path) -> None:
